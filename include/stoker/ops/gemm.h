@@ -1,0 +1,32 @@
+// GEMM: C = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.
+//
+// A is [M, K] (or [K, M] with trans_a), B is [K, N] (or [N, K] with trans_b), C is [M, N].
+// A and B share a dtype: f32, f16 or bf16. C is f32, or the inputs' half dtype. Accumulation
+// is always fp32. beta = 1 accumulates into C (how weight gradients add up over micro-steps).
+//
+// CPU: through BLAS (sgemm; half inputs are widened to fp32 first). CUDA: through cuBLASLt on
+// the current stream, with a per-stream workspace and a cached algorithm per problem shape.
+#pragma once
+
+#include "stoker/core/tensor.h"
+
+namespace stoker::ops {
+
+struct GemmOptions {
+  bool trans_a = false;
+  bool trans_b = false;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& options = {});
+
+// fp32 GEMMs on the GPU may use TF32 tensor cores (10-bit mantissa inputs, ~8x faster), as
+// PyTorch does with torch.backends.cuda.matmul.allow_tf32. Off by default: fp32 is exact fp32.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// FLOPs of one gemm call (2*M*N*K), for throughput reports.
+double gemm_flops(int64_t m, int64_t n, int64_t k);
+
+}  // namespace stoker::ops

@@ -1,0 +1,93 @@
+#include "stoker/core/device.h"
+
+#include <fstream>
+#include <mutex>
+#include <ostream>
+#include <thread>
+
+#include "stoker/core/allocator.h"
+#include "stoker/core/error.h"
+
+#if STOKER_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace stoker::core {
+
+std::string Device::str() const {
+  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+std::ostream& operator<<(std::ostream& os, Device d) { return os << d.str(); }
+
+Device parse_device(std::string_view name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "cuda" || name == "gpu") return Device::cuda(0);
+  if (name.starts_with("cuda:")) {
+    const std::string idx(name.substr(5));
+    size_t used = 0;
+    int i = -1;
+    try {
+      i = std::stoi(idx, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    STOKER_CHECK(used == idx.size() && i >= 0, "unknown device '", name,
+                 "': expected cpu, cuda or cuda:N");
+    return Device::cuda(i);
+  }
+  STOKER_THROW("unknown device '", name, "': expected cpu, cuda or cuda:N");
+}
+
+bool built_with_cuda() { return STOKER_WITH_CUDA != 0; }
+
+int cuda_device_count() {
+#if STOKER_WITH_CUDA
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();  // no driver / no device: not an error for a CPU run
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+#else
+  return 0;
+#endif
+}
+
+Device best_device() { return cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu(); }
+
+namespace {
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.starts_with("model name")) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown CPU";
+}
+}  // namespace
+
+std::string describe_device(Device d) {
+  if (d.is_cpu()) {
+    return cpu_model() + " (" + std::to_string(std::thread::hardware_concurrency()) +
+           " hardware threads)";
+  }
+#if STOKER_WITH_CUDA
+  STOKER_CHECK(d.index < cuda_device_count(), "describe_device: ", d.str(), " does not exist (",
+               cuda_device_count(), " CUDA devices visible)");
+  cudaDeviceProp p{};
+  STOKER_CUDA_CHECK(cudaGetDeviceProperties(&p, d.index));
+  return detail::str(p.name, " (sm_", p.major, p.minor, ", ", p.multiProcessorCount, " SMs, ",
+                     format_bytes(p.totalGlobalMem), ")");
+#else
+  STOKER_THROW("describe_device: ", d.str(), " requested but stoker was built without CUDA");
+#endif
+}
+
+}  // namespace stoker::core

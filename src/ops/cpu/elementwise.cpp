@@ -1,0 +1,57 @@
+// CPU reference for add, mul, axpy, scale: fp32 math, one rounding to the output dtype.
+// axpy is fmaf(alpha, x, y), as on the GPU, so the backends agree to the bit.
+#include <cmath>
+
+#include "ops/backend.h"
+#include "ops/cpu/parallel.h"
+
+namespace stoker::ops::cpu {
+
+namespace {
+template <typename F>
+void binary(const Tensor& out, const Tensor& a, const Tensor& b, F op) {
+  visit_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.data());
+    const T* x = static_cast<const T*>(a.data());
+    const T* y = static_cast<const T*>(b.data());
+    parallel_range(out.numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) o[i] = store<T>(op(load(x[i]), load(y[i])));
+    });
+  });
+}
+}  // namespace
+
+void add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  binary(out, a, b, [](float x, float y) { return x + y; });
+}
+
+void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  binary(out, a, b, [](float x, float y) { return x * y; });
+}
+
+void axpy(const Tensor& y, float alpha, const Tensor& x) {
+  visit_float(y.dtype(), [&](auto ytag) {
+    using Y = decltype(ytag);
+    visit_float(x.dtype(), [&](auto xtag) {
+      using X = decltype(xtag);
+      Y* py = static_cast<Y*>(y.data());
+      const X* px = static_cast<const X*>(x.data());
+      parallel_range(y.numel(), [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) py[i] = store<Y>(std::fmaf(alpha, load(px[i]), load(py[i])));
+      });
+    });
+  });
+}
+
+void scale(const Tensor& x, float alpha) {
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(x.data());
+    parallel_range(x.numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) p[i] = store<T>(load(p[i]) * alpha);
+    });
+  });
+}
+
+}  // namespace stoker::ops::cpu

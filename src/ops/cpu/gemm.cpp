@@ -1,0 +1,39 @@
+// CPU GEMM through BLAS (cblas_sgemm, row-major). Half inputs are widened to fp32 first and a
+// half output is rounded once at the end, matching the GPU's "fp32 accumulate, round once".
+#include <cblas.h>
+
+#include "ops/backend.h"
+#include "ops/cpu/parallel.h"
+
+namespace stoker::ops::cpu {
+
+namespace {
+Tensor as_f32(const Tensor& t) {
+  if (t.dtype() == DType::f32) return t;
+  Tensor f = Tensor::empty(t.shape(), DType::f32, Device::cpu());
+  cast(f, t);
+  return f;
+}
+}  // namespace
+
+void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o) {
+  const int m = static_cast<int>(c.size(0));
+  const int n = static_cast<int>(c.size(1));
+  const int k = static_cast<int>(o.trans_a ? a.size(0) : a.size(1));
+  const Tensor a32 = as_f32(a);
+  const Tensor b32 = as_f32(b);
+  // A half C is accumulated in an fp32 copy (which holds beta * C when beta != 0).
+  Tensor c32 = c;
+  if (c.dtype() != DType::f32) {
+    c32 = Tensor::empty(c.shape(), DType::f32, Device::cpu());
+    if (o.beta != 0.0f) cast(c32, c);
+  }
+  cblas_sgemm(CblasRowMajor, o.trans_a ? CblasTrans : CblasNoTrans,
+              o.trans_b ? CblasTrans : CblasNoTrans, m, n, k, o.alpha,
+              static_cast<const float*>(a32.data()), static_cast<int>(a.size(1)),
+              static_cast<const float*>(b32.data()), static_cast<int>(b.size(1)), o.beta,
+              static_cast<float*>(c32.data()), n);
+  if (!c32.same_storage(c)) cast(c, c32);
+}
+
+}  // namespace stoker::ops::cpu

@@ -1,0 +1,48 @@
+#include "stoker/ops/elementwise.h"
+
+#include "ops/backend.h"
+#include "ops/validate.h"
+
+namespace stoker::ops {
+
+namespace {
+void check_binary(const char* op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  detail::check_float(op, "out", out);
+  detail::check_float(op, "a", a);
+  detail::check_float(op, "b", b);
+  detail::check_backend(op, out);
+  detail::check_same_device(op, "out", out, "a", a);
+  detail::check_same_device(op, "out", out, "b", b);
+  detail::check_same_dtype(op, "a", a, "b", b);
+  detail::check_same_dtype(op, "out", out, "a", a);
+  detail::check_same_numel(op, "a", a, "b", b);
+  detail::check_same_numel(op, "out", out, "a", a);
+}
+}  // namespace
+
+void add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  check_binary("add", out, a, b);
+  if (out.numel() > 0) STOKER_DISPATCH(out.device(), add, out, a, b);
+}
+
+void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  check_binary("mul", out, a, b);
+  if (out.numel() > 0) STOKER_DISPATCH(out.device(), mul, out, a, b);
+}
+
+void axpy(const Tensor& y, float alpha, const Tensor& x) {
+  detail::check_float("axpy", "y", y);
+  detail::check_float("axpy", "x", x);
+  detail::check_backend("axpy", y);
+  detail::check_same_device("axpy", "y", y, "x", x);
+  detail::check_same_numel("axpy", "y", y, "x", x);
+  if (y.numel() > 0) STOKER_DISPATCH(y.device(), axpy, y, alpha, x);
+}
+
+void scale(const Tensor& x, float alpha) {
+  detail::check_float("scale", "x", x);
+  detail::check_backend("scale", x);
+  if (x.numel() > 0) STOKER_DISPATCH(x.device(), scale, x, alpha);
+}
+
+}  // namespace stoker::ops

@@ -1,0 +1,54 @@
+#include "stoker/ops/gemm.h"
+
+#include <atomic>
+
+#include "ops/backend.h"
+#include "ops/validate.h"
+#include "stoker/ops/copy.h"
+#include "stoker/ops/elementwise.h"
+
+namespace stoker::ops {
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
+
+double gemm_flops(int64_t m, int64_t n, int64_t k) {
+  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+}
+
+void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o) {
+  detail::check_float("gemm", "a", a);
+  detail::check_float("gemm", "b", b);
+  detail::check_float("gemm", "c", c);
+  detail::check_backend("gemm", c);
+  detail::check_same_device("gemm", "c", c, "a", a);
+  detail::check_same_device("gemm", "c", c, "b", b);
+  detail::check_same_dtype("gemm", "a", a, "b", b);
+  STOKER_CHECK(a.rank() == 2 && b.rank() == 2 && c.rank() == 2,
+               "ops::gemm: needs rank-2 tensors, got a ", a.str(), ", b ", b.str(), ", c ",
+               c.str(), " (reshape batched inputs to 2-D first)");
+  STOKER_CHECK(c.dtype() == DType::f32 || c.dtype() == a.dtype(), "ops::gemm: c is ", c.str(),
+               " but a/b are ", dtype_name(a.dtype()), "; expected c in f32 or ",
+               dtype_name(a.dtype()));
+  const int64_t m = o.trans_a ? a.size(1) : a.size(0);
+  const int64_t k = o.trans_a ? a.size(0) : a.size(1);
+  const int64_t kb = o.trans_b ? b.size(1) : b.size(0);
+  const int64_t n = o.trans_b ? b.size(0) : b.size(1);
+  STOKER_CHECK(k == kb, "ops::gemm: inner dimensions differ: op(a) is [", m, ", ", k,
+               "] (a ", a.str(), o.trans_a ? ", transposed" : "", ") but op(b) is [", kb, ", ",
+               n, "] (b ", b.str(), o.trans_b ? ", transposed" : "", ")");
+  STOKER_CHECK(c.size(0) == m && c.size(1) == n, "ops::gemm: c is ", c.str(), "; expected [",
+               m, ", ", n, "] for op(a) [", m, ", ", k, "] x op(b) [", k, ", ", n, "]");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // op(a) op(b) is all zeros: C = beta * C, and beta = 0 must not read C
+    if (o.beta == 0.0f) return fill(c, 0.0);
+    return scale(c, o.beta);
+  }
+  STOKER_DISPATCH(c.device(), gemm, c, a, b, o);
+}
+
+}  // namespace stoker::ops

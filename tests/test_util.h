@@ -1,0 +1,118 @@
+// Helpers shared by the test suites.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/stoker.h"
+
+// Skips the current test cleanly on machines without a usable GPU (CI).
+#define STOKER_REQUIRE_GPU()                                              \
+  do {                                                                    \
+    if (::stoker::core::cuda_device_count() == 0) {                      \
+      GTEST_SKIP() << "no CUDA device on this machine";                  \
+    }                                                                     \
+  } while (0)
+
+namespace stoker::test {
+
+inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+inline constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// `n` floats uniform in [lo, hi) from std::mt19937 (independent of stoker's own RNG).
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// A host tensor of `dtype` holding random values (rounded to dtype), never all zeros.
+inline Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed, float lo = -1.0f,
+                            float hi = 1.0f) {
+  return Tensor::from_floats(random_floats(static_cast<size_t>(shape.numel()), seed, lo, hi),
+                             shape, dtype);
+}
+
+// Writes NaN into every element of a float tensor, so elements an op forgets to write fail.
+inline void poison(const Tensor& t) { ops::fill(t, std::numeric_limits<double>::quiet_NaN()); }
+
+// A host tensor of `shape`/`dtype` filled with NaN.
+inline Tensor poisoned(const Shape& shape, DType dtype, Device device = Device::cpu()) {
+  Tensor t = Tensor::empty(shape, dtype, device);
+  poison(t);
+  return t;
+}
+
+// The tensor's bytes as they are stored (copied to the host first when needed).
+inline std::vector<uint8_t> raw_bytes(const Tensor& t) {
+  const Tensor h = t.device().is_cpu() ? t : t.to(Device::cpu());
+  std::vector<uint8_t> out(h.nbytes());
+  if (!out.empty()) std::memcpy(out.data(), h.data(), out.size());
+  return out;
+}
+
+// Index of the first differing element (element size `elem`) of two byte vectors, or -1.
+inline int64_t first_bit_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                                    size_t elem) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); i += elem)
+    if (std::memcmp(a.data() + i, b.data() + i, elem) != 0) return static_cast<int64_t>(i / elem);
+  return -1;
+}
+
+// Passes when both tensors hold exactly the same bits (any devices).
+inline ::testing::AssertionResult bit_identical(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.numel() != b.numel())
+    return ::testing::AssertionFailure() << a.str() << " vs " << b.str();
+  const int64_t i = first_bit_difference(raw_bytes(a), raw_bytes(b), dtype_size(a.dtype()));
+  if (i < 0) return ::testing::AssertionSuccess();
+  const std::vector<float> fa = a.to_floats(), fb = b.to_floats();
+  return ::testing::AssertionFailure()
+         << a.str() << " and " << b.str() << " first differ at element " << i << ": "
+         << fa[static_cast<size_t>(i)] << " vs " << fb[static_cast<size_t>(i)];
+}
+
+// Distance in units in the last place between two finite floats of one sign convention.
+inline int64_t ulp_distance(float a, float b) {
+  auto key = [](float f) {
+    int32_t i;
+    std::memcpy(&i, &f, 4);
+    return i < 0 ? static_cast<int64_t>(std::numeric_limits<int32_t>::min()) - i
+                 : static_cast<int64_t>(i);
+  };
+  const int64_t d = key(a) - key(b);
+  return d < 0 ? -d : d;
+}
+
+// Passes when `f` throws stoker::Error whose what() contains every one of `parts`.
+template <typename F>
+::testing::AssertionResult throws_error_with(F&& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (const std::string& p : parts) {
+      if (what.find(p) == std::string::npos)
+        return ::testing::AssertionFailure()
+               << "stoker::Error thrown, but its message lacks \"" << p << "\":\n  " << what;
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-stoker exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
+
+}  // namespace stoker::test
