@@ -36,6 +36,9 @@ endif()
 find_path(STOKER_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas)
 stoker_require(STOKER_CBLAS_INCLUDE_DIR "cblas.h" "libopenblas-dev")
 
+find_package(nlohmann_json CONFIG QUIET)
+stoker_require(nlohmann_json_FOUND "nlohmann-json" "nlohmann-json3-dev")
+
 find_package(LMDB)
 stoker_require(LMDB_FOUND "LMDB" "liblmdb-dev")
 find_package(TurboJPEG)

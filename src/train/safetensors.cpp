@@ -1,0 +1,244 @@
+// safetensors reader and writer. The reader maps the file read-only and checks the whole header
+// (lengths, JSON, dtypes, shapes, offsets) before any tensor byte is touched, so a damaged file
+// produces an error that names it, never an over-read.
+#include "stoker/train/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "stoker/core/error.h"
+#include "util/atomic_file.h"
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors stores little-endian data; big-endian hosts are not supported");
+
+namespace stoker::train {
+
+namespace {
+using nlohmann::json;
+
+// The Python implementation refuses headers above 100 MB; so do we (it bounds the allocation a
+// hostile header length can cause).
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+}  // namespace
+
+const char* safetensors_dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    case DType::i32: return "I32";
+    case DType::i64: return "I64";
+    case DType::u8: return "U8";
+  }
+  return "?";
+}
+
+DType parse_safetensors_dtype(const std::string& name, const std::string& context) {
+  if (name == "F32") return DType::f32;
+  if (name == "F16") return DType::f16;
+  if (name == "BF16") return DType::bf16;
+  if (name == "I32") return DType::i32;
+  if (name == "I64") return DType::i64;
+  if (name == "U8") return DType::u8;
+  STOKER_THROW(context, ": unsupported dtype ", quoted(name),
+               "; stoker reads F32, F16, BF16, I32, I64 and U8 (convert the tensor in Python, "
+               "e.g. t.float(), before saving)");
+}
+
+void save_safetensors(const std::filesystem::path& path, std::span<const NamedTensor> tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::set<std::string> seen;
+  std::vector<Tensor> host;
+  json header = json::object();
+  size_t offset = 0;
+  for (const NamedTensor& nt : tensors) {
+    STOKER_CHECK(!nt.name.empty() && nt.name != "__metadata__", "save_safetensors(",
+                 path.string(), "): invalid tensor name ", quoted(nt.name));
+    STOKER_CHECK(seen.insert(nt.name).second, "save_safetensors(", path.string(),
+                 "): tensor name ", quoted(nt.name), " appears twice");
+    STOKER_CHECK(nt.tensor.defined(), "save_safetensors(", path.string(), "): tensor ",
+                 quoted(nt.name), " is undefined");
+    host.push_back(nt.tensor.device().is_cpu() ? nt.tensor : nt.tensor.to(Device::cpu()));
+    json shape = json::array();
+    for (int64_t d : nt.tensor.shape().dims()) shape.push_back(d);
+    header[nt.name] = {{"dtype", safetensors_dtype_name(nt.tensor.dtype())},
+                       {"shape", shape},
+                       {"data_offsets", {offset, offset + nt.tensor.nbytes()}}};
+    offset += nt.tensor.nbytes();
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned
+  const uint64_t n = text.size();
+
+  util::write_file_atomically(path, [&](int fd) {
+    util::write_all(fd, &n, sizeof n, path);
+    util::write_all(fd, text.data(), text.size(), path);
+    for (const Tensor& t : host) util::write_all(fd, t.data(), t.nbytes(), path);
+  });
+}
+
+SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(path) {
+  const std::string file = path.string();
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  STOKER_CHECK_HINT(fd_ >= 0, "check the path; weights are written by save_safetensors or "
+                    "Python's safetensors.torch.save_file",
+                    "cannot open safetensors file ", file, ": ", std::strerror(errno));
+  try {
+    struct stat st {};
+    STOKER_CHECK(::fstat(fd_, &st) == 0, "cannot stat ", file, ": ", std::strerror(errno));
+    file_size_ = static_cast<size_t>(st.st_size);
+    STOKER_CHECK(file_size_ >= 8, file, " is truncated: ", file_size_,
+                 " bytes, but a safetensors file starts with an 8-byte header length");
+    map_ = static_cast<const unsigned char*>(
+        ::mmap(nullptr, file_size_, PROT_READ, MAP_PRIVATE, fd_, 0));
+    if (map_ == MAP_FAILED) {
+      map_ = nullptr;
+      STOKER_THROW("cannot map ", file, ": ", std::strerror(errno));
+    }
+    uint64_t header_len = 0;
+    std::memcpy(&header_len, map_, 8);
+    STOKER_CHECK(header_len <= file_size_ - 8, file, ": header length ", header_len,
+                 " runs beyond the end of the file (", file_size_,
+                 " bytes): the file is truncated or not a safetensors file");
+    STOKER_CHECK(header_len <= kMaxHeaderBytes, file, ": header length ", header_len,
+                 " exceeds the 100 MB limit: not a safetensors file");
+    data_start_ = 8 + header_len;
+    const size_t data_size = file_size_ - data_start_;
+
+    json header;
+    try {
+      header = json::parse(map_ + 8, map_ + 8 + header_len);
+    } catch (const json::exception& e) {
+      STOKER_THROW(file, ": the header is not valid JSON (", e.what(), ")");
+    }
+    STOKER_CHECK(header.is_object(), file, ": the header must be a JSON object");
+
+    std::vector<std::pair<size_t, std::string>> by_offset;
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      const std::string& name = it.key();
+      const json& v = it.value();
+      if (name == "__metadata__") {
+        STOKER_CHECK(v.is_object(), file, ": __metadata__ must be an object of strings");
+        for (auto m = v.begin(); m != v.end(); ++m) {
+          STOKER_CHECK(m.value().is_string(), file, ": __metadata__ value of ", quoted(m.key()),
+                       " is not a string");
+          metadata_[m.key()] = m.value().get<std::string>();
+        }
+        continue;
+      }
+      const std::string ctx = file + ", tensor " + quoted(name);
+      STOKER_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
+                       v.contains("data_offsets"),
+                   ctx, ": entry must be an object with dtype, shape and data_offsets");
+      STOKER_CHECK(v["dtype"].is_string(), ctx, ": dtype is not a string");
+      Entry e;
+      e.dtype = parse_safetensors_dtype(v["dtype"].get<std::string>(), ctx);
+      const json& shape = v["shape"];
+      STOKER_CHECK(shape.is_array() && shape.size() <= static_cast<size_t>(Shape::kMaxDims), ctx,
+                   ": shape must be an array of at most ", Shape::kMaxDims, " extents");
+      std::vector<int64_t> dims;
+      unsigned __int128 numel = 1;
+      for (const json& d : shape) {
+        STOKER_CHECK(d.is_number_unsigned(), ctx, ": shape ", shape.dump(),
+                     " has an extent that is not a non-negative integer");
+        dims.push_back(d.get<int64_t>());
+        numel *= d.get<uint64_t>();
+        STOKER_CHECK(numel <= (static_cast<unsigned __int128>(1) << 62), ctx, ": shape ",
+                     shape.dump(), " is impossibly large");
+      }
+      e.shape = Shape(std::span<const int64_t>(dims));
+      const json& off = v["data_offsets"];
+      STOKER_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
+                       off[1].is_number_unsigned(),
+                   ctx, ": data_offsets must be two non-negative integers");
+      const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+      STOKER_CHECK(begin <= end && end <= data_size, ctx, ": data_offsets [", begin, ", ", end,
+                   "] lie outside the data section of ", data_size,
+                   " bytes: the file is truncated or corrupt");
+      const unsigned __int128 want = numel * dtype_size(e.dtype);
+      STOKER_CHECK(want == end - begin, ctx, ": ", end - begin, " bytes stored but shape ",
+                   shape.dump(), " of ", safetensors_dtype_name(e.dtype), " needs ",
+                   static_cast<uint64_t>(want));
+      e.begin = begin;
+      e.end = end;
+      entries_[name] = e;
+      by_offset.emplace_back(begin, name);
+    }
+    // Like the reference implementation: tensors tile the data section without overlap or gap.
+    std::sort(by_offset.begin(), by_offset.end(), [&](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : entries_[a.second].end < entries_[b.second].end;
+    });
+    size_t expected = 0;
+    for (const auto& [begin, name] : by_offset) {
+      STOKER_CHECK(begin == expected, file, ", tensor ", quoted(name), ": data starts at byte ",
+                   begin, " but the previous tensor ends at ", expected,
+                   begin < expected ? " (tensors overlap)" : " (gap in the data)");
+      expected = entries_[name].end;
+      names_.push_back(name);
+    }
+    STOKER_CHECK(expected == data_size, file, ": tensors cover ", expected, " bytes but the data "
+                 "section has ", data_size, " (trailing bytes: corrupt or wrong header)");
+  } catch (...) {
+    if (map_) ::munmap(const_cast<unsigned char*>(map_), file_size_);
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (map_) ::munmap(const_cast<unsigned char*>(map_), file_size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const SafetensorsReader::Entry& SafetensorsReader::entry(const std::string& name) const {
+  const auto it = entries_.find(name);
+  STOKER_CHECK(it != entries_.end(), path_.string(), " has no tensor ", quoted(name), " (it has ",
+               names_.size(), " tensors", names_.empty() ? "" : ", e.g. " + quoted(names_[0]),
+               ")");
+  return it->second;
+}
+
+Tensor SafetensorsReader::load(const std::string& name, Device device) const {
+  const Entry& e = entry(name);
+  Tensor t = Tensor::empty(e.shape, e.dtype, device);
+  load_into(name, t);
+  return t;
+}
+
+void SafetensorsReader::load_into(const std::string& name, const Tensor& dst) const {
+  const Entry& e = entry(name);
+  STOKER_CHECK(dst.defined() && dst.dtype() == e.dtype && dst.shape() == e.shape, path_.string(),
+               ", tensor ", quoted(name), ": the file holds ", safetensors_dtype_name(e.dtype),
+               e.shape.str(), " but the destination is ",
+               dst.defined() ? dst.str() : std::string("undefined"));
+  if (dst.nbytes() == 0) return;
+  if (dst.device().is_cpu()) {
+    std::memcpy(dst.data(), map_ + data_start_ + e.begin, dst.nbytes());
+    return;
+  }
+  Tensor host = Tensor::empty(e.shape, e.dtype, Device::cpu());
+  std::memcpy(host.data(), map_ + data_start_ + e.begin, host.nbytes());
+  core::detail::copy_bytes(dst, host);
+}
+
+std::vector<NamedTensor> load_safetensors(const std::filesystem::path& path, Device device) {
+  const SafetensorsReader reader(path);
+  std::vector<NamedTensor> out;
+  for (const std::string& name : reader.names()) out.push_back({name, reader.load(name, device)});
+  return out;
+}
+
+}  // namespace stoker::train
