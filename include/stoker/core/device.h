@@ -4,6 +4,7 @@
 // never throws, so programs can pick `best_device()` and run anywhere.
 #pragma once
 
+#include <cstdint>
 #include <iosfwd>
 #include <string>
 #include <string_view>

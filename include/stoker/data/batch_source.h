@@ -1,0 +1,40 @@
+// BatchSource: what the Trainer pulls batches from, one epoch at a time.
+//
+// The LMDB/JPEG data loader and the in-memory TensorBatches implement it. A source is
+// deterministic given its seed: the order of epoch e is a pure function of (seed, e), and
+// `position()`/`restore()` capture where it stands, so a resumed run sees the same batches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "stoker/core/tensor.h"
+
+namespace stoker::data {
+
+struct Batch {
+  Tensor input;   // on the source's device
+  Tensor target;  // on the source's device
+  int64_t size = 0;
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Begins epoch `epoch` (0-based): reshuffles, rewinds.
+  virtual void start_epoch(int64_t epoch) = 0;
+  // The next batch of the epoch; false when the epoch is over.
+  virtual bool next(Batch& batch) = 0;
+  // Batches per epoch, or -1 when unknown (streams).
+  virtual int64_t batches_per_epoch() const = 0;
+  // Samples per epoch, or -1 when unknown.
+  virtual int64_t samples_per_epoch() const = 0;
+  // (epoch, batches already delivered in it), for checkpoints.
+  virtual int64_t epoch() const = 0;
+  virtual int64_t batch_index() const = 0;
+  // Continues from a saved position: start_epoch(epoch), then skips `batch_index` batches
+  // without producing them.
+  virtual void restore(int64_t epoch, int64_t batch_index) = 0;
+};
+
+}  // namespace stoker::data

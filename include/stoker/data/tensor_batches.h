@@ -1,0 +1,45 @@
+// TensorBatches: batches cut from tensors held in memory (small datasets, tests, the demo).
+//
+// Samples are rows of `inputs` and `targets` (dim 0). Each epoch visits them in a Philox-seeded
+// permutation (Fisher-Yates with draws from (seed, epoch)), gathered on the host into one
+// contiguous batch and copied to `device`. The last partial batch is kept unless drop_last.
+#pragma once
+
+#include <vector>
+
+#include "stoker/data/batch_source.h"
+
+namespace stoker::data {
+
+struct TensorBatchesOptions {
+  int64_t batch_size = 32;
+  bool shuffle = true;
+  bool drop_last = false;
+  uint64_t seed = 0;
+  Device device = Device::cpu();
+};
+
+class TensorBatches : public BatchSource {
+ public:
+  // inputs [N, ...] and targets [N, ...] on the host.
+  TensorBatches(Tensor inputs, Tensor targets, TensorBatchesOptions options);
+
+  void start_epoch(int64_t epoch) override;
+  bool next(Batch& batch) override;
+  int64_t batches_per_epoch() const override;
+  int64_t samples_per_epoch() const override;
+  int64_t epoch() const override { return epoch_; }
+  int64_t batch_index() const override { return batch_; }
+  void restore(int64_t epoch, int64_t batch_index) override;
+
+ private:
+  Tensor gather(const Tensor& src, int64_t begin, int64_t count) const;
+
+  Tensor inputs_, targets_;
+  TensorBatchesOptions options_;
+  std::vector<int64_t> order_;
+  int64_t epoch_ = -1;
+  int64_t batch_ = 0;
+};
+
+}  // namespace stoker::data

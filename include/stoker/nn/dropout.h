@@ -1,0 +1,35 @@
+// Dropout with a Philox mask that is a pure function of (seed, offset): nothing is stored, and
+// the backward (or a recomputation) regenerates the same mask. Each training forward reserves
+// a fresh offset range from the module's generator; evaluation mode is the identity.
+#pragma once
+
+#include "stoker/nn/module.h"
+
+namespace stoker::nn {
+
+class Dropout : public Module {
+ public:
+  // `seed` 0 draws one from the init generator (reproducible under nn::manual_seed).
+  explicit Dropout(float p, uint64_t seed = 0);
+
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  std::string describe() const override;
+  void visit_generators(const std::string& prefix,
+                        const std::function<void(const std::string&, Generator&)>& fn) override {
+    fn(prefix.empty() ? "generator" : prefix + ".generator", gen_);
+  }
+
+  float p() const { return p_; }
+  // The generator position, saved in training checkpoints so a resumed run drops the same
+  // elements.
+  Generator& generator() { return gen_; }
+
+ private:
+  float p_;
+  Generator gen_;
+  Generator::Draw last_{};
+  bool last_was_training_ = false;
+};
+
+}  // namespace stoker::nn

@@ -1,0 +1,27 @@
+// LayerNorm over the last dimension with learnable "weight" (gamma, init 1) and "bias" (beta,
+// init 0), PyTorch's names and biased variance.
+#pragma once
+
+#include "stoker/nn/module.h"
+
+namespace stoker::nn {
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t features, float eps = 1e-5f);
+
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  void visit_parameters(const std::string& prefix,
+                        const std::function<void(const std::string&, Parameter&)>& fn) override;
+  std::string describe() const override;
+
+ private:
+  int64_t features_;
+  float eps_;
+  Parameter weight_, bias_;
+  Tensor x_, mean_, rstd_;
+  Shape x_shape_;
+};
+
+}  // namespace stoker::nn

@@ -1,0 +1,32 @@
+// Linear: y = x W^T + b, with W [out, in] and b [out] (PyTorch's layout and names "weight",
+// "bias", so weights load into torch.nn.Linear). x is [N, in] (leading dims flattened) and y
+// [N, out]. Initialization as PyTorch: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
+#pragma once
+
+#include "stoker/nn/module.h"
+
+namespace stoker::nn {
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  void visit_parameters(const std::string& prefix,
+                        const std::function<void(const std::string&, Parameter&)>& fn) override;
+  std::string describe() const override;
+
+  Parameter& weight() { return weight_; }
+  Parameter& bias() { return bias_; }
+  bool has_bias() const { return has_bias_; }
+
+ private:
+  int64_t in_, out_;
+  bool has_bias_;
+  Parameter weight_, bias_;
+  Tensor x_;      // saved input (2-D view)
+  Shape x_shape_; // the caller's shape, restored for dx
+};
+
+}  // namespace stoker::nn

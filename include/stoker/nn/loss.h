@@ -1,0 +1,58 @@
+// Losses: a scalar from predictions and targets, and the gradient with respect to the
+// predictions.
+//
+//   Tensor forward(pred, target)  -> rank-0 f32 loss on pred's device (mean over counted
+//                                    samples); no host sync — call item() to read it.
+//   Tensor backward(scale)        -> d(scale * loss)/d(pred), in pred's dtype. `scale` folds in
+//                                    the 1/k of gradient accumulation (and, under mixed
+//                                    precision, the loss scale) without an extra pass.
+//
+// Math is fp32 whatever the prediction dtype. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "stoker/core/tensor.h"
+
+namespace stoker::nn {
+
+class Loss {
+ public:
+  virtual ~Loss() = default;
+  virtual Tensor forward(const Tensor& pred, const Tensor& target) = 0;
+  virtual Tensor backward(float scale = 1.0f) = 0;
+  virtual std::string describe() const = 0;
+};
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;   // targets equal to this contribute neither loss nor gradient
+  float label_smoothing = 0.0f;  // PyTorch's definition: (1 - s) * one_hot + s / classes
+};
+
+// Softmax cross-entropy over the last dimension of logits [N, C] with i32 or i64 class targets
+// [N]: fused (one pass computes the loss and keeps what the gradient needs), mean over the
+// targets that are not ignore_index — PyTorch's nn.CrossEntropyLoss(reduction="mean").
+class CrossEntropyLoss : public Loss {
+ public:
+  explicit CrossEntropyLoss(CrossEntropyOptions options = {}) : options_(options) {}
+  Tensor forward(const Tensor& logits, const Tensor& target) override;
+  Tensor backward(float scale = 1.0f) override;
+  std::string describe() const override;
+
+ private:
+  CrossEntropyOptions options_;
+  Tensor logits_, target_, lse_, count_;
+};
+
+// Mean squared error, mean over all elements (PyTorch's nn.MSELoss()).
+class MSELoss : public Loss {
+ public:
+  Tensor forward(const Tensor& pred, const Tensor& target) override;
+  Tensor backward(float scale = 1.0f) override;
+  std::string describe() const override { return "MSELoss"; }
+
+ private:
+  Tensor pred_, target_;
+};
+
+}  // namespace stoker::nn

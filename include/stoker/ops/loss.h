@@ -1,0 +1,29 @@
+// Loss kernels: fused softmax cross-entropy and mean squared error. fp32 math.
+#pragma once
+
+#include <cstdint>
+
+#include "stoker/core/tensor.h"
+
+namespace stoker::ops {
+
+// logits [N, C] (float dtype), target [N] (i32/i64). Writes lse [N] f32 (log-sum-exp per row,
+// saved for the backward), and loss (rank-0 f32) = mean over non-ignored rows of
+//   (1 - s) * (lse - logit[target]) + s * (lse - mean_c logit[c])      (s = label_smoothing)
+// and count (rank-0 f32) = number of non-ignored rows. A target outside [0, C) that is not
+// ignore_index is an error (CPU: thrown; GPU: the loss becomes NaN).
+void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,
+                           const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                           float label_smoothing);
+// dlogits = scale / count * (softmax(logits) - ((1 - s) * one_hot(target) + s / C)), zero rows
+// for ignored targets. count is the device scalar from the forward (no host sync).
+void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,
+                            const Tensor& lse, const Tensor& count, int64_t ignore_index,
+                            float label_smoothing, float scale);
+
+// loss (rank-0 f32) = mean((pred - target)^2); pred and target share a float dtype.
+void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target);
+// dpred = scale * 2 * (pred - target) / numel.
+void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale);
+
+}  // namespace stoker::ops

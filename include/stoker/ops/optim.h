@@ -1,0 +1,51 @@
+// Optimizer update kernels over a whole list of parameters ("multi-tensor": one launch on the
+// GPU for all of them). Formulas are PyTorch's (torch.optim.SGD / AdamW, foreach variants).
+//
+// params, grads and state tensors are f32 and pairwise the same shape, all on one device.
+// `found_inf` is optional (undefined = none): a rank-0 f32 device flag written by the gradient
+// scaler; when it is non-zero the kernels leave parameters and state untouched, decided on the
+// device (no host sync). Hyper-parameters are host values captured at launch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "stoker/core/tensor.h"
+
+namespace stoker::ops {
+
+struct SgdHyper {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  bool first_step = false;  // the momentum buffer is initialised to the gradient
+};
+
+//   g = grad + weight_decay * p
+//   if momentum: buf = first_step ? g : momentum * buf + (1 - dampening) * g
+//                g = nesterov ? g + momentum * buf : buf
+//   p -= lr * g
+// momentum_bufs may be empty when momentum == 0.
+void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+              std::span<const Tensor> momentum_bufs, const SgdHyper& h,
+              const Tensor& found_inf = {});
+
+struct AdamWHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 1e-2f;
+  int64_t step = 1;  // 1-based step number after this update (bias correction)
+};
+
+//   p *= 1 - lr * weight_decay
+//   m = beta1 * m + (1 - beta1) * g ;  v = beta2 * v + (1 - beta2) * g^2
+//   p -= (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+                std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
+                const AdamWHyper& h, const Tensor& found_inf = {});
+
+}  // namespace stoker::ops

@@ -1,0 +1,32 @@
+// Learning-rate schedules: the learning rate as a pure function of the optimizer step, so a
+// resumed run continues the same curve. Steps are 0-based (the lr used for the first update is
+// lr_at(0)).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace stoker::optim {
+
+struct LrSchedule {
+  std::function<float(int64_t step)> lr_at;
+  std::string description;
+};
+
+// Always `lr`.
+LrSchedule constant_lr(float lr);
+// lr * gamma^(step / step_size) (PyTorch's StepLR).
+LrSchedule step_lr(float lr, int64_t step_size, float gamma = 0.1f);
+// Linear ramp from lr/warmup_steps... to lr over `warmup_steps`, then constant:
+// lr * min(1, (step + 1) / warmup_steps).
+LrSchedule linear_warmup(float lr, int64_t warmup_steps);
+// Linear warmup as above, then cosine decay from lr to min_lr at total_steps (held after).
+LrSchedule cosine_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps,
+                              float min_lr = 0.0f);
+
+// The linear scaling rule (Goyal et al. 2017): lr for `batch_size` given a reference lr tuned
+// at `base_batch_size`.
+float scale_lr_for_batch(float base_lr, int64_t base_batch_size, int64_t batch_size);
+
+}  // namespace stoker::optim

@@ -1,0 +1,120 @@
+// Trainer: the training loop — micro-batches, gradient accumulation, clipping, the optimizer
+// step, the learning-rate schedule, logging, checkpoints — composed from a model, a loss and an
+// optimizer (DESIGN.md §9).
+//
+// One optimizer step:
+//   for each of grad_accum_steps micro-batches: forward, loss, backward(scale = 1/k)
+//   [total gradient norm] -> [clip] -> optimizer.step() -> zero_grad
+// Gradient accumulation is exact: k micro-batches of b samples give the update of one batch of
+// k*b (each micro loss is a mean over b, scaled by 1/k).
+//
+// No host synchronization inside a step: losses and norms stay on the device; the host reads
+// them every `log_interval` steps (and at the end of an epoch), which is also when a NaN/Inf
+// loss is noticed — the error names the first bad step and the last finite loss.
+//
+// Checkpoints (one safetensors file, written atomically): weights ("model.<name>"), buffers
+// ("buffer.<name>"), optimizer state ("optim.<name>"), and in the metadata the step, epoch,
+// position in the epoch, optimizer steps and generator offsets. `resume()` restores all of it:
+// a run of 2n steps equals n steps + checkpoint + resume + n steps, bit for bit on the CPU.
+//
+// The model, loss and optimizer are borrowed and must outlive the Trainer. Not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/data/batch_source.h"
+#include "stoker/nn/loss.h"
+#include "stoker/nn/module.h"
+#include "stoker/optim/optimizer.h"
+#include "stoker/optim/schedule.h"
+
+namespace stoker::train {
+
+// What a log line reports, also handed to callbacks.
+struct StepStats {
+  int64_t step = 0;        // optimizer steps done
+  int64_t epoch = 0;
+  double loss = 0.0;       // mean step loss since the previous log
+  float lr = 0.0f;
+  double grad_norm = -1.0; // total norm before clipping at the last step (-1: not computed)
+  double ms_per_step = 0.0;
+  double samples_per_s = 0.0;
+};
+
+struct TrainerOptions {
+  int grad_accum_steps = 1;
+  float clip_grad_norm = 0.0f;           // 0: no clipping
+  std::optional<optim::LrSchedule> schedule;  // none: the optimizer's lr throughout
+  int log_interval = 10;                 // steps between log lines (and host syncs)
+  bool log_grad_norm = true;             // compute the norm for logs even without clipping
+  bool progress_bar = true;              // on stderr when it is a terminal
+  std::filesystem::path checkpoint_dir;  // empty: no periodic checkpoints
+  int64_t checkpoint_interval = 0;       // steps between checkpoints (0: only at the end)
+  bool continue_on_nan = false;          // true: keep going after a non-finite loss
+  int64_t max_steps = -1;                // stop after this many optimizer steps (-1: epochs)
+  bool quiet = false;                    // no log lines on stdout
+};
+
+struct FitResult {
+  int64_t steps = 0;
+  double final_loss = 0.0;   // mean loss of the last logged window
+  double seconds = 0.0;
+  std::vector<StepStats> log; // every logged line
+};
+
+struct EvalResult {
+  double loss = 0.0;        // mean over batches weighted by batch size
+  double accuracy = -1.0;   // top-1 for class-index targets; -1 otherwise
+  int64_t samples = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
+          TrainerOptions options = {});
+
+  // Trains for `epochs` epochs (or until options.max_steps). Continues from the position a
+  // resume() restored.
+  FitResult fit(data::BatchSource& train, int64_t epochs);
+  // Loss (and accuracy for classification) over one epoch of `data`, in evaluation mode.
+  EvalResult evaluate(data::BatchSource& data);
+
+  // Writes a training checkpoint (atomic). `source` supplies the data position.
+  void save_checkpoint(const std::filesystem::path& path, const data::BatchSource* source) const;
+  // Restores model, optimizer, generators and position from a checkpoint; the next fit()
+  // continues from there. Errors name the file and the tensor that does not fit.
+  void resume(const std::filesystem::path& path);
+
+  int64_t step() const { return step_; }
+
+  using Callback = std::function<void(const StepStats&)>;
+  // Called after each log line.
+  void add_log_callback(Callback cb) { callbacks_.push_back(std::move(cb)); }
+
+ private:
+  void run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples);
+  StepStats log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps);
+
+  nn::Module& model_;
+  nn::Loss& loss_;
+  optim::Optimizer& optimizer_;
+  TrainerOptions options_;
+  std::vector<nn::Parameter*> params_;
+  std::vector<Callback> callbacks_;
+
+  int64_t step_ = 0;
+  int64_t resume_epoch_ = 0;
+  int64_t resume_batch_ = 0;
+  bool resumed_ = false;
+  Tensor monitor_;     // loss monitor on the device
+  Tensor step_loss_;   // rank-0 f32 accumulator of the current step's loss
+  Tensor grad_norm_;   // rank-0 f32, the last step's total gradient norm
+};
+
+}  // namespace stoker::train

@@ -1,0 +1,44 @@
+#include "stoker/nn/activation.h"
+
+#include "stoker/core/error.h"
+#include "stoker/ops/activation.h"
+
+namespace stoker::nn {
+
+Tensor ReLU::forward(const Tensor& x) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  ops::relu_forward(y, x);
+  y_ = y;
+  return y;
+}
+
+Tensor ReLU::backward(const Tensor& dy) {
+  STOKER_CHECK(y_.defined(), "ReLU: backward called before forward");
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  ops::relu_backward(dx, dy, y_);
+  return dx;
+}
+
+Tensor GELU::forward(const Tensor& x) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  ops::gelu_forward(y, x);
+  x_ = x;
+  return y;
+}
+
+Tensor GELU::backward(const Tensor& dy) {
+  STOKER_CHECK(x_.defined(), "GELU: backward called before forward");
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  ops::gelu_backward(dx, dy, x_);
+  return dx;
+}
+
+Tensor Flatten::forward(const Tensor& x) {
+  STOKER_CHECK(x.rank() >= 1, "Flatten: input ", x.str(), " has no batch dimension");
+  x_shape_ = x.shape();
+  return x.reshape({x.size(0), -1});
+}
+
+Tensor Flatten::backward(const Tensor& dy) { return dy.reshape(x_shape_); }
+
+}  // namespace stoker::nn

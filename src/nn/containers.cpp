@@ -1,0 +1,121 @@
+#include "stoker/nn/containers.h"
+
+#include "stoker/core/error.h"
+#include "stoker/ops/elementwise.h"
+
+namespace stoker::nn {
+
+namespace {
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+}  // namespace
+
+void Sequential::add_module(std::unique_ptr<Module> module) {
+  STOKER_CHECK(module != nullptr, "Sequential::add: null module");
+  if (module->device() != device_) module->to(device_);
+  children_.push_back(std::move(module));
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& c : children_) h = c->forward(h);
+  return h;
+}
+
+Tensor Sequential::backward(const Tensor& dy) {
+  Tensor g = dy;
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) g = (*it)->backward(g);
+  return g;
+}
+
+void Sequential::collect_parameters(std::vector<Parameter*>& out) {
+  for (auto& c : children_) c->collect_parameters(out);
+}
+
+void Sequential::visit_parameters(const std::string& prefix,
+                                  const std::function<void(const std::string&, Parameter&)>& fn) {
+  for (size_t i = 0; i < children_.size(); ++i)
+    children_[i]->visit_parameters(join(prefix, std::to_string(i)), fn);
+}
+
+void Sequential::visit_buffers(const std::string& prefix,
+                               const std::function<void(const std::string&, Tensor&)>& fn) {
+  for (size_t i = 0; i < children_.size(); ++i)
+    children_[i]->visit_buffers(join(prefix, std::to_string(i)), fn);
+}
+
+void Sequential::visit_generators(
+    const std::string& prefix, const std::function<void(const std::string&, Generator&)>& fn) {
+  for (size_t i = 0; i < children_.size(); ++i)
+    children_[i]->visit_generators(join(prefix, std::to_string(i)), fn);
+}
+
+void Sequential::set_training(bool training) {
+  training_ = training;
+  for (auto& c : children_) c->set_training(training);
+}
+
+void Sequential::to(Device device) {
+  for (auto& c : children_) c->to(device);
+  device_ = device;
+}
+
+std::string Sequential::describe() const {
+  std::string s = "Sequential(";
+  for (size_t i = 0; i < children_.size(); ++i) s += (i ? ", " : "") + children_[i]->describe();
+  return s + ")";
+}
+
+Residual::Residual(std::unique_ptr<Module> body) : body_(std::move(body)) {
+  STOKER_CHECK(body_ != nullptr, "Residual: null body");
+  device_ = body_->device();
+}
+
+Tensor Residual::forward(const Tensor& x) {
+  const Tensor fx = body_->forward(x);
+  STOKER_CHECK(fx.shape() == x.shape() && fx.dtype() == x.dtype(), "Residual: the body ",
+               body_->describe(), " maps ", x.str(), " to ", fx.str(),
+               "; a residual block needs the same shape and dtype");
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  ops::add(y, x, fx);
+  return y;
+}
+
+Tensor Residual::backward(const Tensor& dy) {
+  const Tensor dbody = body_->backward(dy);
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  ops::add(dx, dy, dbody);
+  return dx;
+}
+
+void Residual::collect_parameters(std::vector<Parameter*>& out) { body_->collect_parameters(out); }
+
+void Residual::visit_parameters(const std::string& prefix,
+                                const std::function<void(const std::string&, Parameter&)>& fn) {
+  body_->visit_parameters(join(prefix, "body"), fn);
+}
+
+void Residual::visit_buffers(const std::string& prefix,
+                             const std::function<void(const std::string&, Tensor&)>& fn) {
+  body_->visit_buffers(join(prefix, "body"), fn);
+}
+
+void Residual::visit_generators(
+    const std::string& prefix, const std::function<void(const std::string&, Generator&)>& fn) {
+  body_->visit_generators(join(prefix, "body"), fn);
+}
+
+void Residual::set_training(bool training) {
+  training_ = training;
+  body_->set_training(training);
+}
+
+void Residual::to(Device device) {
+  body_->to(device);
+  device_ = device;
+}
+
+std::string Residual::describe() const { return "Residual(" + body_->describe() + ")"; }
+
+}  // namespace stoker::nn

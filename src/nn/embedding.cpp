@@ -1,0 +1,46 @@
+#include "stoker/nn/embedding.h"
+
+#include "stoker/core/error.h"
+#include "stoker/ops/embedding.h"
+#include "stoker/ops/random.h"
+
+namespace stoker::nn {
+
+Embedding::Embedding(int64_t num_embeddings, int64_t dim) : num_(num_embeddings), dim_(dim) {
+  STOKER_CHECK(num_embeddings > 0 && dim > 0, "Embedding(", num_embeddings, ", ", dim,
+               "): sizes must be positive");
+  Tensor w = Tensor::empty({num_, dim_}, DType::f32, Device::cpu());
+  ops::random_normal(w, 0.0f, 1.0f, init_generator());
+  weight_ = Parameter(w);
+}
+
+Tensor Embedding::forward(const Tensor& ids) {
+  STOKER_CHECK(ids.dtype() == DType::i32 || ids.dtype() == DType::i64, describe(),
+               ": ids must be i32 or i64, got ", ids.str());
+  ids_ = ids;
+  std::vector<int64_t> dims(ids.shape().dims().begin(), ids.shape().dims().end());
+  dims.push_back(dim_);
+  Tensor y = Tensor::empty({ids.numel(), dim_}, DType::f32, device_);
+  ops::embedding_forward(y, ids, weight_.value());
+  return y.reshape(Shape(std::span<const int64_t>(dims)));
+}
+
+Tensor Embedding::backward(const Tensor& dy) {
+  STOKER_CHECK(ids_.defined(), describe(), ": backward called before forward");
+  if (weight_.requires_grad) {
+    ops::embedding_backward(weight_.grad(), dy.reshape({ids_.numel(), dim_}), ids_);
+    weight_.grad_ready();
+  }
+  return Tensor();
+}
+
+void Embedding::visit_parameters(const std::string& prefix,
+                                 const std::function<void(const std::string&, Parameter&)>& fn) {
+  fn(prefix.empty() ? "weight" : prefix + ".weight", weight_);
+}
+
+std::string Embedding::describe() const {
+  return core::detail::str("Embedding(", num_, ", ", dim_, ")");
+}
+
+}  // namespace stoker::nn

@@ -1,0 +1,51 @@
+#include "stoker/nn/layernorm.h"
+
+#include "stoker/core/error.h"
+#include "stoker/ops/copy.h"
+#include "stoker/ops/layernorm.h"
+
+namespace stoker::nn {
+
+LayerNorm::LayerNorm(int64_t features, float eps) : features_(features), eps_(eps) {
+  STOKER_CHECK(features > 0, "LayerNorm(", features, "): feature count must be positive");
+  Tensor w = Tensor::empty({features}, DType::f32, Device::cpu());
+  ops::fill(w, 1.0);
+  weight_ = Parameter(w);
+  bias_ = Parameter(Tensor::zeros({features}, DType::f32, Device::cpu()));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  STOKER_CHECK(x.rank() >= 1 && x.size(-1) == features_, describe(), ": input ", x.str(),
+               " must end in ", features_, " features");
+  x_shape_ = x.shape();
+  x_ = x.reshape({-1, features_});
+  const int64_t n = x_.size(0);
+  Tensor y = Tensor::empty(x_.shape(), x.dtype(), x.device());
+  mean_ = Tensor::empty({n}, DType::f32, x.device());
+  rstd_ = Tensor::empty({n}, DType::f32, x.device());
+  ops::layernorm_forward(y, mean_, rstd_, x_, weight_.value(), bias_.value(), eps_);
+  return y.reshape(x_shape_);
+}
+
+Tensor LayerNorm::backward(const Tensor& dy) {
+  STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
+  Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), dy.device());
+  ops::layernorm_backward(dx, weight_.grad(), bias_.grad(), dy.reshape(x_.shape()), x_, mean_,
+                          rstd_, weight_.value());
+  weight_.grad_ready();
+  bias_.grad_ready();
+  return dx.reshape(x_shape_);
+}
+
+void LayerNorm::visit_parameters(const std::string& prefix,
+                                 const std::function<void(const std::string&, Parameter&)>& fn) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  fn(p + "weight", weight_);
+  fn(p + "bias", bias_);
+}
+
+std::string LayerNorm::describe() const {
+  return core::detail::str("LayerNorm(", features_, ", eps=", eps_, ")");
+}
+
+}  // namespace stoker::nn

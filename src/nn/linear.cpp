@@ -1,0 +1,74 @@
+#include "stoker/nn/linear.h"
+
+#include <cmath>
+
+#include "stoker/core/error.h"
+#include "stoker/ops/gemm.h"
+#include "stoker/ops/linear.h"
+#include "stoker/ops/random.h"
+
+namespace stoker::nn {
+
+namespace {
+Tensor uniform_param(const Shape& shape, float bound) {
+  Tensor t = Tensor::empty(shape, DType::f32, Device::cpu());
+  ops::random_uniform(t, -bound, bound, init_generator());
+  return t;
+}
+}  // namespace
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
+    : in_(in_features), out_(out_features), has_bias_(bias) {
+  STOKER_CHECK(in_features > 0 && out_features > 0, "Linear(", in_features, ", ", out_features,
+               "): feature counts must be positive");
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
+  weight_ = Parameter(uniform_param({out_, in_}, bound));
+  if (has_bias_) bias_ = Parameter(uniform_param({out_}, bound));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  STOKER_CHECK(x.defined() && x.rank() >= 1 && x.size(-1) == in_, describe(), ": input ",
+               x.defined() ? x.str() : std::string("undefined"), " must end in ", in_,
+               " features");
+  STOKER_CHECK(x.device() == device_, describe(), " is on ", device_.str(), " but its input is ",
+               x.str(), "; move the model with .to(device) or the batch with Tensor::to");
+  x_shape_ = x.shape();
+  x_ = x.reshape({-1, in_});
+  Tensor y = Tensor::empty({x_.size(0), out_}, DType::f32, device_);
+  ops::gemm(y, x_, weight_.value(), {.trans_b = true});
+  if (has_bias_) ops::add_bias(y, bias_.value());
+  Shape out_shape = x_shape_;
+  out_shape[out_shape.rank() - 1] = out_;
+  return y.reshape(out_shape);
+}
+
+Tensor Linear::backward(const Tensor& dy) {
+  STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
+  const Tensor dy2 = dy.reshape({-1, out_});
+  STOKER_CHECK(dy2.size(0) == x_.size(0), describe(), ": gradient ", dy.str(),
+               " does not match the forward's input ", x_shape_);
+  if (weight_.requires_grad) {
+    ops::gemm(weight_.grad(), dy2, x_, {.trans_a = true, .beta = 1.0f});  // dW += dy^T x
+    weight_.grad_ready();
+  }
+  if (has_bias_ && bias_.requires_grad) {
+    ops::bias_grad(bias_.grad(), dy2);
+    bias_.grad_ready();
+  }
+  Tensor dx = Tensor::empty({x_.size(0), in_}, dy.dtype(), device_);
+  ops::gemm(dx, dy2, weight_.value());
+  return dx.reshape(x_shape_);
+}
+
+void Linear::visit_parameters(const std::string& prefix,
+                              const std::function<void(const std::string&, Parameter&)>& fn) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  fn(p + "weight", weight_);
+  if (has_bias_) fn(p + "bias", bias_);
+}
+
+std::string Linear::describe() const {
+  return core::detail::str("Linear(in=", in_, ", out=", out_, has_bias_ ? ", bias)" : ")");
+}
+
+}  // namespace stoker::nn

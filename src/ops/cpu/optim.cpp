@@ -1,0 +1,74 @@
+// CPU reference of the multi-tensor optimizer updates (per-element math in ops/optim_math.h,
+// shared with the CUDA kernels). found_inf is read once on the host: on the CPU that is free.
+#include <cmath>
+
+#include "ops/cpu/parallel.h"
+#include "ops/optim_backend.h"
+
+namespace stoker::ops::cpu {
+
+namespace {
+bool skip_step(const Tensor& found_inf) {
+  return found_inf.defined() && *static_cast<const float*>(found_inf.data()) != 0.0f;
+}
+}  // namespace
+
+void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+              std::span<const Tensor> bufs, const detail::SgdConsts& c, const Tensor& found_inf) {
+  if (skip_step(found_inf)) return;
+  for (size_t t = 0; t < params.size(); ++t) {
+    float* p = static_cast<float*>(params[t].data());
+    const float* g = static_cast<const float*>(grads[t].data());
+    float* b = c.has_momentum ? static_cast<float*>(bufs[t].data()) : nullptr;
+    parallel_range(params[t].numel(), [&](int64_t s, int64_t e) {
+      float unused = 0.0f;
+      for (int64_t i = s; i < e; ++i) detail::sgd_update(p[i], b ? b[i] : unused, g[i], c);
+    });
+  }
+}
+
+void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+                std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
+                const detail::AdamWConsts& c, const Tensor& found_inf) {
+  if (skip_step(found_inf)) return;
+  for (size_t t = 0; t < params.size(); ++t) {
+    float* p = static_cast<float*>(params[t].data());
+    const float* g = static_cast<const float*>(grads[t].data());
+    float* m = static_cast<float*>(exp_avgs[t].data());
+    float* v = static_cast<float*>(exp_avg_sqs[t].data());
+    parallel_range(params[t].numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) detail::adamw_update(p[i], m[i], v[i], g[i], c);
+    });
+  }
+}
+
+}  // namespace stoker::ops::cpu
+
+namespace stoker::ops::cpu {
+
+void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, float max_norm) {
+  const float norm = *static_cast<const float*>(total_norm.data());
+  const float factor = max_norm / (norm + 1e-6f);
+  if (!(factor < 1.0f)) return;  // also leaves NaN norms alone, like clamp(max=1) of NaN
+  for (const Tensor& x : xs) {
+    float* p = static_cast<float*>(x.data());
+    parallel_range(x.numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) p[i] *= factor;
+    });
+  }
+}
+
+void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step) {
+  auto* s = static_cast<LossMonitorState*>(monitor.data());
+  const float l = *static_cast<const float*>(loss.data());
+  if (std::isfinite(l)) {
+    s->loss_sum += l;
+    s->steps += 1;
+    s->last_finite_loss = l;
+    s->last_finite_step = step;
+  } else if (s->first_bad_step < 0) {
+    s->first_bad_step = step;
+  }
+}
+
+}  // namespace stoker::ops::cpu

@@ -1,0 +1,195 @@
+// CUDA GEMM through cuBLASLt, with stoker's row-major semantics.
+//
+// The trick: a row-major [R, C] matrix is, byte for byte, a column-major [C, R] matrix — its
+// transpose. So row-major C = op(A) op(B) is computed as the column-major product
+// C^T = op(B)^T op(A)^T: B is passed as cuBLASLt's first operand and A as its second, each with
+// its own transpose flag and its stored shape, and no data moves.
+//
+// Costs kept off the per-call path: one cuBLASLt handle per device; a 32 MiB workspace per
+// (device, stream), since two streams must never share one while both may run; and a cache of
+// plans (descriptors + the heuristic's first algorithm) keyed by everything the heuristic sees:
+// shapes, transposes, dtypes, compute type and the pointers' alignment. All three are created on
+// first use and live until exit (never destroyed during static teardown). Thread-safe.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <compare>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "core/cuda_util.h"
+#include "ops/backend.h"
+#include "stoker/ops/gemm.h"
+
+namespace stoker::ops::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr int kMaxDevices = 64;
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      break;
+  }
+  STOKER_THROW("internal: gemm got non-float dtype ", dtype_name(t));
+}
+
+// Largest power of two (at most 256) that divides the address: what cuBLASLt may assume.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+struct PlanKey {
+  int device;
+  int64_t m, n, k;
+  bool trans_a, trans_b;
+  int ab_type, c_type, compute_type;
+  uint32_t align_a, align_b, align_c;
+  auto operator<=>(const PlanKey&) const = default;
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t first = nullptr;   // our B
+  cublasLtMatrixLayout_t second = nullptr;  // our A
+  cublasLtMatrixLayout_t out = nullptr;     // our C (also D)
+  cublasLtMatmulAlgo_t algo{};
+};
+
+struct Resources {
+  cublasLtHandle_t handle;
+  void* workspace;
+  const Plan* plan;
+};
+
+class Cache {
+ public:
+  // Everything one call needs, under one lock; created on first use. The caller holds a
+  // DeviceScope for key.device.
+  Resources get(const PlanKey& key, cudaStream_t stream, DType ab, DType c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cublasLtHandle_t& handle = handles_.at(key.device);
+    if (!handle) STOKER_CUBLAS_CHECK(cublasLtCreate(&handle));
+    void*& workspace = workspaces_[{key.device, stream}];
+    if (!workspace) STOKER_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+    std::unique_ptr<Plan>& plan = plans_[key];
+    if (!plan) plan = make_plan(key, handle, ab, c);
+    return {handle, workspace, plan.get()};
+  }
+
+ private:
+  static std::unique_ptr<Plan> make_plan(const PlanKey& key, cublasLtHandle_t handle, DType ab,
+                                         DType c) {
+    auto plan = std::make_unique<Plan>();
+    const cublasOperation_t op_first = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const auto compute = static_cast<cublasComputeType_t>(key.compute_type);
+    STOKER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
+    STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                       &op_first, sizeof(op_first)));
+    STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                       &op_second, sizeof(op_second)));
+    const cublasLtPointerMode_t host_scalars = CUBLASLT_POINTER_MODE_HOST;
+    STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_POINTER_MODE,
+                                                       &host_scalars, sizeof(host_scalars)));
+
+    // Stored (column-major) shapes: row-major B [K, N] is column-major N x K, and so on.
+    const auto ab_type = static_cast<cudaDataType_t>(key.ab_type);
+    const uint64_t first_rows = key.trans_b ? key.k : key.n;
+    const uint64_t first_cols = key.trans_b ? key.n : key.k;
+    const uint64_t second_rows = key.trans_a ? key.m : key.k;
+    const uint64_t second_cols = key.trans_a ? key.k : key.m;
+    STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->first, ab_type, first_rows, first_cols,
+                                                   static_cast<int64_t>(first_rows)));
+    STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->second, ab_type, second_rows, second_cols,
+                                                   static_cast<int64_t>(second_rows)));
+    STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+        &plan->out, static_cast<cudaDataType_t>(key.c_type), key.n, key.m, key.n));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    STOKER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t workspace = kWorkspaceBytes;
+    const auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
+      STOKER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+    };
+    set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);  // first operand = B
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->first, plan->second, plan->out,
+                                       plan->out, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+      STOKER_THROW("gemm: cuBLASLt found no algorithm for C ", dtype_name(c), "[", key.m, ", ",
+                   key.n, "] = op(A) ", dtype_name(ab), "[", key.m, ", ", key.k, "]",
+                   key.trans_a ? " (A transposed)" : "", " x op(B) ", dtype_name(ab), "[", key.k,
+                   ", ", key.n, "]", key.trans_b ? " (B transposed)" : "", " (pointer alignment A ",
+                   key.align_a, " B ", key.align_b, " C ", key.align_c, " bytes, compute ",
+                   compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? "fp32 with TF32" : "fp32", ")");
+    }
+    STOKER_CUBLAS_CHECK(status);
+    plan->algo = result.algo;
+    return plan;
+  }
+
+  std::mutex mu_;
+  std::array<cublasLtHandle_t, kMaxDevices> handles_{};
+  std::map<std::pair<int, cudaStream_t>, void*> workspaces_;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans_;  // node-based: references stay valid
+};
+
+Cache& cache() {
+  static auto* c = new Cache();  // never destroyed: plans and memory outlive static teardown
+  return *c;
+}
+
+}  // namespace
+
+void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o) {
+  const core::Device device = c.device();
+  const core::DeviceScope scope(device.index);
+  const cudaStream_t stream = core::cuda_stream(device);
+
+  PlanKey key{};
+  key.device = device.index;
+  key.m = c.size(0);
+  key.n = c.size(1);
+  key.k = o.trans_a ? a.size(0) : a.size(1);
+  key.trans_a = o.trans_a;
+  key.trans_b = o.trans_b;
+  key.ab_type = cuda_type(a.dtype());
+  key.c_type = cuda_type(c.dtype());
+  key.compute_type =
+      (a.dtype() == DType::f32 && allow_tf32()) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  key.align_a = alignment_of(a.data());
+  key.align_b = alignment_of(b.data());
+  key.align_c = alignment_of(c.data());
+
+  const Resources r = cache().get(key, stream, a.dtype(), c.dtype());
+  const Plan& plan = *r.plan;
+  const float alpha = o.alpha;
+  const float beta = o.beta;
+  STOKER_CUBLAS_CHECK(cublasLtMatmul(r.handle, plan.op, &alpha, b.data(), plan.first, a.data(),
+                                     plan.second, &beta, c.data(), plan.out, c.data(), plan.out,
+                                     &plan.algo, r.workspace, kWorkspaceBytes, stream));
+}
+
+}  // namespace stoker::ops::cuda

@@ -1,0 +1,84 @@
+#include "stoker/ops/optim.h"
+
+#include <cmath>
+#include <string>
+
+#include "ops/backend.h"
+#include "ops/optim_backend.h"
+#include "ops/validate.h"
+
+namespace stoker::ops {
+
+namespace {
+void check_list(const char* op, const char* what, std::span<const Tensor> xs,
+                std::span<const Tensor> params) {
+  STOKER_CHECK(xs.size() == params.size(), "ops::", op, ": ", params.size(), " parameters but ",
+               xs.size(), " ", what);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const std::string name = std::string(what) + "[" + std::to_string(i) + "]";
+    STOKER_CHECK(xs[i].defined() && xs[i].dtype() == DType::f32 &&
+                     xs[i].shape() == params[i].shape() && xs[i].device() == params[0].device(),
+                 "ops::", op, ": ", name, " is ",
+                 xs[i].defined() ? xs[i].str() : std::string("undefined"), "; expected f32",
+                 params[i].shape(), " on ", params[0].device().str());
+  }
+}
+
+void check_found_inf(const char* op, const Tensor& found_inf, std::span<const Tensor> params) {
+  if (!found_inf.defined()) return;
+  STOKER_CHECK(found_inf.dtype() == DType::f32 && found_inf.numel() == 1 &&
+                   (params.empty() || found_inf.device() == params[0].device()),
+               "ops::", op, ": found_inf must be a one-element f32 tensor on the parameters' "
+               "device, got ", found_inf.str());
+}
+}  // namespace
+
+void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+              std::span<const Tensor> momentum_bufs, const SgdHyper& h,
+              const Tensor& found_inf) {
+  check_list("sgd_step", "params", params, params);
+  check_list("sgd_step", "grads", grads, params);
+  if (h.momentum != 0.0f) check_list("sgd_step", "momentum_bufs", momentum_bufs, params);
+  check_found_inf("sgd_step", found_inf, params);
+  STOKER_CHECK(h.lr >= 0.0f && h.momentum >= 0.0f && h.weight_decay >= 0.0f,
+               "ops::sgd_step: lr ", h.lr, ", momentum ", h.momentum, ", weight_decay ",
+               h.weight_decay, " must be non-negative");
+  STOKER_CHECK(!h.nesterov || (h.momentum > 0.0f && h.dampening == 0.0f),
+               "ops::sgd_step: Nesterov momentum requires momentum > 0 and dampening = 0");
+  if (params.empty()) return;
+  detail::check_backend("sgd_step", params[0]);
+  const detail::SgdConsts c{h.lr, h.momentum, static_cast<float>(1.0 - h.dampening),
+                            h.weight_decay, h.nesterov, h.first_step, h.momentum != 0.0f};
+  STOKER_DISPATCH(params[0].device(), sgd_step, params, grads, momentum_bufs, c, found_inf);
+}
+
+void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+                std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
+                const AdamWHyper& h, const Tensor& found_inf) {
+  check_list("adamw_step", "params", params, params);
+  check_list("adamw_step", "grads", grads, params);
+  check_list("adamw_step", "exp_avgs", exp_avgs, params);
+  check_list("adamw_step", "exp_avg_sqs", exp_avg_sqs, params);
+  check_found_inf("adamw_step", found_inf, params);
+  STOKER_CHECK(h.step >= 1, "ops::adamw_step: step ", h.step, " must be >= 1 (1-based)");
+  STOKER_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f && h.beta2 >= 0.0f && h.beta2 < 1.0f,
+               "ops::adamw_step: betas (", h.beta1, ", ", h.beta2, ") must be in [0, 1)");
+  STOKER_CHECK(h.lr >= 0.0f && h.eps >= 0.0f && h.weight_decay >= 0.0f,
+               "ops::adamw_step: lr, eps and weight_decay must be non-negative");
+  if (params.empty()) return;
+  detail::check_backend("adamw_step", params[0]);
+  const double t = static_cast<double>(h.step);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), t);
+  const detail::AdamWConsts c{static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay),
+                              static_cast<float>(1.0 - h.beta1),
+                              h.beta2,
+                              static_cast<float>(1.0 - h.beta2),
+                              static_cast<float>(h.lr / bc1),
+                              static_cast<float>(std::sqrt(bc2)),
+                              h.eps};
+  STOKER_DISPATCH(params[0].device(), adamw_step, params, grads, exp_avgs, exp_avg_sqs, c,
+                  found_inf);
+}
+
+}  // namespace stoker::ops

@@ -1,0 +1,47 @@
+// Private: the per-element optimizer updates, shared by the CPU loops and the CUDA kernels so
+// both backends run the same arithmetic. Every multiply-add is an explicit fmaf and the CUDA
+// file is compiled with -fmad=false, so no compiler contracts differently on either side and the
+// updates are bit-identical. Host-side constants (decay, step size, bias corrections) are
+// computed once per step in double, as PyTorch computes its Python-float scalars.
+#pragma once
+
+#include <cmath>
+
+#include "stoker/core/platform.h"
+
+namespace stoker::ops::detail {
+
+struct SgdConsts {
+  float lr, momentum, one_minus_dampening, weight_decay;
+  bool nesterov, first_step, has_momentum;
+};
+
+// One SGD element: p, buf updated in place; g is the raw gradient.
+STOKER_HD STOKER_FORCEINLINE void sgd_update(float& p, float& buf, float g, const SgdConsts& c) {
+  if (c.weight_decay != 0.0f) g = fmaf(c.weight_decay, p, g);
+  if (c.has_momentum) {
+    buf = c.first_step ? g : fmaf(c.momentum, buf, c.one_minus_dampening * g);
+    g = c.nesterov ? fmaf(c.momentum, buf, g) : buf;
+  }
+  p = fmaf(-c.lr, g, p);
+}
+
+struct AdamWConsts {
+  float decay;            // 1 - lr * weight_decay
+  float one_minus_beta1;  // lerp weight of the first moment
+  float beta2, one_minus_beta2;
+  float step_size;        // lr / (1 - beta1^t)
+  float bc2_sqrt;         // sqrt(1 - beta2^t)
+  float eps;
+};
+
+STOKER_HD STOKER_FORCEINLINE void adamw_update(float& p, float& m, float& v, float g,
+                                               const AdamWConsts& c) {
+  p = p * c.decay;
+  m = fmaf(c.one_minus_beta1, g - m, m);           // lerp(m, g, 1 - beta1)
+  v = fmaf(c.one_minus_beta2 * g, g, v * c.beta2);  // beta2 v + (1 - beta2) g^2
+  const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
+  p = fmaf(-c.step_size, m / denom, p);
+}
+
+}  // namespace stoker::ops::detail

@@ -1,0 +1,62 @@
+#include "stoker/ops/training.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "ops/backend.h"
+#include "ops/optim_backend.h"
+#include "ops/validate.h"
+#include "stoker/core/stream.h"
+
+namespace stoker::ops {
+
+void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, float max_norm) {
+  STOKER_CHECK(max_norm > 0.0f, "ops::clip_by_total_norm: max_norm ", max_norm,
+               " must be positive");
+  STOKER_CHECK(total_norm.defined() && total_norm.dtype() == DType::f32 &&
+                   total_norm.numel() == 1,
+               "ops::clip_by_total_norm: total_norm must be a one-element f32 tensor, got ",
+               total_norm.defined() ? total_norm.str() : std::string("undefined"));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    STOKER_CHECK(xs[i].dtype() == DType::f32 && xs[i].device() == total_norm.device(),
+                 "ops::clip_by_total_norm: xs[", i, "] is ", xs[i].str(), "; expected f32 on ",
+                 total_norm.device().str());
+  }
+  if (xs.empty()) return;
+  detail::check_backend("clip_by_total_norm", total_norm);
+  STOKER_DISPATCH(total_norm.device(), clip_by_total_norm, xs, total_norm, max_norm);
+}
+
+Tensor loss_monitor_create(Device device) {
+  LossMonitorState s{0.0, 0, 0.0f, -1, -1};
+  Tensor host = Tensor::empty({static_cast<int64_t>(sizeof s)}, DType::u8, Device::cpu());
+  std::memcpy(host.data(), &s, sizeof s);
+  return device.is_cpu() ? host : host.to(device);
+}
+
+void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step) {
+  STOKER_CHECK(monitor.dtype() == DType::u8 &&
+                   monitor.nbytes() == sizeof(LossMonitorState) &&
+                   loss.dtype() == DType::f32 && loss.numel() == 1 &&
+                   loss.device() == monitor.device(),
+               "ops::loss_monitor_update: expected a monitor from loss_monitor_create and a "
+               "one-element f32 loss on its device, got ", monitor.str(), " and ", loss.str());
+  STOKER_DISPATCH(monitor.device(), loss_monitor_update, monitor, loss, step);
+}
+
+LossMonitorState loss_monitor_read(const Tensor& monitor, bool reset) {
+  const Tensor host = monitor.device().is_cpu() ? monitor : monitor.to(Device::cpu());
+  LossMonitorState s;
+  std::memcpy(&s, host.data(), sizeof s);
+  if (reset) {
+    LossMonitorState r = s;
+    r.loss_sum = 0.0;
+    r.steps = 0;
+    Tensor fresh = Tensor::empty(host.shape(), DType::u8, Device::cpu());
+    std::memcpy(fresh.data(), &r, sizeof r);
+    core::detail::copy_bytes(monitor, fresh);
+  }
+  return s;
+}
+
+}  // namespace stoker::ops

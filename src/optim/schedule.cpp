@@ -1,0 +1,56 @@
+#include "stoker/optim/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "stoker/core/error.h"
+
+namespace stoker::optim {
+
+using core::detail::str;
+
+LrSchedule constant_lr(float lr) {
+  return {[lr](int64_t) { return lr; }, str("constant(", lr, ")")};
+}
+
+LrSchedule step_lr(float lr, int64_t step_size, float gamma) {
+  STOKER_CHECK(step_size > 0, "step_lr: step_size ", step_size, " must be positive");
+  return {[=](int64_t s) {
+            return static_cast<float>(lr * std::pow(static_cast<double>(gamma), s / step_size));
+          },
+          str("step(", lr, ", every ", step_size, " x", gamma, ")")};
+}
+
+LrSchedule linear_warmup(float lr, int64_t warmup_steps) {
+  STOKER_CHECK(warmup_steps >= 0, "linear_warmup: warmup_steps must be >= 0");
+  return {[=](int64_t s) {
+            if (warmup_steps == 0 || s >= warmup_steps) return lr;
+            return static_cast<float>(lr * static_cast<double>(s + 1) / warmup_steps);
+          },
+          str("linear warmup(", lr, ", ", warmup_steps, " steps)")};
+}
+
+LrSchedule cosine_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps,
+                              float min_lr) {
+  STOKER_CHECK(warmup_steps >= 0 && total_steps > warmup_steps, "cosine_with_warmup: need 0 <= "
+               "warmup_steps (", warmup_steps, ") < total_steps (", total_steps, ")");
+  return {[=](int64_t s) {
+            if (s < warmup_steps)
+              return static_cast<float>(lr * static_cast<double>(s + 1) / warmup_steps);
+            const double t = std::min(1.0, static_cast<double>(s - warmup_steps) /
+                                               static_cast<double>(total_steps - warmup_steps));
+            return static_cast<float>(min_lr + 0.5 * (lr - min_lr) *
+                                                   (1.0 + std::cos(std::numbers::pi * t)));
+          },
+          str("cosine(", lr, " -> ", min_lr, ", warmup ", warmup_steps, ", total ", total_steps,
+              ")")};
+}
+
+float scale_lr_for_batch(float base_lr, int64_t base_batch_size, int64_t batch_size) {
+  STOKER_CHECK(base_batch_size > 0 && batch_size > 0, "scale_lr_for_batch: batch sizes must be "
+               "positive, got ", base_batch_size, " and ", batch_size);
+  return static_cast<float>(static_cast<double>(base_lr) * batch_size / base_batch_size);
+}
+
+}  // namespace stoker::optim

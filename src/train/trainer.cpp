@@ -1,0 +1,319 @@
+#include "stoker/train/trainer.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "stoker/core/error.h"
+#include "stoker/ops/copy.h"
+#include "stoker/ops/elementwise.h"
+#include "stoker/ops/reduce.h"
+#include "stoker/ops/training.h"
+#include "stoker/train/safetensors.h"
+
+namespace stoker::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A one-line progress bar on stderr, redrawn at most ~10 times a second.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO)) {}
+  void draw(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches) {
+    if (!enabled_ || seconds_since(last_) < 0.1) return;
+    last_ = Clock::now();
+    constexpr int kWidth = 30;
+    const double frac = batches > 0 ? static_cast<double>(batch) / batches : 0.0;
+    const int filled = static_cast<int>(frac * kWidth);
+    std::string bar(static_cast<size_t>(filled), '=');
+    bar.resize(kWidth, ' ');
+    std::fprintf(stderr, "\r  epoch %lld/%lld [%s] %lld/%lld", static_cast<long long>(epoch + 1),
+                 static_cast<long long>(epochs), bar.c_str(), static_cast<long long>(batch),
+                 static_cast<long long>(batches));
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  void clear() {
+    if (!drawn_) return;
+    std::fprintf(stderr, "\r%*s\r", 70, "");
+    drawn_ = false;
+  }
+
+ private:
+  bool enabled_;
+  bool drawn_ = false;
+  Clock::time_point last_{};
+};
+}  // namespace
+
+Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
+                 TrainerOptions options)
+    : model_(model), loss_(loss), optimizer_(optimizer), options_(std::move(options)) {
+  STOKER_CHECK(options_.grad_accum_steps >= 1, "TrainerOptions: grad_accum_steps ",
+               options_.grad_accum_steps, " must be >= 1");
+  STOKER_CHECK(options_.log_interval >= 1, "TrainerOptions: log_interval ",
+               options_.log_interval, " must be >= 1");
+  STOKER_CHECK(options_.clip_grad_norm >= 0.0f, "TrainerOptions: clip_grad_norm ",
+               options_.clip_grad_norm, " must be >= 0 (0 disables clipping)");
+  params_ = model_.parameters();
+  STOKER_CHECK(!params_.empty(), "Trainer: the model ", model_.describe(), " has no parameters");
+}
+
+void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples) {
+  const Device device = model_.device();
+  const int k = options_.grad_accum_steps;
+  ops::fill(step_loss_, 0.0);
+  int micro = 0;
+  for (; micro < k; ++micro) {
+    data::Batch batch;
+    if (!train.next(batch)) {
+      epoch_done = true;
+      break;
+    }
+    STOKER_CHECK(batch.input.device() == device, "Trainer: the batch is on ",
+                 batch.input.device().str(), " but the model is on ", device.str(),
+                 "; create the data source with .device = ", device.str());
+    const Tensor y = model_.forward(batch.input);
+    const Tensor l = loss_.forward(y, batch.target);
+    model_.backward(loss_.backward(1.0f / static_cast<float>(k)));
+    ops::axpy(step_loss_, 1.0f / static_cast<float>(k), l);
+    samples += batch.size;
+  }
+  if (micro == 0) return;
+  if (micro < k) {
+    // The epoch ended inside an accumulation group: rescale so the update is the mean over the
+    // micro-batches that ran.
+    const float fix = static_cast<float>(k) / static_cast<float>(micro);
+    for (nn::Parameter* p : params_) ops::scale(p->grad(), fix);
+    ops::scale(step_loss_, fix);
+  }
+  std::vector<Tensor> grads;
+  for (nn::Parameter* p : params_)
+    if (p->requires_grad) grads.push_back(p->grad());
+  const bool logs_now = (step_ + 1) % options_.log_interval == 0 || epoch_done;
+  if (options_.clip_grad_norm > 0.0f || (options_.log_grad_norm && logs_now)) {
+    grad_norm_ = ops::l2_norm(grads);
+    if (options_.clip_grad_norm > 0.0f)
+      ops::clip_by_total_norm(grads, grad_norm_, options_.clip_grad_norm);
+  }
+  if (options_.schedule) optimizer_.set_lr(options_.schedule->lr_at(step_));
+  optimizer_.step();
+  optimizer_.zero_grad();
+  ops::loss_monitor_update(monitor_, step_loss_, step_);
+  ++step_;
+}
+
+StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps) {
+  const ops::LossMonitorState s = ops::loss_monitor_read(monitor_, /*reset=*/true);
+  if (s.first_bad_step >= 0 && !options_.continue_on_nan) {
+    STOKER_THROW("training stopped: the loss became NaN/Inf at step ", s.first_bad_step,
+                 s.last_finite_step >= 0
+                     ? core::detail::str(" (last finite loss ", s.last_finite_loss, " at step ",
+                                         s.last_finite_step, ")")
+                     : std::string(" (no finite loss yet)"),
+                 ". Lower the learning rate, enable clip_grad_norm, check the inputs for NaN, "
+                 "or set TrainerOptions::continue_on_nan");
+  }
+  StepStats st;
+  st.step = step_;
+  st.epoch = epoch;
+  st.loss = s.steps > 0 ? s.loss_sum / static_cast<double>(s.steps) : NAN;
+  st.lr = optimizer_.lr();
+  st.grad_norm = grad_norm_.defined() ? grad_norm_.item() : -1.0;
+  st.ms_per_step = steps > 0 ? seconds * 1e3 / static_cast<double>(steps) : 0.0;
+  st.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
+  if (!options_.quiet) {
+    std::printf("step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
+                "%.0f samples/s\n",
+                static_cast<long long>(st.step), static_cast<long long>(st.epoch), st.loss,
+                st.lr,
+                st.grad_norm >= 0 ? core::detail::str(st.grad_norm).c_str() : "-",
+                st.ms_per_step, st.samples_per_s);
+    std::fflush(stdout);
+  }
+  for (const Callback& cb : callbacks_) cb(st);
+  return st;
+}
+
+FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
+  STOKER_CHECK(epochs >= 0, "Trainer::fit: epochs ", epochs, " must be >= 0");
+  const Device device = model_.device();
+  model_.set_training(true);
+  monitor_ = ops::loss_monitor_create(device);
+  step_loss_ = Tensor::zeros({}, DType::f32, device);
+  grad_norm_ = Tensor();
+  FitResult result;
+  ProgressBar bar(options_.progress_bar && !options_.quiet);
+  const auto start = Clock::now();
+  auto window_start = start;
+  int64_t window_samples = 0, window_steps = 0;
+  const int64_t first_epoch = resumed_ ? resume_epoch_ : 0;
+  bool stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
+
+  for (int64_t epoch = first_epoch; epoch < epochs && !stop; ++epoch) {
+    if (resumed_ && epoch == resume_epoch_) {
+      train.restore(epoch, resume_batch_);
+    } else {
+      train.start_epoch(epoch);
+    }
+    resumed_ = false;
+    bool epoch_done = false;
+    while (!epoch_done && !stop) {
+      const int64_t before = step_;
+      run_step(train, epoch_done, window_samples);
+      if (step_ == before) break;  // the epoch had no batch left
+      ++window_steps;
+      bar.draw(epoch, epochs, train.batch_index(), train.batches_per_epoch());
+      stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
+      if (step_ % options_.log_interval == 0 || epoch_done || stop) {
+        bar.clear();
+        result.log.push_back(log_window(epoch, window_samples, seconds_since(window_start),
+                                        window_steps));
+        window_start = Clock::now();
+        window_samples = window_steps = 0;
+      }
+      if (!options_.checkpoint_dir.empty() && options_.checkpoint_interval > 0 &&
+          step_ % options_.checkpoint_interval == 0) {
+        save_checkpoint(options_.checkpoint_dir / ("step_" + std::to_string(step_) +
+                                                   ".safetensors"),
+                        &train);
+      }
+    }
+  }
+  bar.clear();
+  if (!options_.checkpoint_dir.empty())
+    save_checkpoint(options_.checkpoint_dir / "last.safetensors", &train);
+  result.steps = step_;
+  result.seconds = seconds_since(start);
+  if (!result.log.empty()) result.final_loss = result.log.back().loss;
+  return result;
+}
+
+EvalResult Trainer::evaluate(data::BatchSource& data) {
+  const bool was_training = model_.training();
+  model_.set_training(false);
+  data.start_epoch(0);
+  EvalResult r;
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  bool classification = true;
+  data::Batch batch;
+  while (data.next(batch)) {
+    const Tensor y = model_.forward(batch.input);
+    const Tensor l = loss_.forward(y, batch.target);
+    loss_sum += l.item() * static_cast<double>(batch.size);
+    classification = classification && y.rank() == 2 &&
+                     (batch.target.dtype() == DType::i32 || batch.target.dtype() == DType::i64);
+    if (classification) {
+      const std::vector<float> logits = y.to_floats();
+      const std::vector<float> target = batch.target.to_floats();
+      const int64_t classes = y.size(1);
+      for (int64_t i = 0; i < y.size(0); ++i) {
+        int64_t best = 0;
+        for (int64_t c = 1; c < classes; ++c)
+          if (logits[i * classes + c] > logits[i * classes + best]) best = c;
+        correct += best == static_cast<int64_t>(target[i]);
+      }
+    }
+    r.samples += batch.size;
+  }
+  model_.set_training(was_training);
+  if (r.samples > 0) {
+    r.loss = loss_sum / static_cast<double>(r.samples);
+    if (classification) r.accuracy = static_cast<double>(correct) / static_cast<double>(r.samples);
+  }
+  return r;
+}
+
+void Trainer::save_checkpoint(const std::filesystem::path& path,
+                              const data::BatchSource* source) const {
+  std::vector<NamedTensor> tensors;
+  model_.visit_parameters("", [&](const std::string& n, nn::Parameter& p) {
+    tensors.push_back({"model." + n, p.value()});
+  });
+  model_.visit_buffers("", [&](const std::string& n, Tensor& t) {
+    tensors.push_back({"buffer." + n, t});
+  });
+  for (auto& [n, t] : optimizer_.state()) tensors.push_back({"optim." + n, t});
+
+  nlohmann::json gens = nlohmann::json::object();
+  model_.visit_generators("", [&](const std::string& n, Generator& g) {
+    gens[n] = {std::to_string(g.seed()), std::to_string(g.offset())};
+  });
+  int64_t epoch = 0, batch = 0;
+  if (source) {
+    epoch = std::max<int64_t>(0, source->epoch());
+    batch = source->batch_index();
+    if (source->batches_per_epoch() >= 0 && batch >= source->batches_per_epoch()) {
+      ++epoch;
+      batch = 0;
+    }
+  }
+  std::filesystem::create_directories(path.parent_path().empty() ? "." : path.parent_path());
+  save_safetensors(path, tensors,
+                   {{"stoker.kind", "training-checkpoint"},
+                    {"stoker.step", std::to_string(step_)},
+                    {"stoker.epoch", std::to_string(epoch)},
+                    {"stoker.batch_index", std::to_string(batch)},
+                    {"stoker.optimizer_steps", std::to_string(optimizer_.steps())},
+                    {"stoker.generators", gens.dump()},
+                    {"stoker.model", model_.describe()},
+                    {"stoker.optimizer", optimizer_.describe()}});
+}
+
+void Trainer::resume(const std::filesystem::path& path) {
+  const SafetensorsReader reader(path);
+  const auto& meta = reader.metadata();
+  auto meta_int = [&](const std::string& key) -> int64_t {
+    const auto it = meta.find(key);
+    STOKER_CHECK(it != meta.end(), path.string(), " is not a stoker training checkpoint (no ", key,
+                 " in its metadata); to load weights only, use SafetensorsReader");
+    try {
+      return std::stoll(it->second);
+    } catch (const std::exception&) {
+      STOKER_THROW(path.string(), ": metadata ", key, " = '", it->second, "' is not an integer");
+    }
+  };
+  step_ = meta_int("stoker.step");
+  resume_epoch_ = meta_int("stoker.epoch");
+  resume_batch_ = meta_int("stoker.batch_index");
+  optimizer_.set_steps(meta_int("stoker.optimizer_steps"));
+
+  model_.visit_parameters("", [&](const std::string& n, nn::Parameter& p) {
+    reader.load_into("model." + n, p.value());
+  });
+  model_.visit_buffers("", [&](const std::string& n, Tensor& t) {
+    reader.load_into("buffer." + n, t);
+  });
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (auto& [n, t] : optimizer_.state()) {
+    state.emplace_back(n, reader.load("optim." + n, t.device()));
+  }
+  optimizer_.load_state(state);
+
+  nlohmann::json gens;
+  try {
+    gens = nlohmann::json::parse(meta.count("stoker.generators") ? meta.at("stoker.generators")
+                                                                 : std::string("{}"));
+  } catch (const nlohmann::json::exception& e) {
+    STOKER_THROW(path.string(), ": metadata stoker.generators is not valid JSON (", e.what(), ")");
+  }
+  model_.visit_generators("", [&](const std::string& n, Generator& g) {
+    STOKER_CHECK(gens.contains(n) && gens[n].is_array() && gens[n].size() == 2, path.string(),
+                 ": no saved position for generator '", n, "'");
+    g = Generator(std::stoull(gens[n][0].get<std::string>()),
+                  std::stoull(gens[n][1].get<std::string>()));
+  });
+  for (nn::Parameter* p : params_) p->zero_grad();
+  resumed_ = true;
+}
+
+}  // namespace stoker::train

@@ -1,0 +1,118 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "stoker/ops/optim.h"
+#include "stoker/ops/random.h"
+#include "stoker/ops/reduce.h"
+#include "stoker/ops/training.h"
+#include "test_util.h"
+
+using stoker::Device;
+using stoker::DType;
+using stoker::Tensor;
+
+namespace {
+
+// Lists of tensors of assorted sizes (odd, empty, larger than a chunk), on the CPU and copied to
+// the GPU, with fresh random values.
+struct Lists {
+  std::vector<Tensor> cpu, gpu;
+};
+Lists make(const std::vector<int64_t>& sizes, uint64_t seed) {
+  Lists l;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Tensor t = Tensor::empty({sizes[i]}, DType::f32);
+    stoker::ops::random_normal(t, 0.0f, 1.0f, seed, i * 100000);
+    l.cpu.push_back(t);
+    l.gpu.push_back(t.to(Device::cuda(0)));
+  }
+  return l;
+}
+
+void expect_bit_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto x = a[i].to_vector<float>(), y = b[i].to_vector<float>();
+    ASSERT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * 4)) << "tensor " << i;
+  }
+}
+
+const std::vector<int64_t> kSizes = {1, 7, 0, 1023, 65537, 4097, 200003, 3};
+
+TEST(OptimizerGpuTest, SgdNesterovBitIdenticalToCpu) {
+  STOKER_REQUIRE_GPU();
+  auto p = make(kSizes, 1), g = make(kSizes, 2), b = make(kSizes, 3);
+  for (int s = 0; s < 3; ++s) {
+    const stoker::ops::SgdHyper h{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-2f,
+                                  .nesterov = true, .first_step = s == 0};
+    stoker::ops::sgd_step(p.cpu, g.cpu, b.cpu, h);
+    stoker::ops::sgd_step(p.gpu, g.gpu, b.gpu, h);
+  }
+  expect_bit_equal(p.cpu, p.gpu);
+  expect_bit_equal(b.cpu, b.gpu);
+}
+
+TEST(OptimizerGpuTest, AdamWBitIdenticalToCpuAndSkipsOnFoundInf) {
+  STOKER_REQUIRE_GPU();
+  auto p = make(kSizes, 4), g = make(kSizes, 5), m = make(kSizes, 6), v = make(kSizes, 7);
+  for (auto* l : {&v}) {
+    for (size_t i = 0; i < l->cpu.size(); ++i) {  // second moments are non-negative
+      stoker::ops::random_uniform(l->cpu[i], 0.0f, 2.0f, 9, i * 100000);
+      l->gpu[i] = l->cpu[i].to(Device::cuda(0));
+    }
+  }
+  for (int s = 1; s <= 3; ++s) {
+    const stoker::ops::AdamWHyper h{.lr = 1e-2f, .weight_decay = 0.05f, .step = s};
+    stoker::ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, h);
+    stoker::ops::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, h);
+  }
+  expect_bit_equal(p.cpu, p.gpu);
+  expect_bit_equal(m.cpu, m.gpu);
+  expect_bit_equal(v.cpu, v.gpu);
+  // found_inf set on the device: nothing changes.
+  const Tensor flag = Tensor::from_floats({1.0f}, {}, DType::f32, Device::cuda(0));
+  std::vector<Tensor> before;
+  for (const Tensor& t : p.gpu) before.push_back(t.to(Device::cpu()));
+  stoker::ops::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, {.step = 4}, flag);
+  expect_bit_equal(before, p.gpu);
+}
+
+TEST(OptimizerGpuTest, ManyTensorsUseSeveralLaunches) {
+  STOKER_REQUIRE_GPU();
+  std::vector<int64_t> sizes(1100);
+  for (size_t i = 0; i < sizes.size(); ++i) sizes[i] = 1 + static_cast<int64_t>((i * 37) % 300);
+  auto p = make(sizes, 10), g = make(sizes, 11);
+  stoker::ops::sgd_step(p.cpu, g.cpu, {}, {.lr = 0.5f});
+  stoker::ops::sgd_step(p.gpu, g.gpu, {}, {.lr = 0.5f});
+  expect_bit_equal(p.cpu, p.gpu);
+}
+
+TEST(OptimizerGpuTest, ClipByTotalNormMatchesCpu) {
+  STOKER_REQUIRE_GPU();
+  auto x = make(kSizes, 12);
+  const Tensor norm_cpu = stoker::ops::l2_norm(x.cpu);
+  const Tensor norm_gpu = norm_cpu.to(Device::cuda(0));  // same factor on both sides
+  stoker::ops::clip_by_total_norm(x.cpu, norm_cpu, 1.0f);
+  stoker::ops::clip_by_total_norm(x.gpu, norm_gpu, 1.0f);
+  expect_bit_equal(x.cpu, x.gpu);
+  EXPECT_NEAR(stoker::ops::l2_norm(x.gpu).item(), 1.0, 1e-4);
+}
+
+TEST(OptimizerGpuTest, LossMonitorTracksFirstBadStep) {
+  STOKER_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const Tensor m = stoker::ops::loss_monitor_create(gpu);
+  const float losses[] = {2.0f, 1.5f, NAN, 1.0f, INFINITY};
+  for (int s = 0; s < 5; ++s)
+    stoker::ops::loss_monitor_update(m, Tensor::from_floats({losses[s]}, {}, DType::f32, gpu), s);
+  const auto st = stoker::ops::loss_monitor_read(m, true);
+  EXPECT_EQ(st.first_bad_step, 2);
+  EXPECT_EQ(st.steps, 3);
+  EXPECT_DOUBLE_EQ(st.loss_sum, 4.5);
+  EXPECT_EQ(st.last_finite_step, 3);
+  EXPECT_FLOAT_EQ(st.last_finite_loss, 1.0f);
+  EXPECT_EQ(stoker::ops::loss_monitor_read(m, false).steps, 0);
+}
+
+}  // namespace

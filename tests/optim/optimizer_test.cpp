@@ -1,0 +1,192 @@
+#include "stoker/optim/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "stoker/ops/optim.h"
+#include "stoker/ops/random.h"
+#include "stoker/optim/schedule.h"
+#include "test_util.h"
+
+using stoker::DType;
+using stoker::Tensor;
+using stoker::nn::Parameter;
+using namespace stoker::optim;
+
+namespace {
+
+Tensor random_tensor(int64_t n, uint64_t seed, float std = 1.0f) {
+  Tensor t = Tensor::empty({n}, DType::f32);
+  stoker::ops::random_normal(t, 0.0f, std, seed, 0);
+  return t;
+}
+
+// Reference updates in double, written from PyTorch's documented algorithms.
+struct RefSgd {
+  double lr, momentum, dampening, wd;
+  bool nesterov;
+  std::vector<double> buf;
+  void step(std::vector<double>& p, const std::vector<double>& g0, bool first) {
+    if (buf.empty()) buf.assign(p.size(), 0.0);
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = g0[i] + wd * p[i];
+      if (momentum != 0) {
+        buf[i] = first ? g : momentum * buf[i] + (1 - dampening) * g;
+        g = nesterov ? g + momentum * buf[i] : buf[i];
+      }
+      p[i] -= lr * g;
+    }
+  }
+};
+
+struct RefAdamW {
+  double lr, b1, b2, eps, wd;
+  std::vector<double> m, v;
+  void step(std::vector<double>& p, const std::vector<double>& g, int t) {
+    if (m.empty()) m.assign(p.size(), 0.0), v.assign(p.size(), 0.0);
+    for (size_t i = 0; i < p.size(); ++i) {
+      p[i] *= 1 - lr * wd;
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      const double mh = m[i] / (1 - std::pow(b1, t)), vh = v[i] / (1 - std::pow(b2, t));
+      p[i] -= lr * mh / (std::sqrt(vh) + eps);
+    }
+  }
+};
+
+std::vector<double> as_double(const Tensor& t) {
+  const auto f = t.to_floats();
+  return {f.begin(), f.end()};
+}
+
+void expect_close(const std::vector<double>& ref, const Tensor& got, double rtol) {
+  const auto g = got.to_floats();
+  ASSERT_EQ(g.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i)
+    // Tolerance relative to the operands (~1): updates cancel towards 0 in places.
+    ASSERT_NEAR(g[i], ref[i], rtol * (std::fabs(ref[i]) + 1.0)) << "element " << i;
+}
+
+
+TEST(OptimizerTest, SgdMatchesReferenceAllVariants) {
+  struct Case {
+    float momentum, dampening, wd;
+    bool nesterov;
+  };
+  for (const Case& c : {Case{0, 0, 0, false}, Case{0.9f, 0, 0, false}, Case{0.9f, 0.1f, 1e-2f, false},
+                        Case{0.9f, 0, 5e-4f, true}}) {
+    SCOPED_TRACE(testing::Message() << "momentum " << c.momentum << " nesterov " << c.nesterov);
+    Parameter p(random_tensor(1031, 1));
+    SGD opt({{"w", &p}}, {.lr = 0.05f, .momentum = c.momentum, .dampening = c.dampening,
+                          .weight_decay = c.wd, .nesterov = c.nesterov});
+    RefSgd ref{0.05, c.momentum, c.dampening, c.wd, c.nesterov, {}};
+    std::vector<double> rp = as_double(p.value());
+    for (int s = 0; s < 5; ++s) {
+      const Tensor g = random_tensor(1031, 100 + s);
+      stoker::ops::copy(p.grad(), g);
+      ref.step(rp, as_double(g), s == 0);
+      opt.step();
+    }
+    expect_close(rp, p.value(), 1e-5);
+    EXPECT_EQ(opt.steps(), 5);
+  }
+}
+
+TEST(OptimizerTest, AdamWMatchesReference) {
+  Parameter p(random_tensor(4099, 2));
+  AdamW opt({{"w", &p}}, {.lr = 1e-2f, .weight_decay = 0.1f});
+  RefAdamW ref{1e-2, 0.9, 0.999, 1e-8, 0.1, {}, {}};
+  std::vector<double> rp = as_double(p.value());
+  for (int s = 1; s <= 6; ++s) {
+    const Tensor g = random_tensor(4099, 200 + s, s == 3 ? 1e-6f : 1.0f);  // tiny grads too
+    stoker::ops::copy(p.grad(), g);
+    ref.step(rp, as_double(g), s);
+    opt.step();
+  }
+  expect_close(rp, p.value(), 2e-5);
+}
+
+TEST(OptimizerTest, FoundInfSkipsTheUpdateBitForBit) {
+  Parameter p(random_tensor(777, 3));
+  AdamW opt({{"w", &p}});
+  stoker::ops::copy(p.grad(), random_tensor(777, 4));
+  opt.step();  // one real step so state is non-zero
+  const auto before_p = p.value().to_vector<float>();
+  auto state = opt.state();
+  const auto before_m = state[0].second.to_vector<float>();
+  Tensor flag = Tensor::from_floats({1.0f}, {});
+  opt.set_found_inf(flag);
+  stoker::ops::copy(p.grad(), random_tensor(777, 5));
+  opt.step();
+  EXPECT_EQ(0, std::memcmp(before_p.data(), p.value().to_vector<float>().data(), 777 * 4));
+  EXPECT_EQ(0, std::memcmp(before_m.data(), opt.state()[0].second.to_vector<float>().data(),
+                           777 * 4));
+  stoker::ops::fill(flag, 0.0);
+  opt.step();
+  EXPECT_NE(0, std::memcmp(before_p.data(), p.value().to_vector<float>().data(), 777 * 4));
+}
+
+TEST(OptimizerTest, FrozenParametersAreNotTouched) {
+  Parameter a(random_tensor(10, 6)), b(random_tensor(10, 7));
+  b.requires_grad = false;
+  SGD opt({{"a", &a}, {"b", &b}}, {.lr = 0.1f, .momentum = 0.9f});
+  stoker::ops::fill(a.grad(), 1.0);
+  stoker::ops::fill(b.grad(), 1.0);
+  const auto b0 = b.value().to_vector<float>();
+  opt.step();
+  EXPECT_EQ(b0, b.value().to_vector<float>());
+  EXPECT_EQ(opt.state().size(), 1u);
+  EXPECT_EQ(opt.state()[0].first, "a.momentum_buffer");
+}
+
+TEST(OptimizerTest, StateRoundTripAndErrors) {
+  Parameter p(random_tensor(16, 8));
+  AdamW a({{"w", &p}});
+  stoker::ops::fill(p.grad(), 0.5);
+  a.step();
+  Parameter q(random_tensor(16, 8));
+  AdamW b({{"w", &q}});
+  b.load_state(a.state());
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(a.state()[i].second.to_vector<float>(), b.state()[i].second.to_vector<float>());
+  EXPECT_THROW(b.load_state({}), stoker::Error);
+  EXPECT_THROW(SGD({}, {}), stoker::Error);
+  Parameter r(random_tensor(4, 9));
+  EXPECT_THROW(SGD({{"r", &r}}, {.momentum = 0.0f, .nesterov = true}), stoker::Error);
+}
+
+TEST(OptimizerTest, OpsRejectMismatchedLists) {
+  Tensor p = random_tensor(8, 1), g = random_tensor(9, 2);
+  const std::vector<Tensor> ps{p}, gs{g};
+  try {
+    stoker::ops::sgd_step(ps, gs, {}, {});
+    FAIL();
+  } catch (const stoker::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ops::sgd_step: grads[0]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ScheduleTest, Shapes) {
+  EXPECT_FLOAT_EQ(constant_lr(0.1f).lr_at(1000), 0.1f);
+  const auto s = step_lr(1.0f, 10, 0.5f);
+  EXPECT_FLOAT_EQ(s.lr_at(9), 1.0f);
+  EXPECT_FLOAT_EQ(s.lr_at(10), 0.5f);
+  EXPECT_FLOAT_EQ(s.lr_at(25), 0.25f);
+  const auto w = linear_warmup(1.0f, 4);
+  EXPECT_FLOAT_EQ(w.lr_at(0), 0.25f);
+  EXPECT_FLOAT_EQ(w.lr_at(3), 1.0f);
+  EXPECT_FLOAT_EQ(w.lr_at(100), 1.0f);
+  const auto c = cosine_with_warmup(1.0f, 10, 110, 0.1f);
+  EXPECT_FLOAT_EQ(c.lr_at(9), 1.0f);
+  EXPECT_FLOAT_EQ(c.lr_at(10), 1.0f);
+  EXPECT_NEAR(c.lr_at(60), 0.55f, 1e-6);
+  EXPECT_NEAR(c.lr_at(110), 0.1f, 1e-6);
+  EXPECT_NEAR(c.lr_at(1000), 0.1f, 1e-6);
+  EXPECT_FLOAT_EQ(scale_lr_for_batch(0.1f, 256, 1024), 0.4f);
+  EXPECT_THROW(cosine_with_warmup(1.0f, 10, 10), stoker::Error);
+}
+
+}  // namespace
