@@ -24,6 +24,8 @@ if(STOKER_WITH_CUDA)
       "(nvcc on PATH or CMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc), or configure with "
       "-DSTOKER_WITH_CUDA=OFF for a CPU-only build.")
   endif()
+  # One CUDA runtime for every binary: the shared libcudart that CUDA::cudart also names.
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
   enable_language(CUDA)
   # CMake < 3.30 does not know nvcc 12+'s C++20 flag; nvcc has accepted -std=c++20 since 12.0.
   if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The test command: installs missing packages, configures and builds the `ci` preset (library,
+# tests, benchmarks, examples; CUDA when the toolkit is found), runs every CTest test (gpu tests
+# skip without a GPU), installs stoker into a temporary prefix and builds and runs the consumer
+# project tests/consumer against that install. Prints the wall time of each step at the end.
+# Works from any directory. Environment: STOKER_JOBS (parallel jobs, default: nproc),
+# STOKER_CONFIGURE_ARGS (extra arguments for the configure step, e.g. -DSTOKER_WITH_CUDA=OFF).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+# nvcc is usually not on PATH on a fresh machine; CMake finds it there.
+if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+JOBS=${STOKER_JOBS:-$(nproc)}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/stoker-test.XXXXXX")
+JUNIT=$ROOT/build/ci/ctest-junit.xml
+rm -f "$JUNIT"
+
+T_START=$SECONDS
+STEP_NAMES=()
+STEP_TIMES=()
+CURRENT=""
+finish() {
+  local rc=$?
+  rm -rf "$TMP"
+  echo
+  echo "==== test.sh summary"
+  local i
+  for i in "${!STEP_NAMES[@]}"; do
+    printf '  %-34s %5ss\n' "${STEP_NAMES[$i]}" "${STEP_TIMES[$i]}"
+  done
+  if ((rc != 0)); then
+    echo "  FAILED in step: ${CURRENT:-?} (exit code $rc)"
+  fi
+  local total=$((SECONDS - T_START))
+  printf '  total wall time: %dm%02ds (%ss)%s\n' $((total / 60)) $((total % 60)) "$total" \
+    "$( ((rc == 0)) && echo ', all steps passed' || true)"
+  # Last line: the test counts from CTest's JUnit file, as "ctest: N passed, N failed, N skipped".
+  if [[ -f $JUNIT ]]; then
+    local t f s d
+    t=$(sed -n 's/^[[:space:]]*tests="\([0-9]*\)".*/\1/p' "$JUNIT" | head -1)
+    f=$(sed -n 's/^[[:space:]]*failures="\([0-9]*\)".*/\1/p' "$JUNIT" | head -1)
+    s=$(sed -n 's/^[[:space:]]*skipped="\([0-9]*\)".*/\1/p' "$JUNIT" | head -1)
+    d=$(sed -n 's/^[[:space:]]*disabled="\([0-9]*\)".*/\1/p' "$JUNIT" | head -1)
+    if [[ -n $t && -n $f ]]; then
+      echo "ctest: $((t - f - ${s:-0} - ${d:-0})) passed, $f failed, $((${s:-0} + ${d:-0})) skipped"
+    fi
+  fi
+}
+trap finish EXIT
+
+step() {  # step <name> <command...>
+  CURRENT=$1
+  shift
+  echo
+  echo "==== [$CURRENT] $*"
+  local t0=$SECONDS
+  "$@"
+  STEP_NAMES+=("$CURRENT")
+  STEP_TIMES+=($((SECONDS - t0)))
+}
+
+step "setup (packages)" bash scripts/setup.sh
+# shellcheck disable=SC2086  # word splitting of STOKER_CONFIGURE_ARGS is intended
+step "configure (preset ci)" cmake --preset ci ${STOKER_CONFIGURE_ARGS:-}
+step "build (preset ci)" cmake --build --preset ci --parallel "$JOBS"
+step "ctest (preset ci)" ctest --preset ci --parallel "$JOBS" --output-junit "$JUNIT"
+step "install (temporary prefix)" cmake --install build/ci --prefix "$TMP/prefix"
+step "consumer: configure" cmake -S tests/consumer -B "$TMP/consumer" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TMP/prefix"
+step "consumer: build" cmake --build "$TMP/consumer" --parallel "$JOBS"
+step "consumer: run" "$TMP/consumer/stoker_consumer"
+CURRENT=""
