@@ -153,7 +153,11 @@ std::string format_bytes(size_t bytes) {
 }
 
 MemoryStats memory_stats(Device d) {
-  if (d.is_cpu()) return g_host.stats();
+  if (d.is_cpu()) {
+    MemoryStats s = g_host.stats();
+    s.reserved_bytes = s.current_bytes;  // no host cache: the allocator holds what is in use
+    return s;
+  }
   STOKER_CHECK(d.index >= 0 && d.index < kMaxDevices, "memory_stats: bad device ", d.str());
   MemoryStats s = g_device[d.index].stats();
 #if STOKER_WITH_CUDA

@@ -62,6 +62,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  for (int i = 0; i < shape.rank(); ++i)
+    STOKER_CHECK(shape[i] >= 0, "Tensor::empty_pinned: shape ", shape, " has a negative extent");
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
@@ -145,7 +147,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
   int64_t known = 1;
   for (int i = 0; i < s.rank(); ++i) {
     if (s[i] == -1) {
-      STOKER_CHECK(infer < 0, "Tensor::reshape", shape, ": only one extent may be -1");
+      STOKER_CHECK(infer < 0, "Tensor::reshape: ", shape, ": only one extent may be -1");
       infer = i;
     } else {
       known *= s[i];

@@ -32,8 +32,8 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
                "ops::gemm: needs rank-2 tensors, got a ", a.str(), ", b ", b.str(), ", c ",
                c.str(), " (reshape batched inputs to 2-D first)");
   STOKER_CHECK(c.dtype() == DType::f32 || c.dtype() == a.dtype(), "ops::gemm: c is ", c.str(),
-               " but a/b are ", dtype_name(a.dtype()), "; expected c in f32 or ",
-               dtype_name(a.dtype()));
+               " but a/b are ", dtype_name(a.dtype()), "; expected c in f32",
+               a.dtype() == DType::f32 ? "" : std::string(" or ") + std::string(dtype_name(a.dtype())));
   const int64_t m = o.trans_a ? a.size(1) : a.size(0);
   const int64_t k = o.trans_a ? a.size(0) : a.size(1);
   const int64_t kb = o.trans_b ? b.size(1) : b.size(0);

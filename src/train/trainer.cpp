@@ -187,6 +187,13 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
                         &train);
       }
     }
+    if (window_steps > 0) {  // the epoch ended between log lines: report its tail
+      bar.clear();
+      result.log.push_back(log_window(epoch, window_samples, seconds_since(window_start),
+                                      window_steps));
+      window_start = Clock::now();
+      window_samples = window_steps = 0;
+    }
   }
   bar.clear();
   if (!options_.checkpoint_dir.empty())

@@ -54,14 +54,16 @@ STOKER_HD STOKER_FORCEINLINE Philox4 philox_block(uint64_t seed, uint64_t stream
                        static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
-// Uniform in the open interval (0, 1): 24 random bits, centred in their cell. Never 0 or 1, so
-// log() of it is finite.
+// Uniform in the open interval (0, 1): 23 random bits, centred in their cell of width 2^-23:
+// (k + 1/2) * 2^-23 for k < 2^23 is exact in float, so the result lies in [2^-24, 1 - 2^-24]
+// and is never 0 or 1 (log() of it is finite).
 STOKER_HD STOKER_FORCEINLINE float uniform_open01(uint32_t x) {
-  return (static_cast<float>(x >> 8) + 0.5f) * 5.9604644775390625e-8f;  // 2^-24
+  return fmaf(static_cast<float>(x >> 9), 1.1920928955078125e-7f, 5.9604644775390625e-8f);
 }
 
-// Portable natural log for x in (0, 1]: frexp-style split, then log(m) = 2 atanh((m-1)/(m+1))
-// as an odd polynomial. About 1 ulp; identical bits on CPU and GPU.
+// Portable natural log for normal floats x in (0, 1] (uniform_open01's range; subnormals are
+// not handled): exponent split, then log(1 + f) through s = f / (2 + f) and an odd series. At
+// most 1 ulp (measured over every uniform_open01 value); identical bits on CPU and GPU.
 STOKER_HD inline float portable_log(float x) {
   uint32_t u = float_bits(x);
   int e = static_cast<int>((u >> 23) & 0xff) - 127;
@@ -71,14 +73,14 @@ STOKER_HD inline float portable_log(float x) {
     m *= 0.5f;
     e += 1;
   }
-  const float s = (m - 1.0f) / (m + 1.0f);
-  const float s2 = s * s;
-  float p = 0.11111111f;                   // 1/9
-  p = fmaf(p, s2, 0.14285715f);            // 1/7
-  p = fmaf(p, s2, 0.2f);                   // 1/5
-  p = fmaf(p, s2, 0.33333334f);            // 1/3
-  p = fmaf(p, s2, 1.0f);
-  const float log_m = 2.0f * s * p;
+  // log(1 + f) = f - hfsq + s (hfsq + R), s = f / (2 + f): the large terms f and hfsq are
+  // nearly exact, so the rounding of the polynomial R barely reaches the result.
+  const float f = m - 1.0f;  // exact (Sterbenz)
+  const float s = f / (2.0f + f);
+  const float z = s * s;
+  const float r = z * fmaf(z, fmaf(z, fmaf(z, 0.22222222f, 0.28571429f), 0.4f), 0.66666667f);
+  const float hfsq = 0.5f * f * f;
+  const float log_m = f + fmaf(s, hfsq + r, -hfsq);
   const float fe = static_cast<float>(e);
   return fmaf(fe, 0.693145752f, fmaf(fe, 1.42860677e-06f, log_m));  // ln2 split hi + lo
 }
@@ -111,11 +113,13 @@ STOKER_HD inline void portable_sincos_turns(float t, float& s, float& c) {
   }
 }
 
-// Element i of a uniform fill in [lo, hi).
+// Element i of a uniform fill in [lo, hi). The rounding of lo + u (hi - lo) can reach hi when
+// |lo| is large next to the width: such values step down to the float below hi.
 STOKER_HD inline float philox_uniform(uint64_t seed, uint64_t offset, uint64_t i, float lo,
                                       float hi) {
   const Philox4 r = philox_block(seed, 0, offset + i / 4);
-  return fmaf(uniform_open01(r.v[i % 4]), hi - lo, lo);
+  const float v = fmaf(uniform_open01(r.v[i % 4]), hi - lo, lo);
+  return v < hi ? v : (lo < hi ? nextafterf(hi, lo) : lo);
 }
 
 // Element i of a normal fill N(mean, std^2): Box-Muller on the lane pair of its block.

@@ -9,7 +9,9 @@
 
 namespace stoker::ops {
 
-// Sets every element to `value` (converted to the tensor's dtype; RNE for f16/bf16).
+// Sets every element to `value`, converted to the tensor's dtype: float dtypes round the double
+// to f32 first, then (RNE) to f16/bf16; integer dtypes truncate (out-of-range values are
+// undefined).
 void fill(const Tensor& out, double value);
 
 // dst = src. Same dtype and element count; any devices (host<->device copies are asynchronous

@@ -1,0 +1,44 @@
+// BatchNorm2d: batch normalization over (N, H, W) per channel with PyTorch's parameters
+// "weight" (gamma, init 1) and "bias" (beta, init 0) and buffers "running_mean" (init 0) and
+// "running_var" (init 1), all f32 [C] (visit_buffers), so state loads into torch.nn.BatchNorm2d.
+//
+// Training mode normalizes with the batch's statistics and updates the running ones with
+// `momentum` and the unbiased variance (PyTorch's rule); evaluation mode uses the running
+// statistics, and its backward is that of the fixed affine map (frozen statistics, as in
+// PyTorch's eval mode). Inputs are 4-D in `layout`, any float dtype; statistics are fp32.
+// Not thread-safe.
+#pragma once
+
+#include "stoker/nn/module.h"
+#include "stoker/ops/batchnorm.h"
+
+namespace stoker::nn {
+
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f,
+                       ops::Layout layout = ops::Layout::nchw);
+
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  void visit_parameters(const std::string& prefix,
+                        const std::function<void(const std::string&, Parameter&)>& fn) override;
+  void visit_buffers(const std::string& prefix,
+                     const std::function<void(const std::string&, Tensor&)>& fn) override;
+  std::string describe() const override;
+
+  Parameter& weight() { return weight_; }
+  Parameter& bias() { return bias_; }
+  const Tensor& running_mean() const { return running_mean_; }
+  const Tensor& running_var() const { return running_var_; }
+
+ private:
+  int64_t channels_;
+  ops::BatchNormParams params_;
+  Parameter weight_, bias_;
+  Tensor running_mean_, running_var_;
+  Tensor x_, save_mean_, save_invstd_;
+  bool saved_training_ = true;  // mode of the forward that x_ belongs to
+};
+
+}  // namespace stoker::nn

@@ -1,0 +1,58 @@
+// Conv2d: 2-D convolution with PyTorch's parameters — "weight" [out, in/groups, k, k] (KCRS)
+// and "bias" [out] — and PyTorch's initialization: kaiming_uniform(a = sqrt(5)), i.e.
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in/groups * k * k, for weight and bias.
+//
+// The MASTER weight is always KCRS, so weight files load into torch.nn.Conv2d whatever layout
+// the model computes in. With layout NHWC (channels-last: inputs [N, H, W, C]) each forward
+// refreshes a KRSC compute copy of the weight and the backward transposes the filter gradient
+// back into the KCRS gradient. Half-precision inputs (f16/bf16) get a compute copy of the weight
+// in their dtype; parameter gradients stay f32 and ACCUMULATE (+=), as for every module.
+//
+// Work runs on the current stream of the module's device through ops::conv2d_* (cuDNN on the
+// GPU). Not thread-safe.
+#pragma once
+
+#include "stoker/nn/module.h"
+#include "stoker/ops/conv.h"
+
+namespace stoker::nn {
+
+struct Conv2dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;  // in and out channels must be multiples
+  bool bias = true;
+  ops::Layout layout = ops::Layout::nchw;
+};
+
+class Conv2d : public Module {
+ public:
+  // A square `kernel` x `kernel` convolution.
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1,
+         int64_t padding = 0, bool bias = true, ops::Layout layout = ops::Layout::nchw);
+  // The same with dilation and groups: Conv2d(64, 64, 3, {.padding = 1, .groups = 64}).
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, const Conv2dOptions& options);
+
+  // x [N, in, H, W] (NCHW) or [N, H, W, in] (NHWC), float dtype -> y in x's dtype.
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  void visit_parameters(const std::string& prefix,
+                        const std::function<void(const std::string&, Parameter&)>& fn) override;
+  std::string describe() const override;
+
+  Parameter& weight() { return weight_; }
+  Parameter& bias() { return bias_; }
+  bool has_bias() const { return has_bias_; }
+  const ops::Conv2dParams& params() const { return params_; }
+
+ private:
+  int64_t in_, out_, kernel_;
+  bool has_bias_;
+  ops::Conv2dParams params_;
+  Parameter weight_, bias_;
+  Tensor x_;          // saved input
+  Tensor w_compute_;  // the filter the forward used (KRSC and/or x's dtype), for dx
+};
+
+}  // namespace stoker::nn

@@ -1,0 +1,44 @@
+// 2-D batch normalization over (N, H, W) per channel, PyTorch's semantics:
+//   y = (x - mean) * invstd * gamma + beta,  invstd = 1 / sqrt(var + eps)
+// Training uses the batch's mean and BIASED variance and updates the running statistics with
+// the UNBIASED variance (var * M / (M - 1), M = N * H * W):
+//   running_mean = (1 - momentum) * running_mean + momentum * mean
+//   running_var  = (1 - momentum) * running_var  + momentum * unbiased_var
+// Evaluation uses the running statistics.
+//
+// x, y, dy, dx: 4-D, one float dtype, in `layout`. gamma, beta, dgamma, dbeta, running and
+// saved statistics: f32 [C]. save_mean / save_invstd are written by the training forward and
+// read by the backward. Statistics and all math are fp32 (fp64 on the CPU).
+//
+// CUDA: cuDNN's spatial batch normalization on the current stream. Thread-safe (distinct
+// outputs).
+#pragma once
+
+#include "stoker/core/tensor.h"
+#include "stoker/ops/layout.h"
+
+namespace stoker::ops {
+
+struct BatchNormParams {
+  float eps = 1e-5f;      // > 0
+  float momentum = 0.1f;  // in [0, 1]; the weight of the new batch in the running statistics
+  Layout layout = Layout::nchw;
+};
+
+// Batch statistics; running_mean / running_var are updated in place (pass both undefined to
+// skip the update: track_running_stats=False). Needs more than one value per channel.
+void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
+                             const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
+                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p);
+// Running statistics (momentum is ignored).
+void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
+                            const Tensor& beta, const Tensor& running_mean,
+                            const Tensor& running_var, const BatchNormParams& p);
+// dx is overwritten; dgamma and dbeta are ACCUMULATED (+=). Uses the training forward's saved
+// statistics (eps must be the forward's).
+void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                        const Tensor& save_mean, const Tensor& save_invstd,
+                        const BatchNormParams& p);
+
+}  // namespace stoker::ops

@@ -1,0 +1,56 @@
+// 2-D convolution (cross-correlation, as in PyTorch and cuDNN) and its per-channel bias.
+//
+// Tensors, in the layout of Conv2dParams::layout (see layout.h):
+//   x  [N, C, H, W] / [N, H, W, C]        input
+//   w  [K, C/g, R, S] (KCRS) / [K, R, S, C/g] (KRSC)   filter, g = groups
+//   y  [N, K, OH, OW] / [N, OH, OW, K]    output, OH = (H + 2 pad - dil (R - 1) - 1) / stride + 1
+// x, w and y share one float dtype (f32, f16 or bf16); accumulation is fp32. The filter
+// gradient `dw` is ACCUMULATED (dw += ...) and may be f32 while x is f16/bf16 (mixed precision:
+// the half-precision result is then added into the f32 gradient).
+//
+// CPU: im2col + BLAS GEMM (ops::gemm), oneTBB-parallel over the images. CUDA: cuDNN on the
+// current stream, one handle per device, an algorithm chosen once per problem shape by cuDNN's
+// heuristics (deterministic algorithms preferred for the backward passes) and a workspace from
+// the stream-ordered pool. fp32 convolutions use plain FMA math, not TF32, unless
+// ops::set_allow_tf32(true) (gemm.h) says otherwise, so GPU results match the CPU reference.
+//
+// Every function validates first: a wrong rank, channel count or layout-dependent extent throws
+// stoker::Error naming the op, the tensors (dtype, shape, device) and what was expected.
+// Thread-safe (distinct output tensors).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "stoker/core/tensor.h"
+#include "stoker/ops/layout.h"
+
+namespace stoker::ops {
+
+struct Conv2dParams {
+  std::array<int64_t, 2> stride{1, 1};    // (h, w), >= 1
+  std::array<int64_t, 2> padding{0, 0};   // (h, w) zero padding on both sides, >= 0
+  std::array<int64_t, 2> dilation{1, 1};  // (h, w), >= 1
+  int64_t groups = 1;                     // C and K must both be multiples
+  Layout layout = Layout::nchw;
+};
+
+// The output shape for input shape `x` and filter shape `w` (validates like the ops).
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p);
+
+// y = conv(x, w) (overwritten).
+void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p);
+// dx = gradient of the convolution with respect to x, given dy (overwritten).
+void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
+                          const Conv2dParams& p);
+// dw += gradient of the convolution with respect to w, given dy and the forward's input x.
+void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
+                            const Conv2dParams& p);
+
+// y[n, c, ...] += bias[c] for a 4-D y (float dtype) in `layout` and an f32 bias [C].
+void add_channel_bias(const Tensor& y, const Tensor& bias, Layout layout);
+// dbias[c] += sum over n, h, w of dy[n, c, h, w]; dbias f32 [C], fp32 accumulation,
+// deterministic (fixed reduction order, no atomics).
+void channel_bias_grad(const Tensor& dbias, const Tensor& dy, Layout layout);
+
+}  // namespace stoker::ops

@@ -1,0 +1,39 @@
+// Layout: how a 4-D image tensor orders its extents. Tensors have no strides (DESIGN.md §2), so
+// NCHW vs NHWC is a shape convention that every image op takes explicitly:
+//   nchw: [N, C, H, W] (PyTorch's default; filters KCRS = [K, C/groups, R, S])
+//   nhwc: [N, H, W, C] (channels-last, what tensor cores prefer; filters KRSC)
+// A filter is a 4-D tensor too: K plays N, C/groups plays C, R and S play H and W, so the same
+// helpers read filters and activations.
+//
+// convert_layout runs on the current stream of the tensors' device; the rest is host-only.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "stoker/core/tensor.h"
+
+namespace stoker::ops {
+
+enum class Layout : uint8_t { nchw, nhwc };
+
+constexpr std::string_view layout_name(Layout l) { return l == Layout::nchw ? "NCHW" : "NHWC"; }
+
+// The logical extents of a 4-D tensor, whatever its layout.
+struct Dims4 {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  bool operator==(const Dims4&) const = default;
+};
+
+// Reads the extents of a rank-4 shape in `layout` (throws stoker::Error for another rank).
+Dims4 dims4(const Shape& shape, Layout layout);
+// The shape of extents `d` in `layout`.
+Shape shape4(const Dims4& d, Layout layout);
+
+// dst = src with its extents reordered from layout `from` to layout `to` (e.g. NCHW -> NHWC, or
+// a KCRS filter -> KRSC). src is rank 4 in `from`; dst holds the same logical extents in `to`.
+// Float dtypes may differ (values are converted and rounded once); from == to is a copy/cast.
+// dst must not alias src.
+void convert_layout(const Tensor& dst, const Tensor& src, Layout from, Layout to);
+
+}  // namespace stoker::ops

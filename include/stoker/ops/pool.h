@@ -1,0 +1,45 @@
+// 2-D pooling: max, average and global average, forward and backward, PyTorch's semantics
+// (floor output size, no ceil_mode): OH = (H + 2 pad - kernel) / stride + 1.
+//   max:  padding counts as -inf (never selected); NaN propagates; the gradient goes to the
+//         first maximum of each window (row-major within the window).
+//   avg:  count_include_pad=True (PyTorch's default): every window divides by kh * kw.
+//   global average: x [N, C, H, W] / [N, H, W, C] -> y [N, C], the mean over H * W.
+// Padding is at most half the kernel (as PyTorch requires), so every window sees the input.
+//
+// x, y, dy, dx share one float dtype; 4-D tensors are in `layout`. Backward outputs are
+// overwritten (not accumulated). CUDA: cuDNN pooling for max/avg, own kernels for the global
+// average; all on the current stream. Thread-safe (distinct outputs).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "stoker/core/tensor.h"
+#include "stoker/ops/layout.h"
+
+namespace stoker::ops {
+
+struct Pool2dParams {
+  std::array<int64_t, 2> kernel{2, 2};   // (h, w), >= 1
+  std::array<int64_t, 2> stride{2, 2};   // (h, w), >= 1
+  std::array<int64_t, 2> padding{0, 0};  // (h, w), 0 <= padding <= kernel / 2
+  Layout layout = Layout::nchw;
+};
+
+// The output shape for input shape `x` (validates like the ops).
+Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p);
+
+void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);
+// dx from dy and the forward's input x and output y.
+void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& y,
+                        const Pool2dParams& p);
+
+void avgpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);
+void avgpool2d_backward(const Tensor& dx, const Tensor& dy, const Pool2dParams& p);
+
+// y [N, C] = mean of x over H and W.
+void global_avgpool_forward(const Tensor& y, const Tensor& x, Layout layout);
+// dx[n, c, h, w] = dy[n, c] / (H * W).
+void global_avgpool_backward(const Tensor& dx, const Tensor& dy, Layout layout);
+
+}  // namespace stoker::ops

@@ -1,0 +1,158 @@
+// CUDA layer normalization over the last dimension, fp32 statistics and math.
+//
+// Forward: one row group (a warp, or the block for rows wider than 2048) per row. Two-pass
+// statistics — the mean, then the centred sum of squares — avoid the cancellation of
+// E[x^2] - E[x]^2; the later passes re-read the row from L1/L2, so HBM sees x once and y once.
+// rstd is 1 / sqrtf(var + eps) (IEEE sqrt and division, not rsqrtf).
+// Backward, with xhat = (x - mean) * rstd and g = dy * gamma:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      one row group per row, two passes
+//   dgamma += sum_rows dy * xhat, dbeta += sum_rows dy    deterministic column sums
+// The parameter gradients are a separate column-sum launch (nn_util.cuh: per row-chunk
+// partials, then an ordered add into dgamma/dbeta), not atomics, so they are bitwise
+// reproducible; it re-reads dy and x, which costs one extra pass but keeps the row kernel free
+// of per-column state.
+#include "kernel_util.cuh"
+#include "nn_util.cuh"
+#include "ops/backend.h"
+
+namespace stoker::ops::cuda {
+
+namespace {
+
+template <int kThreads, int V, typename T>
+__global__ void __launch_bounds__(kRowBlock)
+    layernorm_forward_kernel(T* y, float* mean, float* rstd, const T* x, const float* gamma,
+                             const float* beta, int64_t n, int64_t c, float eps) {
+  __shared__ float smem[kRowBlock / 32];
+  constexpr int kRowsPerBlock = kRowBlock / kThreads;
+  const int lane = threadIdx.x % kThreads;
+  const float inv_c = 1.0f / static_cast<float>(c);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads; r < n;
+       r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const T* xr = x + r * c;
+    float s = 0.0f;
+    row_visit<kThreads, V>(xr, c, lane, [&](int64_t, float v) { s += v; });
+    const float mu = group_reduce<kThreads>(s, SumOp{}, smem) * inv_c;
+    float q = 0.0f;
+    row_visit<kThreads, V>(xr, c, lane, [&](int64_t, float v) {
+      const float d = v - mu;
+      q = fmaf(d, d, q);
+    });
+    const float var = group_reduce<kThreads>(q, SumOp{}, smem) * inv_c;
+    const float rs = 1.0f / sqrtf(var + eps);
+    if (lane == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+    row_map<kThreads, V>(y + r * c, xr, c, lane, [&](int64_t j, float v) {
+      return fmaf((v - mu) * rs, __ldg(gamma + j), __ldg(beta + j));
+    });
+  }
+}
+
+template <int kThreads, int V, typename T>
+__global__ void __launch_bounds__(kRowBlock)
+    layernorm_backward_kernel(T* dx, const T* dy, const T* x, const float* mean, const float* rstd,
+                              const float* gamma, int64_t n, int64_t c) {
+  __shared__ float2 smem[kRowBlock / 32];
+  constexpr int kRowsPerBlock = kRowBlock / kThreads;
+  const int lane = threadIdx.x % kThreads;
+  const float inv_c = 1.0f / static_cast<float>(c);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads; r < n;
+       r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const T* gr = dy + r * c;
+    const T* xr = x + r * c;
+    const float mu = __ldg(mean + r), rs = __ldg(rstd + r);
+    float2 acc = make_float2(0.0f, 0.0f);  // sum g, sum g * xhat
+    // g * gamma is rounded the same way (__fmul_rn, never fused) in both passes, so for C = 1
+    // g - mean(g) is exactly 0, as it is mathematically for any row's centred sum.
+    row_visit2<kThreads, V>(gr, xr, c, lane, [&](int64_t j, float g, float v) {
+      const float gg = __fmul_rn(g, __ldg(gamma + j));
+      acc.x += gg;
+      acc.y = fmaf(gg, (v - mu) * rs, acc.y);
+    });
+    const float2 sums = group_reduce<kThreads>(acc, Sum2Op{}, smem);
+    const float a = sums.x * inv_c, b = sums.y * inv_c;
+    row_map2<kThreads, V>(dx + r * c, gr, xr, c, lane, [&](int64_t j, float g, float v) {
+      const float xhat = (v - mu) * rs;
+      return rs * ((__fmul_rn(g, __ldg(gamma + j)) - a) - xhat * b);
+    });
+  }
+}
+
+// (dy * xhat, dy) of element (r, j), for the dgamma / dbeta column sums.
+template <typename T>
+struct LayerNormParamGradSrc {
+  const T* dy;
+  const T* x;
+  const float* mean;
+  const float* rstd;
+  int64_t c;
+  __device__ STOKER_FORCEINLINE void operator()(int64_t r, int64_t j, float (&v)[2]) const {
+    const float g = to_float(dy[r * c + j]);
+    const float xhat = (to_float(x[r * c + j]) - __ldg(mean + r)) * __ldg(rstd + r);
+    v[0] = g * xhat;
+    v[1] = g;
+  }
+};
+
+}  // namespace
+
+void layernorm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                       const Tensor& gamma, const Tensor& beta, float eps) {
+  const core::DeviceScope scope(x.device().index);
+  const int64_t c = gamma.numel();
+  const int64_t n = x.numel() / c;
+  const cudaStream_t stream = core::cuda_stream(x.device());
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const bool vec = rows_aligned(x.data(), c, sizeof(T)) && rows_aligned(y.data(), c, sizeof(T));
+    visit_row_config(c, vec, [&](auto threads, auto use_vec) {
+      constexpr int kThreads = decltype(threads)::value;
+      constexpr int V = decltype(use_vec)::value ? 16 / sizeof(T) : 1;
+      const unsigned grid =
+          row_grid(n, kThreads, int64_t{sm_count(x.device().index)} * kBlocksPerSm);
+      layernorm_forward_kernel<kThreads, V><<<grid, kRowBlock, 0, stream>>>(
+          static_cast<T*>(y.data()), static_cast<float*>(mean.data()),
+          static_cast<float*>(rstd.data()), static_cast<const T*>(x.data()),
+          static_cast<const float*>(gamma.data()), static_cast<const float*>(beta.data()), n, c,
+          eps);
+      STOKER_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+void layernorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& gamma) {
+  const core::DeviceScope scope(x.device().index);
+  const int64_t c = gamma.numel();
+  const int64_t n = x.numel() / c;
+  const cudaStream_t stream = core::cuda_stream(x.device());
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pdy = static_cast<const T*>(dy.data());
+    const T* px = static_cast<const T*>(x.data());
+    const float* pm = static_cast<const float*>(mean.data());
+    const float* pr = static_cast<const float*>(rstd.data());
+    // Parameter gradients first: dx may alias dy (the row kernel reads a row before writing it,
+    // but the column sums read every row).
+    launch_column_sums<2>(
+        x.device(), LayerNormParamGradSrc<T>{pdy, px, pm, pr, c}, n, c,
+        ColumnOut<2>{{static_cast<float*>(dgamma.data()), static_cast<float*>(dbeta.data())}});
+    const bool vec = rows_aligned(dx.data(), c, sizeof(T)) && rows_aligned(pdy, c, sizeof(T)) &&
+                     rows_aligned(px, c, sizeof(T));
+    visit_row_config(c, vec, [&](auto threads, auto use_vec) {
+      constexpr int kThreads = decltype(threads)::value;
+      constexpr int V = decltype(use_vec)::value ? 16 / sizeof(T) : 1;
+      const unsigned grid =
+          row_grid(n, kThreads, int64_t{sm_count(x.device().index)} * kBlocksPerSm);
+      layernorm_backward_kernel<kThreads, V>
+          <<<grid, kRowBlock, 0, stream>>>(static_cast<T*>(dx.data()), pdy, px, pm, pr,
+                                           static_cast<const float*>(gamma.data()), n, c);
+      STOKER_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+}  // namespace stoker::ops::cuda

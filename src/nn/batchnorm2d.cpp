@@ -1,0 +1,119 @@
+// BatchNorm2d over ops::batchnorm_*. Training-mode backward is the op's batch-statistics
+// gradient. Evaluation mode is a fixed per-channel affine map, y = x * s + t with
+// s = gamma / sqrt(running_var + eps); its backward is composed from existing ops rather than a
+// dedicated kernel (it is the rare path: fine-tuning with frozen statistics):
+//   dx     = dy * s               = batchnorm_forward_eval(dy) with mean 0 and beta 0
+//   dbeta += sum dy               = channel_bias_grad(dy)
+//   dgamma += sum dy * xhat       with xhat = batchnorm_forward_eval(x) with gamma 1, beta 0
+#include "stoker/nn/batchnorm2d.h"
+
+#include <cmath>
+
+#include "stoker/core/error.h"
+#include "stoker/ops/conv.h"
+#include "stoker/ops/copy.h"
+#include "stoker/ops/elementwise.h"
+
+namespace stoker::nn {
+
+namespace {
+
+Tensor filled(int64_t n, double value) {
+  Tensor t = Tensor::empty({n}, DType::f32, Device::cpu());
+  ops::fill(t, value);
+  return t;
+}
+
+}  // namespace
+
+BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum, ops::Layout layout)
+    : channels_(channels), params_{.eps = eps, .momentum = momentum, .layout = layout} {
+  STOKER_CHECK(channels > 0, "BatchNorm2d(", channels, "): channel count must be positive");
+  STOKER_CHECK(eps > 0.0f && momentum >= 0.0f && momentum <= 1.0f, "BatchNorm2d(", channels,
+               "): eps ", eps, " must be positive and momentum ", momentum, " in [0, 1]");
+  weight_ = Parameter(filled(channels, 1.0));
+  bias_ = Parameter(filled(channels, 0.0));
+  running_mean_ = filled(channels, 0.0);
+  running_var_ = filled(channels, 1.0);
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  STOKER_CHECK(x.defined() && x.rank() == 4, describe(), ": input ",
+               x.defined() ? x.str() : std::string("undefined"), " must be rank 4");
+  STOKER_CHECK(x.device() == device_, describe(), " is on ", device_.str(), " but its input is ",
+               x.str(), "; move the model with .to(device) or the batch with Tensor::to");
+  STOKER_CHECK(ops::dims4(x.shape(), params_.layout).c == channels_, describe(), ": input ",
+               x.str(), " has ", ops::dims4(x.shape(), params_.layout).c, " channels in ",
+               ops::layout_name(params_.layout), "; expected ", channels_);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), device_);
+  if (training_) {
+    save_mean_ = Tensor::empty({channels_}, DType::f32, device_);
+    save_invstd_ = Tensor::empty({channels_}, DType::f32, device_);
+    ops::batchnorm_forward_train(y, save_mean_, save_invstd_, running_mean_, running_var_, x,
+                                 weight_.value(), bias_.value(), params_);
+  } else {
+    ops::batchnorm_forward_eval(y, x, weight_.value(), bias_.value(), running_mean_, running_var_,
+                                params_);
+  }
+  x_ = x;
+  saved_training_ = training_;
+  return y;
+}
+
+Tensor BatchNorm2d::backward(const Tensor& dy) {
+  STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
+  Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), device_);
+  if (saved_training_) {
+    // The op always writes both parameter gradients; frozen ones go to scratch.
+    const Tensor dgamma =
+        weight_.requires_grad ? weight_.grad() : Tensor::zeros({channels_}, DType::f32, device_);
+    const Tensor dbeta =
+        bias_.requires_grad ? bias_.grad() : Tensor::zeros({channels_}, DType::f32, device_);
+    ops::batchnorm_backward(dx, dgamma, dbeta, dy, x_, weight_.value(), save_mean_, save_invstd_,
+                            params_);
+  } else {
+    const Tensor zeros = Tensor::zeros({channels_}, DType::f32, device_);
+    const Tensor ones = Tensor::empty({channels_}, DType::f32, device_);
+    ops::fill(ones, 1.0);
+    ops::batchnorm_forward_eval(dx, dy, weight_.value(), zeros, zeros, running_var_, params_);
+    if (bias_.requires_grad) ops::channel_bias_grad(bias_.grad(), dy, params_.layout);
+    if (weight_.requires_grad) {
+      const Tensor xhat = Tensor::empty(x_.shape(), x_.dtype(), device_);
+      ops::batchnorm_forward_eval(xhat, x_, ones, zeros, running_mean_, running_var_, params_);
+      const Tensor prod = Tensor::empty(x_.shape(), dy.dtype(), device_);
+      if (xhat.dtype() == dy.dtype()) {
+        ops::mul(prod, dy, xhat);
+      } else {
+        const Tensor cast = Tensor::empty(x_.shape(), dy.dtype(), device_);
+        ops::cast(cast, xhat);
+        ops::mul(prod, dy, cast);
+      }
+      ops::channel_bias_grad(weight_.grad(), prod, params_.layout);
+    }
+  }
+  if (weight_.requires_grad) weight_.grad_ready();
+  if (bias_.requires_grad) bias_.grad_ready();
+  return dx;
+}
+
+void BatchNorm2d::visit_parameters(const std::string& prefix,
+                                   const std::function<void(const std::string&, Parameter&)>& fn) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  fn(p + "weight", weight_);
+  fn(p + "bias", bias_);
+}
+
+void BatchNorm2d::visit_buffers(const std::string& prefix,
+                                const std::function<void(const std::string&, Tensor&)>& fn) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  fn(p + "running_mean", running_mean_);
+  fn(p + "running_var", running_var_);
+}
+
+std::string BatchNorm2d::describe() const {
+  return core::detail::str("BatchNorm2d(", channels_, ", eps=", params_.eps,
+                           ", momentum=", params_.momentum,
+                           params_.layout == ops::Layout::nhwc ? ", NHWC)" : ")");
+}
+
+}  // namespace stoker::nn

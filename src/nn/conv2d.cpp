@@ -1,0 +1,125 @@
+// Conv2d over ops::conv2d_*. The invariant that keeps weight files portable: the Parameter is
+// always KCRS f32; anything else the compute needs (a KRSC copy for NHWC, a half copy for half
+// inputs) is derived from it in the forward — one ops::convert_layout, which transposes and
+// casts in a single pass — and the NHWC filter gradient is transposed back into the KCRS
+// gradient (accumulated, like every gradient).
+#include "stoker/nn/conv2d.h"
+
+#include <cmath>
+
+#include "stoker/core/error.h"
+#include "stoker/ops/elementwise.h"
+#include "stoker/ops/layout.h"
+#include "stoker/ops/random.h"
+
+namespace stoker::nn {
+
+namespace {
+
+Tensor uniform_param(const Shape& shape, float bound) {
+  Tensor t = Tensor::empty(shape, DType::f32, Device::cpu());
+  ops::random_uniform(t, -bound, bound, init_generator());
+  return t;
+}
+
+}  // namespace
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
+               int64_t padding, bool bias, ops::Layout layout)
+    : Conv2d(in_channels, out_channels, kernel,
+             Conv2dOptions{.stride = stride, .padding = padding, .bias = bias, .layout = layout}) {}
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel,
+               const Conv2dOptions& options)
+    : in_(in_channels), out_(out_channels), kernel_(kernel), has_bias_(options.bias) {
+  STOKER_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0, "Conv2d(", in_channels, ", ",
+               out_channels, ", kernel ", kernel, "): channels and kernel must be positive");
+  STOKER_CHECK(
+      options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
+      "Conv2d(", in_channels, ", ", out_channels, "): groups ", options.groups,
+      " must divide both channel counts");
+  STOKER_CHECK(options.stride > 0 && options.dilation > 0 && options.padding >= 0, "Conv2d(",
+               in_channels, ", ", out_channels, "): stride ", options.stride, ", dilation ",
+               options.dilation, " must be positive and padding ", options.padding,
+               " non-negative");
+  params_.stride = {options.stride, options.stride};
+  params_.padding = {options.padding, options.padding};
+  params_.dilation = {options.dilation, options.dilation};
+  params_.groups = options.groups;
+  params_.layout = options.layout;
+  const int64_t fan_in = in_channels / options.groups * kernel * kernel;
+  const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+  weight_ = Parameter(uniform_param({out_, in_ / options.groups, kernel, kernel}, bound));
+  if (has_bias_) bias_ = Parameter(uniform_param({out_}, bound));
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  const ops::Layout layout = params_.layout;
+  STOKER_CHECK(x.defined() && x.rank() == 4, describe(), ": input ",
+               x.defined() ? x.str() : std::string("undefined"), " must be rank 4 ",
+               layout == ops::Layout::nchw ? "[N, C, H, W]" : "[N, H, W, C]");
+  STOKER_CHECK(x.device() == device_, describe(), " is on ", device_.str(), " but its input is ",
+               x.str(), "; move the model with .to(device) or the batch with Tensor::to");
+  STOKER_CHECK(ops::dims4(x.shape(), layout).c == in_, describe(), ": input ", x.str(), " has ",
+               ops::dims4(x.shape(), layout).c, " channels in ", ops::layout_name(layout),
+               "; expected ", in_);
+  const Tensor& w = weight_.value();
+  if (layout == ops::Layout::nchw && x.dtype() == DType::f32) {
+    w_compute_ = w;
+  } else {
+    const ops::Dims4 wd = ops::dims4(w.shape(), ops::Layout::nchw);
+    w_compute_ = Tensor::empty(ops::shape4(wd, layout), x.dtype(), device_);
+    ops::convert_layout(w_compute_, w, ops::Layout::nchw, layout);
+  }
+  Tensor y = Tensor::empty(ops::conv2d_output_shape(x.shape(), w_compute_.shape(), params_),
+                           x.dtype(), device_);
+  ops::conv2d_forward(y, x, w_compute_, params_);
+  if (has_bias_) ops::add_channel_bias(y, bias_.value(), layout);
+  x_ = x;
+  return y;
+}
+
+Tensor Conv2d::backward(const Tensor& dy) {
+  STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
+  const ops::Layout layout = params_.layout;
+  if (weight_.requires_grad) {
+    if (layout == ops::Layout::nchw) {
+      ops::conv2d_backward_filter(weight_.grad(), dy, x_, params_);
+    } else {
+      // The KRSC gradient of this pass, transposed into the KCRS master gradient (+=).
+      const Tensor krsc = Tensor::zeros(w_compute_.shape(), DType::f32, device_);
+      ops::conv2d_backward_filter(krsc, dy, x_, params_);
+      const Tensor kcrs = Tensor::empty(weight_.shape(), DType::f32, device_);
+      ops::convert_layout(kcrs, krsc, layout, ops::Layout::nchw);
+      ops::axpy(weight_.grad(), 1.0f, kcrs);
+    }
+    weight_.grad_ready();
+  }
+  if (has_bias_ && bias_.requires_grad) {
+    ops::channel_bias_grad(bias_.grad(), dy, layout);
+    bias_.grad_ready();
+  }
+  Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), device_);
+  ops::conv2d_backward_data(dx, dy, w_compute_, params_);
+  return dx;
+}
+
+void Conv2d::visit_parameters(const std::string& prefix,
+                              const std::function<void(const std::string&, Parameter&)>& fn) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  fn(p + "weight", weight_);
+  if (has_bias_) fn(p + "bias", bias_);
+}
+
+std::string Conv2d::describe() const {
+  std::string s = core::detail::str("Conv2d(", in_, ", ", out_, ", kernel ", kernel_);
+  if (params_.stride[0] != 1) s += core::detail::str(", stride ", params_.stride[0]);
+  if (params_.padding[0] != 0) s += core::detail::str(", padding ", params_.padding[0]);
+  if (params_.dilation[0] != 1) s += core::detail::str(", dilation ", params_.dilation[0]);
+  if (params_.groups != 1) s += core::detail::str(", groups ", params_.groups);
+  if (!has_bias_) s += ", no bias";
+  if (params_.layout != ops::Layout::nchw) s += ", NHWC";
+  return s + ")";
+}
+
+}  // namespace stoker::nn

@@ -1,0 +1,102 @@
+// Pooling modules over ops/pool.h. Max pooling keeps its input and output for the backward
+// (cuDNN's backward needs both; the CPU's recomputes each window's argmax from x); average
+// pooling needs neither, only the input's shape.
+#include "stoker/nn/pool.h"
+
+#include "stoker/core/error.h"
+
+namespace stoker::nn {
+
+namespace {
+
+ops::Pool2dParams make_params(const char* name, int64_t kernel, int64_t stride, int64_t padding,
+                              ops::Layout layout) {
+  STOKER_CHECK(kernel > 0 && stride >= 0 && padding >= 0 && 2 * padding <= kernel, name, "(",
+               kernel, ", stride ", stride, ", padding ", padding,
+               "): expected kernel >= 1, stride >= 0 (0 = kernel) and 0 <= padding <= kernel / 2");
+  const int64_t s = stride == 0 ? kernel : stride;
+  return {.kernel = {kernel, kernel},
+          .stride = {s, s},
+          .padding = {padding, padding},
+          .layout = layout};
+}
+
+std::string describe_pool(const char* name, const ops::Pool2dParams& p) {
+  return core::detail::str(name, "(", p.kernel[0], ", stride ", p.stride[0], ", padding ",
+                           p.padding[0], p.layout == ops::Layout::nhwc ? ", NHWC)" : ")");
+}
+
+void check_input(const Module& m, const Tensor& x) {
+  STOKER_CHECK(x.defined() && x.rank() == 4, m.describe(), ": input ",
+               x.defined() ? x.str() : std::string("undefined"), " must be rank 4");
+  STOKER_CHECK(x.device() == m.device(), m.describe(), " is on ", m.device().str(),
+               " but its input is ", x.str(),
+               "; move the model with .to(device) or the batch with Tensor::to");
+}
+
+}  // namespace
+
+MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding, ops::Layout layout)
+    : params_(make_params("MaxPool2d", kernel, stride, padding, layout)) {}
+
+Tensor MaxPool2d::forward(const Tensor& x) {
+  check_input(*this, x);
+  Tensor y = Tensor::empty(ops::pool2d_output_shape(x.shape(), params_), x.dtype(), device_);
+  ops::maxpool2d_forward(y, x, params_);
+  x_ = x;
+  y_ = y;
+  return y;
+}
+
+Tensor MaxPool2d::backward(const Tensor& dy) {
+  STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
+  Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), device_);
+  ops::maxpool2d_backward(dx, dy, x_, y_, params_);
+  return dx;
+}
+
+std::string MaxPool2d::describe() const { return describe_pool("MaxPool2d", params_); }
+
+AvgPool2d::AvgPool2d(int64_t kernel, int64_t stride, int64_t padding, ops::Layout layout)
+    : params_(make_params("AvgPool2d", kernel, stride, padding, layout)) {}
+
+Tensor AvgPool2d::forward(const Tensor& x) {
+  check_input(*this, x);
+  Tensor y = Tensor::empty(ops::pool2d_output_shape(x.shape(), params_), x.dtype(), device_);
+  ops::avgpool2d_forward(y, x, params_);
+  x_shape_ = x.shape();
+  has_forward_ = true;
+  return y;
+}
+
+Tensor AvgPool2d::backward(const Tensor& dy) {
+  STOKER_CHECK(has_forward_, describe(), ": backward called before forward");
+  Tensor dx = Tensor::empty(x_shape_, dy.dtype(), device_);
+  ops::avgpool2d_backward(dx, dy, params_);
+  return dx;
+}
+
+std::string AvgPool2d::describe() const { return describe_pool("AvgPool2d", params_); }
+
+Tensor GlobalAvgPool::forward(const Tensor& x) {
+  check_input(*this, x);
+  const ops::Dims4 d = ops::dims4(x.shape(), layout_);
+  Tensor y = Tensor::empty({d.n, d.c}, x.dtype(), device_);
+  ops::global_avgpool_forward(y, x, layout_);
+  x_shape_ = x.shape();
+  has_forward_ = true;
+  return y;
+}
+
+Tensor GlobalAvgPool::backward(const Tensor& dy) {
+  STOKER_CHECK(has_forward_, describe(), ": backward called before forward");
+  Tensor dx = Tensor::empty(x_shape_, dy.dtype(), device_);
+  ops::global_avgpool_backward(dx, dy, layout_);
+  return dx;
+}
+
+std::string GlobalAvgPool::describe() const {
+  return layout_ == ops::Layout::nhwc ? "GlobalAvgPool(NHWC)" : "GlobalAvgPool";
+}
+
+}  // namespace stoker::nn

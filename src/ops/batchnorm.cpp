@@ -1,0 +1,99 @@
+// Public batch-norm entry points: validate, then dispatch on the device. The per-channel
+// tensors are checked against the channel extent read from x in the given layout, so an NHWC
+// tensor passed as NCHW fails here ("expected f32[C]") instead of normalizing the wrong axis.
+#include "stoker/ops/batchnorm.h"
+
+#include <cmath>
+
+#include "ops/backend.h"
+#include "ops/image.h"
+#include "ops/validate.h"
+
+namespace stoker::ops {
+
+namespace {
+
+void check_params(std::string_view op, const BatchNormParams& p) {
+  STOKER_CHECK(p.eps > 0.0f && std::isfinite(p.eps), "ops::", op, ": eps ", p.eps,
+               " must be positive and finite");
+  STOKER_CHECK(p.momentum >= 0.0f && p.momentum <= 1.0f, "ops::", op, ": momentum ", p.momentum,
+               " must be in [0, 1]");
+}
+
+// x is a float rank-4 image; `other` (named) must have its shape and dtype, on its device.
+void check_like_x(std::string_view op, std::string_view name, const Tensor& t, const Tensor& x,
+                  Layout layout) {
+  detail::check_image(op, name, t, layout);
+  detail::check_same_device(op, name, t, "x", x);
+  detail::check_same_dtype(op, name, t, "x", x);
+  detail::check_shape(op, name, t, x.shape(), core::detail::str("the shape of x ", x.str()));
+}
+
+}  // namespace
+
+void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
+                             const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
+                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p) {
+  constexpr const char* op = "batchnorm_forward_train";
+  check_params(op, p);
+  detail::check_image(op, "x", x, p.layout);
+  detail::check_backend(op, x);
+  check_like_x(op, "y", y, x, p.layout);
+  const Dims4 d = dims4(x.shape(), p.layout);
+  detail::check_channel_vector(op, "gamma", gamma, d.c, "x", x, p.layout);
+  detail::check_channel_vector(op, "beta", beta, d.c, "x", x, p.layout);
+  detail::check_channel_vector(op, "save_mean", save_mean, d.c, "x", x, p.layout);
+  detail::check_channel_vector(op, "save_invstd", save_invstd, d.c, "x", x, p.layout);
+  STOKER_CHECK(running_mean.defined() == running_var.defined(), "ops::", op,
+               ": running_mean and running_var must both be given or both be undefined");
+  if (running_mean.defined()) {
+    detail::check_channel_vector(op, "running_mean", running_mean, d.c, "x", x, p.layout);
+    detail::check_channel_vector(op, "running_var", running_var, d.c, "x", x, p.layout);
+  }
+  STOKER_CHECK(d.n * d.h * d.w > 1, "ops::", op, ": x ", x.str(), " has ", d.n * d.h * d.w,
+               " value per channel (N*H*W); training needs more than one (as PyTorch)");
+  if (d.c == 0) return;
+  STOKER_DISPATCH(x.device(), batchnorm_forward_train, y, save_mean, save_invstd, running_mean,
+                  running_var, x, gamma, beta, p);
+}
+
+void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
+                            const Tensor& beta, const Tensor& running_mean,
+                            const Tensor& running_var, const BatchNormParams& p) {
+  constexpr const char* op = "batchnorm_forward_eval";
+  check_params(op, p);
+  detail::check_image(op, "x", x, p.layout);
+  detail::check_backend(op, x);
+  check_like_x(op, "y", y, x, p.layout);
+  const int64_t c = dims4(x.shape(), p.layout).c;
+  detail::check_channel_vector(op, "gamma", gamma, c, "x", x, p.layout);
+  detail::check_channel_vector(op, "beta", beta, c, "x", x, p.layout);
+  detail::check_channel_vector(op, "running_mean", running_mean, c, "x", x, p.layout);
+  detail::check_channel_vector(op, "running_var", running_var, c, "x", x, p.layout);
+  if (x.numel() == 0) return;
+  STOKER_DISPATCH(x.device(), batchnorm_forward_eval, y, x, gamma, beta, running_mean, running_var,
+                  p);
+}
+
+void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                        const Tensor& save_mean, const Tensor& save_invstd,
+                        const BatchNormParams& p) {
+  constexpr const char* op = "batchnorm_backward";
+  check_params(op, p);
+  detail::check_image(op, "x", x, p.layout);
+  detail::check_backend(op, x);
+  check_like_x(op, "dy", dy, x, p.layout);
+  check_like_x(op, "dx", dx, x, p.layout);
+  const int64_t c = dims4(x.shape(), p.layout).c;
+  detail::check_channel_vector(op, "dgamma", dgamma, c, "x", x, p.layout);
+  detail::check_channel_vector(op, "dbeta", dbeta, c, "x", x, p.layout);
+  detail::check_channel_vector(op, "gamma", gamma, c, "x", x, p.layout);
+  detail::check_channel_vector(op, "save_mean", save_mean, c, "x", x, p.layout);
+  detail::check_channel_vector(op, "save_invstd", save_invstd, c, "x", x, p.layout);
+  if (x.numel() == 0) return;
+  STOKER_DISPATCH(x.device(), batchnorm_backward, dx, dgamma, dbeta, dy, x, gamma, save_mean,
+                  save_invstd, p);
+}
+
+}  // namespace stoker::ops

@@ -1,0 +1,135 @@
+// Public convolution entry points: validate, then dispatch on the device.
+//
+// The three passes share one shape check (conv_out_dims): the filter's C/groups against the
+// input's channels in the chosen layout, then the output extent. Each pass then checks the
+// tensor that plays the output for it (y, dy) against those extents, so a gradient of the wrong
+// shape or a tensor in the other layout is caught here with both shapes in the message.
+#include "stoker/ops/conv.h"
+
+#include "ops/backend.h"
+#include "ops/image.h"
+#include "ops/validate.h"
+
+namespace stoker::ops {
+
+namespace {
+
+std::string describe(const Conv2dParams& p) {
+  return core::detail::str(layout_name(p.layout), ", stride (", p.stride[0], ", ", p.stride[1],
+                           "), padding (", p.padding[0], ", ", p.padding[1], "), dilation (",
+                           p.dilation[0], ", ", p.dilation[1], "), groups ", p.groups);
+}
+
+// The output extents of a convolution of input `x` (named x_name) with filter `w` (w_name).
+// Descriptions are what the messages print (tensor strings, or shapes for the shape helper).
+Dims4 conv_out_dims(std::string_view op, std::string_view x_name, const std::string& x_desc,
+                    const Shape& x, std::string_view w_name, const std::string& w_desc,
+                    const Shape& w, const Conv2dParams& p) {
+  STOKER_CHECK(p.stride[0] >= 1 && p.stride[1] >= 1 && p.dilation[0] >= 1 && p.dilation[1] >= 1 &&
+                   p.padding[0] >= 0 && p.padding[1] >= 0 && p.groups >= 1,
+               "ops::", op, ": invalid parameters (", describe(p),
+               "); expected stride >= 1, dilation >= 1, padding >= 0, groups >= 1");
+  const std::string_view order = detail::layout_order(p.layout);
+  const std::string_view lname = layout_name(p.layout);
+  STOKER_CHECK(x.rank() == 4, "ops::", op, ": ", x_name, " is ", x_desc, "; expected rank 4 ",
+               order, " (", lname, ")");
+  STOKER_CHECK(w.rank() == 4, "ops::", op, ": ", w_name, " is ", w_desc, "; expected a rank-4 ",
+               p.layout == Layout::nchw ? "[K, C/groups, R, S] (KCRS" : "[K, R, S, C/groups] (KRSC",
+               " filter for ", lname, ")");
+  const Dims4 xd = dims4(x, p.layout);
+  const Dims4 wd = dims4(w, p.layout);
+  STOKER_CHECK(xd.c % p.groups == 0 && wd.n % p.groups == 0, "ops::", op, ": ", x_name, " ", x_desc,
+               " has C=", xd.c, " and ", w_name, " ", w_desc, " has K=", wd.n,
+               " output channels; expected both to be multiples of groups=", p.groups, " (", lname,
+               ")");
+  STOKER_CHECK(wd.c * p.groups == xd.c, "ops::", op, ": channel mismatch: ", x_name, " ", x_desc,
+               " has C=", xd.c, " in ", lname, " ", order, ", but ", w_name, " ", w_desc,
+               " has C/groups=", wd.c, " (groups ", p.groups,
+               "); expected C/groups=", xd.c / p.groups);
+  STOKER_CHECK(wd.n > 0 && wd.c > 0 && wd.h > 0 && wd.w > 0, "ops::", op, ": ", w_name, " ", w_desc,
+               " has an empty dimension; expected K, C/groups, R, S >= 1");
+  const int64_t oh = detail::window_out(xd.h, wd.h, p.stride[0], p.padding[0], p.dilation[0]);
+  const int64_t ow = detail::window_out(xd.w, wd.w, p.stride[1], p.padding[1], p.dilation[1]);
+  STOKER_CHECK(oh >= 1 && ow >= 1, "ops::", op, ": ", x_name, " ", x_desc, " (H=", xd.h,
+               ", W=", xd.w, ") is smaller than the dilated ", wd.h, "x", wd.w, " filter of ",
+               w_name, " ", w_desc, " with ", describe(p), "; expected an output of at least 1x1");
+  return {xd.n, wd.n, oh, ow};
+}
+
+void check_tensors(std::string_view op, std::string_view a_name, const Tensor& a,
+                   std::string_view b_name, const Tensor& b, std::string_view c_name,
+                   const Tensor& c, bool same_dtype_c) {
+  detail::check_float(op, a_name, a);
+  detail::check_float(op, b_name, b);
+  detail::check_float(op, c_name, c);
+  detail::check_backend(op, a);
+  detail::check_same_device(op, a_name, a, b_name, b);
+  detail::check_same_device(op, a_name, a, c_name, c);
+  detail::check_same_dtype(op, b_name, b, c_name, c);
+  if (same_dtype_c) detail::check_same_dtype(op, a_name, a, b_name, b);
+}
+
+}  // namespace
+
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
+  return shape4(conv_out_dims("conv2d_output_shape", "x", x.str(), x, "w", w.str(), w, p),
+                p.layout);
+}
+
+void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  constexpr const char* op = "conv2d_forward";
+  check_tensors(op, "y", y, "x", x, "w", w, true);
+  const Dims4 out = conv_out_dims(op, "x", x.str(), x.shape(), "w", w.str(), w.shape(), p);
+  detail::check_shape(
+      op, "y", y, shape4(out, p.layout),
+      core::detail::str("the output of x ", x.str(), " and w ", w.str(), ", ", describe(p)));
+  if (y.numel() == 0) return;
+  STOKER_DISPATCH(y.device(), conv2d_forward, y, x, w, p);
+}
+
+void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
+                          const Conv2dParams& p) {
+  constexpr const char* op = "conv2d_backward_data";
+  check_tensors(op, "dx", dx, "dy", dy, "w", w, true);
+  const Dims4 out = conv_out_dims(op, "dx", dx.str(), dx.shape(), "w", w.str(), w.shape(), p);
+  detail::check_shape(op, "dy", dy, shape4(out, p.layout),
+                      core::detail::str("the forward output for input dx ", dx.str(), " and w ",
+                                        w.str(), ", ", describe(p)));
+  if (dx.numel() == 0) return;
+  STOKER_DISPATCH(dx.device(), conv2d_backward_data, dx, dy, w, p);
+}
+
+void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
+                            const Conv2dParams& p) {
+  constexpr const char* op = "conv2d_backward_filter";
+  check_tensors(op, "dw", dw, "dy", dy, "x", x, false);
+  STOKER_CHECK(dw.dtype() == x.dtype() || dw.dtype() == DType::f32, "ops::", op, ": dw is ",
+               dw.str(), " but x is ", x.str(), "; expected dw in ", dtype_name(x.dtype()),
+               " or f32");
+  const Dims4 out = conv_out_dims(op, "x", x.str(), x.shape(), "dw", dw.str(), dw.shape(), p);
+  detail::check_shape(op, "dy", dy, shape4(out, p.layout),
+                      core::detail::str("the forward output for x ", x.str(), " and a filter ",
+                                        dw.shape(), ", ", describe(p)));
+  if (dy.numel() == 0) return;  // no images: nothing to add
+  STOKER_DISPATCH(dw.device(), conv2d_backward_filter, dw, dy, x, p);
+}
+
+void add_channel_bias(const Tensor& y, const Tensor& bias, Layout layout) {
+  constexpr const char* op = "add_channel_bias";
+  detail::check_image(op, "y", y, layout);
+  detail::check_backend(op, y);
+  detail::check_channel_vector(op, "bias", bias, dims4(y.shape(), layout).c, "y", y, layout);
+  if (y.numel() == 0) return;
+  STOKER_DISPATCH(y.device(), add_channel_bias, y, bias, layout);
+}
+
+void channel_bias_grad(const Tensor& dbias, const Tensor& dy, Layout layout) {
+  constexpr const char* op = "channel_bias_grad";
+  detail::check_image(op, "dy", dy, layout);
+  detail::check_backend(op, dy);
+  detail::check_channel_vector(op, "dbias", dbias, dims4(dy.shape(), layout).c, "dy", dy, layout);
+  if (dy.numel() == 0) return;
+  STOKER_DISPATCH(dy.device(), channel_bias_grad, dbias, dy, layout);
+}
+
+}  // namespace stoker::ops

@@ -1,0 +1,130 @@
+// CPU reference batch normalization. One oneTBB task per channel: a channel's statistics are
+// sums over (n, h, w), computed in fp64 with two passes (mean first, then squared deviations),
+// so the reference is exact enough to judge the GPU's fp32 one-pass statistics. The backward
+// uses the classic closed form with the forward's saved mean and invstd:
+//   dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)),  xhat = (x - mean) * invstd
+#include <oneapi/tbb/parallel_for.h>
+
+#include <cmath>
+
+#include "ops/backend.h"
+#include "ops/cpu/parallel.h"
+#include "ops/image.h"
+
+namespace stoker::ops::cpu {
+
+namespace {
+
+// f(i) for the offset i of every element of channel c.
+template <typename F>
+void for_channel(const Dims4& d, Layout layout, int64_t c, F&& f) {
+  const int64_t hw = d.h * d.w;
+  if (layout == Layout::nchw) {
+    for (int64_t n = 0; n < d.n; ++n) {
+      const int64_t base = (n * d.c + c) * hw;
+      for (int64_t s = 0; s < hw; ++s) f(base + s);
+    }
+  } else {
+    const int64_t pixels = d.n * hw;
+    for (int64_t q = 0; q < pixels; ++q) f(q * d.c + c);
+  }
+}
+
+const float* cf(const Tensor& t) { return static_cast<const float*>(t.data()); }
+float* mf(const Tensor& t) { return static_cast<float*>(t.data()); }
+
+}  // namespace
+
+void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
+                             const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
+                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p) {
+  const Dims4 d = dims4(x.shape(), p.layout);
+  const double m = static_cast<double>(d.n * d.h * d.w);
+  const bool update = running_mean.defined();
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(x.data());
+    T* out = static_cast<T*>(y.data());
+    tbb::parallel_for(int64_t{0}, d.c, [&](int64_t c) {
+      double sum = 0.0;
+      for_channel(d, p.layout, c, [&](int64_t i) { sum += load(in[i]); });
+      const double mean = sum / m;
+      double sq = 0.0;
+      for_channel(d, p.layout, c, [&](int64_t i) {
+        const double dv = load(in[i]) - mean;
+        sq += dv * dv;
+      });
+      const double var = sq / m;
+      const double invstd = 1.0 / std::sqrt(var + static_cast<double>(p.eps));
+      mf(save_mean)[c] = static_cast<float>(mean);
+      mf(save_invstd)[c] = static_cast<float>(invstd);
+      if (update) {
+        const double mo = p.momentum;
+        float& rm = mf(running_mean)[c];
+        float& rv = mf(running_var)[c];
+        rm = static_cast<float>((1.0 - mo) * rm + mo * mean);
+        rv = static_cast<float>((1.0 - mo) * rv + mo * var * m / (m - 1.0));
+      }
+      const double scale = invstd * cf(gamma)[c];
+      const double shift = cf(beta)[c] - mean * scale;
+      for_channel(d, p.layout, c, [&](int64_t i) {
+        out[i] = store<T>(static_cast<float>(load(in[i]) * scale + shift));
+      });
+    });
+  });
+}
+
+void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
+                            const Tensor& beta, const Tensor& running_mean,
+                            const Tensor& running_var, const BatchNormParams& p) {
+  const Dims4 d = dims4(x.shape(), p.layout);
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(x.data());
+    T* out = static_cast<T*>(y.data());
+    tbb::parallel_for(int64_t{0}, d.c, [&](int64_t c) {
+      const double invstd =
+          1.0 / std::sqrt(static_cast<double>(cf(running_var)[c]) + static_cast<double>(p.eps));
+      const double scale = invstd * cf(gamma)[c];
+      const double shift = cf(beta)[c] - cf(running_mean)[c] * scale;
+      for_channel(d, p.layout, c, [&](int64_t i) {
+        out[i] = store<T>(static_cast<float>(load(in[i]) * scale + shift));
+      });
+    });
+  });
+}
+
+void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                        const Tensor& save_mean, const Tensor& save_invstd,
+                        const BatchNormParams& p) {
+  const Dims4 d = dims4(x.shape(), p.layout);
+  const double m = static_cast<double>(d.n * d.h * d.w);
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(x.data());
+    const T* g = static_cast<const T*>(dy.data());
+    T* out = static_cast<T*>(dx.data());
+    tbb::parallel_for(int64_t{0}, d.c, [&](int64_t c) {
+      const double mean = cf(save_mean)[c];
+      const double invstd = cf(save_invstd)[c];
+      double sum_dy = 0.0, sum_dy_xhat = 0.0;
+      for_channel(d, p.layout, c, [&](int64_t i) {
+        const double gi = load(g[i]);
+        sum_dy += gi;
+        sum_dy_xhat += gi * (load(in[i]) - mean) * invstd;
+      });
+      mf(dbeta)[c] = static_cast<float>(mf(dbeta)[c] + sum_dy);
+      mf(dgamma)[c] = static_cast<float>(mf(dgamma)[c] + sum_dy_xhat);
+      const double k = cf(gamma)[c] * invstd;
+      const double mean_dy = sum_dy / m;
+      const double mean_dy_xhat = sum_dy_xhat / m;
+      for_channel(d, p.layout, c, [&](int64_t i) {
+        const double xhat = (load(in[i]) - mean) * invstd;
+        out[i] = store<T>(static_cast<float>(k * (load(g[i]) - mean_dy - xhat * mean_dy_xhat)));
+      });
+    });
+  });
+}
+
+}  // namespace stoker::ops::cpu

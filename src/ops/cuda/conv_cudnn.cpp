@@ -1,0 +1,298 @@
+// CUDA convolution through cuDNN's legacy convolution API (cudnnConvolutionForward /
+// BackwardData / BackwardFilter; deprecated in cuDNN 9 but present in every 9.x, see
+// cudnn_util.h).
+//
+// Kept off the per-call path: a plan per problem (device, dtype, layout, math mode, shapes,
+// stride/padding/dilation/groups) holding the four descriptors and, chosen lazily on first use
+// of each pass, the algorithm and its workspace size. Algorithms come from cuDNN's heuristics
+// (cudnnGet*Algorithm_v7), not from cudnnFind* — Find benchmarks on the device and synchronizes
+// the host, which a training step must never do. Backward passes prefer deterministic
+// algorithms (same gradients run to run, as the rest of stoker); the workspace of the chosen
+// algorithm is capped (kMaxWorkspace) and comes from the stream-ordered pool per call.
+//
+// Math: fp32 convolutions run with CUDNN_FMA_MATH (true fp32, matches the CPU reference) unless
+// ops::allow_tf32() — then CUDNN_DEFAULT_MATH, which lets cuDNN use TF32 tensor cores. f16/bf16
+// run with CUDNN_TENSOR_OP_MATH and fp32 accumulation (compute type float).
+#include <cudnn.h>
+
+#include <compare>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "ops/backend.h"
+#include "ops/cuda/cudnn_util.h"
+#include "ops/image.h"
+#include "stoker/ops/gemm.h"
+
+namespace stoker::ops::cuda {
+
+namespace {
+
+using detail::ConvGeometry;
+
+constexpr size_t kMaxWorkspace = size_t{1} << 30;  // 1 GiB: larger algorithms are skipped
+
+struct ConvKey {
+  int device;
+  int dtype;
+  int layout;
+  int math;
+  int64_t n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, groups;
+  auto operator<=>(const ConvKey&) const = default;
+};
+
+struct Choice {
+  bool chosen = false;
+  int algo = 0;
+  size_t workspace = 0;
+};
+
+struct ConvPlan {
+  TensorDesc x, y;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  Choice fwd, bwd_data, bwd_filter;
+  std::string what;  // describes the problem for messages
+};
+
+const char* math_name(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_FMA_MATH:
+      return "FMA (fp32, no TF32)";
+    case CUDNN_DEFAULT_MATH:
+      return "default (TF32 allowed)";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor ops";
+    default:
+      return "other";
+  }
+}
+
+cudnnMathType_t math_for(DType t) {
+  if (t == DType::f32) return allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  return CUDNN_TENSOR_OP_MATH;
+}
+
+std::unique_ptr<ConvPlan> make_plan(const ConvKey& key, DType t, const ConvGeometry& g) {
+  auto plan = std::make_unique<ConvPlan>();
+  plan->x.set(t, g.layout, g.n, g.c, g.h, g.w);
+  plan->y.set(t, g.layout, g.n, g.k, g.oh, g.ow);
+  STOKER_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
+  STOKER_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, cudnn_dtype(t), cudnn_format(g.layout),
+                                                cudnn_int(g.k, "K"), cudnn_int(g.cg, "C/groups"),
+                                                cudnn_int(g.r, "R"), cudnn_int(g.s, "S")));
+  STOKER_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
+  STOKER_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      plan->conv, cudnn_int(g.ph, "pad"), cudnn_int(g.pw, "pad"), cudnn_int(g.sh, "stride"),
+      cudnn_int(g.sw, "stride"), cudnn_int(g.dh, "dilation"), cudnn_int(g.dw, "dilation"),
+      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  STOKER_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan->conv, cudnn_int(g.groups, "groups")));
+  plan->math = static_cast<cudnnMathType_t>(key.math);
+  STOKER_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, plan->math));
+  plan->what = core::detail::str(
+      dtype_name(t), " ", layout_name(g.layout), " x [N=", g.n, ", C=", g.c, ", H=", g.h,
+      ", W=", g.w, "], filter [K=", g.k, ", C/g=", g.cg, ", R=", g.r, ", S=", g.s, "], stride (",
+      g.sh, ", ", g.sw, "), padding (", g.ph, ", ", g.pw, "), dilation (", g.dh, ", ", g.dw,
+      "), groups ", g.groups, ", math ", math_name(plan->math));
+  return plan;
+}
+
+class PlanCache {
+ public:
+  // The plan for x/w shapes and params on device `device`. The returned reference stays valid
+  // (plans are never evicted); its lazily chosen algorithms are only touched under the device's
+  // CudnnLease.
+  ConvPlan& get(int device, DType t, const ConvGeometry& g) {
+    ConvKey key{device,
+                static_cast<int>(t),
+                static_cast<int>(g.layout),
+                static_cast<int>(math_for(t)),
+                g.n,
+                g.c,
+                g.h,
+                g.w,
+                g.k,
+                g.r,
+                g.s,
+                g.sh,
+                g.sw,
+                g.ph,
+                g.pw,
+                g.dh,
+                g.dw,
+                g.groups};
+    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_ptr<ConvPlan>& p = plans_[key];
+    if (!p) p = make_plan(key, t, g);
+    return *p;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<ConvKey, std::unique_ptr<ConvPlan>> plans_;
+};
+
+PlanCache& plan_cache() {
+  static auto* c = new PlanCache();  // never destroyed: descriptors outlive static teardown
+  return *c;
+}
+
+// The best of cuDNN's heuristic results: succeeded, fits kMaxWorkspace, uses the plan's math
+// type and (when asked) is deterministic; relaxing determinism, then the math type, in turn.
+template <typename Perf>
+Choice pick(const std::vector<Perf>& perfs, cudnnMathType_t math, bool prefer_deterministic,
+            const char* pass, const ConvPlan& plan) {
+  const Perf* best = nullptr;
+  for (int round = 0; round < 3 && !best; ++round) {
+    for (const Perf& p : perfs) {
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace) continue;
+      if (round < 2 && p.mathType != math) continue;
+      if (round == 0 && prefer_deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
+      best = &p;
+      break;
+    }
+  }
+  STOKER_CHECK(best != nullptr, "ops::", pass, ": cuDNN has no algorithm for ", plan.what,
+               " within a ", kMaxWorkspace >> 20, " MiB workspace (", perfs.size(), " candidates)");
+  Choice c;
+  c.chosen = true;
+  c.algo = static_cast<int>(best->algo);
+  c.workspace = best->memory;
+  return c;
+}
+
+void check_call(cudnnStatus_t status, const char* pass, const char* call, const ConvPlan& plan) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  STOKER_THROW("ops::", pass, ": ", call, " failed with ", cudnnGetErrorString(status), " for ",
+               plan.what);
+}
+
+const Choice& forward_choice(ConvPlan& plan, cudnnHandle_t h) {
+  if (plan.fwd.chosen) return plan.fwd;
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+  int n = 0;
+  STOKER_CUDNN_CHECK(
+      cudnnGetConvolutionForwardAlgorithm_v7(h, plan.x.get(), plan.w, plan.conv, plan.y.get(),
+                                             static_cast<int>(perfs.size()), &n, perfs.data()));
+  perfs.resize(static_cast<size_t>(n));
+  Choice c = pick(perfs, plan.math, false, "conv2d_forward", plan);
+  size_t bytes = 0;
+  check_call(cudnnGetConvolutionForwardWorkspaceSize(
+                 h, plan.x.get(), plan.w, plan.conv, plan.y.get(),
+                 static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &bytes),
+             "conv2d_forward", "cudnnGetConvolutionForwardWorkspaceSize", plan);
+  c.workspace = std::max(c.workspace, bytes);
+  plan.fwd = c;
+  return plan.fwd;
+}
+
+const Choice& backward_data_choice(ConvPlan& plan, cudnnHandle_t h) {
+  if (plan.bwd_data.chosen) return plan.bwd_data;
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+  int n = 0;
+  STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      h, plan.w, plan.y.get(), plan.conv, plan.x.get(), static_cast<int>(perfs.size()), &n,
+      perfs.data()));
+  perfs.resize(static_cast<size_t>(n));
+  Choice c = pick(perfs, plan.math, true, "conv2d_backward_data", plan);
+  size_t bytes = 0;
+  check_call(cudnnGetConvolutionBackwardDataWorkspaceSize(
+                 h, plan.w, plan.y.get(), plan.conv, plan.x.get(),
+                 static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), &bytes),
+             "conv2d_backward_data", "cudnnGetConvolutionBackwardDataWorkspaceSize", plan);
+  c.workspace = std::max(c.workspace, bytes);
+  plan.bwd_data = c;
+  return plan.bwd_data;
+}
+
+const Choice& backward_filter_choice(ConvPlan& plan, cudnnHandle_t h) {
+  if (plan.bwd_filter.chosen) return plan.bwd_filter;
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+  int n = 0;
+  STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      h, plan.x.get(), plan.y.get(), plan.conv, plan.w, static_cast<int>(perfs.size()), &n,
+      perfs.data()));
+  perfs.resize(static_cast<size_t>(n));
+  Choice c = pick(perfs, plan.math, true, "conv2d_backward_filter", plan);
+  size_t bytes = 0;
+  check_call(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                 h, plan.x.get(), plan.y.get(), plan.conv, plan.w,
+                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), &bytes),
+             "conv2d_backward_filter", "cudnnGetConvolutionBackwardFilterWorkspaceSize", plan);
+  c.workspace = std::max(c.workspace, bytes);
+  plan.bwd_filter = c;
+  return plan.bwd_filter;
+}
+
+// Scratch memory from the stream-ordered pool, freed (stream-ordered) when it goes out of scope
+// after the call that uses it has been enqueued.
+Tensor workspace(size_t bytes, Device d) {
+  if (bytes == 0) return {};
+  return Tensor::empty({static_cast<int64_t>(bytes)}, DType::u8, d);
+}
+
+void* ptr(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
+
+}  // namespace
+
+void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  const Device d = y.device();
+  const core::DeviceScope scope(d.index);
+  const ConvGeometry g = detail::conv_geometry(x.shape(), w.shape(), p);
+  ConvPlan& plan = plan_cache().get(d.index, x.dtype(), g);
+  const CudnnLease lease(d);
+  const Choice& c = forward_choice(plan, lease.handle());
+  const Tensor ws = workspace(c.workspace, d);
+  const float alpha = 1.0f, beta = 0.0f;
+  check_call(
+      cudnnConvolutionForward(lease.handle(), &alpha, plan.x.get(), x.data(), plan.w, w.data(),
+                              plan.conv, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr(ws),
+                              c.workspace, &beta, plan.y.get(), y.data()),
+      "conv2d_forward", "cudnnConvolutionForward", plan);
+}
+
+void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
+                          const Conv2dParams& p) {
+  const Device d = dx.device();
+  const core::DeviceScope scope(d.index);
+  const ConvGeometry g = detail::conv_geometry(dx.shape(), w.shape(), p);
+  ConvPlan& plan = plan_cache().get(d.index, dx.dtype(), g);
+  const CudnnLease lease(d);
+  const Choice& c = backward_data_choice(plan, lease.handle());
+  const Tensor ws = workspace(c.workspace, d);
+  const float alpha = 1.0f, beta = 0.0f;
+  check_call(cudnnConvolutionBackwardData(lease.handle(), &alpha, plan.w, w.data(), plan.y.get(),
+                                          dy.data(), plan.conv,
+                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+                                          ptr(ws), c.workspace, &beta, plan.x.get(), dx.data()),
+             "conv2d_backward_data", "cudnnConvolutionBackwardData", plan);
+}
+
+void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
+                            const Conv2dParams& p) {
+  const Device d = dw.device();
+  const core::DeviceScope scope(d.index);
+  const ConvGeometry g = detail::conv_geometry(x.shape(), dw.shape(), p);
+  ConvPlan& plan = plan_cache().get(d.index, x.dtype(), g);
+  // cuDNN writes the filter gradient in x's dtype. An f32 gradient of half inputs is computed
+  // into a half scratch filter and added in fp32 (axpy) — the rounding autocast has too.
+  const bool direct = dw.dtype() == x.dtype();
+  const Tensor target = direct ? dw : Tensor::empty(dw.shape(), x.dtype(), d);
+  {
+    const CudnnLease lease(d);
+    const Choice& c = backward_filter_choice(plan, lease.handle());
+    const Tensor ws = workspace(c.workspace, d);
+    const float alpha = 1.0f, beta = direct ? 1.0f : 0.0f;
+    check_call(cudnnConvolutionBackwardFilter(lease.handle(), &alpha, plan.x.get(), x.data(),
+                                              plan.y.get(), dy.data(), plan.conv,
+                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
+                                              ptr(ws), c.workspace, &beta, plan.w, target.data()),
+               "conv2d_backward_filter", "cudnnConvolutionBackwardFilter", plan);
+  }
+  if (!direct) axpy(dw, 1.0f, target);
+}
+
+}  // namespace stoker::ops::cuda

@@ -1,0 +1,105 @@
+// CUDA max / average pooling through cuDNN (cudnnPoolingForward / Backward; deprecated in
+// cuDNN 9, present in every 9.x — see cudnn_util.h).
+//
+// Modes: CUDNN_POOLING_MAX_DETERMINISTIC (the backward gives each window's gradient to one
+// element, so results do not vary run to run), CUDNN_PROPAGATE_NAN (a NaN in a window is the
+// max, as in PyTorch), and CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING for average pooling —
+// PyTorch's count_include_pad=True divisor kh * kw, which equals it because windows never run
+// past the padded input (floor output size, padding <= kernel / 2; checked in src/ops/pool.cpp).
+// Average pooling's backward needs no x or y values; cuDNN still takes their descriptors, so
+// dy and dx stand in for y and x (same shapes).
+#include <cudnn.h>
+
+#include "ops/backend.h"
+#include "ops/cuda/cudnn_util.h"
+#include "ops/image.h"
+
+namespace stoker::ops::cuda {
+
+namespace {
+
+class PoolDesc {
+ public:
+  PoolDesc(cudnnPoolingMode_t mode, const Pool2dParams& p) {
+    STOKER_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d_));
+    STOKER_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
+        d_, mode, CUDNN_PROPAGATE_NAN, cudnn_int(p.kernel[0], "kernel"),
+        cudnn_int(p.kernel[1], "kernel"), cudnn_int(p.padding[0], "padding"),
+        cudnn_int(p.padding[1], "padding"), cudnn_int(p.stride[0], "stride"),
+        cudnn_int(p.stride[1], "stride")));
+  }
+  ~PoolDesc() { cudnnDestroyPoolingDescriptor(d_); }
+  PoolDesc(const PoolDesc&) = delete;
+  PoolDesc& operator=(const PoolDesc&) = delete;
+  cudnnPoolingDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnPoolingDescriptor_t d_ = nullptr;
+};
+
+// Descriptors of the input-sized and output-sized tensors of a pooling problem.
+struct PoolDescs {
+  TensorDesc in, out;
+  PoolDescs(const Shape& x, DType t, const Pool2dParams& p) {
+    const detail::PoolGeometry g = detail::pool_geometry(x, p);
+    in.set(t, p.layout, g.n, g.c, g.h, g.w);
+    out.set(t, p.layout, g.n, g.c, g.oh, g.ow);
+  }
+};
+
+void check_call(cudnnStatus_t status, const char* op, const char* call, const Tensor& x,
+                const Pool2dParams& p) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  STOKER_THROW("ops::", op, ": ", call, " failed with ", cudnnGetErrorString(status), " for ",
+               x.str(), " (", layout_name(p.layout), ", kernel ", p.kernel[0], "x", p.kernel[1],
+               ", stride ", p.stride[0], "x", p.stride[1], ", padding ", p.padding[0], "x",
+               p.padding[1], ")");
+}
+
+void forward(cudnnPoolingMode_t mode, const char* op, const Tensor& y, const Tensor& x,
+             const Pool2dParams& p) {
+  const Device d = x.device();
+  const core::DeviceScope scope(d.index);
+  const PoolDesc pool(mode, p);
+  const PoolDescs desc(x.shape(), x.dtype(), p);
+  const CudnnLease lease(d);
+  const float one = 1.0f, zero = 0.0f;
+  check_call(cudnnPoolingForward(lease.handle(), pool.get(), &one, desc.in.get(), x.data(), &zero,
+                                 desc.out.get(), y.data()),
+             op, "cudnnPoolingForward", x, p);
+}
+
+void backward(cudnnPoolingMode_t mode, const char* op, const Tensor& dx, const Tensor& dy,
+              const Tensor& x, const Tensor& y, const Pool2dParams& p) {
+  const Device d = dx.device();
+  const core::DeviceScope scope(d.index);
+  const PoolDesc pool(mode, p);
+  const PoolDescs desc(dx.shape(), dx.dtype(), p);
+  const CudnnLease lease(d);
+  const float one = 1.0f, zero = 0.0f;
+  check_call(cudnnPoolingBackward(lease.handle(), pool.get(), &one, desc.out.get(), y.data(),
+                                  desc.out.get(), dy.data(), desc.in.get(), x.data(), &zero,
+                                  desc.in.get(), dx.data()),
+             op, "cudnnPoolingBackward", dx, p);
+}
+
+}  // namespace
+
+void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p) {
+  forward(CUDNN_POOLING_MAX_DETERMINISTIC, "maxpool2d_forward", y, x, p);
+}
+
+void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& y,
+                        const Pool2dParams& p) {
+  backward(CUDNN_POOLING_MAX_DETERMINISTIC, "maxpool2d_backward", dx, dy, x, y, p);
+}
+
+void avgpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p) {
+  forward(CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, "avgpool2d_forward", y, x, p);
+}
+
+void avgpool2d_backward(const Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
+  backward(CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, "avgpool2d_backward", dx, dy, dx, dy, p);
+}
+
+}  // namespace stoker::ops::cuda

@@ -1,0 +1,56 @@
+// Public embedding_forward / embedding_backward: validation, then dispatch. Range-checking the
+// ids themselves needs their values, so it happens in the backends (the CPU throws; the GPU
+// cannot without a host sync and writes NaN rows instead, see ops/embedding.h).
+#include "stoker/ops/embedding.h"
+
+#include "ops/backend.h"
+#include "ops/validate.h"
+
+namespace stoker::ops {
+
+namespace {
+void check_ids(const char* op, const Tensor& ids) {
+  detail::check_defined(op, "ids", ids);
+  STOKER_CHECK(ids.dtype() == DType::i32 || ids.dtype() == DType::i64, "ops::", op, ": ids is ",
+               ids.str(), "; expected i32 or i64 indices");
+}
+
+void check_table(const char* op, const char* name, const Tensor& table) {
+  detail::check_defined(op, name, table);
+  STOKER_CHECK(table.dtype() == DType::f32 && table.rank() == 2, "ops::", op, ": ", name, " is ",
+               table.str(), "; expected f32[V, D] (one row per id)");
+}
+
+void check_rows(const char* op, const char* name, const Tensor& rows, const Tensor& ids,
+                const Tensor& table) {
+  detail::check_float(op, name, rows);
+  STOKER_CHECK(rows.rank() == 2 && rows.size(0) == ids.numel() && rows.size(1) == table.size(1),
+               "ops::", op, ": ", name, " is ", rows.str(), " for ids ", ids.str(), " and table ",
+               table.str(), "; expected [", ids.numel(), ", ", table.size(1),
+               "] (one row of the table per id)");
+}
+}  // namespace
+
+void embedding_forward(const Tensor& y, const Tensor& ids, const Tensor& table) {
+  const char* op = "embedding_forward";
+  check_ids(op, ids);
+  check_table(op, "table", table);
+  check_rows(op, "y", y, ids, table);
+  detail::check_backend(op, table);
+  detail::check_same_device(op, "table", table, "ids", ids);
+  detail::check_same_device(op, "table", table, "y", y);
+  if (y.numel() > 0) STOKER_DISPATCH(table.device(), embedding_forward, y, ids, table);
+}
+
+void embedding_backward(const Tensor& dtable, const Tensor& dy, const Tensor& ids) {
+  const char* op = "embedding_backward";
+  check_ids(op, ids);
+  check_table(op, "dtable", dtable);
+  check_rows(op, "dy", dy, ids, dtable);
+  detail::check_backend(op, dtable);
+  detail::check_same_device(op, "dtable", dtable, "ids", ids);
+  detail::check_same_device(op, "dtable", dtable, "dy", dy);
+  if (dy.numel() > 0) STOKER_DISPATCH(dtable.device(), embedding_backward, dtable, dy, ids);
+}
+
+}  // namespace stoker::ops

@@ -1,0 +1,111 @@
+// Public cross-entropy and MSE ops: validation, then dispatch. The forward's loss and count are
+// rank-0 f32 tensors on the inputs' device, so a training step reads nothing back to the host;
+// the backward takes `count` as that device scalar for the same reason.
+#include "stoker/ops/loss.h"
+
+#include <cmath>
+#include <limits>
+
+#include "ops/backend.h"
+#include "ops/validate.h"
+#include "stoker/ops/copy.h"
+
+namespace stoker::ops {
+
+namespace {
+void check_scalar(const char* op, const char* name, const Tensor& t, const char* ref_name,
+                  const Tensor& ref) {
+  detail::check_defined(op, name, t);
+  detail::check_same_device(op, ref_name, ref, name, t);
+  STOKER_CHECK(t.dtype() == DType::f32 && t.rank() == 0, "ops::", op, ": ", name, " is ", t.str(),
+               "; expected a rank-0 f32 scalar (Tensor::empty({}, DType::f32, device))");
+}
+
+void check_xent(const char* op, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                float label_smoothing) {
+  detail::check_float(op, "logits", logits);
+  detail::check_backend(op, logits);
+  STOKER_CHECK(logits.rank() == 2 && logits.size(1) >= 1, "ops::", op, ": logits is ", logits.str(),
+               "; expected [N, C] with at least one class");
+  const int64_t n = logits.size(0);
+  detail::check_defined(op, "target", target);
+  detail::check_same_device(op, "logits", logits, "target", target);
+  STOKER_CHECK((target.dtype() == DType::i32 || target.dtype() == DType::i64) &&
+                   target.rank() == 1 && target.size(0) == n,
+               "ops::", op, ": target is ", target.str(), " for logits ", logits.str(),
+               "; expected i32[", n, "] or i64[", n, "] class indices");
+  detail::check_defined(op, "lse", lse);
+  detail::check_same_device(op, "logits", logits, "lse", lse);
+  STOKER_CHECK(lse.dtype() == DType::f32 && lse.rank() == 1 && lse.size(0) == n, "ops::", op,
+               ": lse is ", lse.str(), " for logits ", logits.str(), "; expected f32[", n,
+               "] (one log-sum-exp per row)");
+  STOKER_CHECK(label_smoothing >= 0.0f && label_smoothing <= 1.0f, "ops::", op,
+               ": label_smoothing = ", label_smoothing, " is outside [0, 1]");
+}
+
+void check_mse(const char* op, const char* out_name, const Tensor* out, const Tensor& pred,
+               const Tensor& target) {
+  detail::check_float(op, "pred", pred);
+  detail::check_float(op, "target", target);
+  detail::check_backend(op, pred);
+  detail::check_same_device(op, "pred", pred, "target", target);
+  detail::check_same_dtype(op, "pred", pred, "target", target);
+  detail::check_same_numel(op, "pred", pred, "target", target);
+  if (out != nullptr) {
+    detail::check_float(op, out_name, *out);
+    detail::check_same_device(op, "pred", pred, out_name, *out);
+    detail::check_same_dtype(op, "pred", pred, out_name, *out);
+    detail::check_same_numel(op, "pred", pred, out_name, *out);
+  }
+}
+}  // namespace
+
+void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,
+                           const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                           float label_smoothing) {
+  const char* op = "cross_entropy_forward";
+  check_xent(op, logits, target, lse, label_smoothing);
+  check_scalar(op, "loss", loss, "logits", logits);
+  check_scalar(op, "count", count, "logits", logits);
+  if (logits.size(0) == 0) {  // mean over no rows: NaN, as PyTorch
+    fill(loss, std::numeric_limits<double>::quiet_NaN());
+    fill(count, 0.0);
+    return;
+  }
+  STOKER_DISPATCH(logits.device(), cross_entropy_forward, loss, count, lse, logits, target,
+                  ignore_index, label_smoothing);
+}
+
+void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,
+                            const Tensor& lse, const Tensor& count, int64_t ignore_index,
+                            float label_smoothing, float scale) {
+  const char* op = "cross_entropy_backward";
+  check_xent(op, logits, target, lse, label_smoothing);
+  check_scalar(op, "count", count, "logits", logits);
+  detail::check_float(op, "dlogits", dlogits);
+  detail::check_same_device(op, "logits", logits, "dlogits", dlogits);
+  detail::check_same_dtype(op, "logits", logits, "dlogits", dlogits);
+  STOKER_CHECK(dlogits.shape() == logits.shape(), "ops::", op, ": dlogits is ", dlogits.str(),
+               " but logits is ", logits.str(), "; expected the same shape");
+  if (logits.size(0) == 0) return;
+  STOKER_DISPATCH(logits.device(), cross_entropy_backward, dlogits, logits, target, lse, count,
+                  ignore_index, label_smoothing, scale);
+}
+
+void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target) {
+  const char* op = "mse_forward";
+  check_mse(op, nullptr, nullptr, pred, target);
+  check_scalar(op, "loss", loss, "pred", pred);
+  if (pred.numel() == 0) {  // mean over no elements: NaN, as PyTorch
+    fill(loss, std::numeric_limits<double>::quiet_NaN());
+    return;
+  }
+  STOKER_DISPATCH(pred.device(), mse_forward, loss, pred, target);
+}
+
+void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale) {
+  check_mse("mse_backward", "dpred", &dpred, pred, target);
+  if (pred.numel() > 0) STOKER_DISPATCH(pred.device(), mse_backward, dpred, pred, target, scale);
+}
+
+}  // namespace stoker::ops

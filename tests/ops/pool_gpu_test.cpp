@@ -1,0 +1,127 @@
+// cuDNN max / average pooling and the global-average kernels against the CPU reference on
+// fresh random inputs (distinct values, so max pooling has no ties), odd shapes, both layouts,
+// poisoned outputs. Max forward selects existing values and must match exactly.
+#include <gtest/gtest.h>
+
+#include "ops/conv_test_util.h"
+#include "stoker/ops/pool.h"
+#include "test_util.h"
+
+namespace stoker::test {
+namespace {
+
+using ops::shape4;
+
+const Device kGpu = Device::cuda(0);
+
+const PoolCase kCases[] = {
+    {.n = 3, .c = 5, .h = 7, .w = 7, .kh = 2, .kw = 2, .sh = 2, .sw = 2},
+    {.n = 3, .c = 5, .h = 13, .w = 13, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1},
+    {.n = 3, .c = 5, .h = 13, .w = 13, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1},
+    {.n = 2, .c = 3, .h = 9, .w = 6, .kh = 3, .kw = 2, .sh = 2, .sw = 1, .ph = 1, .pw = 1},
+    {.n = 2, .c = 64, .h = 56, .w = 56, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1},
+    {.n = 3, .c = 5, .h = 7, .w = 7, .kh = 5, .kw = 5, .sh = 3, .sw = 3, .ph = 2, .pw = 2},
+};
+
+::testing::AssertionResult close_to(const Tensor& gpu, const Tensor& cpu, double rtol) {
+  return all_close(gpu, cpu, rtol, rtol);
+}
+
+class PoolGpu : public ::testing::TestWithParam<std::tuple<int, Layout, DType>> {
+ protected:
+  const PoolCase& tcase() const { return kCases[std::get<0>(GetParam())]; }
+  Layout layout() const { return std::get<1>(GetParam()); }
+  DType dtype() const { return std::get<2>(GetParam()); }
+  double rtol() const {
+    return dtype() == DType::f32 ? 1e-5 : (dtype() == DType::f16 ? 2e-3 : 1e-2);
+  }
+};
+
+TEST_P(PoolGpu, MaxForwardBackwardMatchCpu) {
+  STOKER_REQUIRE_GPU();
+  const PoolCase& t = tcase();
+  const Layout l = layout();
+  const Tensor x = random_tensor(shape4(t.x_dims(), l), dtype(), 1);
+  const Tensor dy = random_tensor(shape4(t.y_dims(), l), dtype(), 2);
+  const Tensor y_cpu = poisoned(shape4(t.y_dims(), l), dtype());
+  ops::maxpool2d_forward(y_cpu, x, t.params(l));
+  const Tensor x_gpu = x.to(kGpu);
+  const Tensor y_gpu = poisoned(shape4(t.y_dims(), l), dtype(), kGpu);
+  ops::maxpool2d_forward(y_gpu, x_gpu, t.params(l));
+  EXPECT_TRUE(bit_identical(y_gpu, y_cpu)) << t.str() << " " << ops::layout_name(l);
+
+  const Tensor dx_cpu = poisoned(shape4(t.x_dims(), l), dtype());
+  ops::maxpool2d_backward(dx_cpu, dy, x, y_cpu, t.params(l));
+  const Tensor dx_gpu = poisoned(shape4(t.x_dims(), l), dtype(), kGpu);
+  ops::maxpool2d_backward(dx_gpu, dy.to(kGpu), x_gpu, y_gpu, t.params(l));
+  EXPECT_TRUE(close_to(dx_gpu, dx_cpu, rtol())) << t.str() << " " << ops::layout_name(l);
+}
+
+TEST_P(PoolGpu, AvgForwardBackwardMatchCpu) {
+  STOKER_REQUIRE_GPU();
+  const PoolCase& t = tcase();
+  const Layout l = layout();
+  const Tensor x = random_tensor(shape4(t.x_dims(), l), dtype(), 3);
+  const Tensor dy = random_tensor(shape4(t.y_dims(), l), dtype(), 4);
+  const Tensor y_cpu = poisoned(shape4(t.y_dims(), l), dtype());
+  ops::avgpool2d_forward(y_cpu, x, t.params(l));
+  const Tensor y_gpu = poisoned(shape4(t.y_dims(), l), dtype(), kGpu);
+  ops::avgpool2d_forward(y_gpu, x.to(kGpu), t.params(l));
+  EXPECT_TRUE(close_to(y_gpu, y_cpu, rtol())) << t.str() << " " << ops::layout_name(l);
+
+  const Tensor dx_cpu = poisoned(shape4(t.x_dims(), l), dtype());
+  ops::avgpool2d_backward(dx_cpu, dy, t.params(l));
+  const Tensor dx_gpu = poisoned(shape4(t.x_dims(), l), dtype(), kGpu);
+  ops::avgpool2d_backward(dx_gpu, dy.to(kGpu), t.params(l));
+  EXPECT_TRUE(close_to(dx_gpu, dx_cpu, rtol())) << t.str() << " " << ops::layout_name(l);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PoolGpu,
+    ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kCases))),
+                       ::testing::Values(Layout::nchw, Layout::nhwc),
+                       ::testing::Values(DType::f32, DType::f16, DType::bf16)));
+
+TEST(PoolGpuSemantics, MaxPropagatesNaNAndNeverSelectsPadding) {
+  STOKER_REQUIRE_GPU();
+  std::vector<float> v = random_floats(2 * 16, 5, -2.0f, -1.0f);
+  v[5] = kNaN;  // channel 0, row 1, col 1: inside all four 3x3 windows of channel 0
+  const Tensor x = Tensor::from_floats(v, {1, 2, 4, 4}).to(kGpu);
+  const Tensor y = poisoned({1, 2, 2, 2}, DType::f32, kGpu);
+  ops::maxpool2d_forward(y, x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+  const std::vector<float> out = y.to_floats();
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isnan(out[i])) << i;
+  for (size_t i = 4; i < out.size(); ++i) {
+    EXPECT_FALSE(std::isnan(out[i])) << i;
+    EXPECT_LT(out[i], -0.5f) << i;  // a padded zero would win otherwise
+  }
+}
+
+TEST(GlobalAvgPoolGpu, ForwardBackwardMatchCpu) {
+  STOKER_REQUIRE_GPU();
+  const Dims4 dims[] = {
+      {3, 5, 7, 7}, {3, 5, 13, 13}, {2, 2048, 7, 7}, {4, 3, 1, 1}, {2, 7, 112, 96}};
+  for (const Dims4& d : dims) {
+    for (const Layout l : {Layout::nchw, Layout::nhwc}) {
+      for (const DType dtype : {DType::f32, DType::bf16}) {
+        const Tensor x = random_tensor(shape4(d, l), dtype, 6);
+        const Tensor dy = random_tensor({d.n, d.c}, dtype, 7);
+        const Tensor y_cpu = poisoned({d.n, d.c}, dtype);
+        ops::global_avgpool_forward(y_cpu, x, l);
+        const Tensor y_gpu = poisoned({d.n, d.c}, dtype, kGpu);
+        ops::global_avgpool_forward(y_gpu, x.to(kGpu), l);
+        const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
+        EXPECT_TRUE(all_close(y_gpu, y_cpu, tol, tol))
+            << d.n << "x" << d.c << "x" << d.h << "x" << d.w << " " << ops::layout_name(l);
+        const Tensor dx_cpu = poisoned(shape4(d, l), dtype);
+        ops::global_avgpool_backward(dx_cpu, dy, l);
+        const Tensor dx_gpu = poisoned(shape4(d, l), dtype, kGpu);
+        ops::global_avgpool_backward(dx_gpu, dy.to(kGpu), l);
+        EXPECT_TRUE(bit_identical(dx_gpu, dx_cpu));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stoker::test
