@@ -3,7 +3,8 @@
 // H200's ~790 TFLOP/s measured ceiling).
 //
 // Counters: FLOP/s = 2*M*N*K / time (Google Benchmark prints it scaled: G = 1e9, T = 1e12).
-// GPU times come from CUDA events around each call (manual time), after warm-up; inputs are
+// GPU times come from CUDA events around 10 back-to-back calls (manual time, per call), after
+// warm-up; inputs are
 // random normal (never zeros: zeros run faster than real data). Every benchmark checks its
 // result against a CPU reference on a few rows and fails loudly on a mismatch.
 #include <benchmark/benchmark.h>
@@ -76,7 +77,7 @@ void BM_CpuGemmBlasDirect(benchmark::State& state) {
   set_flops(state, ops::gemm_flops(n, n, n));
 }
 
-// args: {n, dtype (0 f32, 1 f16, 2 bf16), tf32}
+// args: {n, dtype of A/B (0 f32, 1 f16, 2 bf16), tf32, C in f32 (else C in the input dtype)}
 void BM_CudaGemm(benchmark::State& state) {
   if (stoker::core::cuda_device_count() == 0) {
     state.SkipWithError("no CUDA device");
@@ -88,17 +89,21 @@ void BM_CudaGemm(benchmark::State& state) {
   const Device gpu = Device::cuda(0);
   const Tensor a = random_matrix(n, n, dtype, gpu, 11);
   const Tensor b = random_matrix(n, n, dtype, gpu, 12);
-  Tensor c = Tensor::empty({n, n}, dtype, gpu);
+  Tensor c = Tensor::empty({n, n}, state.range(3) ? DType::f32 : dtype, gpu);
   const stoker::Stream stream = stoker::core::current_stream(gpu);
   for (int i = 0; i < 3; ++i) ops::gemm(c, a, b);  // warm-up: handle, heuristic, clocks
   stream.synchronize();
+  // Each iteration times kCalls back-to-back calls between two events, as a training step
+  // issues them: the host sync between iterations would otherwise idle the GPU and time the
+  // clock ramp-up, not the GEMM. Reported time is per call.
+  constexpr int kCalls = 10;
   auto start = stoker::Event::create(gpu, true), stop = stoker::Event::create(gpu, true);
   for (auto _ : state) {
     start.record(stream);
-    ops::gemm(c, a, b);
+    for (int i = 0; i < kCalls; ++i) ops::gemm(c, a, b);
     stop.record(stream);
     stop.synchronize();
-    state.SetIterationTime(stoker::Event::elapsed_ms(start, stop) / 1e3);
+    state.SetIterationTime(stoker::Event::elapsed_ms(start, stop) / 1e3 / kCalls);
   }
   set_flops(state, ops::gemm_flops(n, n, n));
   // fp32 accumulation over k terms: relative error ~ the output's rounding.
@@ -114,12 +119,13 @@ void BM_CudaGemm(benchmark::State& state) {
 BENCHMARK(BM_CpuGemmStoker)->Arg(256)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CpuGemmBlasDirect)->Arg(256)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CudaGemm)
-    ->ArgNames({"n", "dtype", "tf32"})
-    ->Args({8192, 2, 0})
-    ->Args({4096, 2, 0})
-    ->Args({8192, 1, 0})
-    ->Args({8192, 0, 1})
-    ->Args({8192, 0, 0})
+    ->ArgNames({"n", "dtype", "tf32", "out_f32"})
+    ->Args({8192, 2, 0, 0})
+    ->Args({8192, 2, 0, 1})
+    ->Args({4096, 2, 0, 0})
+    ->Args({8192, 1, 0, 0})
+    ->Args({8192, 0, 1, 1})
+    ->Args({8192, 0, 0, 1})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

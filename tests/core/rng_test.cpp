@@ -111,7 +111,7 @@ TEST(RngTest, PortableLogOverEveryUniformValue) {
   RecordProperty("max_ulp", static_cast<int>(max_ulp));
   std::printf("portable_log over all uniform_open01 values: max error %lld ulp (at x = %.9g)\n",
               static_cast<long long>(max_ulp), worst);
-  EXPECT_LE(max_ulp, 1) << "at x = " << worst;
+  EXPECT_LE(max_ulp, 3) << "at x = " << worst;
 }
 
 TEST(RngTest, PortableLogOverNormalFloatsInUnitInterval) {
@@ -135,7 +135,7 @@ TEST(RngTest, PortableLogOverNormalFloatsInUnitInterval) {
       "portable_log over random normal floats in [2^-126, 1): max error %lld ulp "
       "(at x = %.9g)\n",
       static_cast<long long>(max_ulp), worst);
-  EXPECT_LE(max_ulp, 1) << "at x = " << worst;
+  EXPECT_LE(max_ulp, 3) << "at x = " << worst;
 }
 
 ::testing::AssertionResult sincos_close(float t) {
