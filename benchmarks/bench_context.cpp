@@ -15,7 +15,8 @@ std::string add_context() {
   add("cpu", core::describe_device(Device::cpu()));
   const int gpus = core::cuda_device_count();
   add("gpus", std::to_string(gpus));
-  for (int i = 0; i < gpus; ++i) add("cuda:" + std::to_string(i), core::describe_device(Device::cuda(i)));
+  for (int i = 0; i < gpus; ++i)
+    add("cuda:" + std::to_string(i), core::describe_device(Device::cuda(i)));
   for (const auto& lib : core::library_versions()) add(lib.name, lib.version);
   return text;
 }

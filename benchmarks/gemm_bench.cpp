@@ -48,8 +48,8 @@ double check_rows(const Tensor& c, const Tensor& a, const Tensor& b, int64_t che
 }
 
 void set_flops(benchmark::State& state, double flops_per_iter) {
-  state.counters["FLOP/s"] = benchmark::Counter(flops_per_iter * state.iterations(),
-                                                benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(flops_per_iter * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 void BM_CpuGemmStoker(benchmark::State& state) {
@@ -84,7 +84,9 @@ void BM_CudaGemm(benchmark::State& state) {
     return;
   }
   const int64_t n = state.range(0);
-  const DType dtype = state.range(1) == 0 ? DType::f32 : state.range(1) == 1 ? DType::f16 : DType::bf16;
+  const DType dtype = state.range(1) == 0   ? DType::f32
+                      : state.range(1) == 1 ? DType::f16
+                                            : DType::bf16;
   ops::set_allow_tf32(state.range(2) != 0);
   const Device gpu = Device::cuda(0);
   const Tensor a = random_matrix(n, n, dtype, gpu, 11);
@@ -116,8 +118,18 @@ void BM_CudaGemm(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_CpuGemmStoker)->Arg(256)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_CpuGemmBlasDirect)->Arg(256)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CpuGemmStoker)
+    ->Arg(256)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CpuGemmBlasDirect)
+    ->Arg(256)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CudaGemm)
     ->ArgNames({"n", "dtype", "tf32", "out_f32"})
     ->Args({8192, 2, 0, 0})

@@ -19,7 +19,8 @@ using stoker::Tensor;
 
 int main(int argc, char** argv) {
   try {
-    const Device device = argc > 1 ? stoker::core::parse_device(argv[1]) : stoker::core::best_device();
+    const Device device =
+        argc > 1 ? stoker::core::parse_device(argv[1]) : stoker::core::best_device();
     std::printf("stoker %s demo\n\n", stoker::core::version());
     for (const auto& lib : stoker::core::library_versions())
       std::printf("  %-24s %s\n", lib.name.c_str(), lib.version.c_str());

@@ -45,3 +45,4 @@
 #include "stoker/optim/schedule.h"
 #include "stoker/train/safetensors.h"
 #include "stoker/train/trainer.h"
+#include "stoker/train/weights.h"

@@ -55,7 +55,8 @@ void* host_alloc(size_t bytes) {
   if (!p) {
     throw OutOfMemoryError(detail::str("host allocation of ", format_bytes(bytes), " failed (",
                                        format_memory_stats(Device::cpu()), ")"),
-                           detail::where(__FILE__, __LINE__), "free host memory or lower the batch size", bytes);
+                           detail::where(__FILE__, __LINE__),
+                           "free host memory or lower the batch size", bytes);
   }
   return p;
 }
@@ -88,12 +89,12 @@ class PinnedCache {
       const cudaError_t e = cudaHostAlloc(&p, size_class, cudaHostAllocPortable);
       if (e != cudaSuccess) {
         cudaGetLastError();
-        throw OutOfMemoryError(
-            detail::str("pinned host allocation of ", format_bytes(size_class),
-                        " failed: ", cudaGetErrorString(e), " (pinned ",
-                        format_bytes(g_pinned.current.load()), " in use, ",
-                        format_bytes(g_pinned.reserved.load()), " reserved)"),
-            detail::where(__FILE__, __LINE__), "lower prefetch depth or batch size; check `ulimit -l`", size_class);
+        throw OutOfMemoryError(detail::str("pinned host allocation of ", format_bytes(size_class),
+                                           " failed: ", cudaGetErrorString(e), " (pinned ",
+                                           format_bytes(g_pinned.current.load()), " in use, ",
+                                           format_bytes(g_pinned.reserved.load()), " reserved)"),
+                               detail::where(__FILE__, __LINE__),
+                               "lower prefetch depth or batch size; check `ulimit -l`", size_class);
       }
       g_pinned.reserved.fetch_add(size_class);
       return p;
@@ -145,10 +146,14 @@ size_t pool_reserved(int device) {
 std::string format_bytes(size_t bytes) {
   char buf[64];
   const double b = static_cast<double>(bytes);
-  if (bytes < 1024) std::snprintf(buf, sizeof buf, "%zu B", bytes);
-  else if (b < 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024);
-  else if (b < 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  if (bytes < 1024)
+    std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  else if (b < 1024.0 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024);
+  else if (b < 1024.0 * 1024 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024 * 1024));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
   return buf;
 }
 
@@ -200,9 +205,8 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, bool pin
   STOKER_CHECK(!pinned, "Storage::allocate: pinned memory is host memory; pass Device::cpu()");
 #if STOKER_WITH_CUDA
   STOKER_CHECK_HINT(device.index >= 0 && device.index < cuda_device_count(),
-                    "use best_device() or check CUDA_VISIBLE_DEVICES",
-                    "cannot allocate on ", device.str(), ": ", cuda_device_count(),
-                    " CUDA devices visible");
+                    "use best_device() or check CUDA_VISIBLE_DEVICES", "cannot allocate on ",
+                    device.str(), ": ", cuda_device_count(), " CUDA devices visible");
   configure_pool(device.index);
   DeviceScope scope(device.index);
   cudaStream_t stream = cuda_stream(device);
@@ -222,7 +226,8 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, bool pin
   g_device[device.index].add(bytes);
   return s;
 #else
-  STOKER_THROW("cannot allocate on ", device.str(), ": stoker was built without CUDA "
+  STOKER_THROW("cannot allocate on ", device.str(),
+               ": stoker was built without CUDA "
                "(reconfigure with -DSTOKER_WITH_CUDA=ON)");
 #endif
 }

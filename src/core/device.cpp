@@ -24,17 +24,12 @@ Device parse_device(std::string_view name) {
   if (name == "cpu") return Device::cpu();
   if (name == "cuda" || name == "gpu") return Device::cuda(0);
   if (name.starts_with("cuda:")) {
-    const std::string idx(name.substr(5));
-    size_t used = 0;
-    int i = -1;
-    try {
-      i = std::stoi(idx, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    STOKER_CHECK(used == idx.size() && i >= 0, "unknown device '", name,
-                 "': expected cpu, cuda or cuda:N");
-    return Device::cuda(i);
+    const std::string_view idx = name.substr(5);
+    // Digits only: "cuda: 1" or "cuda:+1" are typos, not devices.
+    const bool digits = !idx.empty() && idx.size() <= 4 &&
+                        idx.find_first_not_of("0123456789") == std::string_view::npos;
+    STOKER_CHECK(digits, "unknown device '", name, "': expected cpu, cuda or cuda:N");
+    return Device::cuda(std::stoi(std::string(idx)));
   }
   STOKER_THROW("unknown device '", name, "': expected cpu, cuda or cuda:N");
 }

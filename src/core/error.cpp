@@ -70,8 +70,9 @@ void check_cuda(int status, const char* expr, const char* file, int line) {
   if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
     hint = "no usable GPU/driver: check nvidia-smi, or run on the CPU (Device::cpu())";
   else if (err == cudaErrorNoKernelImageForDevice)
-    hint = "this GPU's architecture was not compiled in: reconfigure with "
-           "-DCMAKE_CUDA_ARCHITECTURES=<your sm> (e.g. 80 for A100, 90 for H100/H200)";
+    hint =
+        "this GPU's architecture was not compiled in: reconfigure with "
+        "-DCMAKE_CUDA_ARCHITECTURES=<your sm> (e.g. 80 for A100, 90 for H100/H200)";
   else if (err == cudaErrorMemoryAllocation)
     hint = "out of GPU memory: lower the batch size or enable activation checkpointing";
   library_error("CUDA", expr, status, cudaGetErrorString(err), file, line, hint);

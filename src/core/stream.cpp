@@ -143,9 +143,11 @@ Event Event::create(Device device, bool timing) {
   check_cuda_device(device, "Event::create");
   DeviceScope scope(device.index);
   cudaEvent_t ev = nullptr;
-  STOKER_CUDA_CHECK(cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming));
+  STOKER_CUDA_CHECK(
+      cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming));
   e.handle_ = ev;
-  e.owner_ = std::shared_ptr<void>(ev, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+  e.owner_ =
+      std::shared_ptr<void>(ev, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
 #else
   STOKER_THROW("Event::create(", device.str(), "): stoker was built without CUDA");
 #endif
@@ -155,8 +157,8 @@ Event Event::create(Device device, bool timing) {
 void Event::record(const Stream& s) {
   if (!handle_) return;
 #if STOKER_WITH_CUDA
-  STOKER_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(handle_),
-                                    static_cast<cudaStream_t>(s.handle())));
+  STOKER_CUDA_CHECK(
+      cudaEventRecord(static_cast<cudaEvent_t>(handle_), static_cast<cudaStream_t>(s.handle())));
 #endif
 }
 

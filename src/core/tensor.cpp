@@ -17,29 +17,38 @@ float element_to_float(const void* p, int64_t i) {
 
 float host_element(const void* p, DType t, int64_t i) {
   switch (t) {
-    case DType::f32: return element_to_float<float>(p, i);
-    case DType::f16: return element_to_float<Half>(p, i);
-    case DType::bf16: return element_to_float<BFloat16>(p, i);
-    case DType::i32: return element_to_float<int32_t>(p, i);
-    case DType::i64: return element_to_float<int64_t>(p, i);
-    case DType::u8: return element_to_float<uint8_t>(p, i);
+    case DType::f32:
+      return element_to_float<float>(p, i);
+    case DType::f16:
+      return element_to_float<Half>(p, i);
+    case DType::bf16:
+      return element_to_float<BFloat16>(p, i);
+    case DType::i32:
+      return element_to_float<int32_t>(p, i);
+    case DType::i64:
+      return element_to_float<int64_t>(p, i);
+    case DType::u8:
+      return element_to_float<uint8_t>(p, i);
   }
   return 0.0f;
 }
 
 double host_element_exact(const void* p, DType t) {
   switch (t) {
-    case DType::i32: return static_cast<const int32_t*>(p)[0];
-    case DType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[0]);
-    default: return host_element(p, t, 0);
+    case DType::i32:
+      return static_cast<const int32_t*>(p)[0];
+    case DType::i64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[0]);
+    default:
+      return host_element(p, t, 0);
   }
 }
 
 #if STOKER_WITH_CUDA
 void keep_alive_until_stream_passes(cudaStream_t stream, std::shared_ptr<Storage> a,
                                     std::shared_ptr<Storage> b) {
-  auto* held = new std::pair<std::shared_ptr<Storage>, std::shared_ptr<Storage>>(std::move(a),
-                                                                                  std::move(b));
+  auto* held =
+      new std::pair<std::shared_ptr<Storage>, std::shared_ptr<Storage>>(std::move(a), std::move(b));
   STOKER_CUDA_CHECK(cudaLaunchHostFunc(
       stream,
       [](void* p) {
@@ -87,20 +96,32 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape, DType dtype,
                            Device device) {
-  STOKER_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "Tensor::from_floats: ",
-               values.size(), " values given for shape ", shape, " (", shape.numel(),
-               " elements)");
+  STOKER_CHECK(static_cast<int64_t>(values.size()) == shape.numel(),
+               "Tensor::from_floats: ", values.size(), " values given for shape ", shape, " (",
+               shape.numel(), " elements)");
   Tensor host = empty(shape, dtype, Device::cpu());
   void* p = host.data();
   for (size_t i = 0; i < values.size(); ++i) {
     const float v = values[i];
     switch (dtype) {
-      case DType::f32: static_cast<float*>(p)[i] = v; break;
-      case DType::f16: static_cast<Half*>(p)[i] = Half(v); break;
-      case DType::bf16: static_cast<BFloat16*>(p)[i] = BFloat16(v); break;
-      case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-      case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-      case DType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+      case DType::f32:
+        static_cast<float*>(p)[i] = v;
+        break;
+      case DType::f16:
+        static_cast<Half*>(p)[i] = Half(v);
+        break;
+      case DType::bf16:
+        static_cast<BFloat16*>(p)[i] = BFloat16(v);
+        break;
+      case DType::i32:
+        static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+        break;
+      case DType::i64:
+        static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+        break;
+      case DType::u8:
+        static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+        break;
     }
   }
   return device.is_cpu() ? host : host.to(device);
@@ -108,9 +129,9 @@ Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape,
 
 template <typename T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
-  STOKER_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "Tensor::from_vector: ",
-               values.size(), " values given for shape ", shape, " (", shape.numel(),
-               " elements)");
+  STOKER_CHECK(static_cast<int64_t>(values.size()) == shape.numel(),
+               "Tensor::from_vector: ", values.size(), " values given for shape ", shape, " (",
+               shape.numel(), " elements)");
   Tensor host = empty(shape, dtype_of<T>(), Device::cpu());
   if (!values.empty()) std::memcpy(host.data(), values.data(), values.size() * sizeof(T));
   return device.is_cpu() ? host : host.to(device);
@@ -130,8 +151,7 @@ void* Tensor::data() const {
 }
 
 Tensor Tensor::slice(int64_t begin, int64_t end) const {
-  STOKER_CHECK(defined() && rank() >= 1, "Tensor::slice needs a tensor of rank >= 1, got ",
-               str());
+  STOKER_CHECK(defined() && rank() >= 1, "Tensor::slice needs a tensor of rank >= 1, got ", str());
   STOKER_CHECK(0 <= begin && begin <= end && end <= shape_[0], "Tensor::slice(", begin, ", ", end,
                ") out of range for ", str(), ": need 0 <= begin <= end <= ", shape_[0]);
   Tensor t = *this;
@@ -200,8 +220,8 @@ std::vector<T> Tensor::to_vector() const {
   return out;
 }
 
-#define STOKER_INSTANTIATE(T)                                                              \
-  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, Device);     \
+#define STOKER_INSTANTIATE(T)                                                          \
+  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, Device); \
   template std::vector<T> Tensor::to_vector<T>() const;
 STOKER_INSTANTIATE(float)
 STOKER_INSTANTIATE(Half)
@@ -250,8 +270,7 @@ void copy_bytes(const Tensor& dst, const Tensor& src) {
     keep_alive_until_stream_passes(stream, dst.storage(), src.storage());
   }
 #else
-  STOKER_THROW("copy between ", src.str(), " and ", dst.str(),
-               ": stoker was built without CUDA");
+  STOKER_THROW("copy between ", src.str(), " and ", dst.str(), ": stoker was built without CUDA");
 #endif
 }
 

@@ -31,7 +31,8 @@ std::vector<LibraryVersion> library_versions() {
   auto dotted = [](int v, int major_div, int minor_div) {
     return detail::str(v / major_div, ".", (v % major_div) / minor_div);
   };
-  if (cudaRuntimeGetVersion(&v) == cudaSuccess) out.push_back({"CUDA runtime", dotted(v, 1000, 10)});
+  if (cudaRuntimeGetVersion(&v) == cudaSuccess)
+    out.push_back({"CUDA runtime", dotted(v, 1000, 10)});
   if (cudaDriverGetVersion(&v) == cudaSuccess && v > 0)
     out.push_back({"CUDA driver (max CUDA)", dotted(v, 1000, 10)});
   else

@@ -76,8 +76,10 @@ bool TensorBatches::next(Batch& batch) {
 
 void TensorBatches::restore(int64_t epoch, int64_t batch_index) {
   start_epoch(epoch);
-  STOKER_CHECK(batch_index >= 0 && batch_index <= batches_per_epoch(), "TensorBatches::restore: "
-               "batch ", batch_index, " outside epoch of ", batches_per_epoch(), " batches");
+  STOKER_CHECK(batch_index >= 0 && batch_index <= batches_per_epoch(),
+               "TensorBatches::restore: "
+               "batch ",
+               batch_index, " outside epoch of ", batches_per_epoch(), " batches");
   batch_ = batch_index;
 }
 

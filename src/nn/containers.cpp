@@ -45,8 +45,8 @@ void Sequential::visit_buffers(const std::string& prefix,
     children_[i]->visit_buffers(join(prefix, std::to_string(i)), fn);
 }
 
-void Sequential::visit_generators(
-    const std::string& prefix, const std::function<void(const std::string&, Generator&)>& fn) {
+void Sequential::visit_generators(const std::string& prefix,
+                                  const std::function<void(const std::string&, Generator&)>& fn) {
   for (size_t i = 0; i < children_.size(); ++i)
     children_[i]->visit_generators(join(prefix, std::to_string(i)), fn);
 }
@@ -101,8 +101,8 @@ void Residual::visit_buffers(const std::string& prefix,
   body_->visit_buffers(join(prefix, "body"), fn);
 }
 
-void Residual::visit_generators(
-    const std::string& prefix, const std::function<void(const std::string&, Generator&)>& fn) {
+void Residual::visit_generators(const std::string& prefix,
+                                const std::function<void(const std::string&, Generator&)>& fn) {
   body_->visit_generators(join(prefix, "body"), fn);
 }
 

@@ -28,8 +28,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
 
 Tensor Linear::forward(const Tensor& x) {
   STOKER_CHECK(x.defined() && x.rank() >= 1 && x.size(-1) == in_, describe(), ": input ",
-               x.defined() ? x.str() : std::string("undefined"), " must end in ", in_,
-               " features");
+               x.defined() ? x.str() : std::string("undefined"), " must end in ", in_, " features");
   STOKER_CHECK(x.device() == device_, describe(), " is on ", device_.str(), " but its input is ",
                x.str(), "; move the model with .to(device) or the batch with Tensor::to");
   x_shape_ = x.shape();

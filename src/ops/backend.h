@@ -18,43 +18,42 @@
 
 namespace stoker::ops {
 
-#define STOKER_OPS_BACKEND_DECLS                                                               \
-  void fill(const Tensor& out, double value);                                                  \
-  void cast(const Tensor& dst, const Tensor& src); /* float dtypes; also same-dtype copy */    \
-  void add(const Tensor& out, const Tensor& a, const Tensor& b);                               \
-  void mul(const Tensor& out, const Tensor& a, const Tensor& b);                               \
-  void axpy(const Tensor& y, float alpha, const Tensor& x);                                    \
-  void scale(const Tensor& x, float alpha);                                                    \
-  /* out: rank-0 f32 tensor on the same device */                                              \
-  void reduce(std::span<const Tensor> xs, Reduction r, const Tensor& out);                     \
-  void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o);          \
-  void random_uniform(const Tensor& out, float lo, float hi, uint64_t seed, uint64_t offset);  \
-  void random_normal(const Tensor& out, float mean, float std, uint64_t seed, uint64_t offset); \
-  /* nn ops (ops/activation.h, linear.h, layernorm.h, embedding.h, loss.h) */                  \
-  void relu_forward(const Tensor& y, const Tensor& x);                                         \
-  void relu_backward(const Tensor& dx, const Tensor& dy, const Tensor& y);                     \
-  void gelu_forward(const Tensor& y, const Tensor& x);                                         \
-  void gelu_backward(const Tensor& dx, const Tensor& dy, const Tensor& x);                     \
-  void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed,               \
-                       uint64_t offset);                                                       \
-  void dropout_backward(const Tensor& dx, const Tensor& dy, float p, uint64_t seed,            \
-                        uint64_t offset);                                                      \
-  void add_bias(const Tensor& y, const Tensor& bias);                                          \
-  void bias_grad(const Tensor& dbias, const Tensor& dy);                                       \
-  void layernorm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd,              \
-                         const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps); \
-  void layernorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,         \
-                          const Tensor& dy, const Tensor& x, const Tensor& mean,               \
-                          const Tensor& rstd, const Tensor& gamma);                            \
-  void embedding_forward(const Tensor& y, const Tensor& ids, const Tensor& table);             \
-  void embedding_backward(const Tensor& dtable, const Tensor& dy, const Tensor& ids);          \
-  void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,       \
-                             const Tensor& logits, const Tensor& target, int64_t ignore_index, \
-                             float label_smoothing);                                           \
-  void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits,                     \
-                              const Tensor& target, const Tensor& lse, const Tensor& count,    \
-                              int64_t ignore_index, float label_smoothing, float scale);       \
-  void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target);              \
+#define STOKER_OPS_BACKEND_DECLS                                                                   \
+  void fill(const Tensor& out, double value);                                                      \
+  void cast(const Tensor& dst, const Tensor& src); /* float dtypes; also same-dtype copy */        \
+  void add(const Tensor& out, const Tensor& a, const Tensor& b);                                   \
+  void mul(const Tensor& out, const Tensor& a, const Tensor& b);                                   \
+  void axpy(const Tensor& y, float alpha, const Tensor& x);                                        \
+  void scale(const Tensor& x, float alpha);                                                        \
+  /* out: rank-0 f32 tensor on the same device */                                                  \
+  void reduce(std::span<const Tensor> xs, Reduction r, const Tensor& out);                         \
+  void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o);              \
+  void random_uniform(const Tensor& out, float lo, float hi, uint64_t seed, uint64_t offset);      \
+  void random_normal(const Tensor& out, float mean, float std, uint64_t seed, uint64_t offset);    \
+  /* nn ops (ops/activation.h, linear.h, layernorm.h, embedding.h, loss.h) */                      \
+  void relu_forward(const Tensor& y, const Tensor& x);                                             \
+  void relu_backward(const Tensor& dx, const Tensor& dy, const Tensor& y);                         \
+  void gelu_forward(const Tensor& y, const Tensor& x);                                             \
+  void gelu_backward(const Tensor& dx, const Tensor& dy, const Tensor& x);                         \
+  void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, uint64_t offset); \
+  void dropout_backward(const Tensor& dx, const Tensor& dy, float p, uint64_t seed,                \
+                        uint64_t offset);                                                          \
+  void add_bias(const Tensor& y, const Tensor& bias);                                              \
+  void bias_grad(const Tensor& dbias, const Tensor& dy);                                           \
+  void layernorm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, \
+                         const Tensor& gamma, const Tensor& beta, float eps);                      \
+  void layernorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,             \
+                          const Tensor& dy, const Tensor& x, const Tensor& mean,                   \
+                          const Tensor& rstd, const Tensor& gamma);                                \
+  void embedding_forward(const Tensor& y, const Tensor& ids, const Tensor& table);                 \
+  void embedding_backward(const Tensor& dtable, const Tensor& dy, const Tensor& ids);              \
+  void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,           \
+                             const Tensor& logits, const Tensor& target, int64_t ignore_index,     \
+                             float label_smoothing);                                               \
+  void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,   \
+                              const Tensor& lse, const Tensor& count, int64_t ignore_index,        \
+                              float label_smoothing, float scale);                                 \
+  void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target);                  \
   void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale);
 
 namespace cpu {
@@ -69,34 +68,32 @@ STOKER_OPS_BACKEND_DECLS
 
 // Image ops (layout.h, conv.h, batchnorm.h, pool.h). CUDA: cuDNN (src/ops/cuda/*_cudnn.cpp) and
 // kernels/channel.cu; see the public headers for the contracts.
-#define STOKER_OPS_IMAGE_BACKEND_DECLS                                                         \
-  void convert_layout(const Tensor& dst, const Tensor& src, Layout from, Layout to);          \
-  void add_channel_bias(const Tensor& y, const Tensor& bias, Layout layout);                  \
-  void channel_bias_grad(const Tensor& dbias, const Tensor& dy, Layout layout);               \
-  void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w,                      \
-                      const Conv2dParams& p);                                                 \
-  void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,              \
-                            const Conv2dParams& p);                                           \
-  void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,            \
-                              const Conv2dParams& p);                                         \
-  void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean,                      \
-                               const Tensor& save_invstd, const Tensor& running_mean,         \
-                               const Tensor& running_var, const Tensor& x,                    \
-                               const Tensor& gamma, const Tensor& beta,                       \
-                               const BatchNormParams& p);                                     \
-  void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,          \
-                              const Tensor& beta, const Tensor& running_mean,                 \
-                              const Tensor& running_var, const BatchNormParams& p);           \
-  void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,        \
-                          const Tensor& dy, const Tensor& x, const Tensor& gamma,             \
-                          const Tensor& save_mean, const Tensor& save_invstd,                 \
-                          const BatchNormParams& p);                                          \
-  void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);            \
-  void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x,                \
-                          const Tensor& y, const Pool2dParams& p);                            \
-  void avgpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);            \
-  void avgpool2d_backward(const Tensor& dx, const Tensor& dy, const Pool2dParams& p);         \
-  void global_avgpool_forward(const Tensor& y, const Tensor& x, Layout layout);               \
+#define STOKER_OPS_IMAGE_BACKEND_DECLS                                                           \
+  void convert_layout(const Tensor& dst, const Tensor& src, Layout from, Layout to);             \
+  void add_channel_bias(const Tensor& y, const Tensor& bias, Layout layout);                     \
+  void channel_bias_grad(const Tensor& dbias, const Tensor& dy, Layout layout);                  \
+  void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p); \
+  void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,                 \
+                            const Conv2dParams& p);                                              \
+  void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,               \
+                              const Conv2dParams& p);                                            \
+  void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean,                         \
+                               const Tensor& save_invstd, const Tensor& running_mean,            \
+                               const Tensor& running_var, const Tensor& x, const Tensor& gamma,  \
+                               const Tensor& beta, const BatchNormParams& p);                    \
+  void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,             \
+                              const Tensor& beta, const Tensor& running_mean,                    \
+                              const Tensor& running_var, const BatchNormParams& p);              \
+  void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,           \
+                          const Tensor& dy, const Tensor& x, const Tensor& gamma,                \
+                          const Tensor& save_mean, const Tensor& save_invstd,                    \
+                          const BatchNormParams& p);                                             \
+  void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);               \
+  void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& y,  \
+                          const Pool2dParams& p);                                                \
+  void avgpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);               \
+  void avgpool2d_backward(const Tensor& dx, const Tensor& dy, const Pool2dParams& p);            \
+  void global_avgpool_forward(const Tensor& y, const Tensor& x, Layout layout);                  \
   void global_avgpool_backward(const Tensor& dx, const Tensor& dy, Layout layout);
 
 namespace cpu {

@@ -29,20 +29,21 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
   detail::check_same_device("gemm", "c", c, "b", b);
   detail::check_same_dtype("gemm", "a", a, "b", b);
   STOKER_CHECK(a.rank() == 2 && b.rank() == 2 && c.rank() == 2,
-               "ops::gemm: needs rank-2 tensors, got a ", a.str(), ", b ", b.str(), ", c ",
-               c.str(), " (reshape batched inputs to 2-D first)");
-  STOKER_CHECK(c.dtype() == DType::f32 || c.dtype() == a.dtype(), "ops::gemm: c is ", c.str(),
-               " but a/b are ", dtype_name(a.dtype()), "; expected c in f32",
-               a.dtype() == DType::f32 ? "" : std::string(" or ") + std::string(dtype_name(a.dtype())));
+               "ops::gemm: needs rank-2 tensors, got a ", a.str(), ", b ", b.str(), ", c ", c.str(),
+               " (reshape batched inputs to 2-D first)");
+  STOKER_CHECK(
+      c.dtype() == DType::f32 || c.dtype() == a.dtype(), "ops::gemm: c is ", c.str(),
+      " but a/b are ", dtype_name(a.dtype()), "; expected c in f32",
+      a.dtype() == DType::f32 ? "" : std::string(" or ") + std::string(dtype_name(a.dtype())));
   const int64_t m = o.trans_a ? a.size(1) : a.size(0);
   const int64_t k = o.trans_a ? a.size(0) : a.size(1);
   const int64_t kb = o.trans_b ? b.size(1) : b.size(0);
   const int64_t n = o.trans_b ? b.size(0) : b.size(1);
-  STOKER_CHECK(k == kb, "ops::gemm: inner dimensions differ: op(a) is [", m, ", ", k,
-               "] (a ", a.str(), o.trans_a ? ", transposed" : "", ") but op(b) is [", kb, ", ",
-               n, "] (b ", b.str(), o.trans_b ? ", transposed" : "", ")");
-  STOKER_CHECK(c.size(0) == m && c.size(1) == n, "ops::gemm: c is ", c.str(), "; expected [",
-               m, ", ", n, "] for op(a) [", m, ", ", k, "] x op(b) [", k, ", ", n, "]");
+  STOKER_CHECK(k == kb, "ops::gemm: inner dimensions differ: op(a) is [", m, ", ", k, "] (a ",
+               a.str(), o.trans_a ? ", transposed" : "", ") but op(b) is [", kb, ", ", n, "] (b ",
+               b.str(), o.trans_b ? ", transposed" : "", ")");
+  STOKER_CHECK(c.size(0) == m && c.size(1) == n, "ops::gemm: c is ", c.str(), "; expected [", m,
+               ", ", n, "] for op(a) [", m, ", ", k, "] x op(b) [", k, ", ", n, "]");
   if (m == 0 || n == 0) return;
   if (k == 0) {  // op(a) op(b) is all zeros: C = beta * C, and beta = 0 must not read C
     if (o.beta == 0.0f) return fill(c, 0.0);

@@ -28,27 +28,33 @@ void check_found_inf(const char* op, const Tensor& found_inf, std::span<const Te
   if (!found_inf.defined()) return;
   STOKER_CHECK(found_inf.dtype() == DType::f32 && found_inf.numel() == 1 &&
                    (params.empty() || found_inf.device() == params[0].device()),
-               "ops::", op, ": found_inf must be a one-element f32 tensor on the parameters' "
-               "device, got ", found_inf.str());
+               "ops::", op,
+               ": found_inf must be a one-element f32 tensor on the parameters' "
+               "device, got ",
+               found_inf.str());
 }
 }  // namespace
 
 void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
-              std::span<const Tensor> momentum_bufs, const SgdHyper& h,
-              const Tensor& found_inf) {
+              std::span<const Tensor> momentum_bufs, const SgdHyper& h, const Tensor& found_inf) {
   check_list("sgd_step", "params", params, params);
   check_list("sgd_step", "grads", grads, params);
   if (h.momentum != 0.0f) check_list("sgd_step", "momentum_bufs", momentum_bufs, params);
   check_found_inf("sgd_step", found_inf, params);
-  STOKER_CHECK(h.lr >= 0.0f && h.momentum >= 0.0f && h.weight_decay >= 0.0f,
-               "ops::sgd_step: lr ", h.lr, ", momentum ", h.momentum, ", weight_decay ",
-               h.weight_decay, " must be non-negative");
+  STOKER_CHECK(h.lr >= 0.0f && h.momentum >= 0.0f && h.weight_decay >= 0.0f, "ops::sgd_step: lr ",
+               h.lr, ", momentum ", h.momentum, ", weight_decay ", h.weight_decay,
+               " must be non-negative");
   STOKER_CHECK(!h.nesterov || (h.momentum > 0.0f && h.dampening == 0.0f),
                "ops::sgd_step: Nesterov momentum requires momentum > 0 and dampening = 0");
   if (params.empty()) return;
   detail::check_backend("sgd_step", params[0]);
-  const detail::SgdConsts c{h.lr, h.momentum, static_cast<float>(1.0 - h.dampening),
-                            h.weight_decay, h.nesterov, h.first_step, h.momentum != 0.0f};
+  const detail::SgdConsts c{h.lr,
+                            h.momentum,
+                            static_cast<float>(1.0 - h.dampening),
+                            h.weight_decay,
+                            h.nesterov,
+                            h.first_step,
+                            h.momentum != 0.0f};
   STOKER_DISPATCH(params[0].device(), sgd_step, params, grads, momentum_bufs, c, found_inf);
 }
 

@@ -30,15 +30,15 @@ struct AdamWConsts {
   float decay;            // 1 - lr * weight_decay
   float one_minus_beta1;  // lerp weight of the first moment
   float beta2, one_minus_beta2;
-  float step_size;        // lr / (1 - beta1^t)
-  float bc2_sqrt;         // sqrt(1 - beta2^t)
+  float step_size;  // lr / (1 - beta1^t)
+  float bc2_sqrt;   // sqrt(1 - beta2^t)
   float eps;
 };
 
 STOKER_HD STOKER_FORCEINLINE void adamw_update(float& p, float& m, float& v, float g,
                                                const AdamWConsts& c) {
   p = p * c.decay;
-  m = fmaf(c.one_minus_beta1, g - m, m);           // lerp(m, g, 1 - beta1)
+  m = fmaf(c.one_minus_beta1, g - m, m);            // lerp(m, g, 1 - beta1)
   v = fmaf(c.one_minus_beta2 * g, g, v * c.beta2);  // beta2 v + (1 - beta2) g^2
   const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
   p = fmaf(-c.step_size, m / denom, p);

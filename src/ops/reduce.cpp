@@ -8,7 +8,8 @@ namespace stoker::ops {
 Tensor reduce(const Tensor& x, Reduction r) { return reduce(std::span<const Tensor>(&x, 1), r); }
 
 Tensor reduce(std::span<const Tensor> xs, Reduction r) {
-  STOKER_CHECK(!xs.empty(), "ops::reduce: empty tensor list; pass at least one tensor (the "
+  STOKER_CHECK(!xs.empty(),
+               "ops::reduce: empty tensor list; pass at least one tensor (the "
                "device of the result comes from it)");
   const char* op = r == Reduction::sum ? "sum" : r == Reduction::max_abs ? "max_abs" : "l2_norm";
   for (size_t i = 0; i < xs.size(); ++i) {

@@ -13,8 +13,7 @@ namespace stoker::ops {
 void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, float max_norm) {
   STOKER_CHECK(max_norm > 0.0f, "ops::clip_by_total_norm: max_norm ", max_norm,
                " must be positive");
-  STOKER_CHECK(total_norm.defined() && total_norm.dtype() == DType::f32 &&
-                   total_norm.numel() == 1,
+  STOKER_CHECK(total_norm.defined() && total_norm.dtype() == DType::f32 && total_norm.numel() == 1,
                "ops::clip_by_total_norm: total_norm must be a one-element f32 tensor, got ",
                total_norm.defined() ? total_norm.str() : std::string("undefined"));
   for (size_t i = 0; i < xs.size(); ++i) {
@@ -35,12 +34,12 @@ Tensor loss_monitor_create(Device device) {
 }
 
 void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step) {
-  STOKER_CHECK(monitor.dtype() == DType::u8 &&
-                   monitor.nbytes() == sizeof(LossMonitorState) &&
+  STOKER_CHECK(monitor.dtype() == DType::u8 && monitor.nbytes() == sizeof(LossMonitorState) &&
                    loss.dtype() == DType::f32 && loss.numel() == 1 &&
                    loss.device() == monitor.device(),
                "ops::loss_monitor_update: expected a monitor from loss_monitor_create and a "
-               "one-element f32 loss on its device, got ", monitor.str(), " and ", loss.str());
+               "one-element f32 loss on its device, got ",
+               monitor.str(), " and ", loss.str());
   STOKER_DISPATCH(monitor.device(), loss_monitor_update, monitor, loss, step);
 }
 

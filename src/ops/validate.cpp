@@ -23,21 +23,21 @@ void check_same_device(std::string_view op, std::string_view name_a, const Tenso
 
 void check_same_dtype(std::string_view op, std::string_view name_a, const Tensor& a,
                       std::string_view name_b, const Tensor& b) {
-  STOKER_CHECK_HINT(a.dtype() == b.dtype(), "convert one of them with ops::cast", "ops::", op,
-                    ": ", name_a, " is ", a.str(), " but ", name_b, " is ", b.str(),
+  STOKER_CHECK_HINT(a.dtype() == b.dtype(), "convert one of them with ops::cast", "ops::", op, ": ",
+                    name_a, " is ", a.str(), " but ", name_b, " is ", b.str(),
                     "; expected equal dtypes");
 }
 
 void check_same_numel(std::string_view op, std::string_view name_a, const Tensor& a,
                       std::string_view name_b, const Tensor& b) {
-  STOKER_CHECK(a.numel() == b.numel(), "ops::", op, ": ", name_a, " is ", a.str(), " but ",
-               name_b, " is ", b.str(), "; expected equal element counts (no broadcasting)");
+  STOKER_CHECK(a.numel() == b.numel(), "ops::", op, ": ", name_a, " is ", a.str(), " but ", name_b,
+               " is ", b.str(), "; expected equal element counts (no broadcasting)");
 }
 
 void check_backend(std::string_view op, const Tensor& t) {
   if (t.device().is_cpu()) return;
-  STOKER_CHECK_HINT(core::built_with_cuda(), "reconfigure with -DSTOKER_WITH_CUDA=ON",
-                    "ops::", op, ": ", t.str(), " but stoker was built without CUDA");
+  STOKER_CHECK_HINT(core::built_with_cuda(), "reconfigure with -DSTOKER_WITH_CUDA=ON", "ops::", op,
+                    ": ", t.str(), " but stoker was built without CUDA");
   STOKER_CHECK_HINT(t.device().index < core::cuda_device_count(),
                     "check nvidia-smi and CUDA_VISIBLE_DEVICES", "ops::", op, ": ", t.str(),
                     " but only ", core::cuda_device_count(), " CUDA devices are visible");

@@ -57,8 +57,10 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
     STOKER_CHECK(it != by_name.end(), describe(), ": optimizer state '", name,
                  "' missing from the checkpoint (was it saved with another optimizer?)");
     STOKER_CHECK(it->second.shape() == t.shape() && it->second.dtype() == t.dtype(), describe(),
-                 ": optimizer state '", name, "' is ", it->second.str(), " in the checkpoint, "
-                 "expected ", t.str());
+                 ": optimizer state '", name, "' is ", it->second.str(),
+                 " in the checkpoint, "
+                 "expected ",
+                 t.str());
     ops::copy(t, it->second.device() == t.device() ? it->second : it->second.to(t.device()));
   }
 }

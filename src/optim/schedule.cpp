@@ -31,25 +31,28 @@ LrSchedule linear_warmup(float lr, int64_t warmup_steps) {
           str("linear warmup(", lr, ", ", warmup_steps, " steps)")};
 }
 
-LrSchedule cosine_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps,
-                              float min_lr) {
-  STOKER_CHECK(warmup_steps >= 0 && total_steps > warmup_steps, "cosine_with_warmup: need 0 <= "
-               "warmup_steps (", warmup_steps, ") < total_steps (", total_steps, ")");
-  return {[=](int64_t s) {
-            if (s < warmup_steps)
-              return static_cast<float>(lr * static_cast<double>(s + 1) / warmup_steps);
-            const double t = std::min(1.0, static_cast<double>(s - warmup_steps) /
-                                               static_cast<double>(total_steps - warmup_steps));
-            return static_cast<float>(min_lr + 0.5 * (lr - min_lr) *
-                                                   (1.0 + std::cos(std::numbers::pi * t)));
-          },
-          str("cosine(", lr, " -> ", min_lr, ", warmup ", warmup_steps, ", total ", total_steps,
-              ")")};
+LrSchedule cosine_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps, float min_lr) {
+  STOKER_CHECK(warmup_steps >= 0 && total_steps > warmup_steps,
+               "cosine_with_warmup: need 0 <= "
+               "warmup_steps (",
+               warmup_steps, ") < total_steps (", total_steps, ")");
+  return {
+      [=](int64_t s) {
+        if (s < warmup_steps)
+          return static_cast<float>(lr * static_cast<double>(s + 1) / warmup_steps);
+        const double t = std::min(1.0, static_cast<double>(s - warmup_steps) /
+                                           static_cast<double>(total_steps - warmup_steps));
+        return static_cast<float>(min_lr +
+                                  0.5 * (lr - min_lr) * (1.0 + std::cos(std::numbers::pi * t)));
+      },
+      str("cosine(", lr, " -> ", min_lr, ", warmup ", warmup_steps, ", total ", total_steps, ")")};
 }
 
 float scale_lr_for_batch(float base_lr, int64_t base_batch_size, int64_t batch_size) {
-  STOKER_CHECK(base_batch_size > 0 && batch_size > 0, "scale_lr_for_batch: batch sizes must be "
-               "positive, got ", base_batch_size, " and ", batch_size);
+  STOKER_CHECK(base_batch_size > 0 && batch_size > 0,
+               "scale_lr_for_batch: batch sizes must be "
+               "positive, got ",
+               base_batch_size, " and ", batch_size);
   return static_cast<float>(static_cast<double>(base_lr) * batch_size / base_batch_size);
 }
 

@@ -35,12 +35,18 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 const char* safetensors_dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::f16: return "F16";
-    case DType::bf16: return "BF16";
-    case DType::i32: return "I32";
-    case DType::i64: return "I64";
-    case DType::u8: return "U8";
+    case DType::f32:
+      return "F32";
+    case DType::f16:
+      return "F16";
+    case DType::bf16:
+      return "BF16";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
+    case DType::u8:
+      return "U8";
   }
   return "?";
 }
@@ -64,10 +70,10 @@ void save_safetensors(const std::filesystem::path& path, std::span<const NamedTe
   json header = json::object();
   size_t offset = 0;
   for (const NamedTensor& nt : tensors) {
-    STOKER_CHECK(!nt.name.empty() && nt.name != "__metadata__", "save_safetensors(",
-                 path.string(), "): invalid tensor name ", quoted(nt.name));
-    STOKER_CHECK(seen.insert(nt.name).second, "save_safetensors(", path.string(),
-                 "): tensor name ", quoted(nt.name), " appears twice");
+    STOKER_CHECK(!nt.name.empty() && nt.name != "__metadata__", "save_safetensors(", path.string(),
+                 "): invalid tensor name ", quoted(nt.name));
+    STOKER_CHECK(seen.insert(nt.name).second, "save_safetensors(", path.string(), "): tensor name ",
+                 quoted(nt.name), " appears twice");
     STOKER_CHECK(nt.tensor.defined(), "save_safetensors(", path.string(), "): tensor ",
                  quoted(nt.name), " is undefined");
     host.push_back(nt.tensor.device().is_cpu() ? nt.tensor : nt.tensor.to(Device::cpu()));
@@ -93,7 +99,8 @@ void save_safetensors(const std::filesystem::path& path, std::span<const NamedTe
 SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(path) {
   const std::string file = path.string();
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  STOKER_CHECK_HINT(fd_ >= 0, "check the path; weights are written by save_safetensors or "
+  STOKER_CHECK_HINT(fd_ >= 0,
+                    "check the path; weights are written by save_safetensors or "
                     "Python's safetensors.torch.save_file",
                     "cannot open safetensors file ", file, ": ", std::strerror(errno));
   try {
@@ -140,9 +147,9 @@ SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(
         continue;
       }
       const std::string ctx = file + ", tensor " + quoted(name);
-      STOKER_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
-                       v.contains("data_offsets"),
-                   ctx, ": entry must be an object with dtype, shape and data_offsets");
+      STOKER_CHECK(
+          v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+          ctx, ": entry must be an object with dtype, shape and data_offsets");
       STOKER_CHECK(v["dtype"].is_string(), ctx, ": dtype is not a string");
       Entry e;
       e.dtype = parse_safetensors_dtype(v["dtype"].get<std::string>(), ctx);
@@ -179,7 +186,8 @@ SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(
     }
     // Like the reference implementation: tensors tile the data section without overlap or gap.
     std::sort(by_offset.begin(), by_offset.end(), [&](const auto& a, const auto& b) {
-      return a.first != b.first ? a.first < b.first : entries_[a.second].end < entries_[b.second].end;
+      return a.first != b.first ? a.first < b.first
+                                : entries_[a.second].end < entries_[b.second].end;
     });
     size_t expected = 0;
     for (const auto& [begin, name] : by_offset) {
@@ -189,8 +197,10 @@ SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(
       expected = entries_[name].end;
       names_.push_back(name);
     }
-    STOKER_CHECK(expected == data_size, file, ": tensors cover ", expected, " bytes but the data "
-                 "section has ", data_size, " (trailing bytes: corrupt or wrong header)");
+    STOKER_CHECK(expected == data_size, file, ": tensors cover ", expected,
+                 " bytes but the data "
+                 "section has ",
+                 data_size, " (trailing bytes: corrupt or wrong header)");
   } catch (...) {
     if (map_) ::munmap(const_cast<unsigned char*>(map_), file_size_);
     ::close(fd_);
@@ -206,8 +216,7 @@ SafetensorsReader::~SafetensorsReader() {
 const SafetensorsReader::Entry& SafetensorsReader::entry(const std::string& name) const {
   const auto it = entries_.find(name);
   STOKER_CHECK(it != entries_.end(), path_.string(), " has no tensor ", quoted(name), " (it has ",
-               names_.size(), " tensors", names_.empty() ? "" : ", e.g. " + quoted(names_[0]),
-               ")");
+               names_.size(), " tensors", names_.empty() ? "" : ", e.g. " + quoted(names_[0]), ")");
   return it->second;
 }
 

@@ -59,8 +59,8 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
     : model_(model), loss_(loss), optimizer_(optimizer), options_(std::move(options)) {
   STOKER_CHECK(options_.grad_accum_steps >= 1, "TrainerOptions: grad_accum_steps ",
                options_.grad_accum_steps, " must be >= 1");
-  STOKER_CHECK(options_.log_interval >= 1, "TrainerOptions: log_interval ",
-               options_.log_interval, " must be >= 1");
+  STOKER_CHECK(options_.log_interval >= 1, "TrainerOptions: log_interval ", options_.log_interval,
+               " must be >= 1");
   STOKER_CHECK(options_.clip_grad_norm >= 0.0f, "TrainerOptions: clip_grad_norm ",
                options_.clip_grad_norm, " must be >= 0 (0 disables clipping)");
   params_ = model_.parameters();
@@ -131,12 +131,12 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.ms_per_step = steps > 0 ? seconds * 1e3 / static_cast<double>(steps) : 0.0;
   st.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
   if (!options_.quiet) {
-    std::printf("step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
-                "%.0f samples/s\n",
-                static_cast<long long>(st.step), static_cast<long long>(st.epoch), st.loss,
-                st.lr,
-                st.grad_norm >= 0 ? core::detail::str(st.grad_norm).c_str() : "-",
-                st.ms_per_step, st.samples_per_s);
+    std::printf(
+        "step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
+        "%.0f samples/s\n",
+        static_cast<long long>(st.step), static_cast<long long>(st.epoch), st.loss, st.lr,
+        st.grad_norm >= 0 ? core::detail::str(st.grad_norm).c_str() : "-", st.ms_per_step,
+        st.samples_per_s);
     std::fflush(stdout);
   }
   for (const Callback& cb : callbacks_) cb(st);
@@ -175,22 +175,21 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
       stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
       if (step_ % options_.log_interval == 0 || epoch_done || stop) {
         bar.clear();
-        result.log.push_back(log_window(epoch, window_samples, seconds_since(window_start),
-                                        window_steps));
+        result.log.push_back(
+            log_window(epoch, window_samples, seconds_since(window_start), window_steps));
         window_start = Clock::now();
         window_samples = window_steps = 0;
       }
       if (!options_.checkpoint_dir.empty() && options_.checkpoint_interval > 0 &&
           step_ % options_.checkpoint_interval == 0) {
-        save_checkpoint(options_.checkpoint_dir / ("step_" + std::to_string(step_) +
-                                                   ".safetensors"),
-                        &train);
+        save_checkpoint(
+            options_.checkpoint_dir / ("step_" + std::to_string(step_) + ".safetensors"), &train);
       }
     }
     if (window_steps > 0) {  // the epoch ended between log lines: report its tail
       bar.clear();
-      result.log.push_back(log_window(epoch, window_samples, seconds_since(window_start),
-                                      window_steps));
+      result.log.push_back(
+          log_window(epoch, window_samples, seconds_since(window_start), window_steps));
       window_start = Clock::now();
       window_samples = window_steps = 0;
     }
@@ -297,9 +296,8 @@ void Trainer::resume(const std::filesystem::path& path) {
   model_.visit_parameters("", [&](const std::string& n, nn::Parameter& p) {
     reader.load_into("model." + n, p.value());
   });
-  model_.visit_buffers("", [&](const std::string& n, Tensor& t) {
-    reader.load_into("buffer." + n, t);
-  });
+  model_.visit_buffers(
+      "", [&](const std::string& n, Tensor& t) { reader.load_into("buffer." + n, t); });
   std::vector<std::pair<std::string, Tensor>> state;
   for (auto& [n, t] : optimizer_.state()) {
     state.emplace_back(n, reader.load("optim." + n, t.device()));

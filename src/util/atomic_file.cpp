@@ -33,9 +33,8 @@ void write_file_atomically(const std::filesystem::path& path,
                            const std::function<void(int fd)>& write) {
   const std::filesystem::path dir =
       path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
-  STOKER_CHECK_HINT(std::filesystem::is_directory(dir), "create the folder first",
-                    "cannot write ", path.string(), ": folder ", dir.string(),
-                    " does not exist");
+  STOKER_CHECK_HINT(std::filesystem::is_directory(dir), "create the folder first", "cannot write ",
+                    path.string(), ": folder ", dir.string(), " does not exist");
   const std::filesystem::path tmp =
       path.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_counter++);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -39,7 +39,7 @@ TEST(DeviceTest, ParseGoodNames) {
 
 TEST(DeviceTest, ParseBadNamesSaysWhatIsExpected) {
   for (const std::string bad : {"", "tpu", "CPU", "cuda:", "cuda:x", "cuda:1x", "cuda:-1", "cuda0",
-                                "cuda:99999999999999"}) {
+                                "cuda:99999999999999", "cuda: 1", "cuda:+1"}) {
     EXPECT_TRUE(test::throws_error_with([&] { parse_device(bad); },
                                         {"unknown device '" + bad + "'", "cpu, cuda or cuda:N"}))
         << "'" << bad << "'";

@@ -44,8 +44,11 @@ TEST(OptimizerGpuTest, SgdNesterovBitIdenticalToCpu) {
   STOKER_REQUIRE_GPU();
   auto p = make(kSizes, 1), g = make(kSizes, 2), b = make(kSizes, 3);
   for (int s = 0; s < 3; ++s) {
-    const stoker::ops::SgdHyper h{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-2f,
-                                  .nesterov = true, .first_step = s == 0};
+    const stoker::ops::SgdHyper h{.lr = 0.1f,
+                                  .momentum = 0.9f,
+                                  .weight_decay = 1e-2f,
+                                  .nesterov = true,
+                                  .first_step = s == 0};
     stoker::ops::sgd_step(p.cpu, g.cpu, b.cpu, h);
     stoker::ops::sgd_step(p.gpu, g.gpu, b.gpu, h);
   }

@@ -70,18 +70,20 @@ void expect_close(const std::vector<double>& ref, const Tensor& got, double rtol
     ASSERT_NEAR(g[i], ref[i], rtol * (std::fabs(ref[i]) + 1.0)) << "element " << i;
 }
 
-
 TEST(OptimizerTest, SgdMatchesReferenceAllVariants) {
   struct Case {
     float momentum, dampening, wd;
     bool nesterov;
   };
-  for (const Case& c : {Case{0, 0, 0, false}, Case{0.9f, 0, 0, false}, Case{0.9f, 0.1f, 1e-2f, false},
-                        Case{0.9f, 0, 5e-4f, true}}) {
+  for (const Case& c : {Case{0, 0, 0, false}, Case{0.9f, 0, 0, false},
+                        Case{0.9f, 0.1f, 1e-2f, false}, Case{0.9f, 0, 5e-4f, true}}) {
     SCOPED_TRACE(testing::Message() << "momentum " << c.momentum << " nesterov " << c.nesterov);
     Parameter p(random_tensor(1031, 1));
-    SGD opt({{"w", &p}}, {.lr = 0.05f, .momentum = c.momentum, .dampening = c.dampening,
-                          .weight_decay = c.wd, .nesterov = c.nesterov});
+    SGD opt({{"w", &p}}, {.lr = 0.05f,
+                          .momentum = c.momentum,
+                          .dampening = c.dampening,
+                          .weight_decay = c.wd,
+                          .nesterov = c.nesterov});
     RefSgd ref{0.05, c.momentum, c.dampening, c.wd, c.nesterov, {}};
     std::vector<double> rp = as_double(p.value());
     for (int s = 0; s < 5; ++s) {
@@ -122,8 +124,8 @@ TEST(OptimizerTest, FoundInfSkipsTheUpdateBitForBit) {
   stoker::ops::copy(p.grad(), random_tensor(777, 5));
   opt.step();
   EXPECT_EQ(0, std::memcmp(before_p.data(), p.value().to_vector<float>().data(), 777 * 4));
-  EXPECT_EQ(0, std::memcmp(before_m.data(), opt.state()[0].second.to_vector<float>().data(),
-                           777 * 4));
+  EXPECT_EQ(0,
+            std::memcmp(before_m.data(), opt.state()[0].second.to_vector<float>().data(), 777 * 4));
   stoker::ops::fill(flag, 0.0);
   opt.step();
   EXPECT_NE(0, std::memcmp(before_p.data(), p.value().to_vector<float>().data(), 777 * 4));

@@ -22,27 +22,32 @@ int main(int argc, char** argv) {
   Device device = core::best_device();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") model_name = v;
-    else if (k == "--optim") optim_name = v;
-    else if (k == "--steps") steps = std::stoll(v);
-    else if (k == "--device") device = core::parse_device(v);
-    else if (k == "--out") out = v;
-    else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
+    if (k == "--model")
+      model_name = v;
+    else if (k == "--optim")
+      optim_name = v;
+    else if (k == "--steps")
+      steps = std::stoll(v);
+    else if (k == "--device")
+      device = core::parse_device(v);
+    else if (k == "--out")
+      out = v;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
   }
   try {
     auto model = parity::make_model(model_name);
     model->to(device);
     const std::string stem = out + "/" + model_name + "_" + optim_name;
-    std::vector<train::NamedTensor> init;
-    for (auto& [name, p] : model->named_parameters()) init.push_back({name, p->value()});
-    model->visit_buffers("", [&](const std::string& n, Tensor& t) { init.push_back({n, t}); });
-    train::save_safetensors(stem + "_init.safetensors", init);
+    train::save_weights(*model, stem + "_init.safetensors");
 
     std::unique_ptr<optim::Optimizer> opt;
     if (optim_name == "sgd")
-      opt = std::make_unique<optim::SGD>(model->named_parameters(),
-                                         optim::SgdOptions{.lr = 0.05f, .momentum = 0.9f,
-                                                           .weight_decay = 1e-4f});
+      opt = std::make_unique<optim::SGD>(
+          model->named_parameters(),
+          optim::SgdOptions{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f});
     else
       opt = std::make_unique<optim::AdamW>(model->named_parameters(),
                                            optim::AdamWOptions{.lr = 1e-3f, .weight_decay = 0.01f});

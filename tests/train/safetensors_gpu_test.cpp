@@ -21,7 +21,8 @@ TEST(SafetensorsGpuTest, GpuTensorsRoundTrip) {
   const Device gpu = Device::cuda(0);
   Tensor w = Tensor::empty({33, 17}, DType::bf16, gpu);
   stoker::ops::random_normal(w, 0.0f, 1.0f, 5, 0);
-  const fs::path p = fs::temp_directory_path() / ("stoker_gpu_" + std::to_string(::getpid()) + ".safetensors");
+  const fs::path p =
+      fs::temp_directory_path() / ("stoker_gpu_" + std::to_string(::getpid()) + ".safetensors");
   stoker::train::save_safetensors(p, std::vector<NamedTensor>{{"w", w}});
   const Tensor back = SafetensorsReader(p).load("w", gpu);
   fs::remove(p);

@@ -67,7 +67,8 @@ Tensor pattern_tensor(DType dt, const stoker::Shape& shape, double scale, double
   if (dt == DType::i64) {
     std::vector<int64_t> iv(v.size());
     for (size_t i = 0; i < v.size(); ++i)
-      iv[i] = static_cast<int64_t>(i % 251) * static_cast<int64_t>(scale) - static_cast<int64_t>(offset);
+      iv[i] = static_cast<int64_t>(i % 251) * static_cast<int64_t>(scale) -
+              static_cast<int64_t>(offset);
     return Tensor::from_vector(iv, shape);
   }
   return Tensor::from_floats(v, shape, dt);
@@ -146,8 +147,8 @@ TEST_F(SafetensorsTest, TruncatedFilesAreRejectedAtEveryLength) {
     std::ifstream f(p, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(f), {});
   }
-  for (size_t len : {size_t{0}, size_t{3}, size_t{8}, size_t{20}, bytes.size() / 2,
-                     bytes.size() - 1}) {
+  for (size_t len :
+       {size_t{0}, size_t{3}, size_t{8}, size_t{20}, bytes.size() / 2, bytes.size() - 1}) {
     SCOPED_TRACE(len);
     const fs::path cut = dir_ / ("cut" + std::to_string(len));
     std::ofstream(cut, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(len));
@@ -170,9 +171,9 @@ TEST_F(SafetensorsTest, BadJson) {
 }
 
 TEST_F(SafetensorsTest, UnknownDtypeNamesTensor) {
-  const fs::path p = raw_file(
-      "f64.safetensors", R"({"x": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}})",
-      std::string(16, '\0'));
+  const fs::path p = raw_file("f64.safetensors",
+                              R"({"x": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}})",
+                              std::string(16, '\0'));
   const std::string msg = open_error(p);
   EXPECT_NE(msg.find("'F64'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("tensor 'x'"), std::string::npos) << msg;
@@ -185,9 +186,9 @@ TEST_F(SafetensorsTest, OffsetsMustMatchShapeAndStayInside) {
       std::string(8, '\0')));
   EXPECT_NE(msg.find("needs 12"), std::string::npos) << msg;
   // Offsets beyond the data section (an over-read if trusted).
-  msg = open_error(raw_file(
-      "outside.safetensors", R"({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
-      std::string(8, '\0')));
+  msg = open_error(raw_file("outside.safetensors",
+                            R"({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
+                            std::string(8, '\0')));
   EXPECT_NE(msg.find("outside the data section"), std::string::npos) << msg;
   // Overlapping tensors.
   msg = open_error(raw_file("overlap.safetensors",

@@ -107,7 +107,8 @@ TEST_F(TrainerTest, GradientAccumulationEqualsLargeBatch) {
   EXPECT_EQ(t_small.step(), 1);
   const auto wb = weights(*big), ws = weights(*small);
   for (size_t t = 0; t < wb.size(); ++t)
-    for (size_t i = 0; i < wb[t].size(); ++i) ASSERT_NEAR(wb[t][i], ws[t][i], 1e-6) << t << "/" << i;
+    for (size_t i = 0; i < wb[t].size(); ++i)
+      ASSERT_NEAR(wb[t][i], ws[t][i], 1e-6) << t << "/" << i;
 }
 
 // 20 steps straight == 10 steps + checkpoint + resume in fresh objects + 10 steps, bit for bit

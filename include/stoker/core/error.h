@@ -69,21 +69,21 @@ using core::OutOfMemoryError;
 }  // namespace stoker
 
 // Guards user input: STOKER_CHECK(a.numel() == b.numel(), "add: sizes differ: ", a, " vs ", b).
-#define STOKER_CHECK(cond, ...)                                                              \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      ::stoker::core::detail::throw_error(__FILE__, __LINE__,                               \
-                                          ::stoker::core::detail::str(__VA_ARGS__));         \
-    }                                                                                        \
+#define STOKER_CHECK(cond, ...)                                                      \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      ::stoker::core::detail::throw_error(__FILE__, __LINE__,                        \
+                                          ::stoker::core::detail::str(__VA_ARGS__)); \
+    }                                                                                \
   } while (0)
 
 // Same with a hint on how to fix it.
-#define STOKER_CHECK_HINT(cond, hint, ...)                                                   \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      ::stoker::core::detail::throw_error(__FILE__, __LINE__,                               \
-                                          ::stoker::core::detail::str(__VA_ARGS__), hint);   \
-    }                                                                                        \
+#define STOKER_CHECK_HINT(cond, hint, ...)                                                 \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
+      ::stoker::core::detail::throw_error(__FILE__, __LINE__,                              \
+                                          ::stoker::core::detail::str(__VA_ARGS__), hint); \
+    }                                                                                      \
   } while (0)
 
 #define STOKER_THROW(...) \

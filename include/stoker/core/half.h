@@ -54,9 +54,9 @@ STOKER_HD STOKER_FORCEINLINE uint16_t float_to_half_bits(float f) {
   if (abs < 0x38800000u) {
     // Result is subnormal (or zero): value = m * 2^-24 with m rounded to an integer.
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to zero
-    const uint32_t exp = abs >> 23;                            // 102..112
-    const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;       // 24 significant bits
-    const uint32_t shift = 126u - exp;                         // 14..24
+    const uint32_t exp = abs >> 23;                             // 102..112
+    const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;        // 24 significant bits
+    const uint32_t shift = 126u - exp;                          // 14..24
     uint32_t m = mant >> shift;
     const uint32_t rem = mant & ((1u << shift) - 1u);
     const uint32_t half = 1u << (shift - 1u);
@@ -90,7 +90,11 @@ struct Half {
   Half() = default;
   STOKER_HD explicit Half(float f) : bits(float_to_half_bits(f)) {}
   STOKER_HD explicit operator float() const { return half_bits_to_float(bits); }
-  STOKER_HD static Half from_bits(uint16_t b) { Half h; h.bits = b; return h; }
+  STOKER_HD static Half from_bits(uint16_t b) {
+    Half h;
+    h.bits = b;
+    return h;
+  }
 };
 
 struct BFloat16 {
@@ -98,7 +102,11 @@ struct BFloat16 {
   BFloat16() = default;
   STOKER_HD explicit BFloat16(float f) : bits(float_to_bf16_bits(f)) {}
   STOKER_HD explicit operator float() const { return bf16_bits_to_float(bits); }
-  STOKER_HD static BFloat16 from_bits(uint16_t b) { BFloat16 h; h.bits = b; return h; }
+  STOKER_HD static BFloat16 from_bits(uint16_t b) {
+    BFloat16 h;
+    h.bits = b;
+    return h;
+  }
 };
 
 }  // namespace stoker::core

@@ -49,9 +49,10 @@ STOKER_HD inline Philox4 philox4x32_10(Philox4 c, uint32_t k0, uint32_t k1) {
 
 // Four random 32-bit words for (seed, stream, block).
 STOKER_HD STOKER_FORCEINLINE Philox4 philox_block(uint64_t seed, uint64_t stream, uint64_t block) {
-  return philox4x32_10(Philox4{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
-                                static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}},
-                       static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  return philox4x32_10(
+      Philox4{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+               static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}},
+      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
 // Uniform in the open interval (0, 1): 23 random bits, centred in their cell of width 2^-23:
@@ -109,10 +110,22 @@ STOKER_HD inline void portable_sincos_turns(float t, float& s, float& c) {
   pc = fmaf(pc, x2, -0.5f);
   const float cos_x = fmaf(x2, pc, 1.0f);
   switch (static_cast<int>(q) & 3) {
-    case 0: s = sin_x; c = cos_x; break;
-    case 1: s = cos_x; c = -sin_x; break;
-    case 2: s = -sin_x; c = -cos_x; break;
-    default: s = -cos_x; c = sin_x; break;
+    case 0:
+      s = sin_x;
+      c = cos_x;
+      break;
+    case 1:
+      s = cos_x;
+      c = -sin_x;
+      break;
+    case 2:
+      s = -sin_x;
+      c = -cos_x;
+      break;
+    default:
+      s = -cos_x;
+      c = sin_x;
+      break;
   }
 }
 

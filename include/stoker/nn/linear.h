@@ -25,8 +25,8 @@ class Linear : public Module {
   int64_t in_, out_;
   bool has_bias_;
   Parameter weight_, bias_;
-  Tensor x_;      // saved input (2-D view)
-  Shape x_shape_; // the caller's shape, restored for dx
+  Tensor x_;       // saved input (2-D view)
+  Shape x_shape_;  // the caller's shape, restored for dx
 };
 
 }  // namespace stoker::nn

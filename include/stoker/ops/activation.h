@@ -23,7 +23,6 @@ void gelu_backward(const Tensor& dx, const Tensor& dy, const Tensor& x);
 // philox_uniform(seed, offset, i, 0, 1) < p, kept ones are scaled by 1 / (1 - p). The backward
 // recomputes the same mask from (seed, offset), so recomputation and resume reproduce it.
 void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, uint64_t offset);
-void dropout_backward(const Tensor& dx, const Tensor& dy, float p, uint64_t seed,
-                      uint64_t offset);
+void dropout_backward(const Tensor& dx, const Tensor& dy, float p, uint64_t seed, uint64_t offset);
 
 }  // namespace stoker::ops

@@ -16,11 +16,11 @@ void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, fl
 
 // What the loss monitor keeps on the device (a u8 tensor of sizeof(LossMonitorState) bytes).
 struct LossMonitorState {
-  double loss_sum;          // finite step losses since the last reset
-  int64_t steps;            // how many were summed
-  float last_finite_loss;   // the most recent finite step loss
+  double loss_sum;         // finite step losses since the last reset
+  int64_t steps;           // how many were summed
+  float last_finite_loss;  // the most recent finite step loss
   int64_t last_finite_step;
-  int64_t first_bad_step;   // first step whose loss was NaN/Inf; -1 while none
+  int64_t first_bad_step;  // first step whose loss was NaN/Inf; -1 while none
 };
 
 // A zeroed monitor (first_bad_step = -1) on `device`.

@@ -38,39 +38,39 @@ namespace stoker::train {
 
 // What a log line reports, also handed to callbacks.
 struct StepStats {
-  int64_t step = 0;        // optimizer steps done
+  int64_t step = 0;  // optimizer steps done
   int64_t epoch = 0;
-  double loss = 0.0;       // mean step loss since the previous log
+  double loss = 0.0;  // mean step loss since the previous log
   float lr = 0.0f;
-  double grad_norm = -1.0; // total norm before clipping at the last step (-1: not computed)
+  double grad_norm = -1.0;  // total norm before clipping at the last step (-1: not computed)
   double ms_per_step = 0.0;
   double samples_per_s = 0.0;
 };
 
 struct TrainerOptions {
   int grad_accum_steps = 1;
-  float clip_grad_norm = 0.0f;           // 0: no clipping
+  float clip_grad_norm = 0.0f;                // 0: no clipping
   std::optional<optim::LrSchedule> schedule;  // none: the optimizer's lr throughout
-  int log_interval = 10;                 // steps between log lines (and host syncs)
-  bool log_grad_norm = true;             // compute the norm for logs even without clipping
-  bool progress_bar = true;              // on stderr when it is a terminal
-  std::filesystem::path checkpoint_dir;  // empty: no periodic checkpoints
-  int64_t checkpoint_interval = 0;       // steps between checkpoints (0: only at the end)
-  bool continue_on_nan = false;          // true: keep going after a non-finite loss
-  int64_t max_steps = -1;                // stop after this many optimizer steps (-1: epochs)
-  bool quiet = false;                    // no log lines on stdout
+  int log_interval = 10;                      // steps between log lines (and host syncs)
+  bool log_grad_norm = true;                  // compute the norm for logs even without clipping
+  bool progress_bar = true;                   // on stderr when it is a terminal
+  std::filesystem::path checkpoint_dir;       // empty: no periodic checkpoints
+  int64_t checkpoint_interval = 0;            // steps between checkpoints (0: only at the end)
+  bool continue_on_nan = false;               // true: keep going after a non-finite loss
+  int64_t max_steps = -1;                     // stop after this many optimizer steps (-1: epochs)
+  bool quiet = false;                         // no log lines on stdout
 };
 
 struct FitResult {
   int64_t steps = 0;
-  double final_loss = 0.0;   // mean loss of the last logged window
+  double final_loss = 0.0;  // mean loss of the last logged window
   double seconds = 0.0;
-  std::vector<StepStats> log; // every logged line
+  std::vector<StepStats> log;  // every logged line
 };
 
 struct EvalResult {
-  double loss = 0.0;        // mean over batches weighted by batch size
-  double accuracy = -1.0;   // top-1 for class-index targets; -1 otherwise
+  double loss = 0.0;       // mean over batches weighted by batch size
+  double accuracy = -1.0;  // top-1 for class-index targets; -1 otherwise
   int64_t samples = 0;
 };
 
@@ -112,9 +112,9 @@ class Trainer {
   int64_t resume_epoch_ = 0;
   int64_t resume_batch_ = 0;
   bool resumed_ = false;
-  Tensor monitor_;     // loss monitor on the device
-  Tensor step_loss_;   // rank-0 f32 accumulator of the current step's loss
-  Tensor grad_norm_;   // rank-0 f32, the last step's total gradient norm
+  Tensor monitor_;    // loss monitor on the device
+  Tensor step_loss_;  // rank-0 f32 accumulator of the current step's loss
+  Tensor grad_norm_;  // rank-0 f32, the last step's total gradient norm
 };
 
 }  // namespace stoker::train

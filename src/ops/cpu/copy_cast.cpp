@@ -17,12 +17,18 @@ void fill_typed(const Tensor& out, T value) {
 
 void fill(const Tensor& out, double value) {
   switch (out.dtype()) {
-    case DType::f32: return fill_typed(out, static_cast<float>(value));
-    case DType::f16: return fill_typed(out, core::Half(static_cast<float>(value)));
-    case DType::bf16: return fill_typed(out, core::BFloat16(static_cast<float>(value)));
-    case DType::i32: return fill_typed(out, static_cast<int32_t>(value));
-    case DType::i64: return fill_typed(out, static_cast<int64_t>(value));
-    case DType::u8: return fill_typed(out, static_cast<uint8_t>(value));
+    case DType::f32:
+      return fill_typed(out, static_cast<float>(value));
+    case DType::f16:
+      return fill_typed(out, core::Half(static_cast<float>(value)));
+    case DType::bf16:
+      return fill_typed(out, core::BFloat16(static_cast<float>(value)));
+    case DType::i32:
+      return fill_typed(out, static_cast<int32_t>(value));
+    case DType::i64:
+      return fill_typed(out, static_cast<int64_t>(value));
+    case DType::u8:
+      return fill_typed(out, static_cast<uint8_t>(value));
   }
 }
 

@@ -38,7 +38,8 @@ void axpy(const Tensor& y, float alpha, const Tensor& x) {
       Y* py = static_cast<Y*>(y.data());
       const X* px = static_cast<const X*>(x.data());
       parallel_range(y.numel(), [&](int64_t s, int64_t e) {
-        for (int64_t i = s; i < e; ++i) py[i] = store<Y>(std::fmaf(alpha, load(px[i]), load(py[i])));
+        for (int64_t i = s; i < e; ++i)
+          py[i] = store<Y>(std::fmaf(alpha, load(px[i]), load(py[i])));
       });
     });
   });

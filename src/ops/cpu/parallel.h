@@ -30,19 +30,33 @@ inline float load(float v) { return v; }
 inline float load(core::Half v) { return core::half_bits_to_float(v.bits); }
 inline float load(core::BFloat16 v) { return core::bf16_bits_to_float(v.bits); }
 
-template <typename T> T store(float v);
-template <> inline float store<float>(float v) { return v; }
-template <> inline core::Half store<core::Half>(float v) { return core::Half(v); }
-template <> inline core::BFloat16 store<core::BFloat16>(float v) { return core::BFloat16(v); }
+template <typename T>
+T store(float v);
+template <>
+inline float store<float>(float v) {
+  return v;
+}
+template <>
+inline core::Half store<core::Half>(float v) {
+  return core::Half(v);
+}
+template <>
+inline core::BFloat16 store<core::BFloat16>(float v) {
+  return core::BFloat16(v);
+}
 
 // Calls f(T{}) with T the C++ type of float dtype t.
 template <typename F>
 decltype(auto) visit_float(DType t, F&& f) {
   switch (t) {
-    case DType::f32: return f(float{});
-    case DType::f16: return f(core::Half{});
-    case DType::bf16: return f(core::BFloat16{});
-    default: break;
+    case DType::f32:
+      return f(float{});
+    case DType::f16:
+      return f(core::Half{});
+    case DType::bf16:
+      return f(core::BFloat16{});
+    default:
+      break;
   }
   STOKER_THROW("internal: float dtype expected, got ", dtype_name(t));
 }

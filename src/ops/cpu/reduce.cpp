@@ -24,16 +24,21 @@ double reduce_typed(const T* p, int64_t n, Reduction r) {
     for (int64_t i = range.begin(); i < range.end(); ++i) {
       const double v = load(p[i]);
       switch (r) {
-        case Reduction::sum: acc += v; break;
-        case Reduction::l2_norm: acc += v * v; break;
-        case Reduction::max_abs: acc = combine(r, acc, std::fabs(v)); break;
+        case Reduction::sum:
+          acc += v;
+          break;
+        case Reduction::l2_norm:
+          acc += v * v;
+          break;
+        case Reduction::max_abs:
+          acc = combine(r, acc, std::fabs(v));
+          break;
       }
     }
     return acc;
   };
-  return tbb::parallel_deterministic_reduce(
-      tbb::blocked_range<int64_t>(0, n, kGrain), 0.0, body,
-      [r](double a, double b) { return combine(r, a, b); });
+  return tbb::parallel_deterministic_reduce(tbb::blocked_range<int64_t>(0, n, kGrain), 0.0, body,
+                                            [r](double a, double b) { return combine(r, a, b); });
 }
 }  // namespace
 
