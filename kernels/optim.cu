@@ -1,6 +1,6 @@
-// Multi-tensor SGD, AdamW and gradient clipping: every parameter of a model updated in one launch
-// (or a few, for very long lists), instead of one launch per tensor and per operation as a naive
-// loop would.
+// Multi-tensor SGD, AdamW, gradient clipping and loss-scale unscaling: every parameter of a model
+// updated in one launch (or a few, for very long lists), instead of one launch per tensor and per
+// operation as a naive loop would.
 //
 // Each tensor is cut into chunks of kChunk elements; the chunk counts' prefix sums travel in the
 // kernel parameters with the tensors' pointers, and block b handles chunks b, b + grid, ... .
@@ -27,6 +27,7 @@ constexpr int kOptimBlock = 256;
 
 struct OptimArgs {
   const float* found_inf;
+  float* flag;          // a device flag some updates set (unscale: found_inf)
   const float* scalar;  // a device scalar some updates read (the clipping norm)
   int32_t count;
   int64_t chunk_begin[kMaxTensorsPerLaunch + 1];
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(kOptimBlock)
 template <typename Update>
 void launch(std::span<const Tensor> params, std::span<const Tensor> grads,
             std::span<const Tensor> s1, std::span<const Tensor> s2, const Tensor& found_inf,
-            Update update, const Tensor& scalar = {}) {
+            Update update, const Tensor& scalar = {}, const Tensor& flag = {}) {
   const Device device = params[0].device();
   core::DeviceScope scope(device.index);
   for (size_t first = 0; first < params.size(); first += kMaxTensorsPerLaunch) {
@@ -75,6 +76,7 @@ void launch(std::span<const Tensor> params, std::span<const Tensor> grads,
     auto a = std::make_unique<OptimArgs>();  // 30 KB: keep it off the host stack
     a->found_inf = found_inf.defined() ? static_cast<const float*>(found_inf.data()) : nullptr;
     a->scalar = scalar.defined() ? static_cast<const float*>(scalar.data()) : nullptr;
+    a->flag = flag.defined() ? static_cast<float*>(flag.data()) : nullptr;
     int n = 0;
     int64_t chunks = 0;
     for (size_t t = first; t < last; ++t) {
@@ -130,6 +132,22 @@ struct ClipOp {
   }
 };
 
+// g *= 1/scale; a non-finite g sets the flag (every writer writes 1: a benign race).
+struct UnscaleOp {
+  __device__ void operator()(const OptimArgs& a, int t, int64_t i) const {
+    const float inv = static_cast<float>(1.0 / static_cast<double>(*a.scalar));
+    const float g = a.p[t][i];
+    if (!isfinite(g)) *a.flag = 1.0f;
+    a.p[t][i] = g * inv;
+  }
+};
+
+__global__ void update_scale_kernel(float* scale, int32_t* state, const float* found_inf,
+                                    ScaleUpdate u) {
+  detail::scale_update(*scale, state, *found_inf != 0.0f, u.growth_factor, u.backoff_factor,
+                       u.growth_interval, u.hysteresis, u.min_scale);
+}
+
 __global__ void loss_monitor_kernel(LossMonitorState* s, const float* loss, int64_t step) {
   const float l = *loss;
   if (isfinite(l)) {
@@ -146,6 +164,20 @@ __global__ void loss_monitor_kernel(LossMonitorState* s, const float* loss, int6
 
 void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, float max_norm) {
   launch(xs, {}, {}, {}, Tensor(), ClipOp{max_norm}, total_norm);
+}
+
+void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,
+                       const Tensor& found_inf) {
+  launch(grads, {}, {}, {}, Tensor(), UnscaleOp{}, scale, found_inf);
+}
+
+void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,
+                  const ScaleUpdate& u) {
+  core::DeviceScope scope(scale.device().index);
+  update_scale_kernel<<<1, 1, 0, core::cuda_stream(scale.device())>>>(
+      static_cast<float*>(scale.data()), static_cast<int32_t*>(state.data()),
+      static_cast<const float*>(found_inf.data()), u);
+  STOKER_CUDA_CHECK(cudaGetLastError());
 }
 
 void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step) {

@@ -1,6 +1,7 @@
 // stoker: one include for the whole public API.
 #pragma once
 
+#include "stoker/amp/grad_scaler.h"
 #include "stoker/core/allocator.h"
 #include "stoker/core/device.h"
 #include "stoker/core/dtype.h"

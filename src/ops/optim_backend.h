@@ -18,7 +18,11 @@ namespace stoker::ops {
                   std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,         \
                   const detail::AdamWConsts& c, const Tensor& found_inf);                        \
   void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, float max_norm); \
-  void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step);
+  void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step);             \
+  void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,                     \
+                         const Tensor& found_inf);                                               \
+  void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,           \
+                    const ScaleUpdate& u);
 
 namespace cpu {
 STOKER_OPTIM_BACKEND_DECLS

@@ -26,6 +26,44 @@ void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, fl
   STOKER_DISPATCH(total_norm.device(), clip_by_total_norm, xs, total_norm, max_norm);
 }
 
+void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,
+                       const Tensor& found_inf) {
+  STOKER_CHECK(scale.defined() && scale.dtype() == DType::f32 && scale.numel() == 1 &&
+                   found_inf.defined() && found_inf.dtype() == DType::f32 &&
+                   found_inf.numel() == 1 && found_inf.device() == scale.device(),
+               "ops::unscale_and_check: scale and found_inf must be one-element f32 tensors on "
+               "one device, got ",
+               scale.defined() ? scale.str() : "undefined", " and ",
+               found_inf.defined() ? found_inf.str() : "undefined");
+  for (size_t i = 0; i < grads.size(); ++i) {
+    STOKER_CHECK(grads[i].dtype() == DType::f32 && grads[i].device() == scale.device(),
+                 "ops::unscale_and_check: grads[", i, "] is ", grads[i].str(), "; expected f32 on ",
+                 scale.device().str(), " (master gradients are fp32 under mixed precision)");
+  }
+  detail::check_backend("unscale_and_check", scale);
+  if (grads.empty()) return;
+  STOKER_DISPATCH(scale.device(), unscale_and_check, grads, scale, found_inf);
+}
+
+void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,
+                  const ScaleUpdate& u) {
+  STOKER_CHECK(scale.dtype() == DType::f32 && scale.numel() == 1 && state.dtype() == DType::i32 &&
+                   state.numel() == 3 && found_inf.dtype() == DType::f32 &&
+                   found_inf.numel() == 1 && state.device() == scale.device() &&
+                   found_inf.device() == scale.device(),
+               "ops::update_scale: expected f32 scale, i32[3] state and f32 found_inf on one "
+               "device, got ",
+               scale.str(), ", ", state.str(), ", ", found_inf.str());
+  STOKER_CHECK(u.growth_factor > 1.0f && u.backoff_factor > 0.0f && u.backoff_factor < 1.0f &&
+                   u.growth_interval >= 1 && u.hysteresis >= 1 && u.min_scale >= 0.0f,
+               "ops::update_scale: need growth_factor > 1 (", u.growth_factor,
+               "), 0 < backoff_factor < 1 (", u.backoff_factor, "), growth_interval >= 1 (",
+               u.growth_interval, "), hysteresis >= 1 (", u.hysteresis, "), min_scale >= 0 (",
+               u.min_scale, ")");
+  detail::check_backend("update_scale", scale);
+  STOKER_DISPATCH(scale.device(), update_scale, scale, state, found_inf, u);
+}
+
 Tensor loss_monitor_create(Device device) {
   LossMonitorState s{0.0, 0, 0.0f, -1, -1};
   Tensor host = Tensor::empty({static_cast<int64_t>(sizeof s)}, DType::u8, Device::cpu());

@@ -1,5 +1,7 @@
 // CPU reference of the multi-tensor optimizer updates (per-element math in ops/optim_math.h,
 // shared with the CUDA kernels). found_inf is read once on the host: on the CPU that is free.
+#include <oneapi/tbb/parallel_reduce.h>
+
 #include <cmath>
 
 #include "ops/cpu/parallel.h"
@@ -69,6 +71,38 @@ void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step
   } else if (s->first_bad_step < 0) {
     s->first_bad_step = step;
   }
+}
+
+}  // namespace stoker::ops::cpu
+
+namespace stoker::ops::cpu {
+
+void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,
+                       const Tensor& found_inf) {
+  const float inv = static_cast<float>(1.0 / static_cast<double>(*scale.data<float>()));
+  bool bad = false;
+  for (const Tensor& g : grads) {
+    float* p = static_cast<float*>(g.data());
+    const bool tensor_bad = tbb::parallel_reduce(
+        tbb::blocked_range<int64_t>(0, g.numel(), kGrain), false,
+        [&](const tbb::blocked_range<int64_t>& r, bool acc) {
+          for (int64_t i = r.begin(); i < r.end(); ++i) {
+            acc = acc || !std::isfinite(p[i]);
+            p[i] *= inv;
+          }
+          return acc;
+        },
+        [](bool a, bool b) { return a || b; });
+    bad = bad || tensor_bad;
+  }
+  if (bad) *found_inf.data<float>() = 1.0f;
+}
+
+void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,
+                  const ScaleUpdate& u) {
+  detail::scale_update(*scale.data<float>(), state.data<int32_t>(),
+                       *found_inf.data<float>() != 0.0f, u.growth_factor, u.backoff_factor,
+                       u.growth_interval, u.hysteresis, u.min_scale);
 }
 
 }  // namespace stoker::ops::cpu
