@@ -28,6 +28,12 @@ struct ScaleOp {
   __device__ float operator()(float x) const { return x * alpha; }
 };
 
+// x * (*factor): the factor is a device scalar (the loss scale), read by every thread.
+struct ScaleByOp {
+  const float* factor;
+  __device__ float operator()(float x) const { return x * *factor; }
+};
+
 template <typename Op>
 void binary_same_dtype(const Tensor& out, const Tensor& a, const Tensor& b, Op op) {
   const core::DeviceScope scope(out.device().index);
@@ -68,6 +74,16 @@ void scale(const Tensor& x, float alpha) {
     T* p = static_cast<T*>(x.data());
     launch_map(x.device(), p, static_cast<const T*>(p), static_cast<const void*>(nullptr),
                x.numel(), ScaleOp{alpha});
+  });
+}
+
+void scale_by(const Tensor& x, const Tensor& factor) {
+  const core::DeviceScope scope(x.device().index);
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(x.data());
+    launch_map(x.device(), p, static_cast<const T*>(p), static_cast<const void*>(nullptr),
+               x.numel(), ScaleByOp{static_cast<const float*>(factor.data())});
   });
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "stoker/core/error.h"
+#include "stoker/ops/copy.h"
 #include "stoker/ops/gemm.h"
 #include "stoker/ops/linear.h"
 #include "stoker/ops/random.h"
@@ -31,10 +32,21 @@ Tensor Linear::forward(const Tensor& x) {
                x.defined() ? x.str() : std::string("undefined"), " must end in ", in_, " features");
   STOKER_CHECK(x.device() == device_, describe(), " is on ", device_.str(), " but its input is ",
                x.str(), "; move the model with .to(device) or the batch with Tensor::to");
+  STOKER_CHECK(core::is_float(x.dtype()), describe(), ": input ", x.str(),
+               " must be f32, f16 or bf16");
   x_shape_ = x.shape();
   x_ = x.reshape({-1, in_});
-  Tensor y = Tensor::empty({x_.size(0), out_}, DType::f32, device_);
-  ops::gemm(y, x_, weight_.value(), {.trans_b = true});
+  // Mixed precision: a half input computes in its dtype (fp32 accumulation in the GEMM) with a
+  // half copy of the fp32 master weight, cast here (like autocast does).
+  if (x.dtype() == DType::f32) {
+    w_compute_ = weight_.value();
+  } else {
+    if (!w_compute_.defined() || w_compute_.dtype() != x.dtype() || w_compute_.device() != device_)
+      w_compute_ = Tensor::empty({out_, in_}, x.dtype(), device_);
+    ops::cast(w_compute_, weight_.value());
+  }
+  Tensor y = Tensor::empty({x_.size(0), out_}, x.dtype(), device_);
+  ops::gemm(y, x_, w_compute_, {.trans_b = true});
   if (has_bias_) ops::add_bias(y, bias_.value());
   Shape out_shape = x_shape_;
   out_shape[out_shape.rank() - 1] = out_;
@@ -46,8 +58,11 @@ Tensor Linear::backward(const Tensor& dy) {
   const Tensor dy2 = dy.reshape({-1, out_});
   STOKER_CHECK(dy2.size(0) == x_.size(0), describe(), ": gradient ", dy.str(),
                " does not match the forward's input ", x_shape_);
+  STOKER_CHECK(dy.dtype() == x_.dtype(), describe(), ": gradient ", dy.str(),
+               " must have the forward's dtype ", dtype_name(x_.dtype()));
   if (weight_.requires_grad) {
-    ops::gemm(weight_.grad(), dy2, x_, {.trans_a = true, .beta = 1.0f});  // dW += dy^T x
+    // dW += dy^T x, written in fp32 straight from the GEMM (half inputs, fp32 accumulate).
+    ops::gemm(weight_.grad(), dy2, x_, {.trans_a = true, .beta = 1.0f});
     weight_.grad_ready();
   }
   if (has_bias_ && bias_.requires_grad) {
@@ -55,7 +70,7 @@ Tensor Linear::backward(const Tensor& dy) {
     bias_.grad_ready();
   }
   Tensor dx = Tensor::empty({x_.size(0), in_}, dy.dtype(), device_);
-  ops::gemm(dx, dy2, weight_.value());
+  ops::gemm(dx, dy2, w_compute_);
   return dx.reshape(x_shape_);
 }
 

@@ -25,6 +25,7 @@ namespace stoker::ops {
   void mul(const Tensor& out, const Tensor& a, const Tensor& b);                                   \
   void axpy(const Tensor& y, float alpha, const Tensor& x);                                        \
   void scale(const Tensor& x, float alpha);                                                        \
+  void scale_by(const Tensor& x, const Tensor& factor);                                            \
   /* out: rank-0 f32 tensor on the same device */                                                  \
   void reduce(std::span<const Tensor> xs, Reduction r, const Tensor& out);                         \
   void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o);              \

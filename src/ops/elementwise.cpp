@@ -45,4 +45,14 @@ void scale(const Tensor& x, float alpha) {
   if (x.numel() > 0) STOKER_DISPATCH(x.device(), scale, x, alpha);
 }
 
+void scale_by(const Tensor& x, const Tensor& factor) {
+  detail::check_float("scale_by", "x", x);
+  detail::check_backend("scale_by", x);
+  STOKER_CHECK(factor.defined() && factor.dtype() == DType::f32 && factor.numel() == 1,
+               "ops::scale_by: factor must be a one-element f32 tensor, got ",
+               factor.defined() ? factor.str() : std::string("undefined"));
+  detail::check_same_device("scale_by", "x", x, "factor", factor);
+  if (x.numel() > 0) STOKER_DISPATCH(x.device(), scale_by, x, factor);
+}
+
 }  // namespace stoker::ops

@@ -65,6 +65,10 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
                options_.clip_grad_norm, " must be >= 0 (0 disables clipping)");
   params_ = model_.parameters();
   STOKER_CHECK(!params_.empty(), "Trainer: the model ", model_.describe(), " has no parameters");
+  if (options_.precision == amp::Precision::fp16) {
+    scaler_ = std::make_unique<amp::GradScaler>(model_.device(), options_.scaler);
+    optimizer_.set_found_inf(scaler_->found_inf());
+  }
 }
 
 void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples) {
@@ -81,9 +85,18 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
     STOKER_CHECK(batch.input.device() == device, "Trainer: the batch is on ",
                  batch.input.device().str(), " but the model is on ", device.str(),
                  "; create the data source with .device = ", device.str());
-    const Tensor y = model_.forward(batch.input);
+    Tensor x = batch.input;
+    const DType compute = amp::compute_dtype(options_.precision);
+    if (core::is_float(x.dtype()) && x.dtype() != compute) {
+      Tensor cast = Tensor::empty(x.shape(), compute, x.device());
+      ops::cast(cast, x);
+      x = cast;
+    }
+    const Tensor y = model_.forward(x);
     const Tensor l = loss_.forward(y, batch.target);
-    model_.backward(loss_.backward(1.0f / static_cast<float>(k)));
+    Tensor dy = loss_.backward(1.0f / static_cast<float>(k));
+    if (scaler_) ops::scale_by(dy, scaler_->scale());  // the loss scale never leaves the device
+    model_.backward(dy);
     ops::axpy(step_loss_, 1.0f / static_cast<float>(k), l);
     samples += batch.size;
   }
@@ -98,6 +111,7 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
   std::vector<Tensor> grads;
   for (nn::Parameter* p : params_)
     if (p->requires_grad) grads.push_back(p->grad());
+  if (scaler_) scaler_->unscale(grads);  // before clipping: the norm is of the true gradients
   const bool logs_now = (step_ + 1) % options_.log_interval == 0 || epoch_done;
   if (options_.clip_grad_norm > 0.0f || (options_.log_grad_norm && logs_now)) {
     grad_norm_ = ops::l2_norm(grads);
@@ -105,8 +119,9 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
       ops::clip_by_total_norm(grads, grad_norm_, options_.clip_grad_norm);
   }
   if (options_.schedule) optimizer_.set_lr(options_.schedule->lr_at(step_));
-  optimizer_.step();
+  optimizer_.step();  // skipped on the device when the scaler found an overflow
   optimizer_.zero_grad();
+  if (scaler_) scaler_->update();
   ops::loss_monitor_update(monitor_, step_loss_, step_);
   ++step_;
 }
@@ -122,8 +137,10 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
                  ". Lower the learning rate, enable clip_grad_norm, check the inputs for NaN, "
                  "or set TrainerOptions::continue_on_nan");
   }
+  if (scaler_) scaler_->check();
   StepStats st;
   st.step = step_;
+  st.loss_scale = scaler_ ? scaler_->scale_value() : -1.0;
   st.epoch = epoch;
   st.loss = s.steps > 0 ? s.loss_sum / static_cast<double>(s.steps) : NAN;
   st.lr = optimizer_.lr();
@@ -249,6 +266,8 @@ void Trainer::save_checkpoint(const std::filesystem::path& path,
     tensors.push_back({"buffer." + n, t});
   });
   for (auto& [n, t] : optimizer_.state()) tensors.push_back({"optim." + n, t});
+  if (scaler_)
+    for (auto& [n, t] : scaler_->state()) tensors.push_back({"scaler." + n, t});
 
   nlohmann::json gens = nlohmann::json::object();
   model_.visit_generators("", [&](const std::string& n, Generator& g) {
@@ -303,6 +322,12 @@ void Trainer::resume(const std::filesystem::path& path) {
     state.emplace_back(n, reader.load("optim." + n, t.device()));
   }
   optimizer_.load_state(state);
+  if (scaler_) {
+    std::vector<std::pair<std::string, Tensor>> sstate;
+    for (auto& [n, t] : scaler_->state())
+      sstate.emplace_back(n, reader.load("scaler." + n, t.device()));
+    scaler_->load_state(sstate);
+  }
 
   nlohmann::json gens;
   try {

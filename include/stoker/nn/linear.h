@@ -1,6 +1,8 @@
 // Linear: y = x W^T + b, with W [out, in] and b [out] (PyTorch's layout and names "weight",
 // "bias", so weights load into torch.nn.Linear). x is [N, in] (leading dims flattened) and y
 // [N, out]. Initialization as PyTorch: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
+// Mixed precision: an f16/bf16 input runs the GEMMs in that dtype with fp32 accumulation and a
+// half copy of the fp32 master weight; the weight gradient is still accumulated in fp32.
 #pragma once
 
 #include "stoker/nn/module.h"
@@ -25,8 +27,9 @@ class Linear : public Module {
   int64_t in_, out_;
   bool has_bias_;
   Parameter weight_, bias_;
-  Tensor x_;       // saved input (2-D view)
-  Shape x_shape_;  // the caller's shape, restored for dx
+  Tensor x_;          // saved input (2-D view)
+  Tensor w_compute_;  // the weight in the input's dtype (the master itself for f32)
+  Shape x_shape_;     // the caller's shape, restored for dx
 };
 
 }  // namespace stoker::nn

@@ -15,5 +15,8 @@ void mul(const Tensor& out, const Tensor& a, const Tensor& b);
 void axpy(const Tensor& y, float alpha, const Tensor& x);
 // x *= alpha, in place.
 void scale(const Tensor& x, float alpha);
+// x *= factor, in place, with `factor` a one-element f32 tensor on x's device read by the kernel
+// (e.g. the loss scale, which never visits the host).
+void scale_by(const Tensor& x, const Tensor& factor);
 
 }  // namespace stoker::ops

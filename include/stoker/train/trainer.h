@@ -13,7 +13,8 @@
 // loss is noticed — the error names the first bad step and the last finite loss.
 //
 // Checkpoints (one safetensors file, written atomically): weights ("model.<name>"), buffers
-// ("buffer.<name>"), optimizer state ("optim.<name>"), and in the metadata the step, epoch,
+// ("buffer.<name>"), optimizer state ("optim.<name>"), the loss scaler ("scaler.<name>", fp16),
+// and in the metadata the step, epoch,
 // position in the epoch, optimizer steps and generator offsets. `resume()` restores all of it:
 // a run of 2n steps equals n steps + checkpoint + resume + n steps, bit for bit on the CPU.
 //
@@ -24,10 +25,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "stoker/amp/grad_scaler.h"
+#include "stoker/amp/precision.h"
 #include "stoker/data/batch_source.h"
 #include "stoker/nn/loss.h"
 #include "stoker/nn/module.h"
@@ -45,9 +49,15 @@ struct StepStats {
   double grad_norm = -1.0;  // total norm before clipping at the last step (-1: not computed)
   double ms_per_step = 0.0;
   double samples_per_s = 0.0;
+  double loss_scale = -1.0;  // fp16: the loss scale at log time (-1: no scaler)
 };
 
 struct TrainerOptions {
+  // fp32, or mixed precision: float batch inputs are cast to bf16/f16 before the forward, the
+  // modules compute in that dtype with fp32 master weights and gradients; fp16 adds dynamic
+  // loss scaling (the scale stays on the device; overflowed steps are skipped there).
+  amp::Precision precision = amp::Precision::fp32;
+  amp::GradScalerOptions scaler;  // used when precision == fp16
   int grad_accum_steps = 1;
   float clip_grad_norm = 0.0f;                // 0: no clipping
   std::optional<optim::LrSchedule> schedule;  // none: the optimizer's lr throughout
@@ -112,9 +122,10 @@ class Trainer {
   int64_t resume_epoch_ = 0;
   int64_t resume_batch_ = 0;
   bool resumed_ = false;
-  Tensor monitor_;    // loss monitor on the device
-  Tensor step_loss_;  // rank-0 f32 accumulator of the current step's loss
-  Tensor grad_norm_;  // rank-0 f32, the last step's total gradient norm
+  Tensor monitor_;                           // loss monitor on the device
+  Tensor step_loss_;                         // rank-0 f32 accumulator of the current step's loss
+  Tensor grad_norm_;                         // rank-0 f32, the last step's total gradient norm
+  std::unique_ptr<amp::GradScaler> scaler_;  // fp16 only
 };
 
 }  // namespace stoker::train

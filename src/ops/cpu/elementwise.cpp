@@ -55,4 +55,8 @@ void scale(const Tensor& x, float alpha) {
   });
 }
 
+void scale_by(const Tensor& x, const Tensor& factor) {
+  scale(x, *static_cast<const float*>(factor.data()));
+}
+
 }  // namespace stoker::ops::cpu

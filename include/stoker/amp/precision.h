@@ -1,0 +1,25 @@
+// Precision: the arithmetic a training run uses (DESIGN.md §5).
+//   fp32  everything in f32 (GEMMs exact fp32 unless ops::set_allow_tf32(true))
+//   bf16  activations and GEMM inputs in bf16, fp32 accumulation and master weights; no loss
+//         scaling needed (bf16 has fp32's exponent range)
+//   fp16  as bf16 with f16, plus dynamic loss scaling (GradScaler) against gradient underflow
+// Norms, softmax, losses and reductions compute in fp32 under all three.
+#pragma once
+
+#include <string_view>
+
+#include "stoker/core/dtype.h"
+
+namespace stoker::amp {
+
+enum class Precision { fp32, bf16, fp16 };
+
+constexpr DType compute_dtype(Precision p) {
+  return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32;
+}
+
+constexpr std::string_view precision_name(Precision p) {
+  return p == Precision::bf16 ? "bf16" : p == Precision::fp16 ? "fp16" : "fp32";
+}
+
+}  // namespace stoker::amp

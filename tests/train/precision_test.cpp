@@ -1,0 +1,95 @@
+// Mixed precision through the Trainer on the CPU (same logic as the GPU: f16/bf16 storage, fp32
+// math): fp32, bf16 and fp16 training of one model end close together, and fp16's loss scaler
+// skips overflowed steps and backs off.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "stoker/data/tensor_batches.h"
+#include "stoker/nn/activation.h"
+#include "stoker/nn/containers.h"
+#include "stoker/nn/linear.h"
+#include "stoker/ops/random.h"
+#include "stoker/train/trainer.h"
+#include "test_util.h"
+
+namespace nn = stoker::nn;
+using stoker::DType;
+using stoker::Tensor;
+using stoker::amp::Precision;
+using stoker::train::Trainer;
+
+namespace {
+
+struct Data {
+  Tensor x, y;
+};
+Data blobs(int64_t n) {
+  Tensor x = Tensor::empty({n, 16}, DType::f32);
+  stoker::ops::random_normal(x, 0.0f, 1.0f, 5, 0);
+  std::vector<int64_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = i % 4;
+    x.data<float>()[i * 16 + y[i]] += 2.5f;
+  }
+  return {x, Tensor::from_vector(y, {n})};
+}
+
+std::unique_ptr<nn::Sequential> mlp() {
+  nn::manual_seed(21);
+  return std::make_unique<nn::Sequential>(nn::make<nn::Linear>(16, 64), nn::make<nn::GELU>(),
+                                          nn::make<nn::Linear>(64, 64), nn::make<nn::ReLU>(),
+                                          nn::make<nn::Linear>(64, 4));
+}
+
+struct Outcome {
+  double train_loss, eval_loss, accuracy;
+  std::vector<stoker::train::StepStats> log;
+};
+
+Outcome train(Precision p, stoker::amp::GradScalerOptions scaler = {}) {
+  const Data d = blobs(800);
+  auto model = mlp();
+  stoker::optim::AdamW opt(model->named_parameters(), {.lr = 3e-3f});
+  nn::CrossEntropyLoss loss;
+  Trainer t(
+      *model, loss, opt,
+      {.precision = p, .scaler = scaler, .log_interval = 1, .progress_bar = false, .quiet = true});
+  stoker::data::TensorBatches b(d.x, d.y, {.batch_size = 50, .seed = 1});
+  const auto fit = t.fit(b, 4);
+  stoker::data::TensorBatches eval(d.x, d.y, {.batch_size = 200, .shuffle = false});
+  const auto e = t.evaluate(eval);
+  double tail = 0;
+  for (size_t i = fit.log.size() - 8; i < fit.log.size(); ++i) tail += fit.log[i].loss / 8;
+  return {tail, e.loss, e.accuracy, fit.log};
+}
+
+TEST(PrecisionTest, Fp32Bf16Fp16EndClose) {
+  const Outcome f32 = train(Precision::fp32), bf16 = train(Precision::bf16),
+                f16 = train(Precision::fp16);
+  // Stated tolerance: the mean loss of the last 8 steps within 5 % (bf16 keeps 8 mantissa bits,
+  // f16 11) and held-out accuracy within 2 points of fp32.
+  EXPECT_NEAR(bf16.train_loss, f32.train_loss, 0.05 * f32.train_loss);
+  EXPECT_NEAR(f16.train_loss, f32.train_loss, 0.05 * f32.train_loss);
+  EXPECT_NEAR(bf16.accuracy, f32.accuracy, 0.02);
+  EXPECT_NEAR(f16.accuracy, f32.accuracy, 0.02);
+  EXPECT_GT(f32.accuracy, 0.9);
+  // The half runs really ran in half: their losses differ from fp32's in the low digits.
+  EXPECT_NE(bf16.train_loss, f32.train_loss);
+  EXPECT_NE(f16.train_loss, f32.train_loss);
+  EXPECT_EQ(f32.log.back().loss_scale, -1.0);
+  EXPECT_EQ(f16.log.back().loss_scale, 65536.0);
+}
+
+// A scale far too large makes the scaled f16 loss gradients overflow: those steps are skipped on
+// the device and the scale halves until it fits, then training proceeds.
+TEST(PrecisionTest, Fp16ScalerBacksOffFromOverflow) {
+  const Outcome o = train(Precision::fp16, {.init_scale = 16777216.0f});  // 2^24
+  ASSERT_GE(o.log.size(), 5u);
+  EXPECT_EQ(o.log[0].loss_scale, 8388608.0);  // step 0 overflowed
+  EXPECT_LT(o.log.back().loss_scale, 16777216.0);
+  EXPECT_GT(o.accuracy, 0.9);
+}
+
+}  // namespace
