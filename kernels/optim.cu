@@ -113,9 +113,15 @@ struct SgdOp {
 
 struct AdamWOp {
   detail::AdamWConsts c;
+  const AdamWStepState* state;  // device step state (bias corrections), or null
   __device__ void operator()(const OptimArgs& a, int t, int64_t i) const {
     float p = a.p[t][i], m = a.s1[t][i], v = a.s2[t][i];
-    detail::adamw_update(p, m, v, a.g[t][i], c);
+    detail::AdamWConsts k = c;
+    if (state) {
+      k.step_size = state->step_size;
+      k.bc2_sqrt = state->bc2_sqrt;
+    }
+    detail::adamw_update(p, m, v, a.g[t][i], k);
     a.p[t][i] = p;
     a.s1[t][i] = m;
     a.s2[t][i] = v;
@@ -141,6 +147,11 @@ struct UnscaleOp {
     a.p[t][i] = g * inv;
   }
 };
+
+__global__ void adamw_advance_kernel(AdamWStepState* s, const float* found_inf, double beta1,
+                                     double beta2, double lr) {
+  detail::adamw_advance(*s, found_inf && *found_inf != 0.0f, beta1, beta2, lr);
+}
 
 __global__ void update_scale_kernel(float* scale, int32_t* state, const float* found_inf,
                                     ScaleUpdate u) {
@@ -194,8 +205,20 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
 
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
-                const detail::AdamWConsts& c, const Tensor& found_inf) {
-  launch(params, grads, exp_avgs, exp_avg_sqs, found_inf, AdamWOp{c});
+                const detail::AdamWConsts& c, const Tensor& found_inf, const Tensor& step_state,
+                double beta1, double beta2, double lr) {
+  AdamWStepState* st = nullptr;
+  if (step_state.defined()) {
+    // One thread advances the step count and the bias corrections (unless skipped); the update
+    // kernel then reads them: the host never learns whether the step was taken.
+    const core::DeviceScope scope(step_state.device().index);
+    st = static_cast<AdamWStepState*>(step_state.data());
+    adamw_advance_kernel<<<1, 1, 0, core::cuda_stream(step_state.device())>>>(
+        st, found_inf.defined() ? static_cast<const float*>(found_inf.data()) : nullptr, beta1,
+        beta2, lr);
+    STOKER_CUDA_CHECK(cudaGetLastError());
+  }
+  launch(params, grads, exp_avgs, exp_avg_sqs, found_inf, AdamWOp{c, st});
 }
 
 }  // namespace stoker::ops::cuda

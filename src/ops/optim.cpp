@@ -1,6 +1,7 @@
 #include "stoker/ops/optim.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "ops/backend.h"
@@ -60,13 +61,21 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
 
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
-                const AdamWHyper& h, const Tensor& found_inf) {
+                const AdamWHyper& h, const Tensor& found_inf, const Tensor& step_state) {
   check_list("adamw_step", "params", params, params);
   check_list("adamw_step", "grads", grads, params);
   check_list("adamw_step", "exp_avgs", exp_avgs, params);
   check_list("adamw_step", "exp_avg_sqs", exp_avg_sqs, params);
   check_found_inf("adamw_step", found_inf, params);
-  STOKER_CHECK(h.step >= 1, "ops::adamw_step: step ", h.step, " must be >= 1 (1-based)");
+  STOKER_CHECK(step_state.defined() || h.step >= 1, "ops::adamw_step: step ", h.step,
+               " must be >= 1 (1-based)");
+  STOKER_CHECK(
+      !step_state.defined() ||
+          (step_state.dtype() == DType::u8 && step_state.nbytes() == sizeof(AdamWStepState) &&
+           (params.empty() || step_state.device() == params[0].device())),
+      "ops::adamw_step: step_state must come from adamw_step_state_create on the "
+      "parameters' device, got ",
+      step_state.str());
   STOKER_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f && h.beta2 >= 0.0f && h.beta2 < 1.0f,
                "ops::adamw_step: betas (", h.beta1, ", ", h.beta2, ") must be in [0, 1)");
   STOKER_CHECK(h.lr >= 0.0f && h.eps >= 0.0f && h.weight_decay >= 0.0f,
@@ -84,7 +93,24 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                               static_cast<float>(std::sqrt(bc2)),
                               h.eps};
   STOKER_DISPATCH(params[0].device(), adamw_step, params, grads, exp_avgs, exp_avg_sqs, c,
-                  found_inf);
+                  found_inf, step_state, static_cast<double>(h.beta1), static_cast<double>(h.beta2),
+                  static_cast<double>(h.lr));
+}
+
+Tensor adamw_step_state_create(Device device) {
+  const AdamWStepState s{0, 1.0, 1.0, 0.0f, 1.0f};
+  Tensor host = Tensor::empty({static_cast<int64_t>(sizeof s)}, DType::u8, Device::cpu());
+  std::memcpy(host.data(), &s, sizeof s);
+  return device.is_cpu() ? host : host.to(device);
+}
+
+int64_t adamw_step_state_steps(const Tensor& state) {
+  STOKER_CHECK(state.dtype() == DType::u8 && state.nbytes() == sizeof(AdamWStepState),
+               "ops::adamw_step_state_steps: not an AdamW step state: ", state.str());
+  const Tensor host = state.device().is_cpu() ? state : state.to(Device::cpu());
+  AdamWStepState s;
+  std::memcpy(&s, host.data(), sizeof s);
+  return s.step;
 }
 
 }  // namespace stoker::ops

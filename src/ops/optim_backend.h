@@ -10,18 +10,19 @@
 
 namespace stoker::ops {
 
-#define STOKER_OPTIM_BACKEND_DECLS                                                               \
-  void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,                   \
-                std::span<const Tensor> bufs, const detail::SgdConsts& c,                        \
-                const Tensor& found_inf);                                                        \
-  void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,                 \
-                  std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,         \
-                  const detail::AdamWConsts& c, const Tensor& found_inf);                        \
-  void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, float max_norm); \
-  void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step);             \
-  void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,                     \
-                         const Tensor& found_inf);                                               \
-  void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,           \
+#define STOKER_OPTIM_BACKEND_DECLS                                                                 \
+  void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,                     \
+                std::span<const Tensor> bufs, const detail::SgdConsts& c,                          \
+                const Tensor& found_inf);                                                          \
+  void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,                   \
+                  std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,           \
+                  const detail::AdamWConsts& c, const Tensor& found_inf, const Tensor& step_state, \
+                  double beta1, double beta2, double lr);                                          \
+  void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, float max_norm);   \
+  void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step);               \
+  void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,                       \
+                         const Tensor& found_inf);                                                 \
+  void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,             \
                     const ScaleUpdate& u);
 
 namespace cpu {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "stoker/core/platform.h"
+#include "stoker/ops/optim.h"
 
 namespace stoker::ops::detail {
 
@@ -43,6 +44,19 @@ STOKER_HD STOKER_FORCEINLINE void adamw_update(float& p, float& m, float& v, flo
   v = fmaf(c.one_minus_beta2 * g, g, v * c.beta2);  // beta2 v + (1 - beta2) g^2
   const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
   p = fmaf(-c.step_size, m / denom, p);
+}
+
+// AdamW's step counter and bias corrections kept on the device (ops::AdamWStepState): advanced
+// only by steps that were not skipped for overflow, so a skipped step does not count, as in
+// PyTorch. beta^t by repeated multiplication in double: the same operations on both backends.
+STOKER_HD STOKER_FORCEINLINE void adamw_advance(AdamWStepState& s, bool skip, double beta1,
+                                                double beta2, double lr) {
+  if (skip) return;
+  s.step += 1;
+  s.beta1_pow *= beta1;
+  s.beta2_pow *= beta2;
+  s.step_size = static_cast<float>(lr / (1.0 - s.beta1_pow));
+  s.bc2_sqrt = static_cast<float>(sqrt(1.0 - s.beta2_pow));
 }
 
 // The scale update of ops::update_scale (see training.h); state = {tracker, hysteresis_left,

@@ -103,7 +103,16 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options)
   exp_avg_sq_ = make_state("exp_avg_sq");
   state_lists_.emplace_back("exp_avg", &exp_avg_);
   state_lists_.emplace_back("exp_avg_sq", &exp_avg_sq_);
+  step_state_ = ops::adamw_step_state_create(params_[0].second->device());
 }
+
+std::vector<std::pair<std::string, Tensor>> AdamW::state() {
+  auto out = Optimizer::state();
+  out.emplace_back("step_state", step_state_);
+  return out;
+}
+
+int64_t AdamW::applied_steps() const { return ops::adamw_step_state_steps(step_state_); }
 
 void AdamW::step() {
   std::vector<Tensor> values, grads;
@@ -115,7 +124,7 @@ void AdamW::step() {
                    .eps = options_.eps,
                    .weight_decay = options_.weight_decay,
                    .step = steps_ + 1},
-                  found_inf_);
+                  found_inf_, step_state_);
   ++steps_;
 }
 

@@ -81,6 +81,32 @@ TEST(OptimizerGpuTest, AdamWBitIdenticalToCpuAndSkipsOnFoundInf) {
   expect_bit_equal(before, p.gpu);
 }
 
+// The device step count (bias corrections) advances identically on both backends, including
+// across a step skipped by found_inf.
+TEST(OptimizerGpuTest, AdamWDeviceStepStateMatchesCpuAcrossASkip) {
+  STOKER_REQUIRE_GPU();
+  auto p = make(kSizes, 20), g = make(kSizes, 21), m = make(kSizes, 22), v = make(kSizes, 23);
+  for (size_t i = 0; i < v.cpu.size(); ++i) {
+    stoker::ops::random_uniform(v.cpu[i], 0.0f, 2.0f, 24, i * 100000);
+    v.gpu[i] = v.cpu[i].to(Device::cuda(0));
+  }
+  const Tensor sc = stoker::ops::adamw_step_state_create(Device::cpu());
+  const Tensor sg = stoker::ops::adamw_step_state_create(Device::cuda(0));
+  Tensor fc = Tensor::from_floats({0.0f}, {});
+  for (int s = 0; s < 4; ++s) {
+    stoker::ops::fill(fc, s == 2 ? 1.0 : 0.0);
+    const Tensor fg = fc.to(Device::cuda(0));
+    const stoker::ops::AdamWHyper h{.lr = 1e-2f, .weight_decay = 0.05f};
+    stoker::ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, h, fc, sc);
+    stoker::ops::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, h, fg, sg);
+  }
+  EXPECT_EQ(stoker::ops::adamw_step_state_steps(sc), 3);
+  EXPECT_EQ(stoker::ops::adamw_step_state_steps(sg), 3);
+  expect_bit_equal(p.cpu, p.gpu);
+  expect_bit_equal(m.cpu, m.gpu);
+  expect_bit_equal(v.cpu, v.gpu);
+}
+
 TEST(OptimizerGpuTest, ManyTensorsUseSeveralLaunches) {
   STOKER_REQUIRE_GPU();
   std::vector<int64_t> sizes(1100);

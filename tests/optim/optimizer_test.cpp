@@ -126,9 +126,34 @@ TEST(OptimizerTest, FoundInfSkipsTheUpdateBitForBit) {
   EXPECT_EQ(0, std::memcmp(before_p.data(), p.value().to_vector<float>().data(), 777 * 4));
   EXPECT_EQ(0,
             std::memcmp(before_m.data(), opt.state()[0].second.to_vector<float>().data(), 777 * 4));
+  EXPECT_EQ(opt.applied_steps(), 1);  // the skipped step does not count
+  EXPECT_EQ(opt.steps(), 2);          // calls to step()
   stoker::ops::fill(flag, 0.0);
   opt.step();
   EXPECT_NE(0, std::memcmp(before_p.data(), p.value().to_vector<float>().data(), 777 * 4));
+  EXPECT_EQ(opt.applied_steps(), 2);
+}
+
+// A skipped step leaves the bias correction where it was: step 1, skip, step 2 equals the
+// reference's steps t = 1, 2 on the same gradients.
+TEST(OptimizerTest, AdamWSkippedStepDoesNotAdvanceBiasCorrection) {
+  Parameter p(random_tensor(513, 30));
+  AdamW opt({{"w", &p}}, {.lr = 1e-2f, .weight_decay = 0.0f});
+  RefAdamW ref{1e-2, 0.9, 0.999, 1e-8, 0.0, {}, {}};
+  std::vector<double> rp = as_double(p.value());
+  Tensor flag = Tensor::from_floats({0.0f}, {});
+  opt.set_found_inf(flag);
+  const Tensor g1 = random_tensor(513, 31), g2 = random_tensor(513, 32);
+  stoker::ops::copy(p.grad(), g1);
+  opt.step();
+  ref.step(rp, as_double(g1), 1);
+  stoker::ops::fill(flag, 1.0);
+  opt.step();  // skipped
+  stoker::ops::fill(flag, 0.0);
+  stoker::ops::copy(p.grad(), g2);
+  opt.step();
+  ref.step(rp, as_double(g2), 2);
+  expect_close(rp, p.value(), 2e-5);
 }
 
 TEST(OptimizerTest, FrozenParametersAreNotTouched) {

@@ -41,11 +41,27 @@ struct AdamWHyper {
   int64_t step = 1;  // 1-based step number after this update (bias correction)
 };
 
+// AdamW's step count and bias corrections held on the device (a u8 tensor of
+// sizeof(AdamWStepState) bytes from adamw_step_state_create): advanced by adamw_step only when
+// found_inf is clear, so an overflowed step neither updates nor counts. Without it, the host
+// passes AdamWHyper::step.
+struct AdamWStepState {
+  int64_t step;      // updates applied
+  double beta1_pow;  // beta1^step
+  double beta2_pow;  // beta2^step
+  float step_size;   // lr / (1 - beta1^step) of the last update
+  float bc2_sqrt;    // sqrt(1 - beta2^step)
+};
+Tensor adamw_step_state_create(Device device);
+// The step count it holds (a host sync when on a GPU).
+int64_t adamw_step_state_steps(const Tensor& state);
+
 //   p *= 1 - lr * weight_decay
 //   m = beta1 * m + (1 - beta1) * g ;  v = beta2 * v + (1 - beta2) * g^2
 //   p -= (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+// With `step_state` (see above) h.step is ignored and the step is counted on the device.
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
-                const AdamWHyper& h, const Tensor& found_inf = {});
+                const AdamWHyper& h, const Tensor& found_inf = {}, const Tensor& step_state = {});
 
 }  // namespace stoker::ops

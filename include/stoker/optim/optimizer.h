@@ -87,15 +87,22 @@ struct AdamWOptions {
   float weight_decay = 1e-2f;
 };
 
+// The step count behind the bias corrections lives on the device and advances only when the
+// update is applied (an overflowed fp16 step neither updates nor counts, as in PyTorch).
 class AdamW : public Optimizer {
  public:
   AdamW(NamedParameters params, AdamWOptions options = {});
   void step() override;
   std::string describe() const override;
+  // Adds "step_state" (the device step count and bias corrections) to the per-parameter state.
+  std::vector<std::pair<std::string, Tensor>> state() override;
+  // Updates applied so far (a host sync on a GPU); steps() counts calls to step().
+  int64_t applied_steps() const;
 
  private:
   AdamWOptions options_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  Tensor step_state_;
 };
 
 }  // namespace stoker::optim

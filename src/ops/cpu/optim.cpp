@@ -31,8 +31,17 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
 
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
-                const detail::AdamWConsts& c, const Tensor& found_inf) {
-  if (skip_step(found_inf)) return;
+                const detail::AdamWConsts& host_consts, const Tensor& found_inf,
+                const Tensor& step_state, double beta1, double beta2, double lr) {
+  const bool skip = skip_step(found_inf);
+  detail::AdamWConsts c = host_consts;
+  if (step_state.defined()) {
+    auto* st = static_cast<AdamWStepState*>(step_state.data());
+    detail::adamw_advance(*st, skip, beta1, beta2, lr);
+    c.step_size = st->step_size;
+    c.bc2_sqrt = st->bc2_sqrt;
+  }
+  if (skip) return;
   for (size_t t = 0; t < params.size(); ++t) {
     float* p = static_cast<float*>(params[t].data());
     const float* g = static_cast<const float*>(grads[t].data());
