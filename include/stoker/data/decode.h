@@ -1,0 +1,117 @@
+// JpegDecoder: JPEG bytes -> u8 HWC RGB pixels, decoding only what the caller will keep.
+//
+// The loader calls one decoder per worker thread: it owns one libjpeg decompressor and its
+// scratch buffers and reuses them for every image, so a steady-state decode allocates nothing.
+// `decode_crop` reads the header, picks a DCT scale (M/8) when the crop is at least twice the
+// output in both directions, decodes only the crop's columns (jpeg_crop_scanline) and rows
+// (jpeg_skip_scanlines, then stops), and resizes straight into the caller's buffer (see
+// resize.h: area filter when shrinking, bilinear when enlarging, optional horizontal flip).
+//
+// Errors: every libjpeg error *and warning* (a truncated file is only a warning to libjpeg,
+// which pads the missing rows with grey) is thrown as a DecodeError naming the sample key and
+// libjpeg's reason; the process never exits. Headers claiming more than `max_pixels` are
+// rejected before any pixel memory is allocated. Grayscale and CMYK/YCCK images come out RGB.
+// A truncation that lies entirely below the decoded rows of a crop is not seen (those pixels
+// are intact); `decode_full` always sees it.
+//
+// Ownership: input bytes are borrowed for the duration of a call; `dst` is caller-owned.
+// Thread-safety: a JpegDecoder is used by one thread at a time (keep one per thread); distinct
+// decoders are independent.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/core/error.h"
+
+namespace stoker::data {
+
+// A region of the source image in continuous pixel coordinates: pixel (row r, column c) covers
+// [c, c+1) x [r, r+1). Integer values select whole pixels; fractional ones are resampled
+// exactly (the eval transform uses them).
+struct CropRect {
+  double x = 0.0;
+  double y = 0.0;
+  double width = 0.0;
+  double height = 0.0;
+};
+
+// What the header says.
+struct JpegInfo {
+  int width = 0;
+  int height = 0;
+  int components = 0;  // 1 grayscale, 3 YCbCr/RGB, 4 CMYK/YCCK (output is always RGB)
+  bool progressive = false;
+};
+
+// A decoded image: height * width * 3 bytes, rows top to bottom, RGB interleaved.
+struct Image {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> pixels;
+};
+
+struct DecoderOptions {
+  // Headers claiming more pixels than this are rejected before allocation.
+  int64_t max_pixels = int64_t{16384} * 16384;
+  // Decode at M/8 scale when the crop is >= 2x the output in both directions.
+  bool dct_scaling = true;
+  // libjpeg warnings (corrupt data, premature end of file) are errors.
+  bool warnings_are_errors = true;
+  // JDCT_IFAST instead of JDCT_ISLOW (<= 10 % faster; lower quality above q90).
+  bool fast_dct = false;
+};
+
+// A JPEG that could not be decoded: bad bytes, truncated, over budget. what() names the key.
+class DecodeError : public core::Error {
+ public:
+  DecodeError(std::string key, std::string reason, std::string what, std::string where,
+              std::string hint)
+      : core::Error(std::move(what), std::move(where), std::move(hint)),
+        key_(std::move(key)),
+        reason_(std::move(reason)) {}
+  // The sample key given to the decode call (may be empty).
+  const std::string& key() const { return key_; }
+  // Why, in libjpeg's or our words ("Premature end of JPEG file").
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string key_;
+  std::string reason_;
+};
+
+class JpegDecoder {
+ public:
+  explicit JpegDecoder(DecoderOptions options = {});
+  ~JpegDecoder();
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  // The header only (cheap: no entropy decoding). Validates magic, size and pixel budget.
+  JpegInfo read_header(std::span<const uint8_t> bytes, std::string_view key = {});
+
+  // The whole image.
+  Image decode_full(std::span<const uint8_t> bytes, std::string_view key = {});
+  // Same, reusing `out`'s pixel storage (no allocation once it is large enough).
+  void decode_full_into(std::span<const uint8_t> bytes, Image& out, std::string_view key = {});
+
+  // Decodes `crop` (inside the image) and resizes it to out_w x out_h u8 RGB written to dst
+  // (out_h rows of out_w*3 bytes, contiguous), mirrored left-right when `flip`.
+  void decode_crop(std::span<const uint8_t> bytes, const CropRect& crop, int out_w, int out_h,
+                   uint8_t* dst, std::string_view key = {}, bool flip = false);
+
+  // The DCT scale numerator (of 8) the last decode_crop used; 8 = no scaling.
+  int last_scale_num() const;
+  const DecoderOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stoker::data

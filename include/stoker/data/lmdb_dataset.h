@@ -1,0 +1,83 @@
+// LmdbImageDataset: the encoded images of a database written by `stoker pack`, read zero-copy.
+//
+// The environment is opened once per process, read-only (MDB_RDONLY | MDB_NOTLS, plus
+// MDB_NORDAHEAD unless read_ahead), with enough reader slots for every thread. Reads go through
+// a `Reader`, an RAII read transaction owned by one thread at a time: `read(i)` returns a view
+// into LMDB's memory map, valid until the Reader is reset, renewed or destroyed. Give each
+// worker thread its own Reader (MDB_NOTLS lets a Reader move between threads, but never use one
+// from two threads at once).
+//
+// Opening checks that the path is a database written by `stoker pack` (format tag, class names,
+// sample count); `read` throws stoker::Error naming the key and the fix, while `try_read` returns
+// std::nullopt and the reason, so a loader's skip policy needs no exceptions.
+//
+// Ownership: the dataset owns the environment and must outlive its Readers. Thread-safety: the
+// dataset's const methods are thread-safe; a Reader is not.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/data/record.h"
+
+struct MDB_env;
+struct MDB_txn;
+
+namespace stoker::data {
+
+struct LmdbOptions {
+  bool read_ahead = false;  // false: MDB_NORDAHEAD (random access on local disk); true for NFS
+  bool no_lock = false;     // MDB_NOLOCK: only when no process writes the database
+  int max_readers = 0;      // reader slots; 0: max(126, 4 * hardware threads + 16)
+};
+
+class LmdbImageDataset {
+ public:
+  explicit LmdbImageDataset(std::filesystem::path path, LmdbOptions options = {});
+  ~LmdbImageDataset();
+  LmdbImageDataset(const LmdbImageDataset&) = delete;
+  LmdbImageDataset& operator=(const LmdbImageDataset&) = delete;
+
+  int64_t size() const { return size_; }
+  int num_classes() const { return static_cast<int>(class_names_.size()); }
+  const std::vector<std::string>& class_names() const { return class_names_; }
+  const std::filesystem::path& path() const { return path_; }
+
+  // A read transaction for one thread at a time.
+  class Reader {
+   public:
+    explicit Reader(const LmdbImageDataset& dataset);
+    ~Reader();
+    Reader(Reader&& other) noexcept;
+    Reader& operator=(Reader&&) = delete;
+    Reader(const Reader&) = delete;
+
+    // Sample `index`; throws stoker::Error (naming key, database and fix) when it is bad.
+    SampleView read(int64_t index);
+    // Sample `index`, or std::nullopt with the reason in *error (when error is not null).
+    std::optional<SampleView> try_read(int64_t index, std::string* error = nullptr);
+    // Releases the snapshot (views die) but keeps the reader slot; renew() takes a new one.
+    void reset();
+    void renew();
+
+   private:
+    const LmdbImageDataset* dataset_;
+    MDB_txn* txn_ = nullptr;
+    bool active_ = false;
+  };
+
+  Reader reader() const { return Reader(*this); }
+
+ private:
+  std::filesystem::path path_;
+  LmdbOptions options_;
+  MDB_env* env_ = nullptr;
+  unsigned dbi_ = 0;
+  int64_t size_ = 0;
+  std::vector<std::string> class_names_;
+};
+
+}  // namespace stoker::data

@@ -1,0 +1,190 @@
+// LmdbImageDataset: metadata is validated once at open; per-sample checks live in parse_record
+// so that read() and try_read() report exactly the same problems.
+#include "stoker/data/lmdb_dataset.h"
+
+#include <lmdb.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <thread>
+
+#include "stoker/core/error.h"
+
+namespace stoker::data {
+
+namespace {
+
+using core::detail::str;
+
+constexpr const char* kRepackHint =
+    "build the database with `stoker pack SOURCE --out DIR` (or `stoker pack synth --out DIR`)";
+
+[[noreturn]] void fail(const char* file, int line, std::string what, std::string hint) {
+  core::detail::throw_error(file, line, std::move(what), std::move(hint));
+}
+
+void lmdb_check(int rc, const char* call, const std::filesystem::path& path) {
+  if (rc == 0) return;
+  std::string hint;
+  if (rc == ENOENT) hint = kRepackHint;
+  if (rc == MDB_READERS_FULL)
+    hint = "more Readers than reader slots: raise LmdbOptions::max_readers";
+  if (rc == EACCES)
+    hint = "the folder is read-only: open with LmdbOptions::no_lock (no writer may run)";
+  fail(__FILE__, __LINE__, str("LMDB ", call, " failed on ", path.string(), ": ", mdb_strerror(rc)),
+       hint);
+}
+
+std::optional<std::string> get_meta(MDB_txn* txn, MDB_dbi dbi, const char* key) {
+  MDB_val k{std::strlen(key), const_cast<char*>(key)};
+  MDB_val v{};
+  if (mdb_get(txn, dbi, &k, &v) != 0) return std::nullopt;
+  return std::string(static_cast<const char*>(v.mv_data), v.mv_size);
+}
+
+}  // namespace
+
+LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions options)
+    : path_(std::move(path)), options_(options) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path_, ec)) {
+    fail(__FILE__, __LINE__, str("LMDB dataset ", path_.string(), " does not exist"), kRepackHint);
+  }
+  if (!std::filesystem::is_directory(path_, ec) ||
+      !std::filesystem::exists(path_ / "data.mdb", ec)) {
+    fail(__FILE__, __LINE__,
+         str(path_.string(), " is not an LMDB database folder (no data.mdb inside)"), kRepackHint);
+  }
+  int max_readers = options_.max_readers;
+  if (max_readers <= 0) {
+    max_readers = std::max(126, 4 * static_cast<int>(std::thread::hardware_concurrency()) + 16);
+  }
+  lmdb_check(mdb_env_create(&env_), "mdb_env_create", path_);
+  try {
+    lmdb_check(mdb_env_set_maxreaders(env_, static_cast<unsigned>(max_readers)),
+               "mdb_env_set_maxreaders", path_);
+    unsigned flags = MDB_RDONLY | MDB_NOTLS;
+    if (!options_.read_ahead) flags |= MDB_NORDAHEAD;
+    if (options_.no_lock) flags |= MDB_NOLOCK;
+    lmdb_check(mdb_env_open(env_, path_.c_str(), flags, 0664), "mdb_env_open", path_);
+    MDB_txn* txn = nullptr;
+    lmdb_check(mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn), "mdb_txn_begin", path_);
+    MDB_dbi dbi = 0;
+    const int rc = mdb_dbi_open(txn, nullptr, 0, &dbi);
+    if (rc != 0) mdb_txn_abort(txn);
+    lmdb_check(rc, "mdb_dbi_open", path_);
+    dbi_ = dbi;
+    const auto format = get_meta(txn, dbi, kMetaFormatKey);
+    const auto classes = get_meta(txn, dbi, kMetaClassesKey);
+    const auto samples = get_meta(txn, dbi, kMetaSamplesKey);
+    mdb_txn_abort(txn);
+    if (!format) {
+      fail(__FILE__, __LINE__,
+           str(path_.string(),
+               " was not written by `stoker pack` (or its pack was interrupted): no ",
+               kMetaFormatKey, " key"),
+           kRepackHint);
+    }
+    if (*format != kImageFormatTag) {
+      fail(__FILE__, __LINE__,
+           str(path_.string(), " has unknown format '", *format, "' (this build reads '",
+               kImageFormatTag, "')"),
+           "repack it with this version of `stoker pack`, or use the stoker that wrote it");
+    }
+    int64_t n = -1;
+    if (samples) {
+      const auto res = std::from_chars(samples->data(), samples->data() + samples->size(), n);
+      if (res.ec != std::errc() || res.ptr != samples->data() + samples->size()) n = -1;
+    }
+    if (n < 0 || !classes || classes->empty()) {
+      fail(__FILE__, __LINE__,
+           str(path_.string(), ": metadata ", kMetaSamplesKey, " / ", kMetaClassesKey,
+               " missing or malformed"),
+           kRepackHint);
+    }
+    size_ = n;
+    size_t start = 0;
+    while (start <= classes->size()) {
+      const size_t end = std::min(classes->find('\n', start), classes->size());
+      class_names_.push_back(classes->substr(start, end - start));
+      start = end + 1;
+    }
+  } catch (...) {
+    mdb_env_close(env_);
+    env_ = nullptr;
+    throw;
+  }
+}
+
+LmdbImageDataset::~LmdbImageDataset() {
+  if (env_ != nullptr) mdb_env_close(env_);
+}
+
+LmdbImageDataset::Reader::Reader(const LmdbImageDataset& dataset) : dataset_(&dataset) {
+  lmdb_check(mdb_txn_begin(dataset.env_, nullptr, MDB_RDONLY, &txn_), "mdb_txn_begin (reader)",
+             dataset.path_);
+  active_ = true;
+}
+
+LmdbImageDataset::Reader::Reader(Reader&& other) noexcept
+    : dataset_(other.dataset_), txn_(other.txn_), active_(other.active_) {
+  other.txn_ = nullptr;
+  other.active_ = false;
+}
+
+LmdbImageDataset::Reader::~Reader() {
+  if (txn_ != nullptr) mdb_txn_abort(txn_);
+}
+
+void LmdbImageDataset::Reader::reset() {
+  if (txn_ != nullptr && active_) mdb_txn_reset(txn_);
+  active_ = false;
+}
+
+void LmdbImageDataset::Reader::renew() {
+  STOKER_CHECK(txn_ != nullptr, "LmdbImageDataset::Reader::renew on a moved-from Reader");
+  if (active_) return;
+  lmdb_check(mdb_txn_renew(txn_), "mdb_txn_renew", dataset_->path_);
+  active_ = true;
+}
+
+std::optional<SampleView> LmdbImageDataset::Reader::try_read(int64_t index, std::string* error) {
+  auto bad = [&](std::string why) -> std::optional<SampleView> {
+    if (error != nullptr) {
+      *error = str(dataset_->path_.string(), " key ", sample_key(index), ": ", why);
+    }
+    return std::nullopt;
+  };
+  if (txn_ == nullptr || !active_) return bad("Reader is reset or moved-from (call renew())");
+  if (index < 0 || index >= dataset_->size_) {
+    return bad(str("index ", index, " is not in [0, ", dataset_->size_, ")"));
+  }
+  char key[32];
+  const std::string k = sample_key(index);
+  std::memcpy(key, k.data(), k.size());
+  MDB_val mk{k.size(), key};
+  MDB_val mv{};
+  const int rc = mdb_get(txn_, dataset_->dbi_, &mk, &mv);
+  if (rc == MDB_NOTFOUND) return bad("record missing");
+  if (rc != 0) return bad(str("mdb_get failed: ", mdb_strerror(rc)));
+  SampleView view;
+  std::string why = parse_record({static_cast<const uint8_t*>(mv.mv_data), mv.mv_size},
+                                 dataset_->num_classes(), view);
+  if (!why.empty()) return bad(std::move(why));
+  view.index = index;
+  return view;
+}
+
+SampleView LmdbImageDataset::Reader::read(int64_t index) {
+  std::string error;
+  std::optional<SampleView> view = try_read(index, &error);
+  if (!view) {
+    fail(__FILE__, __LINE__, std::move(error),
+         "the database is damaged or was written by another tool: repack it with `stoker pack` "
+         "(or use the loader's skip policy)");
+  }
+  return *view;
+}
+
+}  // namespace stoker::data

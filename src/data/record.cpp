@@ -1,0 +1,90 @@
+// Record encoding. The header is written byte by byte (little-endian) so the format does not
+// depend on the host's struct layout or endianness.
+#include "stoker/data/record.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "stoker/core/error.h"
+
+namespace stoker::data {
+
+namespace {
+
+void put_le(std::string& s, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+uint64_t get_le(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+const char* payload_kind_name(PayloadKind kind) {
+  switch (kind) {
+    case PayloadKind::jpeg:
+      return "jpeg";
+  }
+  return "unknown";
+}
+
+std::string sample_key(int64_t index) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%0*lld", kSampleKeyDigits, static_cast<long long>(index));
+  return buf;
+}
+
+std::string encode_record(int32_t label, PayloadKind kind, std::span<const uint8_t> payload) {
+  STOKER_CHECK(payload.size() <= 0xFFFFFFFFull, "encode_record: payload of ", payload.size(),
+               " bytes exceeds the 4 GiB record limit");
+  std::string s;
+  s.reserve(kRecordHeaderBytes + payload.size());
+  s.append(kRecordMagic, 4);
+  put_le(s, kRecordVersion, 2);
+  put_le(s, static_cast<uint8_t>(kind), 1);
+  put_le(s, 0, 1);
+  put_le(s, static_cast<uint32_t>(label), 4);
+  put_le(s, payload.size(), 4);
+  s.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+  return s;
+}
+
+std::string parse_record(std::span<const uint8_t> value, int num_classes, SampleView& out) {
+  using core::detail::str;
+  if (value.empty()) return "zero-length value";
+  if (value.size() < kRecordHeaderBytes) {
+    return str("value of ", value.size(), " bytes is shorter than the ", kRecordHeaderBytes,
+               "-byte record header");
+  }
+  const uint8_t* p = value.data();
+  if (std::memcmp(p, kRecordMagic, 4) != 0) return "bad magic (not a stoker record)";
+  const auto version = static_cast<uint16_t>(get_le(p + 4, 2));
+  if (version != kRecordVersion) {
+    return str("unknown record version ", version, " (this build reads version ", kRecordVersion,
+               "; repack with this version of `stoker pack`)");
+  }
+  const auto kind = static_cast<PayloadKind>(p[6]);
+  if (kind != PayloadKind::jpeg) return str("unknown payload kind ", static_cast<int>(p[6]));
+  const auto label = static_cast<int32_t>(static_cast<uint32_t>(get_le(p + 8, 4)));
+  const uint64_t count = get_le(p + 12, 4);
+  const uint64_t available = value.size() - kRecordHeaderBytes;
+  if (count > available) {
+    return str("truncated payload: header says ", count, " bytes, value holds ", available);
+  }
+  if (count < available) {
+    return str("payload of ", count, " bytes followed by ", available - count, " stray bytes");
+  }
+  if (count == 0) return "empty payload";
+  if (label < 0 || (num_classes > 0 && label >= num_classes)) {
+    return str("label ", label, " out of range [0, ", num_classes, ")");
+  }
+  out.label = label;
+  out.kind = kind;
+  out.payload = value.subspan(kRecordHeaderBytes);
+  return {};
+}
+
+}  // namespace stoker::data
