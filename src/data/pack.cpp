@@ -30,6 +30,7 @@
 #include "stoker/core/error.h"
 #include "stoker/core/rng.h"
 #include "stoker/data/record.h"
+#include "util/progress_bar.h"
 
 namespace stoker::data {
 
@@ -156,35 +157,6 @@ class DbWriter {
   MDB_dbi dbi_ = 0;
 };
 
-class Progress {
- public:
-  Progress(bool enabled, int64_t total)
-      : enabled_(enabled && ::isatty(STDERR_FILENO) == 1),
-        total_(total),
-        start_(std::chrono::steady_clock::now()) {}
-  void update(int64_t done) {
-    if (!enabled_) return;
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    constexpr int kWidth = 30;
-    const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
-    std::fprintf(stderr, "\rpacking [%s%s] %lld/%lld %3d%% %.0f img/s",
-                 std::string(filled, '#').c_str(), std::string(kWidth - filled, ' ').c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total_),
-                 total_ > 0 ? static_cast<int>(100 * done / total_) : 100, s > 0 ? done / s : 0.0);
-    std::fflush(stderr);
-  }
-  bool enabled() const { return enabled_; }
-  void end() {
-    if (enabled_) std::fputc('\n', stderr);
-  }
-
- private:
-  bool enabled_;
-  int64_t total_;
-  std::chrono::steady_clock::time_point start_;
-};
-
 // Makes the record of input i: returns "" and fills `record`, or the reason to skip it.
 // Exceptions are fatal.
 using RecordMaker = std::function<std::string(int64_t i, std::string& record, int64_t& payload)>;
@@ -212,7 +184,8 @@ PackSummary run_pack(int64_t count, const RecordMaker& make,
   PackSummary summary;
   summary.output = out;
   summary.classes = static_cast<int64_t>(class_names.size());
-  Progress progress(options.progress, count);
+  util::ProgressBar progress(options.progress);
+  const auto progress_start = std::chrono::steady_clock::now();
   std::vector<std::string> records, errors;
   std::vector<int64_t> payloads;
   for (int64_t begin = 0; begin < count; begin += chunk) {
@@ -249,9 +222,14 @@ PackSummary run_pack(int64_t count, const RecordMaker& make,
       }
     }
     db.commit();
-    progress.update(end);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - progress_start).count();
+    progress.draw("packing", end, count,
+                  core::detail::str(" ", count > 0 ? 100 * end / count : 100, "% ",
+                                    static_cast<int64_t>(s > 0 ? end / s : 0.0), " img/s"),
+                  end == count);
   }
-  progress.end();
+  progress.finish();
   STOKER_CHECK_HINT(summary.samples > 0, "check that the inputs are JPEG files",
                     "stoker pack: no valid image among ", count, " inputs (", summary.skipped,
                     " skipped); nothing written to ", out.string());

@@ -1,15 +1,20 @@
 #include "stoker/data/tensor_batches.h"
 
 #include <cstring>
-#include <numeric>
 
 #include "stoker/core/error.h"
-#include "stoker/core/rng.h"
 
 namespace stoker::data {
 
 TensorBatches::TensorBatches(Tensor inputs, Tensor targets, TensorBatchesOptions options)
-    : inputs_(std::move(inputs)), targets_(std::move(targets)), options_(options) {
+    : inputs_(std::move(inputs)),
+      targets_(std::move(targets)),
+      options_(options),
+      sampler_(inputs_.defined() && inputs_.rank() >= 1 ? inputs_.size(0) : 0,
+               {.shuffle = options.shuffle,
+                .seed = options.seed,
+                .batch_size = options.batch_size > 0 ? options.batch_size : 1,
+                .drop_last = options.drop_last}) {
   STOKER_CHECK(inputs_.defined() && targets_.defined() && inputs_.rank() >= 1 &&
                    targets_.rank() >= 1 && inputs_.size(0) == targets_.size(0),
                "TensorBatches: inputs ", inputs_.str(), " and targets ", targets_.str(),
@@ -24,10 +29,7 @@ TensorBatches::TensorBatches(Tensor inputs, Tensor targets, TensorBatchesOptions
                options_.batch_size, " with drop_last");
 }
 
-int64_t TensorBatches::batches_per_epoch() const {
-  const int64_t n = inputs_.size(0), b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
-}
+int64_t TensorBatches::batches_per_epoch() const { return sampler_.num_batches(); }
 
 int64_t TensorBatches::samples_per_epoch() const {
   return options_.drop_last ? batches_per_epoch() * options_.batch_size : inputs_.size(0);
@@ -36,28 +38,17 @@ int64_t TensorBatches::samples_per_epoch() const {
 void TensorBatches::start_epoch(int64_t epoch) {
   epoch_ = epoch;
   batch_ = 0;
-  order_.resize(static_cast<size_t>(inputs_.size(0)));
-  std::iota(order_.begin(), order_.end(), 0);
-  if (!options_.shuffle) return;
-  // Fisher-Yates with Philox draws from (seed, stream = epoch): the order is a pure function
-  // of (seed, epoch), so resuming at any epoch reproduces it.
-  for (int64_t i = static_cast<int64_t>(order_.size()) - 1; i > 0; --i) {
-    const core::Philox4 r = core::philox_block(options_.seed, static_cast<uint64_t>(epoch) + 1,
-                                               static_cast<uint64_t>(i));
-    const uint64_t x = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
-    const int64_t j = static_cast<int64_t>(x % static_cast<uint64_t>(i + 1));
-    std::swap(order_[i], order_[j]);
-  }
+  sampler_.set_epoch(epoch);
 }
 
-Tensor TensorBatches::gather(const Tensor& src, int64_t begin, int64_t count) const {
+Tensor TensorBatches::gather(const Tensor& src, std::span<const int64_t> rows) const {
   Shape shape = src.shape();
-  shape[0] = count;
+  shape[0] = static_cast<int64_t>(rows.size());
   Tensor host = Tensor::empty(shape, src.dtype(), Device::cpu());
   const size_t row = src.size(0) == 0 ? 0 : src.nbytes() / static_cast<size_t>(src.size(0));
-  for (int64_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < rows.size(); ++i) {
     std::memcpy(static_cast<char*>(host.data()) + i * row,
-                static_cast<const char*>(src.data()) + order_[begin + i] * row, row);
+                static_cast<const char*>(src.data()) + rows[i] * row, row);
   }
   return options_.device.is_cpu() ? host : host.to(options_.device);
 }
@@ -65,11 +56,10 @@ Tensor TensorBatches::gather(const Tensor& src, int64_t begin, int64_t count) co
 bool TensorBatches::next(Batch& batch) {
   STOKER_CHECK(epoch_ >= 0, "TensorBatches::next called before start_epoch");
   if (batch_ >= batches_per_epoch()) return false;
-  const int64_t begin = batch_ * options_.batch_size;
-  const int64_t count = std::min(options_.batch_size, inputs_.size(0) - begin);
-  batch.input = gather(inputs_, begin, count);
-  batch.target = gather(targets_, begin, count);
-  batch.size = count;
+  const std::span<const int64_t> rows = sampler_.batch(batch_);
+  batch.input = gather(inputs_, rows);
+  batch.target = gather(targets_, rows);
+  batch.size = static_cast<int64_t>(rows.size());
   ++batch_;
   return true;
 }

@@ -14,16 +14,6 @@
 
 namespace stoker::nn {
 
-namespace {
-
-Tensor uniform_param(const Shape& shape, float bound) {
-  Tensor t = Tensor::empty(shape, DType::f32, Device::cpu());
-  ops::random_uniform(t, -bound, bound, init_generator());
-  return t;
-}
-
-}  // namespace
-
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
                int64_t padding, bool bias, ops::Layout layout)
     : Conv2d(in_channels, out_channels, kernel,
@@ -49,8 +39,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel,
   params_.layout = options.layout;
   const int64_t fan_in = in_channels / options.groups * kernel * kernel;
   const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
-  weight_ = Parameter(uniform_param({out_, in_ / options.groups, kernel, kernel}, bound));
-  if (has_bias_) bias_ = Parameter(uniform_param({out_}, bound));
+  weight_ = Parameter(init_uniform({out_, in_ / options.groups, kernel, kernel}, bound));
+  if (has_bias_) bias_ = Parameter(init_uniform({out_}, bound));
 }
 
 Tensor Conv2d::forward(const Tensor& x) {

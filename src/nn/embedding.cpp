@@ -9,9 +9,7 @@ namespace stoker::nn {
 Embedding::Embedding(int64_t num_embeddings, int64_t dim) : num_(num_embeddings), dim_(dim) {
   STOKER_CHECK(num_embeddings > 0 && dim > 0, "Embedding(", num_embeddings, ", ", dim,
                "): sizes must be positive");
-  Tensor w = Tensor::empty({num_, dim_}, DType::f32, Device::cpu());
-  ops::random_normal(w, 0.0f, 1.0f, init_generator());
-  weight_ = Parameter(w);
+  weight_ = Parameter(init_normal({num_, dim_}, 1.0f));
 }
 
 Tensor Embedding::forward(const Tensor& ids) {

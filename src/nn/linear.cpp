@@ -10,21 +10,13 @@
 
 namespace stoker::nn {
 
-namespace {
-Tensor uniform_param(const Shape& shape, float bound) {
-  Tensor t = Tensor::empty(shape, DType::f32, Device::cpu());
-  ops::random_uniform(t, -bound, bound, init_generator());
-  return t;
-}
-}  // namespace
-
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
     : in_(in_features), out_(out_features), has_bias_(bias) {
   STOKER_CHECK(in_features > 0 && out_features > 0, "Linear(", in_features, ", ", out_features,
                "): feature counts must be positive");
   const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
-  weight_ = Parameter(uniform_param({out_, in_}, bound));
-  if (has_bias_) bias_ = Parameter(uniform_param({out_}, bound));
+  weight_ = Parameter(init_uniform({out_, in_}, bound));
+  if (has_bias_) bias_ = Parameter(init_uniform({out_}, bound));
 }
 
 Tensor Linear::forward(const Tensor& x) {

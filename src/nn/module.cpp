@@ -2,6 +2,8 @@
 
 #include <mutex>
 
+#include "stoker/ops/random.h"
+
 namespace stoker::nn {
 
 void Module::collect_parameters(std::vector<Parameter*>& out) {
@@ -49,6 +51,18 @@ Generator g_init_generator(0);
 }  // namespace
 
 Generator& init_generator() { return g_init_generator; }
+
+Tensor init_uniform(const Shape& shape, float bound) {
+  Tensor t = Tensor::empty(shape, DType::f32, Device::cpu());
+  ops::random_uniform(t, -bound, bound, init_generator());
+  return t;
+}
+
+Tensor init_normal(const Shape& shape, float std) {
+  Tensor t = Tensor::empty(shape, DType::f32, Device::cpu());
+  ops::random_normal(t, 0.0f, std, init_generator());
+  return t;
+}
 
 void manual_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(g_init_mu);

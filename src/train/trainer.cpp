@@ -1,7 +1,5 @@
 #include "stoker/train/trainer.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -13,6 +11,7 @@
 #include "stoker/ops/reduce.h"
 #include "stoker/ops/training.h"
 #include "stoker/train/safetensors.h"
+#include "util/progress_bar.h"
 
 namespace stoker::train {
 
@@ -23,35 +22,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// A one-line progress bar on stderr, redrawn at most ~10 times a second.
-class ProgressBar {
- public:
-  explicit ProgressBar(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO)) {}
-  void draw(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches) {
-    if (!enabled_ || seconds_since(last_) < 0.1) return;
-    last_ = Clock::now();
-    constexpr int kWidth = 30;
-    const double frac = batches > 0 ? static_cast<double>(batch) / batches : 0.0;
-    const int filled = static_cast<int>(frac * kWidth);
-    std::string bar(static_cast<size_t>(filled), '=');
-    bar.resize(kWidth, ' ');
-    std::fprintf(stderr, "\r  epoch %lld/%lld [%s] %lld/%lld", static_cast<long long>(epoch + 1),
-                 static_cast<long long>(epochs), bar.c_str(), static_cast<long long>(batch),
-                 static_cast<long long>(batches));
-    std::fflush(stderr);
-    drawn_ = true;
-  }
-  void clear() {
-    if (!drawn_) return;
-    std::fprintf(stderr, "\r%*s\r", 70, "");
-    drawn_ = false;
-  }
-
- private:
-  bool enabled_;
-  bool drawn_ = false;
-  Clock::time_point last_{};
-};
 }  // namespace
 
 Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
@@ -168,7 +138,7 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
   step_loss_ = Tensor::zeros({}, DType::f32, device);
   grad_norm_ = Tensor();
   FitResult result;
-  ProgressBar bar(options_.progress_bar && !options_.quiet);
+  util::ProgressBar bar(options_.progress_bar && !options_.quiet);
   const auto start = Clock::now();
   auto window_start = start;
   int64_t window_samples = 0, window_steps = 0;
@@ -188,7 +158,8 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
       run_step(train, epoch_done, window_samples);
       if (step_ == before) break;  // the epoch had no batch left
       ++window_steps;
-      bar.draw(epoch, epochs, train.batch_index(), train.batches_per_epoch());
+      bar.draw(core::detail::str("  epoch ", epoch + 1, "/", epochs), train.batch_index(),
+               train.batches_per_epoch());
       stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
       if (step_ % options_.log_interval == 0 || epoch_done || stop) {
         bar.clear();

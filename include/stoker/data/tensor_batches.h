@@ -1,13 +1,14 @@
 // TensorBatches: batches cut from tensors held in memory (small datasets, tests, the demo).
 //
-// Samples are rows of `inputs` and `targets` (dim 0). Each epoch visits them in a Philox-seeded
-// permutation (Fisher-Yates with draws from (seed, epoch)), gathered on the host into one
-// contiguous batch and copied to `device`. The last partial batch is kept unless drop_last.
+// Samples are rows of `inputs` and `targets` (dim 0). Each epoch visits them in the Sampler's
+// (seed, epoch) permutation, gathered on the host into one contiguous batch and copied to
+// `device`. The last partial batch is kept unless drop_last.
 #pragma once
 
 #include <vector>
 
 #include "stoker/data/batch_source.h"
+#include "stoker/data/sampler.h"
 
 namespace stoker::data {
 
@@ -33,11 +34,11 @@ class TensorBatches : public BatchSource {
   void restore(int64_t epoch, int64_t batch_index) override;
 
  private:
-  Tensor gather(const Tensor& src, int64_t begin, int64_t count) const;
+  Tensor gather(const Tensor& src, std::span<const int64_t> rows) const;
 
   Tensor inputs_, targets_;
   TensorBatchesOptions options_;
-  std::vector<int64_t> order_;
+  Sampler sampler_;
   int64_t epoch_ = -1;
   int64_t batch_ = 0;
 };

@@ -70,4 +70,9 @@ class Module {
 Generator& init_generator();
 void manual_seed(uint64_t seed);
 
+// Initial parameter values (f32, on the CPU) drawn from init_generator():
+// U(-bound, bound) and N(0, std^2).
+Tensor init_uniform(const Shape& shape, float bound);
+Tensor init_normal(const Shape& shape, float std);
+
 }  // namespace stoker::nn

@@ -11,33 +11,6 @@
 namespace stoker::ops::cpu {
 
 namespace {
-// out[i] = f(a[i]) for tensors of one float dtype.
-template <typename F>
-void unary(const Tensor& out, const Tensor& a, F f) {
-  visit_float(out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* o = static_cast<T*>(out.data());
-    const T* x = static_cast<const T*>(a.data());
-    parallel_range(out.numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) o[i] = store<T>(f(load(x[i])));
-    });
-  });
-}
-
-// out[i] = f(a[i], b[i]).
-template <typename F>
-void binary(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
-  visit_float(out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* o = static_cast<T*>(out.data());
-    const T* x = static_cast<const T*>(a.data());
-    const T* y = static_cast<const T*>(b.data());
-    parallel_range(out.numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) o[i] = store<T>(f(load(x[i]), load(y[i])));
-    });
-  });
-}
-
 void dropout(const Tensor& out, const Tensor& in, float p, uint64_t seed, uint64_t offset) {
   const float scale = detail::dropout_scale(p);
   visit_float(out.dtype(), [&](auto tag) {
@@ -63,19 +36,19 @@ void dropout(const Tensor& out, const Tensor& in, float p, uint64_t seed, uint64
 }  // namespace
 
 void relu_forward(const Tensor& y, const Tensor& x) {
-  unary(y, x, [](float v) { return detail::relu(v); });
+  map_unary(y, x, [](float v) { return detail::relu(v); });
 }
 
 void relu_backward(const Tensor& dx, const Tensor& dy, const Tensor& y) {
-  binary(dx, dy, y, [](float g, float v) { return detail::relu_grad(g, v); });
+  map_binary(dx, dy, y, [](float g, float v) { return detail::relu_grad(g, v); });
 }
 
 void gelu_forward(const Tensor& y, const Tensor& x) {
-  unary(y, x, [](float v) { return detail::gelu(v); });
+  map_unary(y, x, [](float v) { return detail::gelu(v); });
 }
 
 void gelu_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  binary(dx, dy, x, [](float g, float v) { return detail::mul_rn(g, detail::gelu_grad(v)); });
+  map_binary(dx, dy, x, [](float g, float v) { return detail::mul_rn(g, detail::gelu_grad(v)); });
 }
 
 void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, uint64_t offset) {

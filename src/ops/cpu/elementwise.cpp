@@ -7,27 +7,12 @@
 
 namespace stoker::ops::cpu {
 
-namespace {
-template <typename F>
-void binary(const Tensor& out, const Tensor& a, const Tensor& b, F op) {
-  visit_float(out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* o = static_cast<T*>(out.data());
-    const T* x = static_cast<const T*>(a.data());
-    const T* y = static_cast<const T*>(b.data());
-    parallel_range(out.numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) o[i] = store<T>(op(load(x[i]), load(y[i])));
-    });
-  });
-}
-}  // namespace
-
 void add(const Tensor& out, const Tensor& a, const Tensor& b) {
-  binary(out, a, b, [](float x, float y) { return x + y; });
+  map_binary(out, a, b, [](float x, float y) { return x + y; });
 }
 
 void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
-  binary(out, a, b, [](float x, float y) { return x * y; });
+  map_binary(out, a, b, [](float x, float y) { return x * y; });
 }
 
 void axpy(const Tensor& y, float alpha, const Tensor& x) {
@@ -46,13 +31,7 @@ void axpy(const Tensor& y, float alpha, const Tensor& x) {
 }
 
 void scale(const Tensor& x, float alpha) {
-  visit_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* p = static_cast<T*>(x.data());
-    parallel_range(x.numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) p[i] = store<T>(load(p[i]) * alpha);
-    });
-  });
+  map_unary(x, x, [alpha](float v) { return v * alpha; });
 }
 
 void scale_by(const Tensor& x, const Tensor& factor) {

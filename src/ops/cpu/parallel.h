@@ -9,6 +9,7 @@
 #include "stoker/core/dtype.h"
 #include "stoker/core/error.h"
 #include "stoker/core/half.h"
+#include "stoker/core/tensor.h"
 
 namespace stoker::ops::cpu {
 
@@ -59,6 +60,33 @@ decltype(auto) visit_float(DType t, F&& f) {
       break;
   }
   STOKER_THROW("internal: float dtype expected, got ", dtype_name(t));
+}
+
+// out[i] = f(a[i]) for tensors of one float dtype (fp32 math, one rounding; out may alias a).
+template <typename F>
+void map_unary(const Tensor& out, const Tensor& a, F f) {
+  visit_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.data());
+    const T* x = static_cast<const T*>(a.data());
+    parallel_range(out.numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) o[i] = store<T>(f(load(x[i])));
+    });
+  });
+}
+
+// out[i] = f(a[i], b[i]) for tensors of one float dtype (out may alias a or b).
+template <typename F>
+void map_binary(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  visit_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.data());
+    const T* x = static_cast<const T*>(a.data());
+    const T* y = static_cast<const T*>(b.data());
+    parallel_range(out.numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) o[i] = store<T>(f(load(x[i]), load(y[i])));
+    });
+  });
 }
 
 }  // namespace stoker::ops::cpu
