@@ -148,6 +148,16 @@ struct UnscaleOp {
   }
 };
 
+// Mixed-precision weight refresh: the f32 master (p) rounded into its half copy. The copy's
+// pointer travels in s1 (typed as float* there, reinterpreted here: one argument block serves
+// every multi-tensor op).
+template <typename T>
+struct CastToHalfOp {
+  __device__ void operator()(const OptimArgs& a, int t, int64_t i) const {
+    reinterpret_cast<T*>(a.s1[t])[i] = from_float<T>(a.p[t][i]);
+  }
+};
+
 __global__ void adamw_advance_kernel(AdamWStepState* s, const float* found_inf, double beta1,
                                      double beta2, double lr) {
   detail::adamw_advance(*s, found_inf && *found_inf != 0.0f, beta1, beta2, lr);
@@ -180,6 +190,13 @@ void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, fl
 void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,
                        const Tensor& found_inf) {
   launch(grads, {}, {}, {}, Tensor(), UnscaleOp{}, scale, found_inf);
+}
+
+void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
+  if (dsts[0].dtype() == DType::f16)
+    launch(srcs, {}, dsts, {}, Tensor(), CastToHalfOp<core::Half>{});
+  else
+    launch(srcs, {}, dsts, {}, Tensor(), CastToHalfOp<core::BFloat16>{});
 }
 
 void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,

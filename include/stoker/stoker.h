@@ -6,6 +6,7 @@
 #include "stoker/core/device.h"
 #include "stoker/core/dtype.h"
 #include "stoker/core/error.h"
+#include "stoker/core/graph.h"
 #include "stoker/core/half.h"
 #include "stoker/core/rng.h"
 #include "stoker/core/shape.h"

@@ -1,6 +1,7 @@
 #include "stoker/nn/loss.h"
 
 #include "stoker/core/error.h"
+#include "stoker/ops/copy.h"
 #include "stoker/ops/loss.h"
 
 namespace stoker::nn {
@@ -41,14 +42,29 @@ std::string CrossEntropyLoss::describe() const {
 }
 
 Tensor MSELoss::forward(const Tensor& pred, const Tensor& target) {
-  STOKER_CHECK(pred.shape() == target.shape() && pred.dtype() == target.dtype() &&
-                   pred.device() == target.device(),
+  STOKER_CHECK(pred.shape() == target.shape() && pred.device() == target.device() &&
+                   core::is_float(pred.dtype()) && core::is_float(target.dtype()),
                "MSELoss: prediction ", pred.str(), " and target ", target.str(),
-               " must match in shape, dtype and device");
+               " must be float tensors of the same shape on the same device");
   pred_ = pred;
   target_ = target;
+  // Mixed precision (a half prediction, an f32 target): the loss runs in fp32 on a widened copy
+  // of the prediction, as autocast does, so the target keeps its precision.
+  if (pred.dtype() != target.dtype()) {
+    const DType wide =
+        pred.dtype() == DType::f32 || target.dtype() == DType::f32 ? DType::f32 : pred.dtype();
+    auto widen = [&](const Tensor& t) {
+      if (t.dtype() == wide) return t;
+      Tensor w = Tensor::empty(t.shape(), wide, t.device());
+      ops::cast(w, t);
+      return w;
+    };
+    pred_ = widen(pred);
+    target_ = widen(target);
+  }
+  pred_dtype_ = pred.dtype();
   Tensor loss = Tensor::empty({}, DType::f32, pred.device());
-  ops::mse_forward(loss, pred, target);
+  ops::mse_forward(loss, pred_, target_);
   return loss;
 }
 
@@ -56,7 +72,10 @@ Tensor MSELoss::backward(float scale) {
   STOKER_CHECK(pred_.defined(), "MSELoss: backward called before forward");
   Tensor d = Tensor::empty(pred_.shape(), pred_.dtype(), pred_.device());
   ops::mse_backward(d, pred_, target_, scale);
-  return d;
+  if (d.dtype() == pred_dtype_) return d;
+  Tensor narrow = Tensor::empty(d.shape(), pred_dtype_, d.device());
+  ops::cast(narrow, d);
+  return narrow;
 }
 
 }  // namespace stoker::nn

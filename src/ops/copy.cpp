@@ -1,6 +1,9 @@
 #include "stoker/ops/copy.h"
 
+#include <string>
+
 #include "ops/backend.h"
+#include "ops/optim_backend.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {
@@ -30,6 +33,28 @@ void cast(const Tensor& dst, const Tensor& src) {
   detail::check_same_numel("cast", "dst", dst, "src", src);
   if (dst.numel() == 0) return;
   STOKER_DISPATCH(dst.device(), cast, dst, src);
+}
+
+void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
+  STOKER_CHECK(dsts.size() == srcs.size(), "ops::cast_multi: ", dsts.size(), " destinations but ",
+               srcs.size(), " sources");
+  if (dsts.empty()) return;
+  const DType half = dsts[0].dtype();
+  STOKER_CHECK(half == DType::f16 || half == DType::bf16,
+               "ops::cast_multi: destinations must be f16 or bf16, got ", dsts[0].str());
+  for (size_t i = 0; i < dsts.size(); ++i) {
+    const std::string at = "[" + std::to_string(i) + "]";
+    detail::check_defined("cast_multi", ("dsts" + at).c_str(), dsts[i]);
+    detail::check_defined("cast_multi", ("srcs" + at).c_str(), srcs[i]);
+    STOKER_CHECK(dsts[i].dtype() == half && srcs[i].dtype() == DType::f32 &&
+                     dsts[i].numel() == srcs[i].numel() && dsts[i].device() == dsts[0].device() &&
+                     srcs[i].device() == dsts[0].device(),
+                 "ops::cast_multi: pair ", i, " is dst ", dsts[i].str(), ", src ", srcs[i].str(),
+                 "; expected an f32 source into a ", dtype_name(half),
+                 " destination of the same size, all on ", dsts[0].device().str());
+  }
+  detail::check_backend("cast_multi", dsts[0]);
+  STOKER_DISPATCH(dsts[0].device(), cast_multi, dsts, srcs);
 }
 
 }  // namespace stoker::ops

@@ -23,7 +23,8 @@ namespace stoker::ops {
   void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,                       \
                          const Tensor& found_inf);                                                 \
   void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,             \
-                    const ScaleUpdate& u);
+                    const ScaleUpdate& u);                                                         \
+  void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs);
 
 namespace cpu {
 STOKER_OPTIM_BACKEND_DECLS

@@ -65,6 +65,15 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
   }
 }
 
+void Optimizer::step() {
+  update();
+  std::vector<nn::Parameter*> ps;
+  ps.reserve(params_.size());
+  for (const auto& [name, p] : params_)
+    if (p->requires_grad) ps.push_back(p);
+  nn::refresh_compute_copies(ps);
+}
+
 SGD::SGD(NamedParameters params, SgdOptions options)
     : Optimizer(std::move(params)), options_(options) {
   lr_ = options.lr;
@@ -76,7 +85,7 @@ SGD::SGD(NamedParameters params, SgdOptions options)
   }
 }
 
-void SGD::step() {
+void SGD::update() {
   std::vector<Tensor> values, grads;
   gather(values, grads);
   ops::sgd_step(values, grads, momentum_,
@@ -114,7 +123,7 @@ std::vector<std::pair<std::string, Tensor>> AdamW::state() {
 
 int64_t AdamW::applied_steps() const { return ops::adamw_step_state_steps(step_state_); }
 
-void AdamW::step() {
+void AdamW::update() {
   std::vector<Tensor> values, grads;
   gather(values, grads);
   ops::adamw_step(values, grads, exp_avg_, exp_avg_sq_,

@@ -1,11 +1,13 @@
 #include "stoker/train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "stoker/core/error.h"
+#include "stoker/core/stream.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/reduce.h"
@@ -41,36 +43,27 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
   }
 }
 
-void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples) {
+void Trainer::micro_step(const data::Batch& batch, int k) {
   const Device device = model_.device();
-  const int k = options_.grad_accum_steps;
-  ops::fill(step_loss_, 0.0);
-  int micro = 0;
-  for (; micro < k; ++micro) {
-    data::Batch batch;
-    if (!train.next(batch)) {
-      epoch_done = true;
-      break;
-    }
-    STOKER_CHECK(batch.input.device() == device, "Trainer: the batch is on ",
-                 batch.input.device().str(), " but the model is on ", device.str(),
-                 "; create the data source with .device = ", device.str());
-    Tensor x = batch.input;
-    const DType compute = amp::compute_dtype(options_.precision);
-    if (core::is_float(x.dtype()) && x.dtype() != compute) {
-      Tensor cast = Tensor::empty(x.shape(), compute, x.device());
-      ops::cast(cast, x);
-      x = cast;
-    }
-    const Tensor y = model_.forward(x);
-    const Tensor l = loss_.forward(y, batch.target);
-    Tensor dy = loss_.backward(1.0f / static_cast<float>(k));
-    if (scaler_) ops::scale_by(dy, scaler_->scale());  // the loss scale never leaves the device
-    model_.backward(dy);
-    ops::axpy(step_loss_, 1.0f / static_cast<float>(k), l);
-    samples += batch.size;
+  STOKER_CHECK(batch.input.device() == device, "Trainer: the batch is on ",
+               batch.input.device().str(), " but the model is on ", device.str(),
+               "; create the data source with .device = ", device.str());
+  Tensor x = batch.input;
+  const DType compute = amp::compute_dtype(options_.precision);
+  if (core::is_float(x.dtype()) && x.dtype() != compute) {
+    Tensor cast = Tensor::empty(x.shape(), compute, x.device());
+    ops::cast(cast, x);
+    x = cast;
   }
-  if (micro == 0) return;
+  const Tensor y = model_.forward(x);
+  const Tensor l = loss_.forward(y, batch.target);
+  Tensor dy = loss_.backward(1.0f / static_cast<float>(k));
+  if (scaler_) ops::scale_by(dy, scaler_->scale());  // the loss scale never leaves the device
+  model_.backward(dy);
+  ops::axpy(step_loss_, 1.0f / static_cast<float>(k), l);
+}
+
+void Trainer::apply_step(int micro, int k, bool want_norm) {
   if (micro < k) {
     // The epoch ended inside an accumulation group: rescale so the update is the mean over the
     // micro-batches that ran.
@@ -82,8 +75,7 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
   for (nn::Parameter* p : params_)
     if (p->requires_grad) grads.push_back(p->grad());
   if (scaler_) scaler_->unscale(grads);  // before clipping: the norm is of the true gradients
-  const bool logs_now = (step_ + 1) % options_.log_interval == 0 || epoch_done;
-  if (options_.clip_grad_norm > 0.0f || (options_.log_grad_norm && logs_now)) {
+  if (options_.clip_grad_norm > 0.0f || want_norm) {
     grad_norm_ = ops::l2_norm(grads);
     if (options_.clip_grad_norm > 0.0f)
       ops::clip_by_total_norm(grads, grad_norm_, options_.clip_grad_norm);
@@ -94,6 +86,42 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
   if (scaler_) scaler_->update();
   ops::loss_monitor_update(monitor_, step_loss_, step_);
   ++step_;
+}
+
+void Trainer::ensure_step_state() {
+  const Device device = model_.device();
+  if (!monitor_.defined() || monitor_.device() != device)
+    monitor_ = ops::loss_monitor_create(device);
+  if (!step_loss_.defined() || step_loss_.device() != device)
+    step_loss_ = Tensor::zeros({}, DType::f32, device);
+}
+
+void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples) {
+  const int k = options_.grad_accum_steps;
+  ops::fill(step_loss_, 0.0);
+  int micro = 0;
+  for (; micro < k; ++micro) {
+    data::Batch batch;
+    if (!train.next(batch)) {
+      epoch_done = true;
+      break;
+    }
+    micro_step(batch, k);
+    samples += batch.size;
+  }
+  if (micro == 0) return;
+  const bool logs_now = (step_ + 1) % options_.log_interval == 0 || epoch_done;
+  apply_step(micro, k, options_.log_grad_norm && logs_now);
+}
+
+void Trainer::train_step(std::span<const data::Batch> micro_batches) {
+  STOKER_CHECK(!micro_batches.empty(), "Trainer::train_step: no micro-batches given");
+  model_.set_training(true);
+  ensure_step_state();
+  ops::fill(step_loss_, 0.0);
+  const int k = static_cast<int>(micro_batches.size());
+  for (const data::Batch& b : micro_batches) micro_step(b, k);
+  apply_step(k, k, /*want_norm=*/false);
 }
 
 StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps) {
@@ -117,13 +145,15 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.grad_norm = grad_norm_.defined() ? grad_norm_.item() : -1.0;
   st.ms_per_step = steps > 0 ? seconds * 1e3 / static_cast<double>(steps) : 0.0;
   st.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
+  st.host_syncs_per_step = static_cast<int64_t>(window_max_syncs_);
+  window_max_syncs_ = 0;
   if (!options_.quiet) {
     std::printf(
         "step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
-        "%.0f samples/s\n",
+        "%.0f samples/s | host syncs/step %lld\n",
         static_cast<long long>(st.step), static_cast<long long>(st.epoch), st.loss, st.lr,
         st.grad_norm >= 0 ? core::detail::str(st.grad_norm).c_str() : "-", st.ms_per_step,
-        st.samples_per_s);
+        st.samples_per_s, static_cast<long long>(st.host_syncs_per_step));
     std::fflush(stdout);
   }
   for (const Callback& cb : callbacks_) cb(st);
@@ -137,6 +167,7 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
   monitor_ = ops::loss_monitor_create(device);
   step_loss_ = Tensor::zeros({}, DType::f32, device);
   grad_norm_ = Tensor();
+  window_max_syncs_ = 0;
   FitResult result;
   util::ProgressBar bar(options_.progress_bar && !options_.quiet);
   const auto start = Clock::now();
@@ -155,7 +186,9 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
     bool epoch_done = false;
     while (!epoch_done && !stop) {
       const int64_t before = step_;
+      const uint64_t syncs_before = core::host_sync_count();
       run_step(train, epoch_done, window_samples);
+      window_max_syncs_ = std::max(window_max_syncs_, core::host_sync_count() - syncs_before);
       if (step_ == before) break;  // the epoch had no batch left
       ++window_steps;
       bar.draw(core::detail::str("  epoch ", epoch + 1, "/", epochs), train.batch_index(),
@@ -285,6 +318,7 @@ void Trainer::resume(const std::filesystem::path& path) {
 
   model_.visit_parameters("", [&](const std::string& n, nn::Parameter& p) {
     reader.load_into("model." + n, p.value());
+    p.value_changed();
   });
   model_.visit_buffers(
       "", [&](const std::string& n, Tensor& t) { reader.load_into("buffer." + n, t); });

@@ -58,6 +58,7 @@ std::vector<std::string> load_weights(nn::Module& model, const std::filesystem::
     ignored.push_back(name);
   }
   for (const NamedTensor& t : targets) reader.load_into(t.name, t.tensor);
+  model.visit_parameters("", [](const std::string&, nn::Parameter& p) { p.value_changed(); });
   return ignored;
 }
 

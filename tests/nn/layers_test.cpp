@@ -29,6 +29,7 @@
 #include "stoker/nn/layernorm.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
+#include "stoker/ops/copy.h"
 #include "test_util.h"
 
 namespace stoker::nn {
@@ -394,6 +395,23 @@ TEST(LayersTest, MseLossMatchesFiniteDifferences) {
   for (size_t i = 0; i < p.size(); ++i) want += (p[i] - t[i]) * (p[i] - t[i]);
   EXPECT_NEAR(loss.forward(pred, target).item(), want / 12.0, 1e-6 * want);
   check_loss(loss, pred, target, 1e-2);
+}
+
+// Mixed precision: a bf16 prediction against an f32 target computes in fp32 (the target keeps
+// its precision) and returns a bf16 gradient.
+TEST(LayersTest, MseLossWithHalfPredictionAndF32TargetComputesInF32) {
+  const Tensor target = test::random_tensor({5, 7}, DType::f32, 82, -2.0f, 2.0f);
+  const Tensor pred16 = test::random_tensor({5, 7}, DType::bf16, 83, -2.0f, 2.0f);
+  Tensor pred32 = Tensor::empty({5, 7}, DType::f32);
+  ops::cast(pred32, pred16);
+  MSELoss mixed, wide;
+  EXPECT_EQ(mixed.forward(pred16, target).item(), wide.forward(pred32, target).item());
+  const Tensor d16 = mixed.backward(0.5f), d32 = wide.backward(0.5f);
+  ASSERT_EQ(d16.dtype(), DType::bf16);
+  Tensor expect = Tensor::empty({5, 7}, DType::bf16);
+  ops::cast(expect, d32);
+  EXPECT_EQ(d16.to_floats(), expect.to_floats());
+  EXPECT_THROW(mixed.forward(pred16, Tensor::zeros({5, 6}, DType::f32)), stoker::Error);
 }
 
 TEST(LayersTest, NetworkWithLossEndToEndMatchesFiniteDifferences) {

@@ -156,6 +156,31 @@ TEST(OptimizerTest, AdamWSkippedStepDoesNotAdvanceBiasCorrection) {
   expect_close(rp, p.value(), 2e-5);
 }
 
+// Mixed precision: a parameter's half copy is made on first use and refreshed by step() (one
+// multi-tensor cast), so it always holds the rounded master; set_value() invalidates it.
+TEST(OptimizerTest, StepRefreshesHalfComputeCopies) {
+  for (const DType half : {DType::bf16, DType::f16}) {
+    Parameter w(Tensor::empty({3, 70001}, DType::f32)), b(Tensor::empty({5}, DType::f32));
+    stoker::ops::random_normal(w.value(), 0.0f, 1.0f, 1, 0);
+    stoker::ops::random_normal(b.value(), 0.0f, 1.0f, 2, 0);
+    stoker::ops::random_normal(w.grad(), 0.0f, 1.0f, 3, 0);
+    const Tensor wc = w.compute_value(half);
+    ASSERT_EQ(wc.dtype(), half);
+    EXPECT_EQ(&w.compute_value(DType::f32), &w.value());
+    AdamW opt({{"w", &w}, {"b", &b}}, {.lr = 0.1f});
+    opt.step();
+    EXPECT_FALSE(b.compute_copy().defined()) << "no copy is made for a parameter never asked";
+    Tensor expect = Tensor::empty(w.shape(), half);
+    stoker::ops::cast(expect, w.value());
+    ASSERT_EQ(std::memcmp(expect.data(), w.compute_copy().data(), expect.nbytes()), 0);
+    EXPECT_EQ(w.compute_value(half).data(), wc.data()) << "the copy is reused, not reallocated";
+    Tensor fresh = Tensor::zeros(w.shape(), DType::f32);
+    w.set_value(fresh);
+    const std::vector<float> after = w.compute_value(half).to_floats();
+    for (float v : after) ASSERT_EQ(v, 0.0f);
+  }
+}
+
 TEST(OptimizerTest, FrozenParametersAreNotTouched) {
   Parameter a(random_tensor(10, 6)), b(random_tensor(10, 7));
   b.requires_grad = false;

@@ -111,6 +111,31 @@ TEST_F(TrainerTest, GradientAccumulationEqualsLargeBatch) {
       ASSERT_NEAR(wb[t][i], ws[t][i], 1e-6) << t << "/" << i;
 }
 
+// train_step() over k micro-batches is fit()'s step with grad_accum_steps = k, bit for bit, and
+// fit() reports the host syncs made inside a step (none on the CPU).
+TEST_F(TrainerTest, TrainStepEqualsFitStepAndReportsHostSyncs) {
+  const Blobs d = make_blobs(64, 4);
+  auto a = make_mlp(11, 0.0f), b = make_mlp(11, 0.0f);
+  stoker::optim::AdamW opt_a(a->named_parameters()), opt_b(b->named_parameters());
+  nn::CrossEntropyLoss la, lb;
+  const TrainerOptions o{
+      .grad_accum_steps = 2, .clip_grad_norm = 0.1f, .progress_bar = false, .quiet = true};
+  Trainer ta(*a, la, opt_a, o), tb(*b, lb, opt_b, o);
+  data::TensorBatches src(d.x, d.y, {.batch_size = 32, .shuffle = false});
+  const auto fit = ta.fit(src, 1);
+  ASSERT_EQ(fit.log.size(), 1u);
+  EXPECT_EQ(fit.log[0].host_syncs_per_step, 0);
+  src.start_epoch(0);
+  std::vector<data::Batch> micro(2);
+  ASSERT_TRUE(src.next(micro[0]) && src.next(micro[1]));
+  tb.train_step(micro);
+  EXPECT_EQ(tb.step(), 1);
+  const auto wa = weights(*a), wb = weights(*b);
+  for (size_t t = 0; t < wa.size(); ++t)
+    for (size_t i = 0; i < wa[t].size(); ++i) ASSERT_EQ(wa[t][i], wb[t][i]) << t << "/" << i;
+  EXPECT_THROW(tb.train_step({}), stoker::Error);
+}
+
 // 20 steps straight == 10 steps + checkpoint + resume in fresh objects + 10 steps, bit for bit
 // (dropout masks, shuffling, optimizer state and step count all restored).
 TEST_F(TrainerTest, ResumeReproducesTheRunBitForBit) {

@@ -44,7 +44,9 @@ class CrossEntropyLoss : public Loss {
   Tensor logits_, target_, lse_, count_;
 };
 
-// Mean squared error, mean over all elements (PyTorch's nn.MSELoss()).
+// Mean squared error, mean over all elements (PyTorch's nn.MSELoss()). Prediction and target
+// may differ in float dtype (a bf16 prediction under mixed precision, an f32 target): the loss
+// is then computed in fp32 and the gradient returned in the prediction's dtype.
 class MSELoss : public Loss {
  public:
   Tensor forward(const Tensor& pred, const Tensor& target) override;
@@ -52,7 +54,8 @@ class MSELoss : public Loss {
   std::string describe() const override { return "MSELoss"; }
 
  private:
-  Tensor pred_, target_;
+  Tensor pred_, target_;  // as used by the math (widened when the dtypes differ)
+  DType pred_dtype_ = DType::f32;
 };
 
 }  // namespace stoker::nn

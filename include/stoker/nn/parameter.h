@@ -5,11 +5,18 @@
 // this backward pass's gradient it calls `grad_ready()`, which runs the registered hooks (the
 // data-parallel GradReducer launches its all-reduce buckets from there).
 //
+// Mixed precision: `compute_value(dtype)` gives the value in the compute dtype. For f16/bf16 it
+// is a half copy kept next to the master; optimizers refresh every copy in one multi-tensor
+// kernel right after their update (`refresh_compute_copies`), so forwards never cast weights.
+// Code that writes into value() in place outside an optimizer calls `value_changed()` so the
+// next compute_value() casts again (set_value, to() and the weight loaders do this).
+//
 // Ownership: the module that declares a Parameter owns it; optimizers and reducers hold
 // pointers, valid while the module lives. Not thread-safe.
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +46,16 @@ class Parameter {
   // inside a flat bucket buffer without copies.
   void set_grad_storage(const Tensor& grad);
 
+  // The value in `dtype` (f32: the master itself; f16/bf16: the refreshed half copy, cast now
+  // if it is missing or stale). Same device as the value.
+  const Tensor& compute_value(DType dtype);
+  // The half copy, undefined until compute_value() asked for one.
+  const Tensor& compute_copy() const { return compute_; }
+  // The master was written in place: the half copy is stale until the next cast or refresh.
+  void value_changed() { compute_fresh_ = false; }
+  // Called after the copy was refreshed from the master (by refresh_compute_copies).
+  void mark_compute_fresh() { compute_fresh_ = compute_.defined(); }
+
   // False for frozen parameters: backward skips their gradient, the optimizer skips them.
   bool requires_grad = true;
 
@@ -51,7 +68,13 @@ class Parameter {
  private:
   Tensor value_;
   Tensor grad_;
+  Tensor compute_;  // half copy of value_ for mixed-precision compute (undefined: none)
+  bool compute_fresh_ = false;
   std::vector<Hook> hooks_;
 };
+
+// Re-casts every existing half compute copy from its master in one multi-tensor launch per
+// dtype (ops::cast_multi). Parameters without a copy are skipped.
+void refresh_compute_copies(std::span<Parameter* const> params);
 
 }  // namespace stoker::nn

@@ -5,6 +5,8 @@
 // naming the op, every tensor's dtype/shape/device and what was expected.
 #pragma once
 
+#include <span>
+
 #include "stoker/core/tensor.h"
 
 namespace stoker::ops {
@@ -21,5 +23,10 @@ void copy(const Tensor& dst, const Tensor& src);
 // dst = src converted between float dtypes (f32, f16, bf16; RNE, NaN/Inf kept; same dtype is a
 // copy). Same device, same element count.
 void cast(const Tensor& dst, const Tensor& src);
+
+// dsts[i] = srcs[i] for whole lists of f32 tensors into f16 or bf16 ones (one dtype per call),
+// in one multi-tensor launch on the GPU: the refresh of mixed-precision weight copies after an
+// optimizer step. Pairwise equal element counts, all on one device; same rounding as cast().
+void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs);
 
 }  // namespace stoker::ops

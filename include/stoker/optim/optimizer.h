@@ -27,7 +27,9 @@ class Optimizer {
   explicit Optimizer(NamedParameters params);
   virtual ~Optimizer() = default;
 
-  virtual void step() = 0;
+  // Applies one update, then refreshes the parameters' half compute copies (mixed precision) in
+  // one multi-tensor kernel, so the next forward reads updated weights without casting.
+  void step();
   void zero_grad();
 
   void set_lr(float lr) { lr_ = lr; }
@@ -53,6 +55,9 @@ class Optimizer {
   // Allocates a zero state tensor per parameter, named "<param>.<suffix>".
   std::vector<Tensor> make_state(const std::string& suffix);
 
+  // The update itself (one multi-tensor launch), implemented by each optimizer.
+  virtual void update() = 0;
+
   NamedParameters params_;
   float lr_ = 0.0f;
   int64_t steps_ = 0;
@@ -71,8 +76,10 @@ struct SgdOptions {
 class SGD : public Optimizer {
  public:
   SGD(NamedParameters params, SgdOptions options = {});
-  void step() override;
   std::string describe() const override;
+
+ protected:
+  void update() override;
 
  private:
   SgdOptions options_;
@@ -92,12 +99,14 @@ struct AdamWOptions {
 class AdamW : public Optimizer {
  public:
   AdamW(NamedParameters params, AdamWOptions options = {});
-  void step() override;
   std::string describe() const override;
   // Adds "step_state" (the device step count and bias corrections) to the per-parameter state.
   std::vector<std::pair<std::string, Tensor>> state() override;
   // Updates applied so far (a host sync on a GPU); steps() counts calls to step().
   int64_t applied_steps() const;
+
+ protected:
+  void update() override;
 
  private:
   AdamWOptions options_;

@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ struct StepStats {
   double ms_per_step = 0.0;
   double samples_per_s = 0.0;
   double loss_scale = -1.0;  // fp16: the loss scale at log time (-1: no scaler)
+  // Most host<->device synchronizations made inside one training step of the window (fetching
+  // the batches included; the log's own reads excluded). 0 on a GPU means the host never waited
+  // for the device during the steps (core::host_sync_count).
+  int64_t host_syncs_per_step = 0;
 };
 
 struct TrainerOptions {
@@ -102,6 +107,14 @@ class Trainer {
   void resume(const std::filesystem::path& path);
 
   int64_t step() const { return step_; }
+  // The fp16 loss scaler (nullptr for fp32/bf16).
+  const amp::GradScaler* scaler() const { return scaler_.get(); }
+
+  // One optimizer step over `micro_batches` (gradient accumulation across them, each a mean
+  // loss scaled by 1/k), with precision, loss scaling, clipping, schedule and the loss monitor
+  // as in fit() but no logging and no data source: for custom loops and benchmarks. It makes
+  // no host synchronization, so on a GPU a whole step can be captured into a CUDA graph.
+  void train_step(std::span<const data::Batch> micro_batches);
 
   using Callback = std::function<void(const StepStats&)>;
   // Called after each log line.
@@ -109,6 +122,12 @@ class Trainer {
 
  private:
   void run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples);
+  // Forward, loss and backward of one micro-batch of k; accumulates its loss.
+  void micro_step(const data::Batch& batch, int k);
+  // Unscale, (norm, clip), schedule, optimizer, zero_grad, scaler update, loss monitor after
+  // `micro` of k micro-batches ran.
+  void apply_step(int micro, int k, bool want_norm);
+  void ensure_step_state();
   StepStats log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps);
 
   nn::Module& model_;
@@ -126,6 +145,7 @@ class Trainer {
   Tensor step_loss_;                         // rank-0 f32 accumulator of the current step's loss
   Tensor grad_norm_;                         // rank-0 f32, the last step's total gradient norm
   std::unique_ptr<amp::GradScaler> scaler_;  // fp16 only
+  uint64_t window_max_syncs_ = 0;            // see StepStats::host_syncs_per_step
 };
 
 }  // namespace stoker::train

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "ops/backend.h"
 #include "ops/cpu/parallel.h"
 #include "ops/optim_backend.h"
 
@@ -112,6 +113,11 @@ void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_
   detail::scale_update(*scale.data<float>(), state.data<int32_t>(),
                        *found_inf.data<float>() != 0.0f, u.growth_factor, u.backoff_factor,
                        u.growth_interval, u.hysteresis, u.min_scale);
+}
+
+void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
+  for (size_t t = 0; t < dsts.size(); ++t)
+    if (dsts[t].numel() > 0) cast(dsts[t], srcs[t]);
 }
 
 }  // namespace stoker::ops::cpu
