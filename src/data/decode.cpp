@@ -17,6 +17,7 @@
 // clang-format on
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -56,6 +57,11 @@ void on_emit_message(j_common_ptr cinfo, int level) {
 }
 
 void on_output_message(j_common_ptr) {}  // never print to stderr
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 std::string quoted_key(std::string_view key) {
   if (key.empty()) return "(no key)";
@@ -119,6 +125,7 @@ struct JpegDecoder::Impl {
   ErrorManager err{};
   bool created = false;
   int last_scale = 8;
+  DecodeStageTimes times;
   std::vector<uint8_t> pixels;     // decoded rows (crop window or the full image)
   std::vector<uint8_t> cmyk_rows;  // 4-channel rows before conversion
   std::vector<JSAMPROW> row_ptrs;
@@ -288,7 +295,9 @@ JpegDecoder::~JpegDecoder() {
 
 JpegInfo JpegDecoder::read_header(std::span<const uint8_t> bytes, std::string_view key) {
   Impl& d = *impl_;
+  const auto t0 = Clock::now();
   d.read_header(bytes, key);
+  d.times.header_s += seconds(t0, Clock::now());
   JpegInfo info;
   info.width = static_cast<int>(d.cinfo.image_width);
   info.height = static_cast<int>(d.cinfo.image_height);
@@ -307,7 +316,10 @@ Image JpegDecoder::decode_full(std::span<const uint8_t> bytes, std::string_view 
 void JpegDecoder::decode_full_into(std::span<const uint8_t> bytes, Image& out,
                                    std::string_view key) {
   Impl& d = *impl_;
+  const auto t0 = Clock::now();
   d.read_header(bytes, key);
+  const auto t1 = Clock::now();
+  d.times.header_s += seconds(t0, t1);
   d.pixels.swap(out.pixels);  // decode into the caller's storage
   try {
     d.decode_full_guarded(key);
@@ -316,16 +328,42 @@ void JpegDecoder::decode_full_into(std::span<const uint8_t> bytes, Image& out,
     throw;
   }
   d.pixels.swap(out.pixels);
+  d.times.decode_s += seconds(t1, Clock::now());
+  ++d.times.images;
   out.width = static_cast<int>(d.cinfo.output_width);
   out.height = static_cast<int>(d.cinfo.output_height);
 }
 
 void JpegDecoder::decode_crop(std::span<const uint8_t> bytes, const CropRect& crop, int out_w,
                               int out_h, uint8_t* dst, std::string_view key, bool flip) {
-  Impl& d = *impl_;
   STOKER_CHECK(out_w > 0 && out_h > 0 && dst != nullptr, "decode_crop: bad output ", out_w, "x",
                out_h, " (dst ", static_cast<const void*>(dst), ") for sample ", quoted_key(key));
+  Impl& d = *impl_;
+  const RgbView window = decode_window(bytes, crop, out_w, out_h, key);
+  const auto t0 = Clock::now();
+  d.resizer.resize_prepared(window, dst, flip);
+  d.times.resize_s += seconds(t0, Clock::now());
+  ++d.times.images;
+}
+
+std::pair<int, int> JpegDecoder::decode_crop_window(std::span<const uint8_t> bytes,
+                                                    const CropRect& crop, int out_w, int out_h,
+                                                    std::string_view key) {
+  STOKER_CHECK(out_w > 0 && out_h > 0, "decode_crop_window: bad output ", out_w, "x", out_h,
+               " for sample ", quoted_key(key));
+  const RgbView window = decode_window(bytes, crop, out_w, out_h, key);
+  ++impl_->times.images;
+  return {window.width, window.height};
+}
+
+// Header, crop check, DCT scale choice and the decode of the window the resize will read.
+RgbView JpegDecoder::decode_window(std::span<const uint8_t> bytes, const CropRect& crop, int out_w,
+                                   int out_h, std::string_view key) {
+  Impl& d = *impl_;
+  const auto t0 = Clock::now();
   d.read_header(bytes, key);
+  const auto t1 = Clock::now();
+  d.times.header_s += seconds(t0, t1);
   const double w = d.cinfo.image_width, h = d.cinfo.image_height;
   constexpr double kEps = 1e-6;
   if (!(crop.width > 0 && crop.height > 0 && crop.x >= -kEps && crop.y >= -kEps &&
@@ -353,10 +391,12 @@ void JpegDecoder::decode_crop(std::span<const uint8_t> bytes, const CropRect& cr
   }
   d.last_scale = scale_num;
   const RgbView window = d.decode_window_guarded(key, c, out_w, out_h, scale_num);
-  d.resizer.resize_prepared(window, dst, flip);
+  d.times.decode_s += seconds(t1, Clock::now());
+  return window;
 }
 
 int JpegDecoder::last_scale_num() const { return impl_->last_scale; }
+const DecodeStageTimes& JpegDecoder::stage_times() const { return impl_->times; }
 const DecoderOptions& JpegDecoder::options() const { return impl_->options; }
 
 }  // namespace stoker::data

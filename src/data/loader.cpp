@@ -1,11 +1,19 @@
+// Loader: an opener thread that assigns batch positions to pinned slots, a pool of worker
+// threads that fill them sample by sample, and the consumer's next(). See loader.h for the
+// design; the invariants that keep it simple:
+//  - positions are global, position = epoch * batches_per_epoch + batch; the opener hands them
+//    out in increasing order, so outstanding_ (opened, not yet delivered) is in position order
+//    and its front is always the batch next() delivers;
+//  - every field of a Slot that more than one thread touches is read and written under mu_,
+//    except the pixel/label rows, which exactly one worker writes per sample and the consumer
+//    reads only after `done` was set under mu_;
+//  - a slot leaves outstanding_ either to the consumer or by cancellation; a cancelled slot
+//    goes back to free_ once no thread works on it any more (release_if_idle_locked).
 #include "stoker/data/loader.h"
 
-#include <oneapi/tbb/enumerable_thread_specific.h>
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/task_arena.h>
-
-#include <chrono>
-#include <optional>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 #include "stoker/core/error.h"
 #include "stoker/data/decode.h"
@@ -16,70 +24,165 @@ namespace stoker::data {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+double since(Clock::time_point t) { return seconds_between(t, Clock::now()); }
+
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+  return buf;
 }
 }  // namespace
 
-// One batch in flight: pinned host pixels/labels, their device copies, and the events that
-// order the copy (producer -> consumer) and the normalization (consumer -> producer's reuse).
+// ---------------------------------------------------------------------------------------------
+// The autotuner's policy.
+
+LoaderTuning autotune_policy(const LoaderWindow& w, LoaderTuning current,
+                             const AutotuneLimits& limits, std::string* reason) {
+  auto say = [&](const std::string& text) {
+    if (reason) *reason = text;
+  };
+  const double busy = w.seconds - w.consumer_wait_s;
+  if (w.samples_made <= 0 || w.samples <= 0 || w.worker_s <= 0 || w.seconds <= 0 || busy <= 0) {
+    say("too little measured in this window: unchanged");
+    return current;
+  }
+  const double cost = w.worker_s / static_cast<double>(w.samples_made);  // thread-s per sample
+  const double demand = static_cast<double>(w.samples) / busy;           // samples/s wanted
+  const double capacity = current.threads / cost;                        // samples/s possible
+  const double wait_share = w.consumer_wait_s / w.seconds;
+  const int needed = static_cast<int>(
+      std::min<double>(std::ceil(demand * cost * Loader::kHeadroom), limits.max_threads));
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "consumer waits %.1f %% of the time, wants %.0f img/s; workers make %.0f img/s "
+                "per thread (%.0f with %d), need ~%d",
+                100.0 * wait_share, demand, 1.0 / cost, capacity, current.threads, needed);
+  const std::string measured = buf;
+  LoaderTuning next = current;
+  if (wait_share > Loader::kWaitHigh) {
+    const bool producer_faster = capacity >= Loader::kFasterMargin * demand;
+    if (producer_faster && limits.tune_prefetch && current.prefetch < limits.max_prefetch) {
+      next.prefetch = current.prefetch + 1;
+      say(measured + ": bursty production, deeper prefetch");
+    } else if (limits.tune_threads && current.threads < limits.max_threads) {
+      next.threads = std::min(limits.max_threads, std::max(needed, current.threads + 1));
+      say(measured + (producer_faster ? ": bursty production at the depth bound, more threads"
+                                      : ": workers too slow, more threads"));
+    } else {
+      say(measured + ": input-bound at the limits, unchanged");
+    }
+  } else if (wait_share < Loader::kWaitLow && limits.tune_threads && needed < current.threads) {
+    const int step = std::max(1, current.threads / 4);
+    next.threads = std::max({1, needed, current.threads - step});
+    say(measured + ": workers ahead, fewer threads");
+  } else {
+    say(measured + ": unchanged");
+  }
+  return next;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// One batch in flight: pinned host pixels/labels, their device copies, the events that order
+// the copy (worker -> consumer) and the normalization (consumer -> the slot's next copy), and
+// the batch it currently holds.
 struct Loader::Slot {
   Tensor pixels, labels;          // pinned host, u8 [B, S, S, 3] and i64 [B]
   Tensor dev_pixels, dev_labels;  // on the device (GPU loaders only)
-  Event copied, consumed;
-  bool consumed_recorded = false;
-  int64_t generation = 0, batch = 0, count = 0;
-  std::string error;  // policy fail: the first bad sample's key and reason
+  Event copy_start, copied, consumed;
+  bool copy_timed = false;  // copy_start/copied recorded, elapsed time not yet counted
+  // The batch (set by the opener).
+  int64_t position = 0, epoch = 0, batch = 0, count = 0;
+  int64_t opened_in_reset = 0;
+  std::vector<int64_t> indices;
+  // Progress.
+  int64_t claimed = 0, finished = 0;
+  int64_t skipped = 0;     // bad samples replaced in it (counted when it is delivered)
+  bool preparing = false;  // the opener is still setting it up
+  bool finishing = false;  // a worker is enqueueing its host-to-device copy
+  bool done = false;       // ready for next()
+  bool cancelled = false;  // dropped by start_epoch/restore; back to free_ once idle
+  std::string error;       // policy fail: the first bad sample's key and reason
 };
 
-// Per-thread decode state, created lazily on each arena thread.
-struct Loader::Workers {
-  explicit Workers(int threads) : arena(threads) {}
-  struct PerThread {
-    JpegDecoder decoder;
-    std::optional<LmdbImageDataset::Reader> reader;
-  };
-  tbb::task_arena arena;
-  tbb::enumerable_thread_specific<PerThread> state;
-  std::mutex stats_mu;
-  double decode_s = 0, copy_s = 0;
+// A worker's own decoder and LMDB read transaction, and its stage times since it last
+// reported them into the counters.
+struct Loader::WorkerState {
+  explicit WorkerState(const LmdbImageDataset& ds) : reader(ds) {}
+  JpegDecoder decoder;
+  LmdbImageDataset::Reader reader;
+  double read_s = 0, worker_s = 0;
+  DecodeStageTimes reported;  // decoder.stage_times() at the last report
+  int64_t skipped = 0;
+  std::string error;
 };
+
+namespace {
+// Checks the options (before the Sampler sees them, so errors speak of the Loader) and returns
+// the Sampler's.
+SamplerOptions checked_sampler_options(const LmdbImageDataset& dataset, const LoaderOptions& o) {
+  STOKER_CHECK(o.batch_size > 0 && o.prefetch >= 0 && o.threads >= 0 && o.max_threads >= 0,
+               "Loader: batch_size (", o.batch_size, ") must be >= 1, prefetch (", o.prefetch,
+               "), threads (", o.threads, ") and max_threads (", o.max_threads,
+               ") >= 0 (0 = autotuned)");
+  STOKER_CHECK(core::is_float(o.dtype), "Loader: output dtype ", dtype_name(o.dtype),
+               " must be f32, f16 or bf16");
+  STOKER_CHECK_HINT(dataset.size() > 0, "pack images with `stoker pack`",
+                    "Loader: ", dataset.path().string(), " holds no samples");
+  return SamplerOptions{.shuffle = o.shuffle,
+                        .seed = o.seed,
+                        .rank = o.rank,
+                        .world_size = o.world_size,
+                        .tail = ShardTail::pad,
+                        .batch_size = o.batch_size,
+                        .drop_last = o.drop_last};
+}
+}  // namespace
 
 Loader::Loader(const LmdbImageDataset& dataset, LoaderOptions options)
     : dataset_(dataset),
       options_(options),
-      sampler_(dataset.size(), SamplerOptions{.shuffle = options.shuffle,
-                                              .seed = options.seed,
-                                              .rank = options.rank,
-                                              .world_size = options.world_size,
-                                              .tail = ShardTail::pad,
-                                              .batch_size = options.batch_size,
-                                              .drop_last = options.drop_last}) {
-  STOKER_CHECK(options_.batch_size > 0 && options_.prefetch >= 1 && options_.threads >= 0,
-               "Loader: batch_size (", options_.batch_size, ") and prefetch (", options_.prefetch,
-               ") must be >= 1 and threads (", options_.threads, ") >= 0 (0 = all cores)");
-  STOKER_CHECK(core::is_float(options_.dtype), "Loader: output dtype ", dtype_name(options_.dtype),
-               " must be f32, f16 or bf16");
-  STOKER_CHECK_HINT(dataset.size() > 0, "pack images with `stoker pack`",
-                    "Loader: ", dataset.path().string(), " holds no samples");
-  threads_ = options_.threads > 0 ? options_.threads
-                                  : static_cast<int>(std::thread::hardware_concurrency());
-  workers_ = std::make_unique<Workers>(threads_);
+      plan_(dataset.size(), checked_sampler_options(dataset, options)) {
+  batches_per_epoch_ = plan_.num_batches();
+  samples_per_rank_ = plan_.num_samples();
+  epoch_invariant_ = !options_.shuffle && !options_.transform.train;
   const int64_t s = options_.transform.output_size, b = options_.batch_size;
-  for (int i = 0; i < options_.prefetch + 1; ++i) {
-    auto slot = std::make_unique<Slot>();
-    slot->pixels = Tensor::empty_pinned({b, s, s, 3}, DType::u8);
-    slot->labels = Tensor::empty_pinned({b}, DType::i64);
-    if (options_.device.is_cuda()) {
-      slot->dev_pixels = Tensor::empty({b, s, s, 3}, DType::u8, options_.device);
-      slot->dev_labels = Tensor::empty({b}, DType::i64, options_.device);
-      slot->copied = Event::create(options_.device);
-      slot->consumed = Event::create(options_.device);
-    }
-    free_.push_back(slot.get());
-    slots_.push_back(std::move(slot));
+  batch_bytes_ = static_cast<size_t>(b * s * s * 3);
+
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  limits_.tune_threads = options_.threads == 0;
+  limits_.tune_prefetch = options_.prefetch == 0;
+  max_threads_ = options_.threads > 0 ? options_.threads
+                                      : (options_.max_threads > 0 ? options_.max_threads : hw);
+  if (limits_.tune_prefetch) {
+    const int64_t fit = options_.pinned_budget_bytes / static_cast<int64_t>(batch_bytes_ + 8 * b);
+    max_prefetch_ = static_cast<int>(std::clamp<int64_t>(fit, 1, kMaxPrefetch));
+  } else {
+    max_prefetch_ = options_.prefetch;
   }
-  producer_ = std::thread([this] { produce(); });
+  limits_.max_threads = max_threads_;
+  limits_.max_prefetch = max_prefetch_;
+  tuning_.threads = max_threads_;
+  tuning_.prefetch =
+      limits_.tune_prefetch ? std::min(kAutoPrefetchStart, max_prefetch_) : options_.prefetch;
+  if (options_.verbose) std::fprintf(stderr, "stoker loader: %s\n", summary_locked().c_str());
+
+  workers_.reserve(static_cast<size_t>(max_threads_));
+  try {
+    for (int i = 0; i < max_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+    opener_ = std::thread([this] { opener_loop(); });
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    worker_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    throw;
+  }
 }
 
 Loader::~Loader() {
@@ -87,173 +190,374 @@ Loader::~Loader() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
-  if (producer_.joinable()) producer_.join();
+  worker_cv_.notify_all();
+  opener_cv_.notify_all();
+  consumer_cv_.notify_all();
+  if (opener_.joinable()) opener_.join();
+  for (auto& t : workers_) t.join();
   if (options_.device.is_cuda()) synchronize_device(options_.device);  // copies in flight
 }
 
-int64_t Loader::samples_per_epoch() const {
-  return options_.drop_last ? sampler_.num_batches() * options_.batch_size : sampler_.num_samples();
-}
-
-void Loader::reset_queue(int64_t epoch, int64_t first_batch) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++generation_;
-    while (!ready_.empty()) {
-      free_.push_back(ready_.front());
-      ready_.pop_front();
-    }
-    sampler_.set_epoch(epoch);
-    STOKER_CHECK(first_batch >= 0 && first_batch <= sampler_.num_batches(),
-                 "Loader::restore: "
-                 "batch ",
-                 first_batch, " outside an epoch of ", sampler_.num_batches(), " batches");
-    epoch_ = epoch;
-    next_to_fill_ = consumed_ = first_batch;
+std::unique_ptr<Loader::Slot> Loader::make_slot() const {
+  const int64_t s = options_.transform.output_size, b = options_.batch_size;
+  auto slot = std::make_unique<Slot>();
+  slot->pixels = Tensor::empty_pinned({b, s, s, 3}, DType::u8);
+  slot->labels = Tensor::empty_pinned({b}, DType::i64);
+  if (options_.device.is_cuda()) {
+    slot->dev_pixels = Tensor::empty({b, s, s, 3}, DType::u8, options_.device);
+    slot->dev_labels = Tensor::empty({b}, DType::i64, options_.device);
+    slot->copy_start = Event::create(options_.device, /*timing=*/true);
+    slot->copied = Event::create(options_.device, /*timing=*/true);
+    slot->consumed = Event::create(options_.device);
   }
-  cv_.notify_all();
+  return slot;
 }
 
-void Loader::start_epoch(int64_t epoch) { reset_queue(epoch, 0); }
-void Loader::restore(int64_t epoch, int64_t batch_index) { reset_queue(epoch, batch_index); }
+int64_t Loader::samples_per_epoch() const {
+  return options_.drop_last ? batches_per_epoch_ * options_.batch_size : samples_per_rank_;
+}
 
-void Loader::produce() {
+int64_t Loader::batch_index() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return consumer_pos_ - (epoch_end_pos_ - batches_per_epoch_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Positions: start_epoch / restore.
+
+void Loader::release_if_idle_locked(Slot* slot) {
+  if (slot->cancelled && !slot->preparing && !slot->finishing && slot->finished == slot->claimed) {
+    slot->cancelled = false;
+    free_.push_back(slot);
+    opener_cv_.notify_one();
+  }
+}
+
+void Loader::cancel_locked(Slot* slot) {
+  slot->cancelled = true;
+  counters_.discarded_batches += 1;
+  release_if_idle_locked(slot);
+}
+
+void Loader::reset_position(int64_t epoch, int64_t first_batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t nb = batches_per_epoch_;
+  STOKER_CHECK(epoch >= 0, "Loader: epoch ", epoch, " must be >= 0");
+  STOKER_CHECK(first_batch >= 0 && first_batch <= nb, "Loader::restore: batch ", first_batch,
+               " outside an epoch of ", nb, " batches");
+  ++resets_;
+  const int64_t target = epoch * nb + first_batch;
+  // Batches already opened that the new position can use: the same positions, or for an
+  // epoch-invariant loader any position with the same batch index.
+  int64_t keep_from = -1;
+  if (started_) {
+    if (target >= consumer_pos_ && target <= next_to_fill_) {
+      keep_from = target;
+    } else if (epoch_invariant_ && first_batch < nb) {
+      for (int64_t q = consumer_pos_; q <= next_to_fill_; ++q) {
+        if (q % nb == first_batch) {
+          keep_from = q;
+          break;
+        }
+      }
+    }
+  }
+  if (keep_from >= 0) {
+    while (!outstanding_.empty() && outstanding_.front()->position < keep_from) {
+      Slot* slot = outstanding_.front();
+      outstanding_.pop_front();
+      cancel_locked(slot);
+    }
+    consumer_pos_ = keep_from;
+  } else {
+    while (!outstanding_.empty()) {
+      Slot* slot = outstanding_.front();
+      outstanding_.pop_front();
+      cancel_locked(slot);
+    }
+    consumer_pos_ = next_to_fill_ = target;
+  }
+  epoch_end_pos_ = consumer_pos_ - first_batch + nb;
+  epoch_ = epoch;
+  started_ = true;
+  window_open_ = false;  // tuning windows never span an epoch boundary
+  opener_cv_.notify_all();
+  worker_cv_.notify_all();
+}
+
+void Loader::start_epoch(int64_t epoch) { reset_position(epoch, 0); }
+void Loader::restore(int64_t epoch, int64_t batch_index) { reset_position(epoch, batch_index); }
+
+// ---------------------------------------------------------------------------------------------
+// The opener.
+
+bool Loader::can_open_locked() const {
+  if (!started_ || static_cast<int>(outstanding_.size()) >= tuning_.prefetch) return false;
+  const int64_t horizon =
+      epoch_end_pos_ + (options_.prefetch_next_epoch ? batches_per_epoch_ : int64_t{0});
+  if (next_to_fill_ >= horizon) return false;
+  return !free_.empty() || static_cast<int>(slots_.size()) < max_prefetch_ + 1;
+}
+
+void Loader::opener_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    opener_cv_.wait(lock, [&] { return stop_ || can_open_locked(); });
+    if (stop_) return;
+    if (free_.empty()) {
+      lock.unlock();
+      std::unique_ptr<Slot> fresh;
+      try {
+        fresh = make_slot();
+      } catch (const std::exception& e) {
+        lock.lock();
+        fatal_error_ = std::string("Loader: could not allocate a batch slot: ") + e.what();
+        consumer_cv_.notify_all();
+        return;
+      }
+      lock.lock();
+      free_.push_back(fresh.get());
+      slots_.push_back(std::move(fresh));
+      continue;
+    }
+    Slot* slot = free_.front();
+    free_.pop_front();
+    const int64_t pos = next_to_fill_++;
+    slot->position = pos;
+    slot->epoch = pos / batches_per_epoch_;
+    slot->batch = pos % batches_per_epoch_;
+    slot->opened_in_reset = resets_;
+    slot->count = slot->claimed = slot->finished = slot->skipped = 0;
+    slot->preparing = true;
+    slot->done = slot->finishing = slot->cancelled = false;
+    slot->error.clear();
+    outstanding_.push_back(slot);
+    lock.unlock();
+
+    // Outside the lock: this batch's indices (the opener alone uses plan_) and, on the GPU,
+    // the end of the slot's previous host-to-device copy before its pinned rows are rewritten.
+    std::string error;
+    double slot_wait = 0, copy_device = 0;
+    try {
+      if (plan_.epoch() != slot->epoch) plan_.set_epoch(slot->epoch);
+      const auto span = plan_.batch(slot->batch);
+      slot->indices.assign(span.begin(), span.end());
+      if (slot->copy_timed) {
+        const auto t0 = Clock::now();
+        while (!slot->copied.query() && !stop_) {
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+        slot_wait = since(t0);
+        if (!stop_) copy_device = Event::elapsed_ms(slot->copy_start, slot->copied) / 1e3;
+        slot->copy_timed = false;
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+
+    lock.lock();
+    counters_.slot_wait_s += slot_wait;
+    counters_.copy_device_s += copy_device;
+    slot->preparing = false;
+    if (slot->cancelled) {
+      release_if_idle_locked(slot);
+      continue;
+    }
+    if (!error.empty()) {
+      slot->error = error;
+      slot->done = true;
+      consumer_cv_.notify_all();
+      continue;
+    }
+    slot->count = static_cast<int64_t>(slot->indices.size());
+    worker_cv_.notify_all();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The workers.
+
+Loader::Slot* Loader::find_work_locked() const {
+  for (Slot* slot : outstanding_) {
+    if (!slot->preparing && slot->claimed < slot->count) return slot;
+  }
+  return nullptr;
+}
+
+void Loader::worker_loop(int id) {
+  std::unique_ptr<WorkerState> st;
+  std::string init_error;
+  try {
+    st = std::make_unique<WorkerState>(dataset_);
+  } catch (const std::exception& e) {
+    init_error = e.what();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!st) {
+    if (fatal_error_.empty()) fatal_error_ = "Loader: a worker could not start: " + init_error;
+    consumer_cv_.notify_all();
+    return;
+  }
   for (;;) {
     Slot* slot = nullptr;
-    int64_t epoch = 0;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stop_ || (!free_.empty() && epoch_ >= 0 && next_to_fill_ < sampler_.num_batches());
-      });
-      if (stop_) return;
-      slot = free_.front();
-      free_.pop_front();
-      slot->generation = generation_;
-      slot->batch = next_to_fill_++;
-      epoch = epoch_;
+    worker_cv_.wait(lock, [&] {
+      if (stop_) return true;
+      if (id >= tuning_.threads) return false;
+      slot = find_work_locked();
+      return slot != nullptr;
+    });
+    if (stop_) return;
+    const int64_t i = slot->claimed++;
+    lock.unlock();
+    process_sample(*slot, i, *st);
+    lock.lock();
+
+    const DecodeStageTimes& t = st->decoder.stage_times();
+    counters_.read_s += st->read_s;
+    counters_.worker_s += st->worker_s;
+    counters_.header_s += t.header_s - st->reported.header_s;
+    counters_.decode_s += t.decode_s - st->reported.decode_s;
+    counters_.resize_s += t.resize_s - st->reported.resize_s;
+    slot->skipped += st->skipped;
+    counters_.samples_decoded += 1;
+    st->reported = t;
+    st->read_s = st->worker_s = 0;
+    st->skipped = 0;
+    if (!st->error.empty()) {
+      if (slot->error.empty()) slot->error = std::move(st->error);
+      st->error.clear();
     }
-    // The previous consumer of this slot may still be normalizing from its device buffer.
-    if (slot->consumed_recorded) {
-      while (!slot->consumed.query()) std::this_thread::sleep_for(std::chrono::microseconds(50));
-      slot->consumed_recorded = false;
+    slot->finished += 1;
+    if (slot->cancelled) {
+      release_if_idle_locked(slot);
+      continue;
     }
-    slot->error.clear();
-    try {
-      fill(*slot, slot->batch, epoch);
-    } catch (const std::exception& e) {
-      slot->error = e.what();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (slot->generation == generation_) {
-        ready_.push_back(slot);
-      } else {
-        free_.push_back(slot);  // start_epoch/restore moved on while this batch was made
+    if (slot->finished < slot->count) continue;
+    // This worker finished the batch: copy it to the device, then hand it to the consumer.
+    if (options_.device.is_cuda() && slot->error.empty()) {
+      slot->finishing = true;
+      lock.unlock();
+      finish_batch(*slot);
+      lock.lock();
+      slot->finishing = false;
+      if (slot->cancelled) {
+        release_if_idle_locked(slot);
+        continue;
       }
     }
-    cv_.notify_all();
+    slot->done = true;
+    consumer_cv_.notify_all();
   }
 }
 
-void Loader::fill(Slot& slot, int64_t batch, int64_t epoch) {
-  std::vector<int64_t> indices;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto span = sampler_.batch(batch);
-    indices.assign(span.begin(), span.end());
-  }
-  slot.count = static_cast<int64_t>(indices.size());
+void Loader::process_sample(Slot& slot, int64_t i, WorkerState& st) {
+  const auto t0 = Clock::now();
   const int64_t s = options_.transform.output_size;
   const size_t image_bytes = static_cast<size_t>(s * s * 3);
-  uint8_t* pixels = static_cast<uint8_t*>(slot.pixels.data());
+  uint8_t* pixels =
+      static_cast<uint8_t*>(slot.pixels.data()) + static_cast<size_t>(i) * image_bytes;
   int64_t* labels = static_cast<int64_t*>(slot.labels.data());
-  std::mutex error_mu;
-  std::string first_error;
   const int64_t n = dataset_.size();
-  workers_->arena.execute([&] {
-    tbb::parallel_for(int64_t{0}, static_cast<int64_t>(indices.size()), [&](int64_t i) {
-      auto& st = workers_->state.local();
-      if (!st.reader) st.reader.emplace(dataset_);
-      const auto t0 = Clock::now();
-      // Policy skip: walk forward from the sampled index to the next sample that decodes.
-      const int64_t tries = options_.on_corrupt == CorruptPolicy::skip ? n : 1;
-      std::string reason;
-      for (int64_t k = 0; k < tries; ++k) {
-        const int64_t idx = (indices[i] + k) % n;
-        std::string err;
-        const auto sample = st.reader->try_read(idx, &err);
-        if (sample) {
-          try {
-            augment_into(st.decoder, sample->payload, sample_key(idx), static_cast<uint64_t>(epoch),
-                         static_cast<uint64_t>(idx), options_.transform,
-                         pixels + static_cast<size_t>(i) * image_bytes);
-            labels[i] = sample->label;
-            if (k > 0) skipped_.fetch_add(k);
-            std::lock_guard<std::mutex> lock(workers_->stats_mu);
-            workers_->decode_s += since(t0);
-            return;
-          } catch (const std::exception& e) {
-            err = e.what();
-          }
-        }
-        if (reason.empty()) reason = err;
+  // Policy skip: walk forward from the sampled index to the next sample that decodes.
+  const int64_t tries = options_.on_corrupt == CorruptPolicy::skip ? n : 1;
+  const int64_t first = slot.indices[static_cast<size_t>(i)];
+  std::string reason;
+  for (int64_t k = 0; k < tries; ++k) {
+    const int64_t idx = (first + k) % n;
+    std::string err;
+    const auto r0 = Clock::now();
+    const auto sample = st.reader.try_read(idx, &err);
+    st.read_s += since(r0);
+    if (sample) {
+      try {
+        augment_into(st.decoder, sample->payload, sample_key(idx),
+                     static_cast<uint64_t>(slot.epoch), static_cast<uint64_t>(idx),
+                     options_.transform, pixels);
+        labels[i] = sample->label;
+        st.skipped += k;
+        st.worker_s += since(t0);
+        return;
+      } catch (const std::exception& e) {
+        err = e.what();
       }
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (first_error.empty()) {
-        first_error = options_.on_corrupt == CorruptPolicy::skip
-                          ? "no valid sample left to replace a bad one: " + reason
-                          : reason +
-                                " (set LoaderOptions::on_corrupt = CorruptPolicy::skip to "
-                                "replace bad samples)";
-      }
-    });
-  });
-  STOKER_CHECK(first_error.empty(), "Loader (", dataset_.path().string(), ", epoch ", epoch,
-               ", batch ", batch, "): ", first_error);
-  if (options_.device.is_cuda()) {
-    const auto t0 = Clock::now();
-    const core::StreamGuard guard(core::copy_stream(options_.device));
-    core::detail::copy_bytes(slot.dev_pixels, slot.pixels);
-    core::detail::copy_bytes(slot.dev_labels, slot.labels);
-    slot.copied.record(core::copy_stream(options_.device));
-    std::lock_guard<std::mutex> lock(workers_->stats_mu);
-    workers_->copy_s += since(t0);
+    }
+    if (reason.empty()) reason = err;
   }
+  st.worker_s += since(t0);
+  st.error = core::detail::str(
+      "Loader (", dataset_.path().string(), ", epoch ", slot.epoch, ", batch ", slot.batch, "): ",
+      options_.on_corrupt == CorruptPolicy::skip
+          ? "no valid sample left to replace a bad one: " + reason
+          : reason +
+                " (set LoaderOptions::on_corrupt = CorruptPolicy::skip to replace bad "
+                "samples)");
 }
 
-bool Loader::next(Batch& batch) {
-  STOKER_CHECK(epoch_ >= 0, "Loader::next called before start_epoch");
-  Slot* slot = nullptr;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (consumed_ >= sampler_.num_batches()) return false;
-    const auto t0 = Clock::now();
-    const bool ok =
-        cv_.wait_for(lock, std::chrono::duration<double>(options_.stall_timeout_s),
-                     [&] { return !ready_.empty() && ready_.front()->generation == generation_; });
-    counters_.consumer_wait_s += since(t0);
-    STOKER_CHECK_HINT(ok, "raise LoaderOptions::stall_timeout_s for very slow storage", "Loader (",
-                      dataset_.path().string(), "): no batch for ", options_.stall_timeout_s,
-                      " s (epoch ", epoch_, ", batch ", consumed_,
-                      "): the decode threads made no progress");
-    slot = ready_.front();
-    ready_.pop_front();
-    ++consumed_;
+void Loader::finish_batch(Slot& slot) {
+  const auto t0 = Clock::now();
+  try {
+    const Stream copy = core::copy_stream(options_.device);
+    const core::StreamGuard guard(copy);
+    slot.consumed.block(copy);  // the consumer's last read of dev_pixels, on the device
+    slot.copy_start.record(copy);
+    core::detail::copy_bytes(slot.dev_pixels, slot.pixels);
+    core::detail::copy_bytes(slot.dev_labels, slot.labels);
+    slot.copied.record(copy);
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slot.error = std::string("Loader: host-to-device copy failed: ") + e.what();
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  slot.copy_timed = slot.error.empty();
+  counters_.copy_s += since(t0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The consumer.
+
+bool Loader::next(Batch& batch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  STOKER_CHECK(started_, "Loader::next called before start_epoch");
+  if (consumer_pos_ >= epoch_end_pos_) return false;
+  const auto t0 = Clock::now();
+  const bool window_was_open = window_open_;
+  const bool ok =
+      consumer_cv_.wait_for(lock, std::chrono::duration<double>(options_.stall_timeout_s), [&] {
+        return !fatal_error_.empty() || (!outstanding_.empty() && outstanding_.front()->done);
+      });
+  const double waited = since(t0);
+  counters_.consumer_wait_s += waited;
+  if (window_was_open && window_open_) window_.consumer_wait_s += waited;
+  if (!fatal_error_.empty()) throw Error(fatal_error_, "loader.cpp", "");
+  STOKER_CHECK_HINT(ok, "raise LoaderOptions::stall_timeout_s for very slow storage", "Loader (",
+                    dataset_.path().string(), "): no batch for ", options_.stall_timeout_s,
+                    " s (epoch ", epoch_, ", batch ",
+                    consumer_pos_ - (epoch_end_pos_ - batches_per_epoch_),
+                    "): the decode threads made no progress");
+  Slot* slot = outstanding_.front();
+  outstanding_.pop_front();
+  if (slot->position != consumer_pos_) {
+    std::fprintf(stderr, "stoker: Loader invariant broken: batch %lld delivered at %lld\n",
+                 static_cast<long long>(slot->position), static_cast<long long>(consumer_pos_));
+    std::abort();
+  }
+  ++consumer_pos_;
+  const bool early = slot->opened_in_reset != resets_;
+  counters_.skipped += slot->skipped;
+  opener_cv_.notify_one();
+  lock.unlock();
+
   auto give_back = [&] {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      free_.push_back(slot);
-    }
-    cv_.notify_all();
+    std::lock_guard<std::mutex> guard(mu_);
+    free_.push_back(slot);
+    opener_cv_.notify_one();
   };
   if (!slot->error.empty()) {
     const std::string error = slot->error;
     give_back();
     throw Error(error, "loader.cpp (decode thread)", "");
   }
+  const auto n0 = Clock::now();
   const int64_t b = slot->count, s = options_.transform.output_size;
   const Shape out_shape =
       options_.layout == ops::Layout::nchw ? Shape{b, 3, s, s} : Shape{b, s, s, 3};
@@ -266,17 +570,20 @@ bool Loader::next(Batch& batch) {
                           options_.layout);
     core::detail::copy_bytes(target, slot->dev_labels.slice(0, b));
     slot->consumed.record(stream);
-    slot->consumed_recorded = true;
   } else {
     ops::normalize_images(input, slot->pixels.slice(0, b), options_.mean, options_.std,
                           options_.layout);
     core::detail::copy_bytes(target, slot->labels.slice(0, b));
   }
+  const double normalize = since(n0);
   give_back();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> guard(mu_);
+    counters_.normalize_s += normalize;
     counters_.batches += 1;
     counters_.samples += b;
+    counters_.early_batches += early ? 1 : 0;
+    tune_locked(b);
   }
   batch.input = input;
   batch.target = target;
@@ -284,19 +591,81 @@ bool Loader::next(Batch& batch) {
   return true;
 }
 
+// Called after each delivered batch: opens, extends or closes the measurement window and applies
+// the policy at its end.
+void Loader::tune_locked(int64_t delivered) {
+  if (!limits_.tune_threads && !limits_.tune_prefetch) return;
+  const auto now = Clock::now();
+  if (!window_open_) {
+    // The first batch after a start (or an epoch boundary) opens the window: the cold start
+    // before it is not steady state.
+    window_open_ = true;
+    window_start_ = now;
+    window_ = LoaderWindow{};
+    window_worker_s0_ = counters_.worker_s;
+    window_made0_ = counters_.samples_decoded;
+    return;
+  }
+  window_.samples += delivered;
+  const double elapsed = seconds_between(window_start_, now);
+  if (window_.samples < kTuneWindowBatches * options_.batch_size || elapsed < kTuneWindowSeconds)
+    return;
+  window_.seconds = elapsed;
+  window_.worker_s = counters_.worker_s - window_worker_s0_;
+  window_.samples_made = counters_.samples_decoded - window_made0_;
+  std::string reason;
+  const LoaderTuning next = autotune_policy(window_, tuning_, limits_, &reason);
+  ++tune_windows_;
+  last_decision_ = reason;
+  if (next.threads != tuning_.threads || next.prefetch != tuning_.prefetch) {
+    ++tune_changes_;
+    if (options_.verbose) {
+      std::fprintf(stderr, "stoker loader: threads %d -> %d, prefetch %d -> %d (%s)\n",
+                   tuning_.threads, next.threads, tuning_.prefetch, next.prefetch, reason.c_str());
+    }
+    tuning_ = next;
+    worker_cv_.notify_all();
+    opener_cv_.notify_all();
+  }
+  window_start_ = now;
+  window_ = LoaderWindow{};
+  window_worker_s0_ = counters_.worker_s;
+  window_made0_ = counters_.samples_decoded;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reports.
+
 LoaderCounters Loader::counters() const {
-  LoaderCounters c;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    c = counters_;
-  }
-  {
-    std::lock_guard<std::mutex> lock(workers_->stats_mu);
-    c.decode_s = workers_->decode_s;
-    c.copy_s = workers_->copy_s;
-  }
-  c.skipped = skipped_.load();
-  return c;
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+LoaderTuning Loader::tuning() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tuning_;
+}
+
+int64_t Loader::ready_batches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const Slot* slot : outstanding_) n += slot->done ? 1 : 0;
+  return n;
+}
+
+std::string Loader::summary() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return summary_locked();
+}
+
+std::string Loader::summary_locked() const {
+  return core::detail::str(tuning_.threads, " threads (", limits_.tune_threads ? "auto" : "fixed",
+                           ", at most ", max_threads_, "), prefetch ", tuning_.prefetch,
+                           " batches (", limits_.tune_prefetch ? "auto" : "fixed", ", at most ",
+                           max_prefetch_, ", ", mib(static_cast<double>(batch_bytes_)),
+                           " pinned each); ", tune_windows_, " tuning windows, ", tune_changes_,
+                           " changes",
+                           last_decision_.empty() ? std::string() : "; last: " + last_decision_);
 }
 
 }  // namespace stoker::data

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "stoker/data/pack.h"
 #include "stoker/data/synth.h"
@@ -52,17 +53,34 @@ class LoaderTest : public ::testing::Test {
             .seed = 11};
   }
 
-  static std::vector<std::vector<uint8_t>> epoch_bytes(Loader& l, int64_t epoch) {
+  static std::vector<uint8_t> bytes_of(const data::Batch& b) {
+    std::vector<uint8_t> v(b.input.nbytes() + b.target.nbytes());
+    std::memcpy(v.data(), b.input.data(), b.input.nbytes());
+    std::memcpy(v.data() + b.input.nbytes(), b.target.data(), b.target.nbytes());
+    return v;
+  }
+
+  // The rest of the current epoch.
+  static std::vector<std::vector<uint8_t>> drain(Loader& l) {
     std::vector<std::vector<uint8_t>> out;
-    l.start_epoch(epoch);
     data::Batch b;
-    while (l.next(b)) {
-      std::vector<uint8_t> v(b.input.nbytes() + b.target.nbytes());
-      std::memcpy(v.data(), b.input.data(), b.input.nbytes());
-      std::memcpy(v.data() + b.input.nbytes(), b.target.data(), b.target.nbytes());
-      out.push_back(std::move(v));
-    }
+    while (l.next(b)) out.push_back(bytes_of(b));
     return out;
+  }
+
+  static std::vector<std::vector<uint8_t>> epoch_bytes(Loader& l, int64_t epoch) {
+    l.start_epoch(epoch);
+    return drain(l);
+  }
+
+  // Waits (at most 20 s) until the loader holds `n` finished batches.
+  static bool wait_ready(const Loader& l, int64_t n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (l.ready_batches() < n) {
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return true;
   }
 
   static fs::path dir_;
@@ -180,6 +198,174 @@ TEST_F(LoaderTest, BadOptionsAndUseBeforeStart) {
   Loader l(ds, options(1));
   data::Batch b;
   EXPECT_THROW(l.next(b), Error);
+}
+
+// The next epoch's first batches are made while the consumer is still in the current one (the
+// Sampler knows epoch e+1's order in advance) and start_epoch(e+1) delivers them: same bytes as
+// a loader that never overlapped.
+TEST_F(LoaderTest, NextEpochIsPreparedAheadWithTheSameBytes) {
+  data::LmdbImageDataset ds(dir_ / "synth");
+  LoaderOptions plain = options(1);
+  plain.prefetch_next_epoch = false;
+  Loader reference(ds, plain);
+  std::vector<std::vector<std::vector<uint8_t>>> want;
+  for (int64_t e = 0; e < 3; ++e) want.push_back(epoch_bytes(reference, e));
+  EXPECT_EQ(reference.counters().early_batches, 0);
+
+  LoaderOptions o = options(2);
+  o.prefetch = 3;
+  Loader l(ds, o);
+  EXPECT_EQ(epoch_bytes(l, 0), want[0]);
+  for (int64_t e = 1; e < 3; ++e) {
+    // The epoch is over; the threads go on with the next one.
+    ASSERT_TRUE(wait_ready(l, 3)) << "no batch of epoch " << e << " was prepared ahead";
+    const int64_t early_before = l.counters().early_batches;
+    EXPECT_EQ(epoch_bytes(l, e), want[static_cast<size_t>(e)]) << "epoch " << e;
+    EXPECT_GE(l.counters().early_batches - early_before, 3);
+  }
+  EXPECT_EQ(l.counters().discarded_batches, 0);
+  EXPECT_EQ(l.counters().samples, 3 * 96);
+}
+
+// Bytes are a function of (seed, epoch, batch) only: every thread count, depth, autotuning and
+// whether the epoch boundary overlapped give the same epochs.
+TEST_F(LoaderTest, SameBytesWhateverThreadsDepthAutotuningAndOverlap) {
+  data::LmdbImageDataset ds(dir_ / "synth");
+  LoaderOptions plain = options(1);
+  plain.prefetch = 1;
+  plain.prefetch_next_epoch = false;
+  Loader reference(ds, plain);
+  std::vector<std::vector<std::vector<uint8_t>>> want;
+  for (int64_t e = 0; e < 3; ++e) want.push_back(epoch_bytes(reference, e));
+  struct Config {
+    int threads, prefetch;
+    bool overlap;
+  };
+  for (const Config c : {Config{2, 4, true}, Config{3, 2, true}, Config{0, 0, true},
+                         Config{4, 1, true}, Config{2, 2, false}}) {
+    LoaderOptions o = options(c.threads);
+    o.prefetch = c.prefetch;
+    o.prefetch_next_epoch = c.overlap;
+    o.max_threads = 4;
+    Loader l(ds, o);
+    for (int64_t e = 0; e < 3; ++e) {
+      EXPECT_EQ(epoch_bytes(l, e), want[static_cast<size_t>(e)])
+          << "threads " << c.threads << " prefetch " << c.prefetch << " overlap " << c.overlap
+          << " epoch " << e;
+    }
+  }
+}
+
+// restore() and out-of-order start_epoch() drop what was prepared for other positions and keep
+// what fits; every batch still equals the reference.
+TEST_F(LoaderTest, RestoreAndJumpsKeepOnlyMatchingBatches) {
+  data::LmdbImageDataset ds(dir_ / "synth");
+  LoaderOptions plain = options(1);
+  plain.prefetch_next_epoch = false;
+  Loader reference(ds, plain);
+  const auto e0 = epoch_bytes(reference, 0), e3 = epoch_bytes(reference, 3);
+
+  LoaderOptions o = options(2);
+  o.prefetch = 4;
+  Loader l(ds, o);
+  l.start_epoch(0);
+  data::Batch b;
+  ASSERT_TRUE(l.next(b));
+  EXPECT_EQ(bytes_of(b), e0[0]);
+  ASSERT_TRUE(wait_ready(l, 4));
+  l.restore(0, 3);  // batches 1 and 2 are dropped, 3 and 4 kept
+  EXPECT_EQ(l.batch_index(), 3);
+  EXPECT_EQ(drain(l), std::vector<std::vector<uint8_t>>(e0.begin() + 3, e0.end()));
+  EXPECT_GE(l.counters().discarded_batches, 2);
+  l.restore(3, 1);  // a jump: nothing prepared fits
+  EXPECT_EQ(l.epoch(), 3);
+  EXPECT_EQ(drain(l), std::vector<std::vector<uint8_t>>(e3.begin() + 1, e3.end()));
+  EXPECT_EQ(epoch_bytes(l, 0), e0);     // back to the start: replayed
+  l.restore(1, l.batches_per_epoch());  // the end of an epoch: nothing left
+  EXPECT_FALSE(l.next(b));
+}
+
+// An evaluation loader (no shuffle, eval transform) makes the same batches every epoch, so what
+// it prepared after one pass serves the next pass whatever epoch number it is given.
+TEST_F(LoaderTest, EvaluationLoaderStartsWarmEveryPass) {
+  data::LmdbImageDataset ds(dir_ / "synth");
+  LoaderOptions o = options(2);
+  o.shuffle = false;
+  o.transform.train = false;
+  o.transform.eval_resize = 28;
+  o.prefetch = 2;
+  Loader l(ds, o);
+  const auto first = epoch_bytes(l, 0);
+  ASSERT_TRUE(wait_ready(l, 2));
+  EXPECT_EQ(epoch_bytes(l, 0), first);
+  EXPECT_GE(l.counters().early_batches, 2);
+  ASSERT_TRUE(wait_ready(l, 2));
+  EXPECT_EQ(epoch_bytes(l, 7), first);
+  EXPECT_EQ(l.counters().discarded_batches, 0);
+}
+
+TEST_F(LoaderTest, PerStageCountersAddUp) {
+  data::LmdbImageDataset ds(dir_ / "synth");
+  LoaderOptions o = options(2);
+  o.prefetch_next_epoch = false;
+  Loader l(ds, o);
+  epoch_bytes(l, 0);
+  const data::LoaderCounters c = l.counters();
+  EXPECT_EQ(c.batches, 6);
+  EXPECT_EQ(c.samples, 96);
+  EXPECT_EQ(c.samples_decoded, 96);
+  EXPECT_GT(c.read_s, 0.0);
+  EXPECT_GT(c.header_s, 0.0);
+  EXPECT_GT(c.decode_s, 0.0);
+  EXPECT_GT(c.resize_s, 0.0);
+  EXPECT_GT(c.normalize_s, 0.0);
+  EXPECT_GE(c.consumer_wait_s, 0.0);
+  EXPECT_GE(c.worker_s, c.read_s + c.header_s + c.decode_s + c.resize_s);
+  EXPECT_EQ(c.copy_s, 0.0);  // CPU loader: no host-to-device copy
+  EXPECT_EQ(c.copy_device_s, 0.0);
+  EXPECT_EQ(c.early_batches, 0);
+}
+
+TEST_F(LoaderTest, ExplicitThreadsAndDepthAreKept) {
+  data::LmdbImageDataset ds(dir_ / "synth");
+  LoaderOptions o = options(3);
+  o.prefetch = 2;
+  Loader l(ds, o);
+  EXPECT_EQ(l.max_threads(), 3);
+  for (int64_t e = 0; e < 3; ++e) {
+    l.start_epoch(e);
+    data::Batch b;
+    while (l.next(b)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(15));  // a slow consumer
+      EXPECT_LE(l.ready_batches(), 2);
+    }
+  }
+  EXPECT_EQ(l.tuning().threads, 3);
+  EXPECT_EQ(l.tuning().prefetch, 2);
+  EXPECT_NE(l.summary().find("3 threads (fixed"), std::string::npos) << l.summary();
+  EXPECT_NE(l.summary().find("prefetch 2 batches (fixed"), std::string::npos) << l.summary();
+}
+
+// With a consumer far slower than the decoding, the autotuner hands threads back, one step per
+// measurement window, and says so in summary().
+TEST_F(LoaderTest, AutotunerShrinksThreadsForASlowConsumer) {
+  data::LmdbImageDataset ds(dir_ / "synth");
+  LoaderOptions o = options(0);
+  o.batch_size = 4;  // 24 batches per epoch
+  o.prefetch = 0;
+  o.max_threads = 4;
+  Loader l(ds, o);
+  EXPECT_EQ(l.tuning().threads, 4);
+  EXPECT_EQ(l.tuning().prefetch, Loader::kAutoPrefetchStart);
+  for (int64_t e = 0; e < 4 && l.tuning().threads == 4; ++e) {
+    l.start_epoch(e);
+    data::Batch b;
+    while (l.next(b)) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  }
+  EXPECT_LT(l.tuning().threads, 4) << l.summary();
+  const std::string s = l.summary();
+  EXPECT_NE(s.find("(auto, at most 4)"), std::string::npos) << s;
+  EXPECT_NE(s.find("fewer threads"), std::string::npos) << s;
 }
 
 // The Trainer consumes the loader: a small CNN learns the synthetic shapes.

@@ -25,11 +25,24 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "stoker/core/error.h"
 
 namespace stoker::data {
+
+// Time one decoder spent in each stage, summed over its calls (steady clock; the loader's
+// per-stage counters add these up over its threads). header: magic check + jpeg_read_header;
+// decode: entropy decoding, IDCT, upsampling and colour conversion of the rows kept (the crop
+// window in decode_crop, everything in decode_full*); resize: resampling + flip into `dst`
+// (decode_crop only). Page faults on bytes read from a memory map land in header/decode.
+struct DecodeStageTimes {
+  double header_s = 0.0;
+  double decode_s = 0.0;
+  double resize_s = 0.0;
+  int64_t images = 0;  // successful decode_crop / decode_full* calls
+};
 
 // A region of the source image in continuous pixel coordinates: pixel (row r, column c) covers
 // [c, c+1) x [r, r+1). Integer values select whole pixels; fractional ones are resampled
@@ -85,6 +98,8 @@ class DecodeError : public core::Error {
   std::string reason_;
 };
 
+struct RgbView;
+
 class JpegDecoder {
  public:
   explicit JpegDecoder(DecoderOptions options = {});
@@ -105,11 +120,21 @@ class JpegDecoder {
   void decode_crop(std::span<const uint8_t> bytes, const CropRect& crop, int out_w, int out_h,
                    uint8_t* dst, std::string_view key = {}, bool flip = false);
 
+  // Only the decoding part of decode_crop: the same header read, DCT scale and rows/columns,
+  // then stops — no resize, nothing written. Returns the decoded window's (width, height). For
+  // measuring what decoding alone costs (benchmarks' crop-decode ceiling).
+  std::pair<int, int> decode_crop_window(std::span<const uint8_t> bytes, const CropRect& crop,
+                                         int out_w, int out_h, std::string_view key = {});
+
   // The DCT scale numerator (of 8) the last decode_crop used; 8 = no scaling.
   int last_scale_num() const;
+  // Cumulative per-stage times of this decoder (see DecodeStageTimes).
+  const DecodeStageTimes& stage_times() const;
   const DecoderOptions& options() const;
 
  private:
+  RgbView decode_window(std::span<const uint8_t> bytes, const CropRect& crop, int out_w, int out_h,
+                        std::string_view key);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
