@@ -1,5 +1,6 @@
 // JPEG decode and augment throughput, one thread: full decode vs crop-before-decode (with and
-// without DCT scaling) vs the resize alone, on RandomResizedCrop(224) regions.
+// without DCT scaling, with and without the resize) vs DCT-scaled full decode (1/2, 1/4, 1/8)
+// vs the resize alone, on RandomResizedCrop(224) regions.
 //
 // Input: every *.jpg / *.jpeg under $STOKER_BENCH_JPEG_DIR if set (cycled), otherwise one
 // synthetic photo-like 500x375 q90 4:2:0 JPEG (gradients, shapes, texture and noise; ImageNet's
@@ -187,7 +188,52 @@ void BM_DecodeCrop(benchmark::State& state) {
   state.counters["scaled%"] = 100.0 * scaled / std::max<uint64_t>(1, index);
 }
 
-// The whole per-sample call the loader makes (header read + RRC draw + crop decode + flip).
+// Crop-before-decode without the resize: only the rows/columns of the RandomResizedCrop region
+// (and the DCT scale) decode_crop would use, then stop — the decode share of the crop path and
+// the per-image cost behind stoker_loader_throughput's `crop decode` ceiling. Arg: DCT scaling.
+void BM_DecodeCropWindow(benchmark::State& state) {
+  const Corpus& c = corpus();
+  data::JpegDecoder dec({.dct_scaling = state.range(0) != 0});
+  size_t i = 0;
+  uint64_t index = 0, scaled = 0;
+  for (auto _ : state) {
+    const data::CropParams p =
+        data::random_resized_crop(c.info[i].width, c.info[i].height, 0, index++, {});
+    benchmark::DoNotOptimize(dec.decode_crop_window(c.files[i], p.rect, kOut, kOut));
+    scaled += dec.last_scale_num() != 8;
+    if (++i == c.files.size()) i = 0;
+  }
+  set_rate(state);
+  state.counters["scaled%"] = 100.0 * scaled / std::max<uint64_t>(1, index);
+}
+
+// The whole image decoded at DCT scale M/8 (libjpeg's scaled IDCT; no crop, no resize). Arg: M
+// (8 = full size, as BM_DecodeFull). Checks the decoder chose M.
+void BM_DecodeScaled(benchmark::State& state) {
+  const Corpus& c = corpus();
+  const int m = static_cast<int>(state.range(0));
+  data::JpegDecoder dec;
+  size_t i = 0;
+  for (auto _ : state) {
+    const data::JpegInfo& info = c.info[i];
+    const data::CropRect all{0, 0, double(info.width), double(info.height)};
+    // An output of exactly M/8 of the image makes decode_crop pick scale M (when M <= 4).
+    const int ow = std::max(1, info.width * m / 8), oh = std::max(1, info.height * m / 8);
+    const auto window = dec.decode_crop_window(c.files[i], all, ow, oh);
+    if (dec.last_scale_num() != m) {
+      state.SkipWithError(("decoder chose scale " + std::to_string(dec.last_scale_num()) +
+                           "/8, not " + std::to_string(m) + "/8")
+                              .c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(window);
+    if (++i == c.files.size()) i = 0;
+  }
+  set_rate(state);
+}
+
+// The whole per-sample call the loader makes (header read + RRC draw + crop decode + flip), with
+// the decoder's own stage split (µs per image: header, decode, resize).
 void BM_AugmentTrain(benchmark::State& state) {
   const Corpus& c = corpus();
   data::JpegDecoder dec;
@@ -200,6 +246,11 @@ void BM_AugmentTrain(benchmark::State& state) {
     if (++i == c.files.size()) i = 0;
   }
   set_rate(state);
+  const data::DecodeStageTimes& t = dec.stage_times();
+  const double n = static_cast<double>(std::max<int64_t>(1, t.images));
+  state.counters["header_us"] = 1e6 * t.header_s / n;
+  state.counters["decode_us"] = 1e6 * t.decode_s / n;
+  state.counters["resize_us"] = 1e6 * t.resize_s / n;
 }
 
 void BM_AugmentEval(benchmark::State& state) {
@@ -256,6 +307,12 @@ BENCHMARK(BM_DecodeCrop)
     ->Args({0, 128})
     ->Args({1, 128})
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeCropWindow)
+    ->ArgNames({"dct_scaling"})
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeScaled)->ArgNames({"M"})->Arg(4)->Arg(2)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AugmentTrain)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AugmentEval)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Resize)->Unit(benchmark::kMicrosecond);
