@@ -49,14 +49,19 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   if (training_) {
     save_mean_ = Tensor::empty({channels_}, DType::f32, device_);
     save_invstd_ = Tensor::empty({channels_}, DType::f32, device_);
-    ops::batchnorm_forward_train(y, save_mean_, save_invstd_, running_mean_, running_var_, x,
-                                 weight_.value(), bias_.value(), params_);
+    // A Checkpoint's recomputation must not move the running statistics a second time: it
+    // updates throwaway copies (the batch statistics, and so y, are the same either way).
+    const Tensor run_mean = recomputing() ? running_mean_.clone() : running_mean_;
+    const Tensor run_var = recomputing() ? running_var_.clone() : running_var_;
+    ops::batchnorm_forward_train(y, save_mean_, save_invstd_, run_mean, run_var, x, weight_.value(),
+                                 bias_.value(), params_);
   } else {
     ops::batchnorm_forward_eval(y, x, weight_.value(), bias_.value(), running_mean_, running_var_,
                                 params_);
   }
   x_ = x;
   saved_training_ = training_;
+  if (!saving_activations()) x_ = save_mean_ = save_invstd_ = Tensor();  // Checkpoint forward
   return y;
 }
 
@@ -91,6 +96,7 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
       ops::channel_bias_grad(weight_.grad(), prod, params_.layout);
     }
   }
+  x_ = save_mean_ = save_invstd_ = Tensor();  // consumed
   if (weight_.requires_grad) weight_.grad_ready();
   if (bias_.requires_grad) bias_.grad_ready();
   return dx;

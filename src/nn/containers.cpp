@@ -17,15 +17,54 @@ void Sequential::add_module(std::unique_ptr<Module> module) {
   children_.push_back(std::move(module));
 }
 
+void Sequential::wrap_child(
+    size_t i, const std::function<std::unique_ptr<Module>(std::unique_ptr<Module>)>& wrap) {
+  STOKER_CHECK(i < children_.size(), "Sequential::wrap_child: index ", i, " out of range (",
+               children_.size(), " children)");
+  std::unique_ptr<Module> wrapped = wrap(std::move(children_[i]));
+  STOKER_CHECK(wrapped != nullptr, "Sequential::wrap_child: the wrapper returned no module");
+  if (wrapped->device() != device_) wrapped->to(device_);
+  children_[i] = std::move(wrapped);
+}
+
 Tensor Sequential::forward(const Tensor& x) {
+  const bool selective = selective_ && saving_activations();
+  rebuild_from_.assign(selective ? children_.size() : 0, -1);
+  int run = -1;  // first child of the run that can rebuild the current h; -1: none
   Tensor h = x;
-  for (auto& c : children_) h = c->forward(h);
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Module& c = *children_[i];
+    h = c.forward(h);
+    if (!selective) continue;
+    if (run >= 0 && c.release_saved_input()) rebuild_from_[i] = run;
+    switch (c.output_recompute()) {
+      case OutputRecompute::from_own_state:
+        run = static_cast<int>(i);
+        break;
+      case OutputRecompute::from_input:
+        break;  // extends the current run (if any)
+      case OutputRecompute::none:
+        run = -1;
+        break;
+    }
+  }
   return h;
 }
 
 Tensor Sequential::backward(const Tensor& dy) {
   Tensor g = dy;
-  for (auto it = children_.rbegin(); it != children_.rend(); ++it) g = (*it)->backward(g);
+  for (size_t i = children_.size(); i-- > 0;) {
+    if (i < rebuild_from_.size() && rebuild_from_[i] >= 0) {
+      // Children rebuild_from_[i]..i-1 have not run their backward yet: their state is intact.
+      const size_t from = static_cast<size_t>(rebuild_from_[i]);
+      Tensor in = children_[from]->recompute_output(Tensor());
+      for (size_t k = from + 1; k < i; ++k) in = children_[k]->recompute_output(in);
+      children_[i]->restore_saved_input(in);
+      rebuild_from_[i] = -1;
+    }
+    g = children_[i]->backward(g);
+  }
+  rebuild_from_.clear();
   return g;
 }
 
@@ -59,6 +98,10 @@ void Sequential::set_training(bool training) {
 void Sequential::to(Device device) {
   for (auto& c : children_) c->to(device);
   device_ = device;
+}
+
+void Sequential::visit_children(const std::function<void(Module&)>& fn) {
+  for (auto& c : children_) fn(*c);
 }
 
 std::string Sequential::describe() const {
@@ -115,6 +158,8 @@ void Residual::to(Device device) {
   body_->to(device);
   device_ = device;
 }
+
+void Residual::visit_children(const std::function<void(Module&)>& fn) { fn(*body_); }
 
 std::string Residual::describe() const { return "Residual(" + body_->describe() + ")"; }
 

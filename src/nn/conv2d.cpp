@@ -65,7 +65,7 @@ Tensor Conv2d::forward(const Tensor& x) {
                            x.dtype(), device_);
   ops::conv2d_forward(y, x, w_compute_, params_);
   if (has_bias_) ops::add_channel_bias(y, bias_.value(), layout);
-  x_ = x;
+  x_ = saving_activations() ? x : Tensor();  // nothing kept inside a Checkpoint's forward
   return y;
 }
 
@@ -89,7 +89,9 @@ Tensor Conv2d::backward(const Tensor& dy) {
     ops::channel_bias_grad(bias_.grad(), dy, layout);
     bias_.grad_ready();
   }
-  Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), device_);
+  const Shape x_shape = x_.shape();
+  x_ = Tensor();  // consumed: freed before dx is allocated
+  Tensor dx = Tensor::empty(x_shape, dy.dtype(), device_);
   ops::conv2d_backward_data(dx, dy, w_compute_, params_);
   return dx;
 }

@@ -35,6 +35,13 @@ Tensor Dropout::backward(const Tensor& dy) {
   return dx;
 }
 
+Tensor Dropout::recompute_output(const Tensor& x) {
+  if (!last_was_training_) return x;
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  ops::dropout_forward(y, x, p_, last_.seed, last_.offset);  // the forward's draw, replayed
+  return y;
+}
+
 std::string Dropout::describe() const { return core::detail::str("Dropout(p=", p_, ")"); }
 
 }  // namespace stoker::nn

@@ -15,7 +15,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim) : num_(num_embeddings)
 Tensor Embedding::forward(const Tensor& ids) {
   STOKER_CHECK(ids.dtype() == DType::i32 || ids.dtype() == DType::i64, describe(),
                ": ids must be i32 or i64, got ", ids.str());
-  ids_ = ids;
+  ids_ = saving_activations() ? ids : Tensor();  // nothing kept inside a Checkpoint's forward
   std::vector<int64_t> dims(ids.shape().dims().begin(), ids.shape().dims().end());
   dims.push_back(dim_);
   Tensor y = Tensor::empty({ids.numel(), dim_}, DType::f32, device_);
@@ -29,6 +29,7 @@ Tensor Embedding::backward(const Tensor& dy) {
     ops::embedding_backward(weight_.grad(), dy.reshape({ids_.numel(), dim_}), ids_);
     weight_.grad_ready();
   }
+  ids_ = Tensor();  // consumed
   return Tensor();
 }
 

@@ -24,6 +24,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
   mean_ = Tensor::empty({n}, DType::f32, x.device());
   rstd_ = Tensor::empty({n}, DType::f32, x.device());
   ops::layernorm_forward(y, mean_, rstd_, x_, weight_.value(), bias_.value(), eps_);
+  if (!saving_activations()) x_ = mean_ = rstd_ = Tensor();  // inside a Checkpoint's forward
   return y.reshape(x_shape_);
 }
 
@@ -32,9 +33,23 @@ Tensor LayerNorm::backward(const Tensor& dy) {
   Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), dy.device());
   ops::layernorm_backward(dx, weight_.grad(), bias_.grad(), dy.reshape(x_.shape()), x_, mean_,
                           rstd_, weight_.value());
+  x_ = mean_ = rstd_ = Tensor();  // consumed
   weight_.grad_ready();
   bias_.grad_ready();
   return dx.reshape(x_shape_);
+}
+
+bool LayerNorm::release_saved_input() {
+  if (!x_.defined()) return false;
+  x_ = Tensor();  // mean and 1/std stay: they are per row, and recomputing them is not free
+  return true;
+}
+
+void LayerNorm::restore_saved_input(const Tensor& x) {
+  STOKER_CHECK(x.defined() && x.numel() == x_shape_.numel() && mean_.defined(), describe(),
+               ": restored input ", x.defined() ? x.str() : std::string("undefined"),
+               " does not match the forward's input ", x_shape_);
+  x_ = x.reshape({-1, features_});
 }
 
 void LayerNorm::visit_parameters(const std::string& prefix,

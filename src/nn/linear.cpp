@@ -40,6 +40,7 @@ Tensor Linear::forward(const Tensor& x) {
   Tensor y = Tensor::empty({x_.size(0), out_}, x.dtype(), device_);
   ops::gemm(y, x_, w_compute_, {.trans_b = true});
   if (has_bias_) ops::add_bias(y, bias_.value());
+  if (!saving_activations()) x_ = Tensor();  // inside a Checkpoint's forward: keep nothing
   Shape out_shape = x_shape_;
   out_shape[out_shape.rank() - 1] = out_;
   return y.reshape(out_shape);
@@ -61,9 +62,23 @@ Tensor Linear::backward(const Tensor& dy) {
     ops::bias_grad(bias_.grad(), dy2);
     bias_.grad_ready();
   }
-  Tensor dx = Tensor::empty({x_.size(0), in_}, dy.dtype(), device_);
+  x_ = Tensor();  // consumed: the saved input is freed before dx is allocated
+  Tensor dx = Tensor::empty({dy2.size(0), in_}, dy.dtype(), device_);
   ops::gemm(dx, dy2, w_compute_);
   return dx.reshape(x_shape_);
+}
+
+bool Linear::release_saved_input() {
+  if (!x_.defined()) return false;
+  x_ = Tensor();
+  return true;
+}
+
+void Linear::restore_saved_input(const Tensor& x) {
+  STOKER_CHECK(x.defined() && x.numel() == x_shape_.numel() && x.dtype() == w_compute_.dtype(),
+               describe(), ": restored input ", x.defined() ? x.str() : std::string("undefined"),
+               " does not match the forward's input ", x_shape_);
+  x_ = x.reshape({-1, in_});
 }
 
 void Linear::visit_parameters(const std::string& prefix,

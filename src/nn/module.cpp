@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "stoker/core/error.h"
 #include "stoker/ops/random.h"
 
 namespace stoker::nn {
@@ -20,6 +21,39 @@ void Module::visit_generators(const std::string&,
                               const std::function<void(const std::string&, Generator&)>&) {}
 
 void Module::set_training(bool training) { training_ = training; }
+
+void Module::visit_children(const std::function<void(Module&)>&) {}
+
+Tensor Module::recompute_output(const Tensor&) {
+  STOKER_THROW(describe(), " cannot recompute its output (output_recompute() is none)");
+}
+
+void Module::restore_saved_input(const Tensor&) {
+  STOKER_THROW(describe(), " does not release its saved input, so none can be restored");
+}
+
+namespace {
+thread_local bool t_saving = true;
+thread_local bool t_recomputing = false;
+}  // namespace
+
+bool saving_activations() { return t_saving; }
+bool recomputing() { return t_recomputing; }
+
+NoSaveScope::NoSaveScope() : saving_(t_saving), recomputing_(t_recomputing) { t_saving = false; }
+NoSaveScope::~NoSaveScope() {
+  t_saving = saving_;
+  t_recomputing = recomputing_;
+}
+
+RecomputeScope::RecomputeScope() : saving_(t_saving), recomputing_(t_recomputing) {
+  t_saving = true;
+  t_recomputing = true;
+}
+RecomputeScope::~RecomputeScope() {
+  t_saving = saving_;
+  t_recomputing = recomputing_;
+}
 
 void Module::to(Device device) {
   visit_parameters("", [&](const std::string&, Parameter& p) { p.to(device); });

@@ -43,8 +43,8 @@ Tensor MaxPool2d::forward(const Tensor& x) {
   check_input(*this, x);
   Tensor y = Tensor::empty(ops::pool2d_output_shape(x.shape(), params_), x.dtype(), device_);
   ops::maxpool2d_forward(y, x, params_);
-  x_ = x;
-  y_ = y;
+  x_ = saving_activations() ? x : Tensor();  // nothing kept inside a Checkpoint's forward
+  y_ = saving_activations() ? y : Tensor();
   return y;
 }
 
@@ -52,6 +52,7 @@ Tensor MaxPool2d::backward(const Tensor& dy) {
   STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
   Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), device_);
   ops::maxpool2d_backward(dx, dy, x_, y_, params_);
+  x_ = y_ = Tensor();  // consumed
   return dx;
 }
 

@@ -1,5 +1,11 @@
 // Elementwise activations: ReLU and GELU (tanh form, PyTorch's approximate="tanh"), and
 // Flatten (a reshape to [N, rest]). None has parameters.
+//
+// Saved for backward: ReLU its output (which the next layer usually keeps anyway: no extra
+// memory), GELU its input. Neither keeps its other tensor, and both can hand their output back
+// for selective recomputation (Module::output_recompute): ReLU returns the output it keeps,
+// GELU recomputes it from its input (one elementwise kernel) — so the layer after a GELU need
+// not keep the GELU's output (nn/checkpoint.h).
 #pragma once
 
 #include "stoker/nn/module.h"
@@ -11,6 +17,8 @@ class ReLU : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
   std::string describe() const override { return "ReLU"; }
+  OutputRecompute output_recompute() const override;
+  Tensor recompute_output(const Tensor& x) override;
 
  private:
   Tensor y_;  // the output: relu' is (y > 0)
@@ -21,6 +29,8 @@ class GELU : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
   std::string describe() const override { return "GELU(tanh)"; }
+  OutputRecompute output_recompute() const override;
+  Tensor recompute_output(const Tensor& x) override;
 
  private:
   Tensor x_;

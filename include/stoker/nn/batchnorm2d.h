@@ -6,6 +6,9 @@
 // `momentum` and the unbiased variance (PyTorch's rule); evaluation mode uses the running
 // statistics, and its backward is that of the fixed affine map (frozen statistics, as in
 // PyTorch's eval mode). Inputs are 4-D in `layout`, any float dtype; statistics are fp32.
+// Saved for backward: the input and the batch mean and 1/std. Under an nn::Checkpoint the
+// recomputed forward (nn::recomputing()) leaves the running statistics alone: they move once
+// per training forward, as without checkpointing.
 // Not thread-safe.
 #pragma once
 

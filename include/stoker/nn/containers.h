@@ -1,6 +1,7 @@
 // Containers: Sequential (children in order) and Residual (y = x + f(x)).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -10,6 +11,15 @@ namespace stoker::nn {
 
 // Runs children forward in order and backward in reverse. Child i's parameters are named
 // "<i>.<name>", as in torch.nn.Sequential.
+//
+// Selective recomputation (off by default; nn::set_selective_recompute turns it on for a whole
+// tree): when the input of child j is the output of a run of children i..j-1 that can rebuild it
+// cheaply — child i from its own saved state (GELU from its input), the rest from their input
+// (Dropout with its recorded draw), see Module::output_recompute — and child j can give up its
+// saved input (Linear, LayerNorm), child j releases it after its forward and the Sequential
+// rebuilds it right before child j's backward. In a transformer MLP this drops the GELU
+// output (4x the model width per token) from the saved activations for one elementwise kernel
+// in backward. Runs do not cross container boundaries. Gradients are bit-identical.
 class Sequential : public Module {
  public:
   Sequential() = default;
@@ -29,6 +39,15 @@ class Sequential : public Module {
 
   size_t size() const { return children_.size(); }
   Module& operator[](size_t i) { return *children_.at(i); }
+  // Replaces child i by wrap(child i), e.g. an nn::Checkpoint around it (nn::checkpoint_every).
+  // wrap must return a module; names stay the same when it adds no name level.
+  void wrap_child(size_t i,
+                  const std::function<std::unique_ptr<Module>(std::unique_ptr<Module>)>& wrap);
+
+  // This container's selective recomputation (see above); nn::set_selective_recompute sets it
+  // on every Sequential of a tree.
+  void set_selective_recompute(bool on) { selective_ = on; }
+  bool selective_recompute() const { return selective_; }
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
@@ -42,9 +61,14 @@ class Sequential : public Module {
   void set_training(bool training) override;
   void to(Device device) override;
   std::string describe() const override;
+  void visit_children(const std::function<void(Module&)>& fn) override;
 
  private:
   std::vector<std::unique_ptr<Module>> children_;
+  bool selective_ = false;
+  // Per child of the last saving forward: the first child of the run that rebuilds its released
+  // input, or -1 (the child kept its input itself).
+  std::vector<int> rebuild_from_;
 };
 
 // y = x + body(x); the body's output must have x's shape. dx = dy + body.backward(dy).
@@ -65,6 +89,7 @@ class Residual : public Module {
   void set_training(bool training) override;
   void to(Device device) override;
   std::string describe() const override;
+  void visit_children(const std::function<void(Module&)>& fn) override;
 
  private:
   std::unique_ptr<Module> body_;

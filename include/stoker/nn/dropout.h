@@ -1,6 +1,10 @@
 // Dropout with a Philox mask that is a pure function of (seed, offset): nothing is stored, and
 // the backward (or a recomputation) regenerates the same mask. Each training forward reserves
 // a fresh offset range from the module's generator; evaluation mode is the identity.
+// Saved for backward: the (seed, offset) of the draw — never a mask, never a tensor. The output
+// can be rebuilt from the same input by replaying that draw (output_recompute() is from_input),
+// which selective recomputation uses after a GELU (nn/checkpoint.h); an nn::Checkpoint rewinds
+// the generator before recomputing, so the recomputed masks equal the first forward's.
 #pragma once
 
 #include "stoker/nn/module.h"
@@ -15,6 +19,8 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
   std::string describe() const override;
+  OutputRecompute output_recompute() const override { return OutputRecompute::from_input; }
+  Tensor recompute_output(const Tensor& x) override;
   void visit_generators(const std::string& prefix,
                         const std::function<void(const std::string&, Generator&)>& fn) override {
     fn(prefix.empty() ? "generator" : prefix + ".generator", gen_);

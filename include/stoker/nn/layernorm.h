@@ -1,5 +1,7 @@
 // LayerNorm over the last dimension with learnable "weight" (gamma, init 1) and "bias" (beta,
-// init 0), PyTorch's names and biased variance.
+// init 0), PyTorch's names and biased variance. Saved for backward: the input (a view) and the
+// per-row mean and 1/std (fp32); selective recomputation may take the input away and give it
+// back (nn/checkpoint.h).
 #pragma once
 
 #include "stoker/nn/module.h"
@@ -12,6 +14,8 @@ class LayerNorm : public Module {
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  bool release_saved_input() override;
+  void restore_saved_input(const Tensor& x) override;
   void visit_parameters(const std::string& prefix,
                         const std::function<void(const std::string&, Parameter&)>& fn) override;
   std::string describe() const override;

@@ -15,6 +15,10 @@ class Linear : public Module {
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // Saves its input (a view, no copy); selective recomputation may take it away and give it
+  // back (nn/checkpoint.h).
+  bool release_saved_input() override;
+  void restore_saved_input(const Tensor& x) override;
   void visit_parameters(const std::string& prefix,
                         const std::function<void(const std::string&, Parameter&)>& fn) override;
   std::string describe() const override;

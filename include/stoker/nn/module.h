@@ -9,6 +9,14 @@
 // and backward in reverse. Parameter names follow PyTorch's state_dict convention ("0.weight",
 // "2.bias" inside a Sequential), so weight files load into the equivalent PyTorch model.
 //
+// Saved activations: forward saves what backward needs only while saving_activations() is true
+// (the default). An nn::Checkpoint runs its body's first forward inside a NoSaveScope, so the
+// body keeps nothing, and recomputes it under a RecomputeScope before the body's backward
+// (nn/checkpoint.h). backward consumes what its forward saved and releases it, so the memory of
+// an activation ends with the backward that needed it; a second backward needs a new forward.
+// What each layer saves is stated in its header; layers whose output is cheap to rebuild
+// declare it through output_recompute() (selective recomputation, nn/checkpoint.h).
+//
 // Work runs on the current stream of the module's device. Not thread-safe.
 #pragma once
 
@@ -55,6 +63,28 @@ class Module {
   // Short description: "Linear(in=784, out=256, bias)".
   virtual std::string describe() const = 0;
 
+  // Calls fn on each direct child module (containers override it), so settings that concern
+  // the whole tree (nn::set_selective_recompute) reach every module.
+  virtual void visit_children(const std::function<void(Module&)>& fn);
+
+  // Selective recomputation (nn/checkpoint.h): how the output of the last forward can be
+  // rebuilt during backward instead of being kept by the module that consumes it.
+  //   none            it cannot (the default);
+  //   from_own_state  from what the module keeps for its own backward anyway (GELU keeps its
+  //                   input, ReLU its output): recompute_output(Tensor()) rebuilds it;
+  //   from_input      from its input alone, replayed exactly (Dropout reuses its recorded
+  //                   draw): recompute_output(x) rebuilds it from the same input values.
+  // The answer describes the last forward (a module that saved nothing says none). The rebuilt
+  // output has the same bits as the forward's; recompute_output saves and draws nothing.
+  enum class OutputRecompute { none, from_own_state, from_input };
+  virtual OutputRecompute output_recompute() const { return OutputRecompute::none; }
+  virtual Tensor recompute_output(const Tensor& x);
+  // A module that saves its input for backward (Linear, LayerNorm) may give that reference up
+  // after its forward and have it handed back, rebuilt, before its backward: returns false
+  // (changing nothing) when the module does not support it or saved no input.
+  virtual bool release_saved_input() { return false; }
+  virtual void restore_saved_input(const Tensor& x);
+
   // Convenience views built on the visitors.
   std::vector<Parameter*> parameters();
   std::vector<std::pair<std::string, Parameter*>> named_parameters();
@@ -63,6 +93,40 @@ class Module {
  protected:
   bool training_ = true;
   Device device_ = Device::cpu();
+};
+
+// Whether forwards on this thread save activations for backward (true unless a NoSaveScope is
+// active). Modules test it in forward; containers and Checkpoint need not.
+bool saving_activations();
+// True while an nn::Checkpoint re-runs a forward for its backward: modules with side effects
+// beyond their output (BatchNorm's running statistics) skip them, since the first forward
+// already applied them.
+bool recomputing();
+
+// Forwards in this scope (this thread) save nothing: what an nn::Checkpoint's first forward
+// and an evaluation pass use. Nests; restores the previous state on exit.
+class NoSaveScope {
+ public:
+  NoSaveScope();
+  ~NoSaveScope();
+  NoSaveScope(const NoSaveScope&) = delete;
+  NoSaveScope& operator=(const NoSaveScope&) = delete;
+
+ private:
+  bool saving_, recomputing_;
+};
+
+// Forwards in this scope save activations and see recomputing() == true: a Checkpoint's
+// recomputation before its backward.
+class RecomputeScope {
+ public:
+  RecomputeScope();
+  ~RecomputeScope();
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  bool saving_, recomputing_;
 };
 
 // Process-wide generator for parameter initialization (like torch.manual_seed): modules draw
