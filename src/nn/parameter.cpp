@@ -46,7 +46,21 @@ void Parameter::to(Device device) {
   compute_fresh_ = false;
 }
 
-void Parameter::zero_grad() { ops::fill(grad_, 0.0); }
+void Parameter::zero_grad() { grad_zero_pending_ = true; }
+
+const Tensor& Parameter::grad() const {
+  if (grad_zero_pending_) {
+    ops::fill(grad_, 0.0);
+    grad_zero_pending_ = false;
+  }
+  return grad_;
+}
+
+const Tensor& Parameter::grad_for_write(float& beta) {
+  beta = grad_zero_pending_ ? 0.0f : 1.0f;
+  grad_zero_pending_ = false;
+  return grad_;
+}
 
 void Parameter::set_grad_storage(const Tensor& grad) {
   STOKER_CHECK(grad.defined() && grad.shape() == value_.shape() && grad.dtype() == DType::f32 &&

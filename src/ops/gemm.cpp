@@ -1,6 +1,8 @@
 #include "stoker/ops/gemm.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "ops/backend.h"
 #include "ops/validate.h"
@@ -11,10 +13,23 @@ namespace stoker::ops {
 
 namespace {
 std::atomic<bool> g_allow_tf32{false};
-}
+std::atomic<int> g_autotune{-1};  // -1: not decided yet (reads STOKER_GEMM_AUTOTUNE)
+}  // namespace
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 bool allow_tf32() { return g_allow_tf32.load(); }
+
+bool gemm_autotune() {
+  int v = g_autotune.load();
+  if (v < 0) {
+    const char* env = std::getenv("STOKER_GEMM_AUTOTUNE");
+    v = (env && std::string(env) == "0") ? 0 : 1;
+    g_autotune.store(v);
+  }
+  return v == 1;
+}
+
+void set_gemm_autotune(bool on) { g_autotune.store(on ? 1 : 0); }
 
 double gemm_flops(int64_t m, int64_t n, int64_t k) {
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);

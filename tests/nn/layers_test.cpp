@@ -274,6 +274,32 @@ TEST(LayersTest, GradientsAccumulateAcrossBackwardCalls) {
     for (float v : p->grad().to_floats()) EXPECT_EQ(v, 0.0f);
 }
 
+// zero_grad() is lazy: the backward after it overwrites stale gradient memory (the GEMM's beta
+// is 0) and gives exactly the gradient of one pass; a gradient never written reads as zeros.
+TEST(LayersTest, ZeroGradIsLazyAndExact) {
+  manual_seed(8);
+  Linear a(6, 4), b(6, 4);
+  const Tensor x = test::random_tensor({5, 6}, DType::f32, 53);
+  const Tensor dy = test::random_tensor({5, 4}, DType::f32, 54);
+  stoker::ops::fill(a.weight().grad(), 123.0);  // stale values that must not leak through
+  a.weight().zero_grad();
+  a.bias().zero_grad();
+  b.weight().zero_grad();
+  b.bias().zero_grad();
+  for (float v : b.bias().grad().to_floats()) ASSERT_EQ(v, 0.0f);
+  a.forward(x);
+  a.backward(dy);
+  b.forward(x);
+  b.backward(dy);
+  EXPECT_EQ(a.weight().grad().to_floats(), b.weight().grad().to_floats());
+  a.weight().zero_grad();
+  float beta = -1.0f;
+  a.weight().grad_for_write(beta);
+  EXPECT_EQ(beta, 0.0f);
+  a.weight().grad_for_write(beta);
+  EXPECT_EQ(beta, 1.0f);
+}
+
 TEST(LayersTest, BackwardCallsGradReadyOncePerParameter) {
   manual_seed(7);
   Sequential net(make<Linear>(3, 4), make<LayerNorm>(4));

@@ -31,7 +31,12 @@ class Parameter {
   explicit Parameter(Tensor value);
 
   const Tensor& value() const { return value_; }
-  const Tensor& grad() const { return grad_; }
+  // The gradient (zeros after zero_grad()).
+  const Tensor& grad() const;
+  // For a backward that writes every element of the gradient with C = beta * C + ...: `beta` is
+  // 0 when the gradient is logically zero (after zero_grad(), nothing written yet) — the GEMM
+  // then overwrites instead of reading zeros — and 1 otherwise (micro-batches accumulate).
+  const Tensor& grad_for_write(float& beta);
   Device device() const { return value_.device(); }
   const Shape& shape() const { return value_.shape(); }
   int64_t numel() const { return value_.numel(); }
@@ -40,7 +45,8 @@ class Parameter {
   void set_value(const Tensor& value);
   // Moves value and gradient to `device`.
   void to(Device device);
-  // grad = 0 (on the device's current stream).
+  // grad = 0. Lazy: no memset until someone reads grad(); a backward that overwrites the whole
+  // gradient (grad_for_write) skips it, as PyTorch's set_to_none does.
   void zero_grad();
   // Re-points the gradient at `grad` (same shape/dtype/device): lets a reducer place gradients
   // inside a flat bucket buffer without copies.
@@ -68,6 +74,7 @@ class Parameter {
  private:
   Tensor value_;
   Tensor grad_;
+  mutable bool grad_zero_pending_ = false;  // grad_ must read as zeros; memory not yet cleared
   Tensor compute_;  // half copy of value_ for mixed-precision compute (undefined: none)
   bool compute_fresh_ = false;
   std::vector<Hook> hooks_;

@@ -26,6 +26,13 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// CUDA: the first call of each GEMM shape times cuBLASLt's top candidate algorithms on its own
+// inputs and keeps the fastest (a few ms and host syncs, once per shape; see
+// src/ops/cuda/gemm_cublaslt.cpp). On by default; STOKER_GEMM_AUTOTUNE=0 or
+// set_gemm_autotune(false) keeps the heuristic's first pick. Shapes already planned keep theirs.
+void set_gemm_autotune(bool on);
+bool gemm_autotune();
+
 // FLOPs of one gemm call (2*M*N*K), for throughput reports.
 double gemm_flops(int64_t m, int64_t n, int64_t k);
 

@@ -1,0 +1,165 @@
+// Training-step throughput of the MLP that ../shared/peers/torch_train.py `mlp` measures in
+// PyTorch: L x (Linear(d, d) + GELU), batch B, AdamW, loss = mean(y^2) in fp32, in fp32 (TF32
+// with --tf32, as the peer sets allow_tf32), bf16 and fp16 with the dynamic loss
+// scaler. Reports TFLOP/s as 6 * L * d^2 * B / step time (the peer's formula), ms/step, peak
+// device memory and the host syncs made inside the timed steps (0 expected on a GPU).
+//
+// Timing: `--warmup` steps, a device sync, then `--iters` steps between two device syncs (the
+// peer's method). The steps go through Trainer::train_step: the same code path fit() runs.
+// The loss is read after timing; a non-finite or non-decreasing loss fails the run.
+//
+//   stoker_train_bench                       # H200 defaults: 8 x 4096, batch 8192
+//   stoker_train_bench --precision bf16 --layers 2 --width 256 --batch 512 --json out.json
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_context.h"
+#include "stoker/stoker.h"
+
+namespace {
+
+using stoker::Device;
+using stoker::DType;
+using stoker::Tensor;
+namespace nn = stoker::nn;
+using stoker::amp::Precision;
+
+struct Options {
+  int layers = 8;
+  int64_t width = 4096;
+  int64_t batch = 8192;
+  int warmup = 8;
+  int iters = 20;
+  std::vector<std::string> precisions{"fp32", "bf16", "fp16"};
+  bool tf32 = false;
+  bool cpu = false;
+  std::string json;
+};
+
+struct Result {
+  std::string precision;
+  double ms_per_step = 0, tflops = 0, peak_gib = 0, first_loss = 0, last_loss = 0;
+  uint64_t host_syncs = 0;
+};
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::fp32;
+  if (s == "bf16") return Precision::bf16;
+  if (s == "fp16") return Precision::fp16;
+  STOKER_THROW("--precision: '", s, "' is not fp32, bf16 or fp16");
+}
+
+// mean(model(x)^2) in the run's compute dtype (a host read: outside the timed steps).
+double eval_loss(nn::Module& model, const Tensor& x, const Tensor& zeros, Precision p) {
+  Tensor in = x;
+  if (p != Precision::fp32) {
+    in = Tensor::empty(x.shape(), stoker::amp::compute_dtype(p), x.device());
+    stoker::ops::cast(in, x);
+  }
+  nn::MSELoss loss;
+  return loss.forward(model.forward(in), zeros).item();
+}
+
+Result run(const Options& o, const std::string& precision, Device device) {
+  nn::manual_seed(0);
+  nn::Sequential model;
+  for (int l = 0; l < o.layers; ++l) {
+    model.add(nn::make<nn::Linear>(o.width, o.width));
+    model.add(nn::make<nn::GELU>());
+  }
+  model.to(device);
+  stoker::optim::AdamW opt(model.named_parameters());  // PyTorch's defaults (lr 1e-3)
+  nn::MSELoss loss;
+  stoker::train::Trainer trainer(
+      model, loss, opt,
+      {.precision = parse_precision(precision), .progress_bar = false, .quiet = true});
+  Tensor x = Tensor::empty({o.batch, o.width}, DType::f32, device);
+  stoker::ops::random_normal(x, 0.0f, 1.0f, 1, 0);
+  const Tensor zeros = Tensor::zeros({o.batch, o.width}, DType::f32, device);
+  const std::vector<stoker::data::Batch> batch{{.input = x, .target = zeros, .size = o.batch}};
+
+  Result r;
+  r.precision = precision;
+  r.first_loss = eval_loss(model, x, zeros, parse_precision(precision));
+  for (int i = 0; i < o.warmup; ++i) trainer.train_step(batch);
+  stoker::core::synchronize_device(device);
+  stoker::core::reset_peak_memory(device);
+  const uint64_t syncs = stoker::core::host_sync_count();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iters; ++i) trainer.train_step(batch);
+  r.host_syncs = stoker::core::host_sync_count() - syncs;
+  stoker::core::synchronize_device(device);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.ms_per_step = s * 1e3 / o.iters;
+  r.tflops =
+      6.0 * o.layers * static_cast<double>(o.width) * o.width * o.batch / (s / o.iters) / 1e12;
+  r.peak_gib = static_cast<double>(stoker::core::memory_stats(device).peak_bytes) / (1 << 30);
+  r.last_loss = eval_loss(model, x, zeros, parse_precision(precision));
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"stoker training-step throughput: the MLP of shared/peers/torch_train.py mlp"};
+  app.add_option("--layers", o.layers, "Linear+GELU blocks")->check(CLI::PositiveNumber);
+  app.add_option("--width", o.width, "features d")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "batch size B")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "untimed steps")->check(CLI::PositiveNumber);
+  app.add_option("--iters", o.iters, "timed steps")->check(CLI::PositiveNumber);
+  app.add_option("--precision", o.precisions, "fp32, bf16, fp16 (several allowed)")->delimiter(',');
+  app.add_flag("--tf32", o.tf32, "fp32 GEMMs on TF32 tensor cores (PyTorch's allow_tf32)");
+  app.add_flag("--cpu", o.cpu, "run on the CPU even when a GPU is present");
+  app.add_option("--json", o.json, "also write the results to this JSON file");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    stoker::ops::set_allow_tf32(o.tf32);
+    const bool gpu = !o.cpu && stoker::core::cuda_device_count() > 0;
+    const Device device = gpu ? Device::cuda(0) : Device::cpu();
+    std::printf("%s", stoker::bench::add_context().c_str());
+    std::printf(
+        "model: %d x (Linear(%lld, %lld) + GELU(tanh)), batch %lld, AdamW, loss mean(y^2) "
+        "in fp32, on %s; %d warm-up + %d timed steps; fp32 GEMMs %s\n",
+        o.layers, static_cast<long long>(o.width), static_cast<long long>(o.width),
+        static_cast<long long>(o.batch), device.str().c_str(), o.warmup, o.iters,
+        o.tf32 ? "TF32" : "exact fp32");
+    nlohmann::json out = nlohmann::json::array();
+    bool ok = true;
+    for (const std::string& p : o.precisions) {
+      const Result r = run(o, p, device);
+      std::printf(
+          "%-5s %8.1f TFLOP/s  %8.2f ms/step  peak %6.2f GiB  host syncs in timed steps "
+          "%llu  loss %.4g -> %.4g\n",
+          p.c_str(), r.tflops, r.ms_per_step, r.peak_gib,
+          static_cast<unsigned long long>(r.host_syncs), r.first_loss, r.last_loss);
+      std::fflush(stdout);
+      out.push_back({{"precision", p},
+                     {"tflops", r.tflops},
+                     {"ms_per_step", r.ms_per_step},
+                     {"peak_gib", r.peak_gib},
+                     {"host_syncs", r.host_syncs},
+                     {"first_loss", r.first_loss},
+                     {"last_loss", r.last_loss}});
+      ok = ok && std::isfinite(r.last_loss) && r.last_loss < r.first_loss;
+    }
+    if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+    if (!ok) {
+      std::fprintf(stderr, "error: a run's loss did not decrease or was not finite\n");
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
