@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "stoker/core/error.h"
-#include "stoker/ops/copy.h"
 #include "stoker/ops/gemm.h"
 #include "stoker/ops/linear.h"
 #include "stoker/ops/random.h"
@@ -28,15 +27,9 @@ Tensor Linear::forward(const Tensor& x) {
                " must be f32, f16 or bf16");
   x_shape_ = x.shape();
   x_ = x.reshape({-1, in_});
-  // Mixed precision: a half input computes in its dtype (fp32 accumulation in the GEMM) with a
-  // half copy of the fp32 master weight, cast here (like autocast does).
-  if (x.dtype() == DType::f32) {
-    w_compute_ = weight_.value();
-  } else {
-    if (!w_compute_.defined() || w_compute_.dtype() != x.dtype() || w_compute_.device() != device_)
-      w_compute_ = Tensor::empty({out_, in_}, x.dtype(), device_);
-    ops::cast(w_compute_, weight_.value());
-  }
+  // Mixed precision: a half input computes in its dtype (fp32 accumulation in the GEMM) with the
+  // parameter's half copy of the fp32 master, which the optimizer refreshes after each step.
+  w_compute_ = weight_.compute_value(x.dtype());
   Tensor y = Tensor::empty({x_.size(0), out_}, x.dtype(), device_);
   ops::gemm(y, x_, w_compute_, {.trans_b = true});
   if (has_bias_) ops::add_bias(y, bias_.value());
@@ -54,8 +47,11 @@ Tensor Linear::backward(const Tensor& dy) {
   STOKER_CHECK(dy.dtype() == x_.dtype(), describe(), ": gradient ", dy.str(),
                " must have the forward's dtype ", dtype_name(x_.dtype()));
   if (weight_.requires_grad) {
-    // dW += dy^T x, written in fp32 straight from the GEMM (half inputs, fp32 accumulate).
-    ops::gemm(weight_.grad(), dy2, x_, {.trans_a = true, .beta = 1.0f});
+    // dW (+)= dy^T x, written in fp32 straight from the GEMM (half inputs, fp32 accumulate);
+    // the first micro-batch after zero_grad overwrites (beta 0), later ones accumulate.
+    float beta = 1.0f;
+    const Tensor& dw = weight_.grad_for_write(beta);
+    ops::gemm(dw, dy2, x_, {.trans_a = true, .beta = beta});
     weight_.grad_ready();
   }
   if (has_bias_ && bias_.requires_grad) {

@@ -1,8 +1,10 @@
 // Linear: y = x W^T + b, with W [out, in] and b [out] (PyTorch's layout and names "weight",
 // "bias", so weights load into torch.nn.Linear). x is [N, in] (leading dims flattened) and y
 // [N, out]. Initialization as PyTorch: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
-// Mixed precision: an f16/bf16 input runs the GEMMs in that dtype with fp32 accumulation and a
-// half copy of the fp32 master weight; the weight gradient is still accumulated in fp32.
+// Mixed precision: an f16/bf16 input runs the GEMMs in that dtype with fp32 accumulation and
+// the weight's half compute copy (Parameter::compute_value, refreshed by the optimizer after
+// each step); the weight gradient is written in fp32 by the backward GEMM (beta 0 right after
+// zero_grad, then 1: micro-batches accumulate in place). Bias and its gradient stay fp32.
 #pragma once
 
 #include "stoker/nn/module.h"
