@@ -6,8 +6,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
 #include "stoker/core/stream.h"
+#include "stoker/nn/checkpoint.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/reduce.h"
@@ -35,6 +37,17 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
                " must be >= 1");
   STOKER_CHECK(options_.clip_grad_norm >= 0.0f, "TrainerOptions: clip_grad_norm ",
                options_.clip_grad_norm, " must be >= 0 (0 disables clipping)");
+  STOKER_CHECK(options_.activation_checkpoint_every >= 0,
+               "TrainerOptions: activation_checkpoint_every ", options_.activation_checkpoint_every,
+               " must be >= 0 (0 disables checkpointing)");
+  if (options_.activation_checkpoint_every > 0) {
+    auto* seq = dynamic_cast<nn::Sequential*>(&model_);
+    STOKER_CHECK(seq != nullptr,
+                 "TrainerOptions::activation_checkpoint_every needs a Sequential model of blocks; ",
+                 model_.describe(), " is not one (wrap its blocks in nn::Checkpoint instead)");
+    nn::checkpoint_every(*seq, options_.activation_checkpoint_every);
+  }
+  if (options_.selective_recompute) nn::set_selective_recompute(model_, true);
   params_ = model_.parameters();
   STOKER_CHECK(!params_.empty(), "Trainer: the model ", model_.describe(), " has no parameters");
   if (options_.precision == amp::Precision::fp16) {
@@ -146,14 +159,16 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.ms_per_step = steps > 0 ? seconds * 1e3 / static_cast<double>(steps) : 0.0;
   st.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
   st.host_syncs_per_step = static_cast<int64_t>(window_max_syncs_);
+  st.peak_memory_mib =
+      static_cast<double>(core::memory_stats(model_.device()).peak_bytes) / (1024.0 * 1024.0);
   window_max_syncs_ = 0;
   if (!options_.quiet) {
     std::printf(
         "step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
-        "%.0f samples/s | host syncs/step %lld\n",
+        "%.0f samples/s | host syncs/step %lld | peak %.1f MiB\n",
         static_cast<long long>(st.step), static_cast<long long>(st.epoch), st.loss, st.lr,
         st.grad_norm >= 0 ? core::detail::str(st.grad_norm).c_str() : "-", st.ms_per_step,
-        st.samples_per_s, static_cast<long long>(st.host_syncs_per_step));
+        st.samples_per_s, static_cast<long long>(st.host_syncs_per_step), st.peak_memory_mib);
     std::fflush(stdout);
   }
   for (const Callback& cb : callbacks_) cb(st);
@@ -183,6 +198,7 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
       train.start_epoch(epoch);
     }
     resumed_ = false;
+    core::reset_peak_memory(device);  // the log's peak memory is per epoch
     bool epoch_done = false;
     while (!epoch_done && !stop) {
       const int64_t before = step_;
@@ -227,6 +243,7 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
 EvalResult Trainer::evaluate(data::BatchSource& data) {
   const bool was_training = model_.training();
   model_.set_training(false);
+  nn::NoSaveScope no_save;  // no backward follows: keep no activations
   data.start_epoch(0);
   EvalResult r;
   double loss_sum = 0.0;

@@ -18,6 +18,12 @@
 // position in the epoch, optimizer steps and generator offsets. `resume()` restores all of it:
 // a run of 2n steps equals n steps + checkpoint + resume + n steps, bit for bit on the CPU.
 //
+// Activation memory: `activation_checkpoint_every` wraps blocks of a Sequential model in
+// nn::Checkpoint and `selective_recompute` turns on selective recomputation (nn/checkpoint.h);
+// both change the model in place at construction and leave gradients bit-identical. Each log
+// line reports the peak tensor memory of the model's device since its epoch began
+// (core::memory_stats; the peak is reset at every epoch start).
+//
 // The model, loss and optimizer are borrowed and must outlive the Trainer. Not thread-safe.
 #pragma once
 
@@ -55,6 +61,9 @@ struct StepStats {
   // the batches included; the log's own reads excluded). 0 on a GPU means the host never waited
   // for the device during the steps (core::host_sync_count).
   int64_t host_syncs_per_step = 0;
+  // Peak tensor memory allocated on the model's device since this epoch began, in MiB
+  // (core::memory_stats(device).peak_bytes; reset at each epoch start).
+  double peak_memory_mib = 0.0;
 };
 
 struct TrainerOptions {
@@ -74,6 +83,17 @@ struct TrainerOptions {
   bool continue_on_nan = false;               // true: keep going after a non-finite loss
   int64_t max_steps = -1;                     // stop after this many optimizer steps (-1: epochs)
   bool quiet = false;                         // no log lines on stdout
+  // Activation checkpointing for a Sequential model of blocks (a transformer's layers): k > 0
+  // wraps children 0, k, 2k, ... in an nn::Checkpoint when the Trainer is built — each wrapped
+  // block keeps only its input and re-runs its forward during backward (about one more forward
+  // of those blocks per step). 1 checkpoints every block. The model is changed in place (names,
+  // parameters and weight files stay the same); a model that is not a Sequential is an error.
+  // 0: off.
+  int activation_checkpoint_every = 0;
+  // Selective recomputation in every Sequential of the model: outputs that are cheap to
+  // rebuild (a GELU's output, dropout's) are not kept by the layer that consumes them and are
+  // rebuilt in backward (one elementwise kernel each). Combines with checkpointing.
+  bool selective_recompute = false;
 };
 
 struct FitResult {
