@@ -27,6 +27,7 @@
 #include "stoker/data/transform.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/batchnorm2d.h"
+#include "stoker/nn/checkpoint.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/conv2d.h"
 #include "stoker/nn/dropout.h"
