@@ -5,6 +5,7 @@
 #include <lmdb.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <thread>
@@ -60,14 +61,26 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
   if (max_readers <= 0) {
     max_readers = std::max(126, 4 * static_cast<int>(std::thread::hardware_concurrency()) + 16);
   }
-  lmdb_check(mdb_env_create(&env_), "mdb_env_create", path_);
+  unsigned flags = MDB_RDONLY | MDB_NOTLS;
+  if (!options_.read_ahead) flags |= MDB_NORDAHEAD;
+  if (options_.no_lock) flags |= MDB_NOLOCK;
+  // The map normally spans the size the packer reserved (up to 1 TiB of address space). Where
+  // address space is short (ulimit -v, a sanitizer's shadow memory) that fails with ENOMEM;
+  // then map only the data file: a packed database never grows.
+  for (int attempt = 0;; ++attempt) {
+    lmdb_check(mdb_env_create(&env_), "mdb_env_create", path_);
+    int rc = mdb_env_set_maxreaders(env_, static_cast<unsigned>(max_readers));
+    if (rc == 0 && attempt > 0) {
+      const auto bytes = std::filesystem::file_size(path_ / "data.mdb", ec);
+      if (!ec) rc = mdb_env_set_mapsize(env_, static_cast<size_t>(bytes));
+    }
+    if (rc == 0) rc = mdb_env_open(env_, path_.c_str(), flags, 0664);
+    if (rc == 0) break;
+    mdb_env_close(env_);  // a failed open leaves the handle unusable
+    env_ = nullptr;
+    if (rc != ENOMEM || attempt > 0) lmdb_check(rc, "mdb_env_open", path_);
+  }
   try {
-    lmdb_check(mdb_env_set_maxreaders(env_, static_cast<unsigned>(max_readers)),
-               "mdb_env_set_maxreaders", path_);
-    unsigned flags = MDB_RDONLY | MDB_NOTLS;
-    if (!options_.read_ahead) flags |= MDB_NORDAHEAD;
-    if (options_.no_lock) flags |= MDB_NOLOCK;
-    lmdb_check(mdb_env_open(env_, path_.c_str(), flags, 0664), "mdb_env_open", path_);
     MDB_txn* txn = nullptr;
     lmdb_check(mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn), "mdb_txn_begin", path_);
     MDB_dbi dbi = 0;

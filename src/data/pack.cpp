@@ -16,6 +16,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -75,10 +76,20 @@ class DbWriter {
     STOKER_CHECK_HINT(!ec, "choose an --out inside a writable folder",
                       "stoker pack: cannot create ", tmp_.string(), ": ", ec.message());
     try {
-      lmdb_check(mdb_env_create(&env_), "mdb_env_create", tmp_);
-      lmdb_check(mdb_env_set_mapsize(env_, static_cast<size_t>(options.map_size_gib) << 30),
-                 "mdb_env_set_mapsize", tmp_);
-      lmdb_check(mdb_env_open(env_, tmp_.c_str(), MDB_NOSYNC, 0644), "mdb_env_open", tmp_);
+      // The map is address space only, but address space can be short (ulimit -v, a
+      // sanitizer's shadow memory): on ENOMEM halve it, down to 1 GiB; a dataset larger than
+      // the map that fits then stops with MDB_MAP_FULL and its hint.
+      size_t map = static_cast<size_t>(options.map_size_gib) << 30;
+      for (;;) {
+        lmdb_check(mdb_env_create(&env_), "mdb_env_create", tmp_);
+        lmdb_check(mdb_env_set_mapsize(env_, map), "mdb_env_set_mapsize", tmp_);
+        const int rc = mdb_env_open(env_, tmp_.c_str(), MDB_NOSYNC, 0644);
+        if (rc == 0) break;
+        mdb_env_close(env_);  // a failed open leaves the handle unusable
+        env_ = nullptr;
+        if (rc != ENOMEM || map <= (size_t{1} << 30)) lmdb_check(rc, "mdb_env_open", tmp_);
+        map /= 2;
+      }
       MDB_txn* txn = nullptr;
       lmdb_check(mdb_txn_begin(env_, nullptr, 0, &txn), "mdb_txn_begin", tmp_);
       const int rc = mdb_dbi_open(txn, nullptr, 0, &dbi_);
