@@ -83,7 +83,10 @@ Result run(const Options& o, const std::string& precision, Device device) {
       {.precision = parse_precision(precision), .progress_bar = false, .quiet = true});
   Tensor x = Tensor::empty({o.batch, o.width}, DType::f32, device);
   stoker::ops::random_normal(x, 0.0f, 1.0f, 1, 0);
-  const Tensor zeros = Tensor::zeros({o.batch, o.width}, DType::f32, device);
+  // The target in the compute dtype: the loss math is fp32 whatever the storage (as the peer's
+  // y.float().pow(2).mean()), and zeros are exact in every dtype.
+  const Tensor zeros = Tensor::zeros(
+      {o.batch, o.width}, stoker::amp::compute_dtype(parse_precision(precision)), device);
   const std::vector<stoker::data::Batch> batch{{.input = x, .target = zeros, .size = o.batch}};
 
   Result r;
