@@ -18,7 +18,7 @@ Tensor Embedding::forward(const Tensor& ids) {
   ids_ = saving_activations() ? ids : Tensor();  // nothing kept inside a Checkpoint's forward
   std::vector<int64_t> dims(ids.shape().dims().begin(), ids.shape().dims().end());
   dims.push_back(dim_);
-  Tensor y = Tensor::empty({ids.numel(), dim_}, DType::f32, device_);
+  Tensor y = Tensor::empty({ids.numel(), dim_}, output_dtype_, device_);
   ops::embedding_forward(y, ids, weight_.value());
   return y.reshape(Shape(std::span<const int64_t>(dims)));
 }

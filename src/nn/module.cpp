@@ -103,4 +103,9 @@ void manual_seed(uint64_t seed) {
   g_init_generator = Generator(seed);
 }
 
+void set_compute_dtype(Module& root, DType dtype) {
+  root.set_compute_dtype(dtype);
+  root.visit_children([dtype](Module& child) { set_compute_dtype(child, dtype); });
+}
+
 }  // namespace stoker::nn

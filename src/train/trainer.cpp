@@ -49,6 +49,9 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
   }
   if (options_.selective_recompute) nn::set_selective_recompute(model_, true);
   params_ = model_.parameters();
+  // Under mixed precision, layers that make activations from integer inputs (Embedding) emit
+  // the compute dtype, so everything after them computes in half precision too.
+  nn::set_compute_dtype(model_, amp::compute_dtype(options_.precision));
   STOKER_CHECK(!params_.empty(), "Trainer: the model ", model_.describe(), " has no parameters");
   if (options_.precision == amp::Precision::fp16) {
     scaler_ = std::make_unique<amp::GradScaler>(model_.device(), options_.scaler);

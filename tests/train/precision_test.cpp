@@ -9,6 +9,7 @@
 #include "stoker/data/tensor_batches.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
+#include "stoker/nn/embedding.h"
 #include "stoker/nn/linear.h"
 #include "stoker/ops/random.h"
 #include "stoker/train/trainer.h"
@@ -90,6 +91,28 @@ TEST(PrecisionTest, Fp16ScalerBacksOffFromOverflow) {
   EXPECT_EQ(o.log[0].loss_scale, 8388608.0);  // step 0 overflowed
   EXPECT_LT(o.log.back().loss_scale, 16777216.0);
   EXPECT_GT(o.accuracy, 0.9);
+}
+
+// Under bf16 an Embedding (integer input) emits bf16 activations, so the layers after it compute
+// in half precision too; its gradient still accumulates in fp32 and training works.
+TEST(PrecisionTest, EmbeddingEmitsTheComputeDtype) {
+  nn::manual_seed(3);
+  auto emb = nn::make<nn::Embedding>(10, 16);
+  nn::Embedding* e = emb.get();
+  nn::Sequential model(std::move(emb), nn::make<nn::Linear>(16, 10));
+  stoker::optim::AdamW opt(model.named_parameters(), {.lr = 1e-2f});
+  nn::CrossEntropyLoss loss;
+  Trainer t(
+      model, loss, opt,
+      {.precision = Precision::bf16, .log_interval = 1, .progress_bar = false, .quiet = true});
+  std::vector<int64_t> ids(64), labels(64);
+  for (int i = 0; i < 64; ++i) ids[i] = labels[i] = i % 10;  // learn the identity
+  const Tensor x = Tensor::from_vector(ids, {64}), y = Tensor::from_vector(labels, {64});
+  EXPECT_EQ(e->forward(x).dtype(), DType::bf16);
+  EXPECT_EQ(e->weight().grad().dtype(), DType::f32);
+  stoker::data::TensorBatches b(x, y, {.batch_size = 16, .seed = 1});
+  const auto fit = t.fit(b, 20);
+  EXPECT_LT(fit.log.back().loss, 0.5 * fit.log.front().loss);
 }
 
 }  // namespace

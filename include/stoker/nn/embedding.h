@@ -1,5 +1,7 @@
 // Embedding: a lookup table "weight" [num, dim] (init N(0, 1) as PyTorch). Input: i32/i64 ids of
-// any shape; output: ids.shape + [dim] in f32.
+// any shape; output: ids.shape + [dim] in f32, or in the compute dtype under mixed precision
+// (set_compute_dtype: the lookup rounds the fp32 rows once; the gradient still accumulates in
+// fp32).
 #pragma once
 
 #include "stoker/nn/module.h"
@@ -16,9 +18,12 @@ class Embedding : public Module {
   void visit_parameters(const std::string& prefix,
                         const std::function<void(const std::string&, Parameter&)>& fn) override;
   std::string describe() const override;
+  void set_compute_dtype(DType dtype) override { output_dtype_ = dtype; }
+  Parameter& weight() { return weight_; }
 
  private:
   int64_t num_, dim_;
+  DType output_dtype_ = DType::f32;
   Parameter weight_;
   Tensor ids_;
 };

@@ -63,6 +63,11 @@ class Module {
   // Short description: "Linear(in=784, out=256, bias)".
   virtual std::string describe() const = 0;
 
+  // Mixed precision: the dtype activations should have when the module produces them from
+  // non-float inputs (Embedding's lookup). Modules fed float inputs follow their input's dtype
+  // and ignore it. Set for a whole tree with nn::set_compute_dtype (the Trainer does).
+  virtual void set_compute_dtype(DType) {}
+
   // Calls fn on each direct child module (containers override it), so settings that concern
   // the whole tree (nn::set_selective_recompute) reach every module.
   virtual void visit_children(const std::function<void(Module&)>& fn);
@@ -132,6 +137,10 @@ class RecomputeScope {
 // Process-wide generator for parameter initialization (like torch.manual_seed): modules draw
 // their initial weights from it in construction order, so a seed reproduces a model.
 Generator& init_generator();
+
+// Calls set_compute_dtype(dtype) on `root` and every module below it.
+void set_compute_dtype(Module& root, DType dtype);
+
 void manual_seed(uint64_t seed);
 
 // Initial parameter values (f32, on the CPU) drawn from init_generator():
