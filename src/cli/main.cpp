@@ -4,17 +4,26 @@
 //   stoker pack synth --out DIR [--samples N] [--classes C] [--size S] [--seed X]
 //       the synthetic shapes dataset (--as-folder writes JPEG files in class folders instead).
 //   stoker info DIR      what a packed database holds.
+//   stoker launch --nproc-per-node N PROGRAM ARGS...
+//       runs PROGRAM once per GPU of this node with torchrun's environment (RANK, WORLD_SIZE,
+//       LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); stops every rank when one
+//       fails and exits with the failing rank's status (docs/distributed.md).
 // Errors print stoker::Error's message and hint and exit with status 1.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <string>
+#include <vector>
 
+#include "stoker/core/device.h"
 #include "stoker/core/error.h"
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/pack.h"
 #include "stoker/data/synth.h"
+#include "stoker/dist/launcher.h"
 
 namespace {
 
@@ -88,8 +97,52 @@ int main(int argc, char** argv) {
   CLI::App* info_cmd = app.add_subcommand("info", "describe a packed database");
   info_cmd->add_option("database", info_path, "database folder")->required();
 
+  stoker::dist::LaunchOptions launch;
+  launch.nproc_per_node = 0;  // 0: one per visible GPU
+  CLI::App* launch_cmd = app.add_subcommand(
+      "launch",
+      "run PROGRAM ARGS... once per GPU of this node with torchrun's environment; "
+      "when a rank fails, stop the others and exit with its status");
+  launch_cmd
+      ->add_option("-n,--nproc-per-node", launch.nproc_per_node,
+                   "processes on this node (default: one per visible GPU, 1 without GPUs)")
+      ->check(CLI::NonNegativeNumber);
+  launch_cmd->add_option("--nnodes", launch.nnodes, "nodes in the job")->capture_default_str();
+  launch_cmd->add_option("--node-rank", launch.node_rank, "this node's index")
+      ->capture_default_str();
+  launch_cmd->add_option("--master-addr", launch.master_addr, "host of rank 0")
+      ->capture_default_str();
+  launch_cmd
+      ->add_option("--master-port", launch.master_port,
+                   "rendezvous port on rank 0's host (0: a free port, one node only)")
+      ->capture_default_str();
+  launch_cmd
+      ->add_option("--kill-grace", launch.kill_grace_s,
+                   "seconds between SIGTERM and SIGKILL when stopping the ranks")
+      ->capture_default_str();
+  launch_cmd->add_option("--tail", launch.tail_lines, "stderr lines of the failing rank to print")
+      ->capture_default_str();
+  launch_cmd->prefix_command();  // PROGRAM and everything after it belong to the program
+  launch_cmd->footer(
+      "Example: stoker launch --nproc-per-node 8 ./train --epochs 90\n"
+      "The same program runs under torchrun: torchrun --nproc-per-node 8 ./train --epochs 90");
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (launch_cmd->parsed()) {
+      std::vector<std::string> rest = launch_cmd->remaining();
+      if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+      if (rest.empty()) {
+        std::fprintf(stderr, "stoker launch: give the PROGRAM to run\n%s",
+                     launch_cmd->help().c_str());
+        return 2;
+      }
+      launch.program = rest.front();
+      launch.args.assign(rest.begin() + 1, rest.end());
+      if (launch.nproc_per_node == 0)
+        launch.nproc_per_node = std::max(1, stoker::core::cuda_device_count());
+      return stoker::dist::launch(launch).exit_code;
+    }
     if (info_cmd->parsed()) return run_info(info_path);
     if (synth_cmd->parsed()) {
       if (as_folder) {

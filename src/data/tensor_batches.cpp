@@ -13,6 +13,8 @@ TensorBatches::TensorBatches(Tensor inputs, Tensor targets, TensorBatchesOptions
       sampler_(inputs_.defined() && inputs_.rank() >= 1 ? inputs_.size(0) : 0,
                {.shuffle = options.shuffle,
                 .seed = options.seed,
+                .rank = options.rank,
+                .world_size = options.world_size,
                 .batch_size = options.batch_size > 0 ? options.batch_size : 1,
                 .drop_last = options.drop_last}) {
   STOKER_CHECK(inputs_.defined() && targets_.defined() && inputs_.rank() >= 1 &&
@@ -32,7 +34,7 @@ TensorBatches::TensorBatches(Tensor inputs, Tensor targets, TensorBatchesOptions
 int64_t TensorBatches::batches_per_epoch() const { return sampler_.num_batches(); }
 
 int64_t TensorBatches::samples_per_epoch() const {
-  return options_.drop_last ? batches_per_epoch() * options_.batch_size : inputs_.size(0);
+  return options_.drop_last ? batches_per_epoch() * options_.batch_size : sampler_.num_samples();
 }
 
 void TensorBatches::start_epoch(int64_t epoch) {

@@ -9,6 +9,7 @@
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
 #include "stoker/core/stream.h"
+#include "stoker/dist/grad_reducer.h"
 #include "stoker/nn/checkpoint.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
@@ -80,6 +81,9 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
 }
 
 void Trainer::apply_step(int micro, int k, bool want_norm) {
+  // Data parallelism: the last buckets' all-reduces (or, when the last micro-step ran without
+  // sync, all of them) are launched and the compute stream waits for them on the device.
+  if (options_.reducer) options_.reducer->finish();
   if (micro < k) {
     // The epoch ended inside an accumulation group: rescale so the update is the mean over the
     // micro-batches that ran.
@@ -104,6 +108,10 @@ void Trainer::apply_step(int micro, int k, bool want_norm) {
   ++step_;
 }
 
+bool Trainer::main_rank() const {
+  return !options_.reducer || options_.reducer->communicator().rank() == 0;
+}
+
 void Trainer::ensure_step_state() {
   const Device device = model_.device();
   if (!monitor_.defined() || monitor_.device() != device)
@@ -122,6 +130,7 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
       epoch_done = true;
       break;
     }
+    if (options_.reducer) options_.reducer->set_sync(micro == k - 1);
     micro_step(batch, k);
     samples += batch.size;
   }
@@ -136,7 +145,10 @@ void Trainer::train_step(std::span<const data::Batch> micro_batches) {
   ensure_step_state();
   ops::fill(step_loss_, 0.0);
   const int k = static_cast<int>(micro_batches.size());
-  for (const data::Batch& b : micro_batches) micro_step(b, k);
+  for (int i = 0; i < k; ++i) {
+    if (options_.reducer) options_.reducer->set_sync(i == k - 1);
+    micro_step(micro_batches[static_cast<size_t>(i)], k);
+  }
   apply_step(k, k, /*want_norm=*/false);
 }
 
@@ -161,17 +173,33 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.grad_norm = grad_norm_.defined() ? grad_norm_.item() : -1.0;
   st.ms_per_step = steps > 0 ? seconds * 1e3 / static_cast<double>(steps) : 0.0;
   st.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
+  st.global_samples_per_s = st.samples_per_s;
+  if (options_.reducer) {
+    // Every rank logs at the same steps, so this all-reduce pairs up across ranks.
+    dist::Communicator& comm = options_.reducer->communicator();
+    const Tensor rate =
+        Tensor::from_floats({static_cast<float>(st.samples_per_s)}, {1}, DType::f32, comm.device());
+    comm.all_reduce(rate, dist::ReduceOp::sum);
+    st.world_size = comm.world_size();
+    st.global_samples_per_s = rate.item();
+  }
   st.host_syncs_per_step = static_cast<int64_t>(window_max_syncs_);
   st.peak_memory_mib =
       static_cast<double>(core::memory_stats(model_.device()).peak_bytes) / (1024.0 * 1024.0);
   window_max_syncs_ = 0;
-  if (!options_.quiet) {
+  if (!options_.quiet && main_rank()) {
+    const std::string throughput =
+        st.world_size > 1
+            ? core::detail::str(static_cast<long long>(st.samples_per_s), " samples/s/rank, ",
+                                static_cast<long long>(st.global_samples_per_s), " samples/s on ",
+                                st.world_size, " ranks")
+            : core::detail::str(static_cast<long long>(st.samples_per_s), " samples/s");
     std::printf(
         "step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
-        "%.0f samples/s | host syncs/step %lld | peak %.1f MiB\n",
+        "%s | host syncs/step %lld | peak %.1f MiB\n",
         static_cast<long long>(st.step), static_cast<long long>(st.epoch), st.loss, st.lr,
         st.grad_norm >= 0 ? core::detail::str(st.grad_norm).c_str() : "-", st.ms_per_step,
-        st.samples_per_s, static_cast<long long>(st.host_syncs_per_step), st.peak_memory_mib);
+        throughput.c_str(), static_cast<long long>(st.host_syncs_per_step), st.peak_memory_mib);
     std::fflush(stdout);
   }
   for (const Callback& cb : callbacks_) cb(st);
@@ -187,7 +215,7 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
   grad_norm_ = Tensor();
   window_max_syncs_ = 0;
   FitResult result;
-  util::ProgressBar bar(options_.progress_bar && !options_.quiet);
+  util::ProgressBar bar(options_.progress_bar && !options_.quiet && main_rank());
   const auto start = Clock::now();
   auto window_start = start;
   int64_t window_samples = 0, window_steps = 0;
@@ -221,7 +249,7 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
         window_samples = window_steps = 0;
       }
       if (!options_.checkpoint_dir.empty() && options_.checkpoint_interval > 0 &&
-          step_ % options_.checkpoint_interval == 0) {
+          step_ % options_.checkpoint_interval == 0 && main_rank()) {
         save_checkpoint(
             options_.checkpoint_dir / ("step_" + std::to_string(step_) + ".safetensors"), &train);
       }
@@ -235,7 +263,7 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
     }
   }
   bar.clear();
-  if (!options_.checkpoint_dir.empty())
+  if (!options_.checkpoint_dir.empty() && main_rank())
     save_checkpoint(options_.checkpoint_dir / "last.safetensors", &train);
   result.steps = step_;
   result.seconds = seconds_since(start);

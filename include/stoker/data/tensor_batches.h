@@ -2,7 +2,9 @@
 //
 // Samples are rows of `inputs` and `targets` (dim 0). Each epoch visits them in the Sampler's
 // (seed, epoch) permutation, gathered on the host into one contiguous batch and copied to
-// `device`. The last partial batch is kept unless drop_last.
+// `device`. The last partial batch is kept unless drop_last. With world_size > 1 each rank sees
+// its shard of every epoch (the Sampler's DistributedSampler semantics: padded so every rank has
+// as many samples).
 #pragma once
 
 #include <vector>
@@ -18,6 +20,8 @@ struct TensorBatchesOptions {
   bool drop_last = false;
   uint64_t seed = 0;
   Device device = Device::cpu();
+  int rank = 0;  // data parallelism: this rank's shard of each epoch
+  int world_size = 1;
 };
 
 class TensorBatches : public BatchSource {

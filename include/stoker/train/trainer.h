@@ -24,6 +24,14 @@
 // line reports the peak tensor memory of the model's device since its epoch began
 // (core::memory_stats; the peak is reset at every epoch start).
 //
+// Data parallelism (dist/grad_reducer.h): with `reducer` set, every micro-step but the last of
+// a step runs without gradient synchronization (no_sync), the last one's backward launches the
+// bucket all-reduces as gradients become ready, and reducer->finish() runs before unscaling,
+// clipping and the optimizer. Averaged gradients are identical on every rank, so the fp16
+// scaler's overflow check skips the same steps everywhere without another all-reduce. Log
+// lines report this rank's and the job's samples/s (one tiny all-reduce at log time); only
+// rank 0 prints, draws the progress bar and writes checkpoints.
+//
 // The model, loss and optimizer are borrowed and must outlive the Trainer. Not thread-safe.
 #pragma once
 
@@ -45,6 +53,10 @@
 #include "stoker/optim/optimizer.h"
 #include "stoker/optim/schedule.h"
 
+namespace stoker::dist {
+class GradReducer;
+}  // namespace stoker::dist
+
 namespace stoker::train {
 
 // What a log line reports, also handed to callbacks.
@@ -55,7 +67,11 @@ struct StepStats {
   float lr = 0.0f;
   double grad_norm = -1.0;  // total norm before clipping at the last step (-1: not computed)
   double ms_per_step = 0.0;
-  double samples_per_s = 0.0;
+  double samples_per_s = 0.0;  // this rank's
+  // Data parallelism: ranks in the job and the sum of every rank's samples/s (single process:
+  // 1 and samples_per_s).
+  int world_size = 1;
+  double global_samples_per_s = 0.0;
   double loss_scale = -1.0;  // fp16: the loss scale at log time (-1: no scaler)
   // Most host<->device synchronizations made inside one training step of the window (fetching
   // the batches included; the log's own reads excluded). 0 on a GPU means the host never waited
@@ -94,6 +110,9 @@ struct TrainerOptions {
   // rebuild (a GELU's output, dropout's) are not kept by the layer that consumes them and are
   // rebuilt in backward (one elementwise kernel each). Combines with checkpointing.
   bool selective_recompute = false;
+  // Data parallelism: this rank's gradient reducer, built over the same model (borrowed; it
+  // must outlive the Trainer). nullptr: a single process.
+  dist::GradReducer* reducer = nullptr;
 };
 
 struct FitResult {
@@ -149,6 +168,8 @@ class Trainer {
   void apply_step(int micro, int k, bool want_norm);
   void ensure_step_state();
   StepStats log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps);
+  // Rank 0 of a data-parallel job, or a single process: the one that prints and saves.
+  bool main_rank() const;
 
   nn::Module& model_;
   nn::Loss& loss_;

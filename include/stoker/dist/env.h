@@ -1,0 +1,74 @@
+// init_from_env: a process joins its data-parallel job from the environment its launcher set.
+//
+// Variables, first match wins:
+//   torchrun / `stoker launch`: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+//                               MASTER_PORT
+//   SLURM (srun):               SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+//                               SLURM_NTASKS_PER_NODE; MASTER_ADDR defaults to the first host
+//                               of SLURM_JOB_NODELIST (plain names and `prefix[a-b,c]` lists)
+//   Open MPI (mpirun):          OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+//                               OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE;
+//                               MASTER_ADDR must be set unless the job has one node
+//   none of them:               one process (rank 0 of 1), nothing to meet.
+// MASTER_ADDR defaults to 127.0.0.1 and MASTER_PORT to 29500 when a job runs on one node.
+// Rendezvous port: MASTER_PORT, except under torchrun's elastic agent
+// (TORCHELASTIC_USE_AGENT_STORE=True), whose own store already listens on MASTER_PORT: then
+// MASTER_PORT + 1. STOKER_RENDEZVOUS_PORT overrides both.
+//
+// init_from_env() then picks the device (cuda:LOCAL_RANK, or the CPU), runs the rendezvous
+// (rank 0 hands out the NCCL unique id) and returns the communicator; errors raised afterwards
+// name this process' rank.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "stoker/core/device.h"
+#include "stoker/dist/communicator.h"
+
+namespace stoker::dist {
+
+struct DistEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int rendezvous_port = 29500;
+  // Where the values came from: "torchrun", "slurm", "openmpi" or "none" (a single process).
+  std::string source = "none";
+};
+
+// Reads the variables through `lookup` (nullptr for an unset variable); throws naming the
+// variable when one is malformed or the values contradict each other.
+DistEnv read_env(const std::function<const char*(const char*)>& lookup);
+// The same from the process environment.
+DistEnv read_env();
+
+enum class Backend {
+  automatic,  // nccl when this build has CUDA and a GPU is visible, tcp otherwise
+  nccl,       // one GPU per process: cuda:LOCAL_RANK
+  tcp,        // CPU tensors over TCP (TcpCommunicator)
+};
+const char* backend_name(Backend b);
+
+struct InitOptions {
+  Backend backend = Backend::automatic;
+  double timeout_s = 300.0;  // rendezvous (and, for tcp, each collective: 600 s min)
+};
+
+struct DistContext {
+  DistEnv env;
+  Device device;  // where this rank computes: cuda:LOCAL_RANK (nccl) or cpu (tcp)
+  std::unique_ptr<Communicator> comm;
+};
+
+// Joins the job described by read_env() (a single process gets a communicator of one rank).
+DistContext init_from_env(InitOptions options = {});
+
+// Error messages raised by this process name `rank` from now on (init_from_env sets it).
+void set_process_rank(int rank);
+
+}  // namespace stoker::dist

@@ -1,0 +1,159 @@
+// GradReducer: data-parallel gradient averaging, overlapped with backward (DESIGN.md §7).
+//
+// Buckets: the parameters that require gradients are taken in REVERSE registration order (the
+// order backward produces their gradients) and packed into buckets of about `bucket_bytes`
+// (the first one `first_bucket_bytes`, so communication starts early); a parameter is never
+// split. Each bucket owns one flat f32 buffer and every parameter's gradient becomes a view into
+// it (Parameter::set_grad_storage): backward writes straight into the buffer, nothing is copied.
+//
+// Overlap: each parameter's grad_ready() hook marks it; when every gradient of a bucket is
+// ready, and every earlier bucket has been launched, the bucket is launched: an event recorded
+// on the compute stream makes the comm stream wait (no host sync), and the average over ranks
+// (all_reduce avg) runs on the comm stream while backward goes on. Buckets are launched in index
+// order on every rank whatever order their gradients complete in, so all ranks issue the same
+// collectives in the same order. finish() launches what is left and makes the compute stream
+// wait for the comm stream; call it after the last backward of a step, before unscaling,
+// clipping and the optimizer (the Trainer does).
+//
+// Gradient accumulation: on micro-steps before the last, set_sync(false) (or a no_sync() scope)
+// keeps gradients local — they accumulate in the buckets, nothing is sent. If the last backward
+// of a step ran without sync (an epoch ending inside an accumulation group), finish() reduces
+// every bucket then.
+//
+// Compression: with `compression` bf16 or fp16, each bucket is cast to a half buffer, averaged
+// in that dtype and cast back (half the bytes on the wire; gradients lose precision — fp16 may
+// overflow to Inf, which under fp16 loss scaling counts as an overflow and skips the step).
+//
+// Unused parameters: a parameter that requires a gradient but did not become ready in a
+// synchronized backward is an error at finish() that names it (frozen parameters must have
+// requires_grad = false before the reducer is built). With `allow_unused_parameters` its
+// gradient is reduced as it stands (zero unless earlier micro-steps wrote it); its bucket then
+// waits until finish(), which delays every later bucket.
+//
+// Consistency: the constructor broadcasts rank 0's parameter values (and, when given a Module,
+// its buffers) to every rank. Averaged gradients are bit-identical on all ranks, so clipping,
+// the fp16 loss scaler's overflow check (found_inf) and the optimizer take the same decisions
+// everywhere without further communication.
+//
+// Ownership: the communicator and the parameters are borrowed and must outlive the reducer;
+// the bucket buffers are shared with the parameters' gradients. The hooks the reducer adds to
+// the parameters do nothing once it is destroyed. Not thread-safe (one per rank).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stoker/core/stream.h"
+#include "stoker/core/tensor.h"
+#include "stoker/dist/communicator.h"
+#include "stoker/nn/module.h"
+#include "stoker/nn/parameter.h"
+
+namespace stoker::dist {
+
+enum class GradCompression { none, bf16, fp16 };
+const char* compression_name(GradCompression c);
+
+struct GradReducerOptions {
+  int64_t bucket_bytes = int64_t{25} << 20;       // 25 MiB
+  int64_t first_bucket_bytes = int64_t{1} << 20;  // 1 MiB: the first all-reduce starts early
+  GradCompression compression = GradCompression::none;
+  bool allow_unused_parameters = false;
+  bool broadcast_parameters = true;  // copy rank 0's values to every rank at construction
+  // Called on each bucket launch with its index (diagnostics and tests).
+  std::function<void(int bucket)> on_bucket_launch;
+};
+
+// What one bucket holds, for logs and tests.
+struct BucketInfo {
+  std::vector<std::string> parameters;  // in bucket order (reverse registration order)
+  int64_t elements = 0;                 // including alignment padding
+  int64_t bytes = 0;                    // of the f32 buffer
+};
+
+class GradReducer {
+ public:
+  // All parameters of `model` (named as in weight files); also broadcasts its buffers.
+  GradReducer(Communicator& comm, nn::Module& model, GradReducerOptions options = {});
+  GradReducer(Communicator& comm, std::vector<std::pair<std::string, nn::Parameter*>> params,
+              GradReducerOptions options = {});
+  ~GradReducer();
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  // Whether the next backward's gradients are reduced (true) or only accumulated locally.
+  void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
+
+  // A scope in which backward passes do not communicate (accumulation micro-steps).
+  class NoSync {
+   public:
+    explicit NoSync(GradReducer& r) : r_(r), previous_(r.sync()) { r_.set_sync(false); }
+    ~NoSync() { r_.set_sync(previous_); }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    GradReducer& r_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  // Launches the buckets not launched yet and makes the current stream wait for all of them:
+  // afterwards every gradient holds the average over ranks. Resets for the next step (sync on).
+  void finish();
+
+  // Copies rank `root`'s parameter values (and buffers, when built from a Module) to every rank.
+  void broadcast_parameters(int root = 0);
+
+  Communicator& communicator() const { return comm_; }
+  const GradReducerOptions& options() const { return options_; }
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  const BucketInfo& bucket(int i) const;
+  // Buckets in the order they were launched since the last finish() (or during it).
+  const std::vector<int>& launch_order() const { return launch_order_; }
+  // Steps completed by finish().
+  int64_t steps() const { return steps_; }
+
+ private:
+  struct Slot {
+    std::string name;
+    nn::Parameter* param = nullptr;
+    int bucket = -1;
+    bool ready = false;
+  };
+  struct Bucket {
+    BucketInfo info;
+    std::vector<int> slots;
+    Tensor buffer;  // f32, the gradients' storage
+    Tensor wire;    // bf16/f16 copy sent instead of buffer under compression
+    int pending = 0;
+    core::Event ready, done;  // compute -> comm, comm -> compute (GPU)
+  };
+
+  void build(std::vector<std::pair<std::string, nn::Parameter*>> params);
+  void on_ready(int slot);
+  void launch_in_order();
+  void launch(int b);
+  void reset_step();
+
+  Communicator& comm_;
+  GradReducerOptions options_;
+  nn::Module* model_ = nullptr;
+  Device device_;
+  std::vector<nn::Parameter*> all_params_;  // frozen ones too (broadcast)
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> launch_order_;
+  int next_bucket_ = 0;
+  bool sync_ = true;
+  bool order_stale_ = false;  // launch_order_ still shows the previous step
+  int64_t steps_ = 0;
+  std::shared_ptr<GradReducer*> self_;  // what the parameter hooks see; nullptr once destroyed
+};
+
+}  // namespace stoker::dist

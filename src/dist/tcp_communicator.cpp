@@ -1,0 +1,319 @@
+// Wire format (little-endian), per collective:
+//   request, rank q -> rank 0 (32 bytes): magic u32 "STKC" | seq u32 | kind u8 | dtype u8 |
+//       op u8 | 0 u8 | root i32 | in elements i64 | out elements i64; then the data this rank
+//       contributes (all_reduce, all_gather, reduce_scatter: its input; broadcast: the root's)
+//   reply, rank 0 -> rank q (24 bytes): magic u32 | seq u32 | status u32 (0 ok, 1 error) |
+//       0 u32 | length u64; then the result for rank q, or the error text
+// seq counts the collectives of this communicator: a rank that skipped one is caught at once.
+#include "stoker/dist/tcp_communicator.h"
+
+#include <cstring>
+#include <vector>
+
+#include "dist/host_reduce.h"
+#include "dist/rendezvous_links.h"
+#include "stoker/core/error.h"
+
+namespace stoker::dist {
+
+namespace {
+
+constexpr uint32_t kFrameMagic = 0x434B5453u;  // "STKC"
+constexpr size_t kRequestBytes = 32, kReplyBytes = 24;
+constexpr uint64_t kMaxErrorText = 1u << 16;
+
+enum class Kind : uint8_t { all_reduce = 1, broadcast, all_gather, reduce_scatter, barrier };
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::all_reduce:
+      return "all_reduce";
+    case Kind::broadcast:
+      return "broadcast";
+    case Kind::all_gather:
+      return "all_gather";
+    case Kind::reduce_scatter:
+      return "reduce_scatter";
+    case Kind::barrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+struct Call {
+  Kind kind = Kind::barrier;
+  DType dtype = DType::u8;
+  ReduceOp op = ReduceOp::sum;
+  int32_t root = 0;
+  int64_t in_n = 0, out_n = 0;
+
+  bool operator==(const Call& o) const {
+    return kind == o.kind && dtype == o.dtype && op == o.op && root == o.root && in_n == o.in_n &&
+           out_n == o.out_n;
+  }
+  size_t in_bytes() const { return static_cast<size_t>(in_n) * dtype_size(dtype); }
+  size_t out_bytes() const { return static_cast<size_t>(out_n) * dtype_size(dtype); }
+  std::string str() const {
+    std::string s = std::string(kind_name(kind)) + "(";
+    if (kind == Kind::barrier) return s + ")";
+    s += core::detail::str(dtype_name(dtype), " x ", in_n);
+    if (kind == Kind::all_reduce || kind == Kind::reduce_scatter)
+      s += std::string(", ") + reduce_op_name(op);
+    if (kind == Kind::broadcast) s += core::detail::str(", root ", root);
+    return s + ")";
+  }
+};
+
+bool sends_data(const Call& c, int rank) {
+  switch (c.kind) {
+    case Kind::all_reduce:
+    case Kind::all_gather:
+    case Kind::reduce_scatter:
+      return true;
+    case Kind::broadcast:
+      return rank == c.root;
+    case Kind::barrier:
+      return false;
+  }
+  return false;
+}
+
+// Bytes of the result rank 0 sends each peer.
+size_t reply_bytes(const Call& c) {
+  switch (c.kind) {
+    case Kind::all_reduce:
+    case Kind::all_gather:
+    case Kind::reduce_scatter:
+    case Kind::broadcast:
+      return c.out_bytes();
+    case Kind::barrier:
+      return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+struct TcpCommunicator::Impl {
+  TcpOptions options;
+  detail::RendezvousLinks links;
+  uint32_t seq = 0;
+  std::vector<std::vector<uint8_t>> inputs;  // rank 0: what each peer sent
+  std::vector<uint8_t> result;               // rank 0: the full result
+  bool aborted = false;
+  std::string abort_reason;
+
+  detail::Clock::time_point deadline() const { return detail::deadline_after(options.timeout_s); }
+
+  void check_usable(const Call& c) const {
+    STOKER_CHECK(!aborted, "TcpCommunicator: ", c.str(), " after abort (", abort_reason, ")");
+  }
+
+  void send_reply(const detail::Socket& s, uint32_t status, const void* data, uint64_t n,
+                  detail::Clock::time_point dl, const std::string& what) {
+    unsigned char h[kReplyBytes] = {};
+    detail::put_u32(h, kFrameMagic);
+    detail::put_u32(h + 4, seq);
+    detail::put_u32(h + 8, status);
+    detail::put_u64(h + 16, n);
+    detail::send_all(s, h, sizeof(h), dl, what);
+    if (n > 0) detail::send_all(s, data, static_cast<size_t>(n), dl, what);
+  }
+
+  // Rank 0 failed this collective: every peer is told why (best effort), then it throws.
+  [[noreturn]] void fail_everyone(const std::string& why) {
+    for (size_t q = 1; q < links.peers.size(); ++q) {
+      if (!links.peers[q].valid()) continue;
+      try {
+        send_reply(links.peers[q], 1, why.data(), why.size(), detail::deadline_after(1.0),
+                   "TcpCommunicator: error report");
+      } catch (const std::exception&) {
+      }
+    }
+    STOKER_THROW("TcpCommunicator: ", why);
+  }
+
+  // Rank 0: receives every peer's request (and data), checks it against its own call.
+  void gather_requests(const Call& mine, int world) {
+    inputs.resize(static_cast<size_t>(world));
+    const auto dl = deadline();
+    for (int q = 1; q < world; ++q) {
+      const detail::Socket& s = links.peers[static_cast<size_t>(q)];
+      const std::string what =
+          core::detail::str("TcpCommunicator: rank 0 in ", mine.str(), " waiting for rank ", q);
+      unsigned char h[kRequestBytes];
+      try {
+        detail::recv_all(s, h, sizeof(h), dl, what);
+      } catch (const Error& e) {
+        fail_everyone(e.message());
+      }
+      Call c;
+      c.kind = static_cast<Kind>(h[8]);
+      c.dtype = static_cast<DType>(h[9]);
+      c.op = static_cast<ReduceOp>(h[10]);
+      c.root = static_cast<int32_t>(detail::get_u32(h + 12));
+      c.in_n = static_cast<int64_t>(detail::get_u64(h + 16));
+      c.out_n = static_cast<int64_t>(detail::get_u64(h + 24));
+      if (detail::get_u32(h) != kFrameMagic)
+        fail_everyone(core::detail::str("rank ", q, " sent a corrupt request (bad magic) during ",
+                                        mine.str()));
+      const uint32_t their_seq = detail::get_u32(h + 4);
+      if (their_seq != seq)
+        fail_everyone(core::detail::str("rank ", q, " is at collective #", their_seq,
+                                        " but rank 0 at #", seq, " (", mine.str(),
+                                        "): the ranks issued different collectives"));
+      if (!(c == mine))
+        fail_everyone(core::detail::str("collective mismatch: rank 0 called ", mine.str(),
+                                        " but rank ", q, " called ", c.str(),
+                                        "; every rank must issue the same collectives in the "
+                                        "same order"));
+      if (sends_data(mine, q)) {
+        std::vector<uint8_t>& buf = inputs[static_cast<size_t>(q)];
+        buf.resize(mine.in_bytes());
+        try {
+          detail::recv_all(s, buf.data(), buf.size(), dl, what);
+        } catch (const Error& e) {
+          fail_everyone(e.message());
+        }
+      }
+    }
+  }
+
+  // Other ranks: sends the request (and data), then receives the result into `out`.
+  void exchange(const Call& c, int rank, const void* in, void* out) {
+    const detail::Socket& s = links.master;
+    const auto dl = deadline();
+    const std::string what =
+        core::detail::str("TcpCommunicator: rank ", rank, " in ", c.str(), " (rank 0)");
+    unsigned char h[kRequestBytes] = {};
+    detail::put_u32(h, kFrameMagic);
+    detail::put_u32(h + 4, seq);
+    h[8] = static_cast<uint8_t>(c.kind);
+    h[9] = static_cast<uint8_t>(c.dtype);
+    h[10] = static_cast<uint8_t>(c.op);
+    detail::put_u32(h + 12, static_cast<uint32_t>(c.root));
+    detail::put_u64(h + 16, static_cast<uint64_t>(c.in_n));
+    detail::put_u64(h + 24, static_cast<uint64_t>(c.out_n));
+    detail::send_all(s, h, sizeof(h), dl, what);
+    if (sends_data(c, rank)) detail::send_all(s, in, c.in_bytes(), dl, what);
+    unsigned char r[kReplyBytes];
+    detail::recv_all(s, r, sizeof(r), dl, what);
+    STOKER_CHECK(detail::get_u32(r) == kFrameMagic && detail::get_u32(r + 4) == seq, what,
+                 ": corrupt reply from rank 0");
+    const uint32_t status = detail::get_u32(r + 8);
+    const uint64_t n = detail::get_u64(r + 16);
+    if (status != 0) {
+      STOKER_CHECK(n <= kMaxErrorText, what, ": corrupt error report from rank 0");
+      std::string text(static_cast<size_t>(n), '\0');
+      detail::recv_all(s, text.data(), text.size(), dl, what);
+      STOKER_THROW("TcpCommunicator: rank ", rank, " in ", c.str(), ": rank 0 reports: ", text);
+    }
+    STOKER_CHECK(n == reply_bytes(c), what, ": rank 0 answered ", n, " bytes, expected ",
+                 reply_bytes(c));
+    if (n > 0) detail::recv_all(s, out, static_cast<size_t>(n), dl, what);
+  }
+
+  // Rank 0: sends peer q `n` bytes of result at `data`.
+  void reply(int q, const void* data, size_t n) {
+    send_reply(links.peers[static_cast<size_t>(q)], 0, data, n, deadline(),
+               core::detail::str("TcpCommunicator: rank 0 answering rank ", q));
+  }
+};
+
+TcpCommunicator::TcpCommunicator(int rank, int world_size, TcpOptions options)
+    : Communicator(rank, world_size), impl_(std::make_unique<Impl>()) {
+  STOKER_CHECK(options.timeout_s > 0, "TcpOptions: timeout_s ", options.timeout_s,
+               " must be positive");
+  impl_->options = options;
+  if (world_size == 1) return;  // nobody to meet: no port is bound
+  impl_->links =
+      detail::rendezvous_links(options.rendezvous, rank, world_size, {}, RendezvousPurpose::tcp);
+}
+
+TcpCommunicator::~TcpCommunicator() = default;
+
+std::string TcpCommunicator::describe() const {
+  return core::detail::str("tcp rank ", rank(), "/", world_size());
+}
+
+void TcpCommunicator::abort(const std::string& reason) {
+  impl_->aborted = true;
+  impl_->abort_reason = reason;
+  impl_->links.master.shutdown();
+  for (detail::Socket& s : impl_->links.peers) s.shutdown();
+}
+
+void TcpCommunicator::do_all_reduce(const Tensor& in, const Tensor& out, ReduceOp op) {
+  const Call c{Kind::all_reduce, in.dtype(), op, 0, in.numel(), out.numel()};
+  impl_->check_usable(c);
+  ++impl_->seq;
+  if (rank() != 0) return impl_->exchange(c, rank(), in.data(), out.data());
+  const int w = world_size();
+  impl_->gather_requests(c, w);
+  std::vector<const void*> srcs(static_cast<size_t>(w));
+  srcs[0] = in.data();
+  for (int q = 1; q < w; ++q)
+    srcs[static_cast<size_t>(q)] = impl_->inputs[static_cast<size_t>(q)].data();
+  impl_->result.resize(c.out_bytes());
+  detail::host_reduce(c.dtype, op, srcs, impl_->result.data(), 0, c.in_n);
+  std::memcpy(out.data(), impl_->result.data(), c.out_bytes());
+  for (int q = 1; q < w; ++q) impl_->reply(q, impl_->result.data(), c.out_bytes());
+}
+
+void TcpCommunicator::do_broadcast(const Tensor& t, int root) {
+  const Call c{Kind::broadcast, t.dtype(), ReduceOp::sum, root, t.numel(), t.numel()};
+  impl_->check_usable(c);
+  ++impl_->seq;
+  if (rank() != 0) return impl_->exchange(c, rank(), t.data(), t.data());
+  const int w = world_size();
+  impl_->gather_requests(c, w);
+  if (root != 0) std::memcpy(t.data(), impl_->inputs[static_cast<size_t>(root)].data(), t.nbytes());
+  for (int q = 1; q < w; ++q) impl_->reply(q, t.data(), t.nbytes());
+}
+
+void TcpCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
+  const Call c{Kind::all_gather, in.dtype(), ReduceOp::sum, 0, in.numel(), out.numel()};
+  impl_->check_usable(c);
+  ++impl_->seq;
+  if (rank() != 0) return impl_->exchange(c, rank(), in.data(), out.data());
+  const int w = world_size();
+  impl_->gather_requests(c, w);
+  const size_t bytes = in.nbytes();
+  auto* dst = static_cast<uint8_t*>(out.data());
+  if (dst != in.data()) std::memmove(dst, in.data(), bytes);
+  for (int q = 1; q < w; ++q)
+    std::memcpy(dst + static_cast<size_t>(q) * bytes, impl_->inputs[static_cast<size_t>(q)].data(),
+                bytes);
+  for (int q = 1; q < w; ++q) impl_->reply(q, out.data(), out.nbytes());
+}
+
+void TcpCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  const Call c{Kind::reduce_scatter, in.dtype(), op, 0, in.numel(), out.numel()};
+  impl_->check_usable(c);
+  ++impl_->seq;
+  if (rank() != 0) return impl_->exchange(c, rank(), in.data(), out.data());
+  const int w = world_size();
+  impl_->gather_requests(c, w);
+  std::vector<const void*> srcs(static_cast<size_t>(w));
+  srcs[0] = in.data();
+  for (int q = 1; q < w; ++q)
+    srcs[static_cast<size_t>(q)] = impl_->inputs[static_cast<size_t>(q)].data();
+  impl_->result.resize(c.in_bytes());
+  detail::host_reduce(c.dtype, op, srcs, impl_->result.data(), 0, c.in_n);
+  const size_t chunk = out.nbytes();
+  std::memcpy(out.data(), impl_->result.data(), chunk);
+  for (int q = 1; q < w; ++q)
+    impl_->reply(q, impl_->result.data() + static_cast<size_t>(q) * chunk, chunk);
+}
+
+void TcpCommunicator::do_barrier() {
+  const Call c{};
+  impl_->check_usable(c);
+  ++impl_->seq;
+  if (rank() != 0) return impl_->exchange(c, rank(), nullptr, nullptr);
+  const int w = world_size();
+  impl_->gather_requests(c, w);
+  for (int q = 1; q < w; ++q) impl_->reply(q, nullptr, 0);
+}
+
+}  // namespace stoker::dist

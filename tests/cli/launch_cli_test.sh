@@ -1,0 +1,40 @@
+#!/bin/sh
+# `stoker launch` end to end: the environment every rank gets, and a failing rank stopping the
+# job with its exit status and stderr in the report. Usage: launch_cli_test.sh STOKER SCRATCH
+set -eu
+stoker="$1"
+scratch="$2"
+rm -rf "$scratch"
+mkdir -p "$scratch"
+
+# Every rank sees torchrun's variables; the program's own flags pass through untouched.
+"$stoker" launch --nproc-per-node 3 --master-port 0 sh -c \
+  'echo "$RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR $1" > "$0/rank_$RANK"' \
+  "$scratch" --flag-for-the-program
+for r in 0 1 2; do
+  grep -q "^$r/3/$r/3/127.0.0.1 --flag-for-the-program\$" "$scratch/rank_$r" ||
+    { echo "rank $r: unexpected environment: $(cat "$scratch/rank_$r")"; exit 1; }
+done
+
+# Rank 1 fails: the others (sleeping 30 s) are stopped, the status is rank 1's, and the report
+# names the rank and quotes its stderr.
+start=$(date +%s)
+status=0
+"$stoker" launch -n 3 --master-port 0 --kill-grace 1 sh -c \
+  'if [ "$RANK" = 1 ]; then echo "CUDA error: out of memory on rank 1" >&2; exit 7; fi; sleep 30' \
+  2> "$scratch/stderr" || status=$?
+elapsed=$(( $(date +%s) - start ))
+[ "$status" = 7 ] || { echo "expected exit status 7, got $status"; cat "$scratch/stderr"; exit 1; }
+[ "$elapsed" -lt 15 ] || { echo "the launcher took ${elapsed}s to stop the job"; exit 1; }
+grep -q "FAILED: rank 1 (local 1, pid [0-9]*) exited with status 7" "$scratch/stderr" ||
+  { echo "no failure report:"; cat "$scratch/stderr"; exit 1; }
+grep -q "^  CUDA error: out of memory on rank 1" "$scratch/stderr" ||
+  { echo "the report lacks rank 1's stderr:"; cat "$scratch/stderr"; exit 1; }
+grep -q "^\[rank 1\] CUDA error: out of memory on rank 1" "$scratch/stderr" ||
+  { echo "rank 1's stderr was not forwarded:"; cat "$scratch/stderr"; exit 1; }
+
+# No program: a usage error.
+status=0
+"$stoker" launch -n 2 2> /dev/null || status=$?
+[ "$status" = 2 ] || { echo "expected status 2 without a program, got $status"; exit 1; }
+echo "launch CLI test passed"
