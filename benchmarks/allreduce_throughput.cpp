@@ -18,7 +18,9 @@
 // communication (and reducer machinery) the step waits for; hidden = 1 - exposed / (3).
 //
 // Runs as one process (world size 1: the NCCL path and the reducer's overhead on one GPU) or
-// under a launcher: `stoker launch --nproc-per-node 8 stoker_allreduce_throughput`.
+// under a launcher: `stoker launch --nproc-per-node 8 stoker_allreduce_throughput`. The
+// --benchmark_* flags scripts/gpu-check.sh passes to every benchmark are accepted
+// (--benchmark_out names the JSON file).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -393,7 +395,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--compression", o.compression, "train-step: none, bf16 or fp16")
       ->capture_default_str();
+  std::string bm_out, bm_ignored;
+  app.add_option("--benchmark_out", bm_out, "(scripts/gpu-check.sh) same as --json");
+  for (const char* f : {"--benchmark_format", "--benchmark_out_format", "--benchmark_filter"})
+    app.add_option(f, bm_ignored, "(accepted and ignored: scripts/gpu-check.sh passes it)");
   CLI11_PARSE(app, argc, argv);
+  if (o.json.empty()) o.json = bm_out;
   try {
     dist::InitOptions init;
     if (o.backend == "nccl")
