@@ -21,6 +21,9 @@
 // without recomputation are bit-identical, so the weights after the run must be identical
 // bit for bit to the `none` mode's; the program fails otherwise (and on a non-finite loss).
 //
+// Google Benchmark's --benchmark_* flags (scripts/gpu-check.sh passes them to every benchmark)
+// are ignored, except --benchmark_out=FILE, which writes the JSON results there.
+//
 //   stoker_checkpoint_bench                                   # H200 defaults
 //   stoker_checkpoint_bench --cpu --blocks 3 --width 64 --hidden 256 --batch 2 --tokens 32
 #include <CLI/CLI.hpp>
@@ -213,7 +216,22 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_flag("--cpu", o.cpu, "run on the CPU even when a GPU is present");
   app.add_option("--json", o.json, "also write the results to this JSON file");
-  CLI11_PARSE(app, argc, argv);
+  // scripts/gpu-check.sh runs every benchmark binary with Google Benchmark's flags: ignore them,
+  // except that --benchmark_out=FILE writes the JSON there (unless --json is given).
+  app.name("stoker_checkpoint_bench");
+  std::vector<std::string> args;
+  std::string benchmark_out;
+  for (int i = argc - 1; i >= 1; --i) {
+    const std::string a = argv[i];
+    if (a.rfind("--benchmark_out=", 0) == 0) benchmark_out = a.substr(16);
+    if (a.rfind("--benchmark_", 0) != 0) args.push_back(a);
+  }
+  try {
+    app.parse(args);  // CLI11 takes the arguments in reverse order
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (o.json.empty()) o.json = benchmark_out;
 
   try {
     std::vector<Mode> modes;
