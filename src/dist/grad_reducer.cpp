@@ -152,7 +152,12 @@ void GradReducer::launch(int index) {
   Bucket& b = buckets_[static_cast<size_t>(index)];
   // A gradient zeroed lazily and not written since (an unused parameter) becomes real zeros
   // before the buffer is sent; for the others this is a no-op.
-  for (int i : b.slots) slots_[static_cast<size_t>(i)].param->grad();
+  for (int i : b.slots) {
+    const Slot& s = slots_[static_cast<size_t>(i)];
+    STOKER_CHECK(s.param->grad().same_storage(b.buffer), "GradReducer: the gradient of '", s.name,
+                 "' no longer lives in its bucket (the parameter was moved with to(), or its "
+                 "gradient re-pointed, after the reducer was built); build the reducer last");
+  }
   const bool gpu = device_.is_cuda();
   const core::Stream comm_stream = gpu ? core::comm_stream(device_) : core::Stream();
   if (gpu) {

@@ -239,6 +239,21 @@ void recv_all(const Socket& s, void* data, size_t n, Clock::time_point deadline,
   }
 }
 
+void discard_until_closed(const Socket& s, Clock::time_point deadline) {
+  char buf[4096];
+  while (s.valid()) {
+    pollfd pf{s.fd(), POLLIN, 0};
+    const int r = ::poll(&pf, 1, poll_ms(deadline));
+    if (r < 0 && errno != EINTR) return;
+    if (r > 0) {
+      const ssize_t k = ::recv(s.fd(), buf, sizeof(buf), MSG_DONTWAIT);
+      if (k == 0) return;  // closed
+      if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return;
+    }
+    if (Clock::now() >= deadline) return;
+  }
+}
+
 void put_u16(unsigned char* p, uint16_t v) {
   p[0] = static_cast<unsigned char>(v);
   p[1] = static_cast<unsigned char>(v >> 8);

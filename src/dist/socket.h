@@ -60,6 +60,11 @@ void send_all(const Socket& s, const void* data, size_t n, Clock::time_point dea
 void recv_all(const Socket& s, void* data, size_t n, Clock::time_point deadline,
               const std::string& what);
 
+// Reads and drops whatever the peer sends until it closes the connection, an error, or the
+// deadline: closing a socket with unread data would reset the connection and could destroy
+// what was just sent to the peer (an error report) before it is read.
+void discard_until_closed(const Socket& s, Clock::time_point deadline);
+
 // Little-endian encoding of fixed-size protocol fields.
 void put_u16(unsigned char* p, uint16_t v);
 void put_u32(unsigned char* p, uint32_t v);

@@ -7,6 +7,8 @@
 // seq counts the collectives of this communicator: a rank that skipped one is caught at once.
 #include "stoker/dist/tcp_communicator.h"
 
+#include <sys/socket.h>
+
 #include <cstring>
 #include <vector>
 
@@ -21,6 +23,7 @@ namespace {
 constexpr uint32_t kFrameMagic = 0x434B5453u;  // "STKC"
 constexpr size_t kRequestBytes = 32, kReplyBytes = 24;
 constexpr uint64_t kMaxErrorText = 1u << 16;
+constexpr double kReportGraceS = 2.0;  // how long an error report may take to be read
 
 enum class Kind : uint8_t { all_reduce = 1, broadcast, all_gather, reduce_scatter, barrier };
 
@@ -130,7 +133,35 @@ struct TcpCommunicator::Impl {
       } catch (const std::exception&) {
       }
     }
+    // The peers read the report and close; what they were still sending is drained so that
+    // closing here does not reset their connections before they have read it.
+    const auto dl = detail::deadline_after(kReportGraceS);
+    for (size_t q = 1; q < links.peers.size(); ++q) {
+      if (!links.peers[q].valid()) continue;
+      ::shutdown(links.peers[q].fd(), SHUT_WR);
+      detail::discard_until_closed(links.peers[q], dl);
+    }
     STOKER_THROW("TcpCommunicator: ", why);
+  }
+
+  // Other ranks, after a failed send: rank 0 may have failed the collective and said why
+  // before it stopped reading; that reason is the one to report.
+  [[noreturn]] void rethrow_with_report(const Call& c, int rank) {
+    std::string text;
+    try {
+      const detail::Socket& s = links.master;
+      const auto dl = detail::deadline_after(kReportGraceS);
+      unsigned char r[kReplyBytes];
+      detail::recv_all(s, r, sizeof(r), dl, "report");
+      const uint64_t n = detail::get_u64(r + 16);
+      if (detail::get_u32(r) == kFrameMagic && detail::get_u32(r + 8) != 0 && n <= kMaxErrorText) {
+        text.resize(static_cast<size_t>(n));
+        detail::recv_all(s, text.data(), text.size(), dl, "report");
+      }
+    } catch (const std::exception&) {
+    }
+    if (text.empty()) throw;
+    STOKER_THROW("TcpCommunicator: rank ", rank, " in ", c.str(), ": rank 0 reports: ", text);
   }
 
   // Rank 0: receives every peer's request (and data), checks it against its own call.
@@ -194,8 +225,12 @@ struct TcpCommunicator::Impl {
     detail::put_u32(h + 12, static_cast<uint32_t>(c.root));
     detail::put_u64(h + 16, static_cast<uint64_t>(c.in_n));
     detail::put_u64(h + 24, static_cast<uint64_t>(c.out_n));
-    detail::send_all(s, h, sizeof(h), dl, what);
-    if (sends_data(c, rank)) detail::send_all(s, in, c.in_bytes(), dl, what);
+    try {
+      detail::send_all(s, h, sizeof(h), dl, what);
+      if (sends_data(c, rank)) detail::send_all(s, in, c.in_bytes(), dl, what);
+    } catch (const Error&) {
+      rethrow_with_report(c, rank);
+    }
     unsigned char r[kReplyBytes];
     detail::recv_all(s, r, sizeof(r), dl, what);
     STOKER_CHECK(detail::get_u32(r) == kFrameMagic && detail::get_u32(r + 4) == seq, what,

@@ -462,4 +462,12 @@ TEST(GradReducerTest, RejectsBadOptions) {
         error_of([&] { dist::GradReducer r(comm, p.named, {.bucket_bytes = 0}); });
     EXPECT_NE(e2.find("must be positive"), std::string::npos) << e2;
   });
+  // A gradient re-pointed after the reducer was built would be reduced from stale memory.
+  Params q({4});
+  dist::run_ranks(1, [&](dist::Communicator& comm) {
+    dist::GradReducer r(comm, q.named);
+    q.p[0].set_grad_storage(Tensor::zeros({4}, DType::f32));
+    const std::string e = error_of([&] { q.p[0].grad_ready(); });
+    EXPECT_NE(e.find("'p0' no longer lives in its bucket"), std::string::npos) << e;
+  });
 }

@@ -124,8 +124,13 @@ TEST_F(LauncherTest, AFailingRankStopsTheOthersAndIsReported) {
 
 TEST_F(LauncherTest, ARankThatIgnoresSigtermIsKilled) {
   const auto start = Clock::now();
-  const dist::LaunchResult r = dist::launch(
-      sh(2, "if [ \"$RANK\" = 0 ]; then exit 1; fi; trap '' TERM; sleep 30 & wait; sleep 30"));
+  // Rank 0 fails once rank 1 ignores SIGTERM (the marker file says so).
+  dist::LaunchOptions o = sh(2,
+                             "if [ \"$RANK\" = 0 ]; then while [ ! -f \"$OUT/trapped\" ]; do "
+                             "sleep 0.02; done; exit 1; fi; trap '' TERM; touch \"$OUT/trapped\"; "
+                             "sleep 30 & wait; sleep 30");
+  o.extra_env = {{"OUT", dir_.string()}};
+  const dist::LaunchResult r = dist::launch(o);
   EXPECT_LT(seconds_since(start), 8.0);
   EXPECT_EQ(r.failed_rank, 0);
   EXPECT_EQ(r.exit_codes[1], 128 + SIGKILL);
