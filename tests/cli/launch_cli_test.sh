@@ -33,6 +33,27 @@ grep -q "^  CUDA error: out of memory on rank 1" "$scratch/stderr" ||
 grep -q "^\[rank 1\] CUDA error: out of memory on rank 1" "$scratch/stderr" ||
   { echo "rank 1's stderr was not forwarded:"; cat "$scratch/stderr"; exit 1; }
 
+# A SIGTERM to the launcher reaches every rank (each says so), and the launcher exits 128 + 15.
+"$stoker" launch -n 2 --master-port 0 sh -c \
+  'trap "echo got-term > $0/term_$RANK; exit 0" TERM; touch "$0/up_$RANK"; sleep 30 & wait' \
+  "$scratch" 2> "$scratch/stderr_term" &
+launcher=$!
+tries=0
+while [ ! -f "$scratch/up_0" ] || [ ! -f "$scratch/up_1" ]; do
+  tries=$((tries + 1))
+  [ "$tries" -lt 200 ] || { echo "the ranks did not start"; kill "$launcher"; exit 1; }
+  sleep 0.05
+done
+kill -TERM "$launcher"
+status=0
+wait "$launcher" || status=$?
+[ "$status" = 143 ] || { echo "expected 143 after SIGTERM, got $status"; cat "$scratch/stderr_term"; exit 1; }
+for r in 0 1; do
+  [ -f "$scratch/term_$r" ] || { echo "rank $r did not get the forwarded SIGTERM"; exit 1; }
+done
+grep -q "received signal 15, forwarding it to every rank" "$scratch/stderr_term" ||
+  { echo "no forwarding message:"; cat "$scratch/stderr_term"; exit 1; }
+
 # No program: a usage error.
 status=0
 "$stoker" launch -n 2 2> /dev/null || status=$?
