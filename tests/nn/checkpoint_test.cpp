@@ -183,6 +183,33 @@ TEST(CheckpointTest, NestedAndInsideResidual) {
   }
 }
 
+// Selective recomputation with a LayerNorm as the consumer of a GELU output and a ReLU as the
+// start of a run (ReLU hands back the output it keeps: nothing is freed, nothing recomputed).
+TEST(CheckpointTest, SelectiveRecomputationForLayerNormAndReLU) {
+  const auto build = [] {
+    manual_seed(20);
+    return std::make_unique<Sequential>(make<Linear>(8, 32), make<GELU>(), make<LayerNorm>(32),
+                                        make<Linear>(32, 16), make<ReLU>(), make<Dropout>(0.2f),
+                                        make<Linear>(16, 8));
+  };
+  expect_bit_identical(
+      build, [](Sequential& s) { set_selective_recompute(s, true); }, DType::f32, 2, {5, 8},
+      "selective: GELU -> LayerNorm, ReLU -> Dropout -> Linear");
+  // After the forward, the selective model holds the GELU output (5 x 32 f32) less: LayerNorm
+  // gave it up. (ReLU -> Dropout -> Linear frees the dropout output, 5 x 16 f32, too.)
+  auto plain = build(), selective = build();
+  set_selective_recompute(*selective, true);
+  const Tensor x = test::random_tensor({5, 8}, DType::f32, 4);
+  const auto kept = [&](Module& m) {
+    const size_t base = core::memory_stats(Device::cpu()).current_bytes;
+    const Tensor y = m.forward(x);
+    const size_t held = core::memory_stats(Device::cpu()).current_bytes - base;
+    m.backward(y);
+    return held;
+  };
+  EXPECT_EQ(kept(*plain) - kept(*selective), size_t{5 * 32 * 4 + 5 * 16 * 4});
+}
+
 TEST(CheckpointTest, NamesDoNotChange) {
   auto plain = mlp_stack(3, 8, 16, 0.1f, 15);
   auto ckpt = mlp_stack(3, 8, 16, 0.1f, 15);
