@@ -124,8 +124,10 @@ void horizontal_row(const float* in, uint8_t* out, const int* start, const float
 }
 
 // x86-64: also compile the vertical pass for AVX2 (8 floats per instruction), picked at load
-// time by the CPU; no FMA in either clone, so both round identically.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// time by the CPU; no FMA in either clone, so both round identically. Not under gcc's
+// ThreadSanitizer: the clones' ifunc resolver is instrumented too and runs during relocation,
+// before the TSan runtime is up, and crashes every program at startup.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define STOKER_RESIZE_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define STOKER_RESIZE_CLONES
