@@ -58,6 +58,13 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
     scaler_ = std::make_unique<amp::GradScaler>(model_.device(), options_.scaler);
     optimizer_.set_found_inf(scaler_->found_inf());
   }
+  options_.diagnostics = diag::apply_env(options_.diagnostics);
+  if (options_.diagnostics.enabled)
+    diag_ = std::make_unique<diag::Diagnostics>(options_.diagnostics, model_.device());
+  if (options_.diagnostics.max_steps >= 0)
+    options_.max_steps = options_.max_steps < 0
+                             ? options_.diagnostics.max_steps
+                             : std::min(options_.max_steps, options_.diagnostics.max_steps);
 }
 
 void Trainer::micro_step(const data::Batch& batch, int k) {
@@ -65,6 +72,7 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
   STOKER_CHECK(batch.input.device() == device, "Trainer: the batch is on ",
                batch.input.device().str(), " but the model is on ", device.str(),
                "; create the data source with .device = ", device.str());
+  if (diag_) diag_->begin(diag::Phase::forward);
   Tensor x = batch.input;
   const DType compute = amp::compute_dtype(options_.precision);
   if (core::is_float(x.dtype()) && x.dtype() != compute) {
@@ -74,6 +82,7 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
   }
   const Tensor y = model_.forward(x);
   const Tensor l = loss_.forward(y, batch.target);
+  if (diag_) diag_->begin(diag::Phase::backward);
   Tensor dy = loss_.backward(1.0f / static_cast<float>(k));
   if (scaler_) ops::scale_by(dy, scaler_->scale());  // the loss scale never leaves the device
   model_.backward(dy);
@@ -83,7 +92,11 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
 void Trainer::apply_step(int micro, int k, bool want_norm) {
   // Data parallelism: the last buckets' all-reduces (or, when the last micro-step ran without
   // sync, all of them) are launched and the compute stream waits for them on the device.
-  if (options_.reducer) options_.reducer->finish();
+  if (options_.reducer) {
+    if (diag_) diag_->begin(diag::Phase::comm);
+    options_.reducer->finish();
+  }
+  if (diag_) diag_->begin(diag::Phase::optimizer);
   if (micro < k) {
     // The epoch ended inside an accumulation group: rescale so the update is the mean over the
     // micro-batches that ran.
@@ -122,21 +135,32 @@ void Trainer::ensure_step_state() {
 
 void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples) {
   const int k = options_.grad_accum_steps;
+  if (diag_) diag_->begin_step(step_);
   ops::fill(step_loss_, 0.0);
   int micro = 0;
+  int64_t step_samples = 0;
   for (; micro < k; ++micro) {
     data::Batch batch;
-    if (!train.next(batch)) {
+    if (diag_ && micro > 0) diag_->begin(diag::Phase::data);
+    const auto wait_start = Clock::now();
+    const bool got = train.next(batch);
+    window_data_wait_s_ += seconds_since(wait_start);
+    if (!got) {
       epoch_done = true;
       break;
     }
     if (options_.reducer) options_.reducer->set_sync(micro == k - 1);
     micro_step(batch, k);
-    samples += batch.size;
+    step_samples += batch.size;
   }
-  if (micro == 0) return;
+  samples += step_samples;
+  if (micro == 0) {
+    if (diag_) diag_->cancel_step();
+    return;
+  }
   const bool logs_now = (step_ + 1) % options_.log_interval == 0 || epoch_done;
   apply_step(micro, k, options_.log_grad_norm && logs_now);
+  if (diag_) diag_->end_step(step_samples);
 }
 
 void Trainer::train_step(std::span<const data::Batch> micro_batches) {
@@ -184,6 +208,8 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
     st.global_samples_per_s = rate.item();
   }
   st.host_syncs_per_step = static_cast<int64_t>(window_max_syncs_);
+  st.data_wait_share = seconds > 0 ? std::min(1.0, window_data_wait_s_ / seconds) : 0.0;
+  window_data_wait_s_ = 0;
   st.peak_memory_mib =
       static_cast<double>(core::memory_stats(model_.device()).peak_bytes) / (1024.0 * 1024.0);
   window_max_syncs_ = 0;
@@ -196,26 +222,39 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
             : core::detail::str(static_cast<long long>(st.samples_per_s), " samples/s");
     std::printf(
         "step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
-        "%s | host syncs/step %lld | peak %.1f MiB\n",
+        "%s | data wait %.1f%% | host syncs/step %lld | peak %.1f MiB\n",
         static_cast<long long>(st.step), static_cast<long long>(st.epoch), st.loss, st.lr,
         st.grad_norm >= 0 ? core::detail::str(st.grad_norm).c_str() : "-", st.ms_per_step,
-        throughput.c_str(), static_cast<long long>(st.host_syncs_per_step), st.peak_memory_mib);
+        throughput.c_str(), 100.0 * st.data_wait_share,
+        static_cast<long long>(st.host_syncs_per_step), st.peak_memory_mib);
     std::fflush(stdout);
   }
   for (const Callback& cb : callbacks_) cb(st);
   return st;
 }
 
-FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
+FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
   STOKER_CHECK(epochs >= 0, "Trainer::fit: epochs ", epochs, " must be >= 0");
+  // The synthetic-data ablation (diagnostics) trains on a replay of the first batch.
+  data::BatchSource& train = diag_ ? diag_->source(source) : source;
   const Device device = model_.device();
   model_.set_training(true);
   monitor_ = ops::loss_monitor_create(device);
   step_loss_ = Tensor::zeros({}, DType::f32, device);
   grad_norm_ = Tensor();
   window_max_syncs_ = 0;
+  window_data_wait_s_ = 0;
   FitResult result;
   util::ProgressBar bar(options_.progress_bar && !options_.quiet && main_rank());
+  if (diag_) {
+    const int world = options_.reducer ? options_.reducer->communicator().world_size() : 1;
+    diag_->begin_fit(train, step_,
+                     {{"model", model_.describe()},
+                      {"precision", std::string(amp::precision_name(options_.precision))},
+                      {"grad_accum_steps", std::to_string(options_.grad_accum_steps)},
+                      {"world_size", std::to_string(world)}},
+                     !options_.quiet && main_rank());
+  }
   const auto start = Clock::now();
   auto window_start = start;
   int64_t window_samples = 0, window_steps = 0;
@@ -248,6 +287,10 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
         window_start = Clock::now();
         window_samples = window_steps = 0;
       }
+      if (diag_ && diag_->report_due(step_)) {
+        bar.clear();
+        result.reports.push_back(diag_->report("steps"));
+      }
       if (!options_.checkpoint_dir.empty() && options_.checkpoint_interval > 0 &&
           step_ % options_.checkpoint_interval == 0 && main_rank()) {
         save_checkpoint(
@@ -261,8 +304,13 @@ FitResult Trainer::fit(data::BatchSource& train, int64_t epochs) {
       window_start = Clock::now();
       window_samples = window_steps = 0;
     }
+    if (diag_) {
+      bar.clear();
+      result.reports.push_back(diag_->report("epoch " + std::to_string(epoch + 1)));
+    }
   }
   bar.clear();
+  if (diag_) result.diagnosis = diag_->end_fit();
   if (!options_.checkpoint_dir.empty() && main_rank())
     save_checkpoint(options_.checkpoint_dir / "last.safetensors", &train);
   result.steps = step_;

@@ -32,6 +32,12 @@
 // lines report this rank's and the job's samples/s (one tiny all-reduce at log time); only
 // rank 0 prints, draws the progress bar and writes checkpoints.
 //
+// Diagnostics (diag/diagnostics.h, docs/diagnostics.md): every log line shows the share of the
+// window's time spent waiting for data (host time in BatchSource::next()). With
+// `diagnostics.enabled` (or STOKER_DIAG=1) each step's phases are timed, the GPU is sampled,
+// and a report with a verdict (input-, compute-, launch-, communication-bound or throttled)
+// is printed every `diagnostics.report_interval` steps and at the end of every epoch.
+//
 // The model, loss and optimizer are borrowed and must outlive the Trainer. Not thread-safe.
 #pragma once
 
@@ -48,6 +54,7 @@
 #include "stoker/amp/grad_scaler.h"
 #include "stoker/amp/precision.h"
 #include "stoker/data/batch_source.h"
+#include "stoker/diag/diagnostics.h"
 #include "stoker/nn/loss.h"
 #include "stoker/nn/module.h"
 #include "stoker/optim/optimizer.h"
@@ -80,6 +87,9 @@ struct StepStats {
   // Peak tensor memory allocated on the model's device since this epoch began, in MiB
   // (core::memory_stats(device).peak_bytes; reset at each epoch start).
   double peak_memory_mib = 0.0;
+  // Share of the window's wall time the training thread spent in BatchSource::next() (waiting
+  // for, or assembling, batches). On a GPU it includes back-pressure: see docs/diagnostics.md.
+  double data_wait_share = 0.0;
 };
 
 struct TrainerOptions {
@@ -113,6 +123,9 @@ struct TrainerOptions {
   // Data parallelism: this rank's gradient reducer, built over the same model (borrowed; it
   // must outlive the Trainer). nullptr: a single process.
   dist::GradReducer* reducer = nullptr;
+  // Step breakdown, GPU monitor, verdict reports, traces, baseline cards (off by default;
+  // the STOKER_DIAG* environment variables override these, see diag/options.h).
+  diag::DiagnosticsOptions diagnostics;
 };
 
 struct FitResult {
@@ -120,6 +133,9 @@ struct FitResult {
   double final_loss = 0.0;  // mean loss of the last logged window
   double seconds = 0.0;
   std::vector<StepStats> log;  // every logged line
+  // Diagnostics (when enabled): every printed report, and the report over the whole fit.
+  std::vector<diag::Report> reports;
+  diag::Report diagnosis;
 };
 
 struct EvalResult {
@@ -155,6 +171,9 @@ class Trainer {
   // no host synchronization, so on a GPU a whole step can be captured into a CUDA graph.
   void train_step(std::span<const data::Batch> micro_batches);
 
+  // The diagnostics of this Trainer (nullptr unless enabled).
+  const diag::Diagnostics* diagnostics() const { return diag_.get(); }
+
   using Callback = std::function<void(const StepStats&)>;
   // Called after each log line.
   void add_log_callback(Callback cb) { callbacks_.push_back(std::move(cb)); }
@@ -187,6 +206,8 @@ class Trainer {
   Tensor grad_norm_;                         // rank-0 f32, the last step's total gradient norm
   std::unique_ptr<amp::GradScaler> scaler_;  // fp16 only
   uint64_t window_max_syncs_ = 0;            // see StepStats::host_syncs_per_step
+  double window_data_wait_s_ = 0;            // see StepStats::data_wait_share
+  std::unique_ptr<diag::Diagnostics> diag_;  // when options_.diagnostics.enabled
 };
 
 }  // namespace stoker::train

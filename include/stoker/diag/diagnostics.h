@@ -1,0 +1,109 @@
+// Diagnostics: one training run's diagnosis — the StepTimer, the GpuMonitor, the trace, NVTX
+// ranges, reports with a verdict, baseline cards — behind the few calls the Trainer makes
+// (DESIGN.md §8, docs/diagnostics.md). Built by the Trainer when
+// TrainerOptions::diagnostics.enabled; usable from a custom loop the same way:
+//
+//   diag::Diagnostics d({.enabled = true, .report_interval = 100}, device);
+//   d.begin_fit(source, {{"model", "mlp"}});
+//   for each step: d.begin_step(i); [next()] d.begin(Phase::forward); ...
+//                  d.begin(Phase::optimizer); ...; d.end_step(samples);
+//                  if (d.report_due(i + 1)) d.report("steps");
+//   d.end_fit();
+//
+// Costs while training: per phase boundary a clock read and (GPU) one cudaEventRecord and an
+// NVTX push/pop; nothing waits for the device. Events are read at report time with
+// Event::query. Trace events go to memory and are written at end_fit().
+//
+// Ownership: the data source is borrowed during fit. Thread-safety: the training thread only
+// (the GPU monitor has its own thread).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/core/device.h"
+#include "stoker/data/batch_source.h"
+#include "stoker/diag/baseline.h"
+#include "stoker/diag/gpu_monitor.h"
+#include "stoker/diag/options.h"
+#include "stoker/diag/replay_source.h"
+#include "stoker/diag/report.h"
+#include "stoker/diag/step_timer.h"
+#include "stoker/diag/trace.h"
+
+namespace stoker::data {
+struct LoaderCounters;
+}  // namespace stoker::data
+
+namespace stoker::diag {
+
+class Diagnostics {
+ public:
+  Diagnostics(DiagnosticsOptions options, Device device);
+  ~Diagnostics();
+  Diagnostics(const Diagnostics&) = delete;
+  Diagnostics& operator=(const Diagnostics&) = delete;
+
+  // A fit starts at optimizer step `first_step`: `source` is inspected (a data::Loader gives
+  // its counters), `config` goes into baseline cards, `print` says whether reports are printed.
+  void begin_fit(const data::BatchSource& source, int64_t first_step,
+                 std::map<std::string, std::string> config, bool print);
+  // The source fit() reads: `real`, or a replay of its first batch (synthetic_data).
+  data::BatchSource& source(data::BatchSource& real);
+
+  void begin_step(int64_t step);
+  void begin(Phase p);
+  void end_step(int64_t samples);
+  void cancel_step();  // the step trained nothing (no batch left in the epoch)
+
+  // True when a report is due after `steps_done` optimizer steps (report_interval).
+  bool report_due(int64_t steps_done) const;
+  // The report over the steps timed since the previous one; printed when begin_fit said so.
+  Report report(const std::string& title);
+  // End of fit: waits for the device (once, outside any step), reports the remaining steps,
+  // writes the trace, the report JSON and the baseline card, compares with the baseline.
+  // Returns the report over all timed steps of the fit (after warm-up).
+  Report end_fit();
+
+  const DiagnosticsOptions& options() const { return options_; }
+  const StepTimer& timer() const { return timer_; }
+  const GpuMonitor* monitor() const { return monitor_.get(); }
+  // The fit's timed steps after warm-up (the baseline card's input), in order.
+  const std::vector<StepSample>& run_steps() const { return run_; }
+  // Set by end_fit() when baseline_compare was given.
+  const std::optional<Comparison>& comparison() const { return comparison_; }
+
+ private:
+  struct LoaderSnapshot;
+  void collect();
+  void trace_step(const StepSample& s);
+  LoaderView loader_view(const LoaderSnapshot& from, const LoaderSnapshot& to) const;
+  LoaderSnapshot snapshot() const;
+  Report build(const std::vector<StepSample>& steps, const LoaderSnapshot& from, double since_ms,
+               const std::string& title);
+
+  DiagnosticsOptions options_;
+  Device device_;
+  StepTimer timer_;
+  std::unique_ptr<GpuMonitor> monitor_;
+  std::unique_ptr<TraceWriter> trace_;
+  std::unique_ptr<ReplaySource> replay_;
+  const data::BatchSource* source_ = nullptr;
+  std::map<std::string, std::string> config_;
+  bool print_ = false;
+  int64_t first_timed_step_ = 0;  // steps before it are warm-up
+  int64_t traced_steps_ = 0;
+  int nvtx_depth_ = 0;
+  std::vector<StepSample> window_;
+  std::vector<StepSample> run_;
+  std::unique_ptr<LoaderSnapshot> window_start_, run_start_, trace_prev_;
+  double window_start_ms_ = -1, run_start_ms_ = -1;
+  double trace_first_ms_ = -1, trace_last_ms_ = -1;
+  std::optional<Comparison> comparison_;
+};
+
+}  // namespace stoker::diag

@@ -1,0 +1,83 @@
+// DiagnosticsOptions: what the Trainer's diagnostics measure, print and write (DESIGN.md §8,
+// docs/diagnostics.md). A plain struct: TrainerOptions{.diagnostics = {.enabled = true}}.
+//
+// Off by default. Off, the Trainer keeps only the log line's data-wait share (two clock reads
+// per batch); on, it times every step's phases (host clocks, and CUDA events on a GPU),
+// samples the GPU through NVML, prints a verdict every `report_interval` steps and at the end
+// of every epoch, and writes the files named below at the end of fit().
+//
+// Environment overrides (apply_env; the Trainer applies them, so `stoker doctor` can diagnose
+// any program built on the Trainer without changing it): STOKER_DIAG=1 turns diagnostics on,
+// STOKER_DIAG_REPORT_JSON, STOKER_DIAG_TRACE, STOKER_DIAG_BASELINE_SAVE,
+// STOKER_DIAG_BASELINE_COMPARE set the paths, STOKER_DIAG_INTERVAL the report interval,
+// STOKER_DIAG_WARMUP the warm-up steps, STOKER_DIAG_SYNTHETIC=1 the synthetic-data ablation,
+// STOKER_DIAG_MAX_STEPS stops fit() after that many steps, STOKER_DIAG_MONITOR=0 turns the GPU
+// monitor off.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace stoker::diag {
+
+// Where a share of the step time becomes a finding. Seeded from TensorFlow's profiler (XProf:
+// input 5 % / 20 %, kernel launch and device collectives 3 % / 15 %); see docs/diagnostics.md.
+struct Thresholds {
+  double input_moderate = 0.05;
+  double input_high = 0.20;
+  double launch_moderate = 0.03;
+  double launch_high = 0.15;
+  double comm_moderate = 0.03;
+  double comm_high = 0.15;
+  // Throttled: at least this share of the busy GPU samples carries a slowdown clock-event
+  // reason (power cap, thermal, hardware slowdown, power brake) and the busy SM clock averages
+  // below `throttle_clock_ratio` of its maximum.
+  double throttle_samples = 0.20;
+  double throttle_clock_ratio = 0.90;
+  // A device interval is host-paced (counts as launch time) when the compute stream finished it
+  // less than max(host_paced_lag_ms, host_paced_lag_fraction * interval) after the host had
+  // enqueued its end: the device had caught up with the host, so the host set the pace.
+  double host_paced_lag_ms = 0.05;
+  double host_paced_lag_fraction = 0.10;
+};
+
+struct DiagnosticsOptions {
+  bool enabled = false;
+  // Steps between printed reports (0: only at the end of each epoch and of fit()).
+  int64_t report_interval = 0;
+  // The first steps of each fit() are left out of reports and baseline cards (cold caches,
+  // GEMM autotuning, the loader's autotuner finding its thread count).
+  int64_t warmup_steps = 5;
+  // Print reports on stdout (main rank only; TrainerOptions::quiet also silences them).
+  bool print = true;
+  // Chrome trace-event JSON (Perfetto, chrome://tracing) of the first `trace_max_steps` steps
+  // after warm-up: step phases (host, and the device's compute stream on a GPU), loader stage
+  // rates and GPU monitor samples as counter tracks. Written at the end of fit(). Empty: none.
+  std::filesystem::path trace_path;
+  int64_t trace_max_steps = 500;
+  // NVTX ranges (domain "stoker") around the same phases, for Nsight Systems (CUDA builds).
+  bool nvtx = true;
+  // The last report of fit() as JSON. Empty: none.
+  std::filesystem::path report_json;
+  // Baseline card (environment + per-phase medians, docs/diagnostics.md): written at the end of
+  // fit() when `baseline_save` is set; compared with `baseline_compare` at the end of fit().
+  std::filesystem::path baseline_save;
+  std::filesystem::path baseline_compare;
+  // GPU monitor (NVML, loaded at run time; absent NVML is reported once and not an error).
+  bool monitor = true;
+  double monitor_interval_s = 0.1;
+  std::string nvml_library = "libnvidia-ml.so.1";
+  // Ablation: fit() trains on the first batch of the data source, replayed for every step (the
+  // source's epoch length is kept). Measures the step without the input pipeline.
+  bool synthetic_data = false;
+  // Stop fit() after this many optimizer steps (-1: TrainerOptions::max_steps decides).
+  int64_t max_steps = -1;
+  Thresholds thresholds;
+};
+
+// `options` with the STOKER_DIAG* environment variables applied (see above); throws naming the
+// variable when a value is malformed.
+DiagnosticsOptions apply_env(DiagnosticsOptions options);
+
+}  // namespace stoker::diag

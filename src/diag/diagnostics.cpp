@@ -1,0 +1,348 @@
+#include "stoker/diag/diagnostics.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "stoker/core/error.h"
+#include "stoker/core/stream.h"
+#include "stoker/data/loader.h"
+#include "stoker/data/tensor_batches.h"
+#include "stoker/diag/nvtx.h"
+#include "util/atomic_file.h"
+
+namespace stoker::diag {
+
+namespace {
+constexpr size_t kMaxRunSteps = 200000;  // the baseline card keeps the latest ones beyond this
+// Trace tracks.
+constexpr int kHostPid = 1, kDevicePid = 2, kLoaderPid = 3, kGpuPid = 4;
+}  // namespace
+
+struct Diagnostics::LoaderSnapshot {
+  bool valid = false;
+  data::LoaderCounters c;
+  double time_ms = 0;
+};
+
+Diagnostics::Diagnostics(DiagnosticsOptions options, Device device)
+    : options_(std::move(options)),
+      device_(device),
+      timer_(device, /*device_timing=*/true, options_.thresholds) {
+  if (options_.monitor && device_.is_cuda()) {
+    GpuMonitorOptions mo;
+    mo.interval_s = options_.monitor_interval_s;
+    mo.library = options_.nvml_library;
+    monitor_ = std::make_unique<GpuMonitor>(device_, mo);
+  }
+  if (!options_.trace_path.empty()) {
+    trace_ = std::make_unique<TraceWriter>();
+    trace_->process_name(kHostPid, "host");
+    trace_->thread_name(kHostPid, 1, "training thread");
+    if (device_.is_cuda()) {
+      trace_->process_name(kDevicePid, "GPU " + device_.str());
+      trace_->thread_name(kDevicePid, 1, "compute stream");
+    }
+    trace_->process_name(kLoaderPid, "data loader");
+    if (monitor_ && monitor_->available()) trace_->process_name(kGpuPid, "GPU monitor (NVML)");
+  }
+}
+
+Diagnostics::~Diagnostics() {
+  while (nvtx_depth_ > 0) {
+    nvtx_pop();
+    --nvtx_depth_;
+  }
+}
+
+Diagnostics::LoaderSnapshot Diagnostics::snapshot() const {
+  LoaderSnapshot s;
+  s.time_ms = now_ms();
+  if (const auto* l = dynamic_cast<const data::Loader*>(source_)) {
+    s.valid = true;
+    s.c = l->counters();
+  }
+  return s;
+}
+
+void Diagnostics::begin_fit(const data::BatchSource& source, int64_t first_step,
+                            std::map<std::string, std::string> config, bool print) {
+  source_ = &source;
+  config_ = std::move(config);
+  print_ = print && options_.print;
+  first_timed_step_ = first_step + std::max<int64_t>(0, options_.warmup_steps);
+  window_.clear();
+  run_.clear();
+  window_start_.reset();
+  run_start_.reset();
+  trace_prev_.reset();
+  traced_steps_ = 0;
+  comparison_.reset();
+  (void)timer_.completed();  // steps of an earlier fit
+}
+
+data::BatchSource& Diagnostics::source(data::BatchSource& real) {
+  if (!options_.synthetic_data) return real;
+  if (!replay_) replay_ = std::make_unique<ReplaySource>(real);
+  return *replay_;
+}
+
+void Diagnostics::begin_step(int64_t step) {
+  if (step == first_timed_step_ || (!window_start_ && step > first_timed_step_)) {
+    window_start_ = std::make_unique<LoaderSnapshot>(snapshot());
+    run_start_ = std::make_unique<LoaderSnapshot>(*window_start_);
+    window_start_ms_ = run_start_ms_ = window_start_->time_ms;
+  }
+  timer_.begin_step(step);
+  if (options_.nvtx) {
+    while (nvtx_depth_ > 0) {  // a step that threw halfway
+      nvtx_pop();
+      --nvtx_depth_;
+    }
+    nvtx_push("step");
+    nvtx_push(phase_name(Phase::data));
+    nvtx_depth_ = 2;
+  }
+}
+
+void Diagnostics::begin(Phase p) {
+  if (!timer_.in_step()) return;
+  timer_.begin(p);
+  if (options_.nvtx && nvtx_depth_ == 2) {
+    nvtx_pop();
+    nvtx_push(phase_name(p));
+  }
+}
+
+void Diagnostics::end_step(int64_t samples) {
+  if (!timer_.in_step()) return;
+  timer_.end_step(samples);
+  if (options_.nvtx) {
+    while (nvtx_depth_ > 0) {
+      nvtx_pop();
+      --nvtx_depth_;
+    }
+  }
+  // Loader stages as counter tracks: busy threads per stage since the previous step.
+  if (trace_ && source_ && dynamic_cast<const data::Loader*>(source_) &&
+      traced_steps_ < options_.trace_max_steps && window_start_) {
+    LoaderSnapshot now = snapshot();
+    if (trace_prev_ && now.valid && now.time_ms > trace_prev_->time_ms) {
+      const double dt_s = (now.time_ms - trace_prev_->time_ms) / 1e3;
+      const data::LoaderCounters &a = trace_prev_->c, &b = now.c;
+      trace_->counter(
+          "loader busy threads", kLoaderPid, now.time_ms,
+          {{"read", (b.read_s - a.read_s) / dt_s},
+           {"header", (b.header_s - a.header_s) / dt_s},
+           {"decode", (b.decode_s - a.decode_s) / dt_s},
+           {"resize", (b.resize_s - a.resize_s) / dt_s},
+           {"other", std::max(0.0, ((b.worker_s - a.worker_s) - (b.read_s - a.read_s) -
+                                    (b.header_s - a.header_s) - (b.decode_s - a.decode_s) -
+                                    (b.resize_s - a.resize_s)) /
+                                       dt_s)}});
+      trace_->counter("loader samples/s", kLoaderPid, now.time_ms,
+                      {{"decoded", (b.samples_decoded - a.samples_decoded) / dt_s},
+                       {"delivered", (b.samples - a.samples) / dt_s}});
+      const auto* l = dynamic_cast<const data::Loader*>(source_);
+      const data::LoaderTuning t = l->tuning();
+      trace_->counter("loader tuning", kLoaderPid, now.time_ms,
+                      {{"threads", t.threads},
+                       {"prefetch", t.prefetch},
+                       {"ready batches", static_cast<double>(l->ready_batches())}});
+    }
+    trace_prev_ = std::make_unique<LoaderSnapshot>(now);
+  }
+  // Keep the device queue of unread steps short without waiting: poll now and then.
+  if (timer_.pending() >= 64) collect();
+}
+
+void Diagnostics::cancel_step() {
+  timer_.cancel_step();
+  while (options_.nvtx && nvtx_depth_ > 0) {
+    nvtx_pop();
+    --nvtx_depth_;
+  }
+}
+
+void Diagnostics::trace_step(const StepSample& s) {
+  if (!trace_ || traced_steps_ >= options_.trace_max_steps) return;
+  ++traced_steps_;
+  const auto& m = s.marks;
+  if (m.empty()) return;
+  if (trace_first_ms_ < 0) trace_first_ms_ = m.front().host_ms;
+  trace_last_ms_ = m.back().host_ms;
+  trace_->complete("step " + std::to_string(s.step), "step", kHostPid, 1, m.front().host_ms,
+                   s.host_ms,
+                   {{"step", static_cast<double>(s.step)},
+                    {"samples", static_cast<double>(s.samples)},
+                    {"host_syncs", static_cast<double>(s.host_syncs)}});
+  for (size_t i = 0; i + 1 < m.size(); ++i)
+    trace_->complete(phase_name(m[i].phase), "phase", kHostPid, 1, m[i].host_ms,
+                     m[i + 1].host_ms - m[i].host_ms);
+  if (s.has_device && m.front().device_ms >= 0) {
+    trace_->complete("step " + std::to_string(s.step), "step", kDevicePid, 1, m.front().device_ms,
+                     m.back().device_ms - m.front().device_ms, {{"launch_ms", s.launch_ms}});
+    for (size_t i = 0; i + 1 < m.size(); ++i)
+      trace_->complete(phase_name(m[i].phase), "phase", kDevicePid, 1, m[i].device_ms,
+                       m[i + 1].device_ms - m[i].device_ms,
+                       {{"lag_ms", m[i + 1].device_ms - m[i + 1].host_ms}});
+  }
+}
+
+void Diagnostics::collect() {
+  for (StepSample& s : timer_.completed()) {
+    if (s.step < first_timed_step_) continue;
+    trace_step(s);
+    if (run_.size() >= kMaxRunSteps) run_.erase(run_.begin(), run_.begin() + kMaxRunSteps / 10);
+    run_.push_back(s);
+    run_.back().marks.clear();  // the card needs the spans only
+    window_.push_back(std::move(s));
+  }
+}
+
+bool Diagnostics::report_due(int64_t steps_done) const {
+  return options_.report_interval > 0 && steps_done % options_.report_interval == 0;
+}
+
+LoaderView Diagnostics::loader_view(const LoaderSnapshot& from, const LoaderSnapshot& to) const {
+  LoaderView v;
+  v.present = source_ != nullptr;
+  v.cpu_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (replay_) {
+    v.kind = "replayed first batch (synthetic-data ablation)";
+    return v;
+  }
+  const auto* l = dynamic_cast<const data::Loader*>(source_);
+  if (!l) {
+    v.kind = dynamic_cast<const data::TensorBatches*>(source_) ? "TensorBatches" : "BatchSource";
+    return v;
+  }
+  v.kind = "Loader";
+  v.is_loader = true;
+  const data::LoaderTuning t = l->tuning();
+  v.threads = t.threads;
+  v.prefetch = t.prefetch;
+  v.max_threads = l->max_threads();
+  v.threads_fixed = l->options().threads > 0;
+  v.image_size = l->options().transform.output_size;
+  v.summary = l->summary();
+  if (!from.valid || !to.valid) return v;
+  const data::LoaderCounters &a = from.c, &b = to.c;
+  v.samples_decoded = b.samples_decoded - a.samples_decoded;
+  const double n = static_cast<double>(std::max<int64_t>(1, v.samples_decoded));
+  if (v.samples_decoded > 0) {
+    v.worker_s_per_sample = (b.worker_s - a.worker_s) / n;
+    v.read_ms = 1e3 * (b.read_s - a.read_s) / n;
+    v.decode_ms = 1e3 * ((b.decode_s - a.decode_s) + (b.header_s - a.header_s)) / n;
+    v.resize_ms = 1e3 * (b.resize_s - a.resize_s) / n;
+    if (v.worker_s_per_sample > 0)
+      v.capacity_samples_per_s = std::max(1, v.threads) / v.worker_s_per_sample;
+  }
+  const int64_t batches = b.batches - a.batches;
+  if (device_.is_cuda() && batches > 0 && b.copy_device_s > a.copy_device_s)
+    v.h2d_ms_per_batch = 1e3 * (b.copy_device_s - a.copy_device_s) / static_cast<double>(batches);
+  return v;
+}
+
+Report Diagnostics::build(const std::vector<StepSample>& steps, const LoaderSnapshot& from,
+                          double since_ms, const std::string& title) {
+  Breakdown b = summarize(steps);
+  const LoaderView lv = loader_view(from, snapshot());
+  if (lv.h2d_ms_per_batch >= 0 && b.steps > 0) {
+    // The Loader times its copies on the copy stream: per step = per batch * micro-steps.
+    double micro = 0;
+    for (const StepSample& s : steps) micro += s.micro_steps;
+    const double per_step = lv.h2d_ms_per_batch * micro / static_cast<double>(b.steps);
+    b.h2d = {per_step, per_step, per_step};
+    b.h2d_known = true;
+    const double input = b.device_timed ? b.device[static_cast<int>(Phase::data)].mean_ms
+                                        : b.host[static_cast<int>(Phase::data)].mean_ms;
+    b.h2d_input_share = input > 0 ? std::min(1.0, per_step / input) : 0;
+  }
+  GpuHealth gpu;
+  if (monitor_) {
+    monitor_->sample_now();
+    gpu = monitor_->health(since_ms);
+  } else {
+    gpu.status = device_.is_cuda() ? "monitor off" : "not a GPU run";
+  }
+  Report r = make_report(b, lv, gpu, options_.thresholds);
+  r.title =
+      title + " (steps " + std::to_string(b.first_step) + ".." + std::to_string(b.last_step) + ")";
+  r.device = device_.str();
+  r.timer_dropped = timer_.dropped();
+  return r;
+}
+
+Report Diagnostics::report(const std::string& title) {
+  collect();
+  const LoaderSnapshot from = window_start_ ? *window_start_ : LoaderSnapshot{};
+  Report r = build(window_, from, window_start_ms_, title);
+  if (print_ && r.breakdown.steps > 0) {
+    std::fputs(r.text().c_str(), stdout);
+    std::fflush(stdout);
+  }
+  window_.clear();
+  if (window_start_) {
+    *window_start_ = snapshot();
+    window_start_ms_ = window_start_->time_ms;
+  }
+  return r;
+}
+
+Report Diagnostics::end_fit() {
+  // Fit is over: one wait for the device so that every step's events can be read.
+  if (device_.is_cuda() && timer_.pending() > 0) core::synchronize_device(device_);
+  if (!window_.empty() || timer_.pending() > 0) {
+    collect();
+    if (!window_.empty()) report("end of fit");
+  }
+  const LoaderSnapshot from = run_start_ ? *run_start_ : LoaderSnapshot{};
+  Report whole = build(run_, from, run_start_ms_, "whole fit");
+  if (trace_) {
+    if (monitor_ && monitor_->available() && trace_first_ms_ >= 0) {
+      for (const GpuSample& s : monitor_->samples(trace_first_ms_)) {
+        if (s.time_ms > trace_last_ms_ + 1000) break;
+        trace_->counter("SM clock (MHz)", kGpuPid, s.time_ms,
+                        {{"sm", s.sm_clock_mhz}, {"max", s.sm_clock_max_mhz}});
+        trace_->counter("power (W)", kGpuPid, s.time_ms,
+                        {{"draw", s.power_w}, {"limit", s.power_limit_w}});
+        trace_->counter("temperature (C)", kGpuPid, s.time_ms, {{"gpu", s.temperature_c}});
+        trace_->counter("utilization (%)", kGpuPid, s.time_ms,
+                        {{"gpu", s.util_gpu}, {"memory", s.util_memory}});
+        trace_->counter(
+            "slowdown reasons", kGpuPid, s.time_ms,
+            {{"bits", static_cast<double>(std::max<int64_t>(0, s.clock_events) &
+                                          static_cast<int64_t>(clock_event::kSlowdown))}});
+      }
+    }
+    trace_->write(options_.trace_path);
+    if (print_)
+      std::printf("diag  trace: %s (%zu events; open in ui.perfetto.dev)\n",
+                  options_.trace_path.string().c_str(), trace_->size());
+  }
+  if (!options_.report_json.empty()) {
+    const std::string text = whole.json() + "\n";
+    const auto& path = options_.report_json;
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    util::write_file_atomically(
+        path, [&](int fd) { util::write_all(fd, text.data(), text.size(), path); });
+  }
+  if ((!options_.baseline_save.empty() || !options_.baseline_compare.empty()) && !run_.empty()) {
+    const BaselineCard card =
+        make_card(collect_environment(device_, config_), run_, verdict_name(whole.verdict));
+    if (!options_.baseline_compare.empty()) {
+      comparison_ = compare_cards(load_card(options_.baseline_compare), card);
+      if (print_) std::fputs(comparison_->text().c_str(), stdout);
+    }
+    if (!options_.baseline_save.empty()) {
+      save_card(options_.baseline_save, card);
+      if (print_) std::printf("diag  baseline card: %s\n", options_.baseline_save.string().c_str());
+    }
+  }
+  std::fflush(stdout);
+  return whole;
+}
+
+}  // namespace stoker::diag

@@ -1,0 +1,86 @@
+// NVML loaded at run time: the few functions, enums and structs stoker uses, declared here from
+// NVIDIA's documented API (https://docs.nvidia.com/deploy/nvml-api/) because the machines that
+// build stoker have no nvml.h. Every entry point is optional: a driver too old for one leaves
+// its pointer null, and callers treat that as "not supported".
+//
+// Private to src/diag. Thread-safety: NVML itself is thread-safe; an NvmlApi is immutable
+// after load() and shared by reference count (nvmlShutdown runs when the last user is gone).
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace stoker::diag::nvml {
+
+using Return = int;  // nvmlReturn_t
+inline constexpr Return kSuccess = 0;
+inline constexpr Return kErrorNotSupported = 3;
+inline constexpr Return kErrorInsufficientSize = 7;
+using Device = struct nvmlDevice_st*;
+
+enum ClockType { kClockGraphics = 0, kClockSm = 1, kClockMem = 2 };
+enum { kTemperatureGpu = 0 };
+enum { kTemperatureThresholdShutdown = 0, kTemperatureThresholdSlowdown = 1 };
+enum { kPcieUtilTxBytes = 0, kPcieUtilRxBytes = 1 };
+enum { kMemoryErrorCorrected = 0, kMemoryErrorUncorrected = 1 };
+enum { kVolatileEcc = 0, kAggregateEcc = 1 };
+enum { kFeatureDisabled = 0, kFeatureEnabled = 1 };
+
+struct Utilization {  // nvmlUtilization_t
+  unsigned int gpu;
+  unsigned int memory;
+};
+struct Memory {  // nvmlMemory_t (v1)
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+struct ProcessInfo {  // nvmlProcessInfo_t (v2 layout, used by the _v3 process queries)
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+
+struct Api {
+  void* handle = nullptr;
+  std::string path;
+  Return (*init)() = nullptr;
+  Return (*shutdown)() = nullptr;
+  const char* (*error_string)(Return) = nullptr;
+  Return (*system_driver_version)(char*, unsigned int) = nullptr;
+  Return (*system_cuda_driver_version)(int*) = nullptr;
+  Return (*device_count)(unsigned int*) = nullptr;
+  Return (*handle_by_index)(unsigned int, Device*) = nullptr;
+  Return (*handle_by_pci_bus_id)(const char*, Device*) = nullptr;
+  Return (*name)(Device, char*, unsigned int) = nullptr;
+  Return (*uuid)(Device, char*, unsigned int) = nullptr;
+  Return (*clock)(Device, int, unsigned int*) = nullptr;
+  Return (*max_clock)(Device, int, unsigned int*) = nullptr;
+  Return (*power_usage)(Device, unsigned int*) = nullptr;           // mW
+  Return (*enforced_power_limit)(Device, unsigned int*) = nullptr;  // mW
+  Return (*temperature)(Device, int, unsigned int*) = nullptr;
+  Return (*temperature_threshold)(Device, int, unsigned int*) = nullptr;
+  Return (*utilization)(Device, Utilization*) = nullptr;
+  Return (*clock_events)(Device, unsigned long long*) = nullptr;    // or ...ThrottleReasons
+  Return (*pcie_throughput)(Device, int, unsigned int*) = nullptr;  // KB/s
+  Return (*persistence_mode)(Device, int*) = nullptr;
+  Return (*ecc_mode)(Device, int*, int*) = nullptr;
+  Return (*total_ecc_errors)(Device, int, int, unsigned long long*) = nullptr;
+  Return (*pcie_link_gen)(Device, unsigned int*) = nullptr;
+  Return (*pcie_link_gen_max)(Device, unsigned int*) = nullptr;
+  Return (*pcie_link_width)(Device, unsigned int*) = nullptr;
+  Return (*pcie_link_width_max)(Device, unsigned int*) = nullptr;
+  Return (*memory_info)(Device, Memory*) = nullptr;
+  Return (*compute_processes)(Device, unsigned int*, ProcessInfo*) = nullptr;
+
+  ~Api();
+  std::string error(Return r) const;  // NVML's message for r
+};
+
+// Loads and initializes NVML from `library` (dlopen name or path). Returns null with the reason
+// in `*why` when the library, a required symbol or nvmlInit fails. The same library is loaded
+// and initialized once per process and shared.
+std::shared_ptr<const Api> load(const std::string& library, std::string* why);
+
+}  // namespace stoker::diag::nvml

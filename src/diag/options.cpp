@@ -1,0 +1,58 @@
+#include "stoker/diag/options.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "stoker/core/error.h"
+
+namespace stoker::diag {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+bool env_flag(const char* name, bool fallback) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  const std::string s = v;
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  STOKER_THROW("environment variable ", name, "='", s, "' is not a flag (use 1 or 0)");
+}
+
+int64_t env_int(const char* name, int64_t fallback) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  try {
+    size_t used = 0;
+    const long long n = std::stoll(v, &used);
+    if (used == std::string(v).size()) return n;
+  } catch (const std::exception&) {
+  }
+  STOKER_THROW("environment variable ", name, "='", v, "' is not an integer");
+}
+
+}  // namespace
+
+DiagnosticsOptions apply_env(DiagnosticsOptions o) {
+  o.enabled = env_flag("STOKER_DIAG", o.enabled);
+  if (const char* v = env("STOKER_DIAG_REPORT_JSON")) o.report_json = v;
+  if (const char* v = env("STOKER_DIAG_TRACE")) o.trace_path = v;
+  if (const char* v = env("STOKER_DIAG_BASELINE_SAVE")) o.baseline_save = v;
+  if (const char* v = env("STOKER_DIAG_BASELINE_COMPARE")) o.baseline_compare = v;
+  o.report_interval = env_int("STOKER_DIAG_INTERVAL", o.report_interval);
+  o.warmup_steps = env_int("STOKER_DIAG_WARMUP", o.warmup_steps);
+  o.synthetic_data = env_flag("STOKER_DIAG_SYNTHETIC", o.synthetic_data);
+  o.max_steps = env_int("STOKER_DIAG_MAX_STEPS", o.max_steps);
+  o.monitor = env_flag("STOKER_DIAG_MONITOR", o.monitor);
+  STOKER_CHECK(o.report_interval >= 0, "DiagnosticsOptions: report_interval ", o.report_interval,
+               " must be >= 0");
+  STOKER_CHECK(o.warmup_steps >= 0, "DiagnosticsOptions: warmup_steps ", o.warmup_steps,
+               " must be >= 0");
+  return o;
+}
+
+}  // namespace stoker::diag

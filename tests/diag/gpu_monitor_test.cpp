@@ -1,0 +1,120 @@
+// GpuMonitor and query_gpus: absent NVML is a status, not an error; against a fake NVML the
+// dlopen path, the struct layouts and the summaries are checked.
+#include "stoker/diag/gpu_monitor.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "stoker/diag/gpu_info.h"
+
+namespace diag = stoker::diag;
+using stoker::Device;
+
+TEST(GpuMonitor, AbsentNvmlIsReportedNotThrown) {
+  diag::GpuMonitorOptions o;
+  o.library = "libstoker-no-such-nvml.so.1";
+  o.report_unavailable = false;
+  diag::GpuMonitor m(Device::cuda(0), o);
+  EXPECT_FALSE(m.available());
+  EXPECT_NE(m.status().find("NVML not found"), std::string::npos) << m.status();
+  m.sample_now();
+  EXPECT_TRUE(m.samples().empty());
+  const diag::GpuHealth h = m.health();
+  EXPECT_FALSE(h.available);
+  EXPECT_NE(h.line().find("not monitored"), std::string::npos);
+  const diag::SystemGpuInfo info = diag::query_gpus("libstoker-no-such-nvml.so.1");
+  EXPECT_FALSE(info.nvml);
+  EXPECT_TRUE(info.gpus.empty());
+  EXPECT_NE(info.status.find("NVML not found"), std::string::npos);
+}
+
+TEST(GpuMonitor, CpuRunIsNotMonitored) {
+  diag::GpuMonitor m(Device::cpu());
+  EXPECT_FALSE(m.available());
+  EXPECT_NE(m.status().find("not a GPU run"), std::string::npos);
+}
+
+TEST(GpuMonitor, SamplesAFakeNvml) {
+  diag::GpuMonitorOptions o;
+  o.library = STOKER_FAKE_NVML;
+  o.interval_s = 0.005;
+  diag::GpuMonitor m(Device::cuda(0), o);
+  ASSERT_TRUE(m.available()) << m.status();
+  EXPECT_EQ(m.name(), "NVIDIA H200");
+  for (int i = 0; i < 200 && m.samples().size() < 6; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  m.stop();
+  const auto samples = m.samples();
+  ASSERT_GE(samples.size(), 6u);
+  const diag::GpuSample& s = samples.front();
+  EXPECT_EQ(s.sm_clock_mhz, 1500);
+  EXPECT_EQ(s.sm_clock_max_mhz, 1980);
+  EXPECT_EQ(s.mem_clock_mhz, 2619);
+  EXPECT_DOUBLE_EQ(s.power_w, 650);
+  EXPECT_DOUBLE_EQ(s.power_limit_w, 700);
+  EXPECT_EQ(s.temperature_c, 71);
+  EXPECT_EQ(s.util_gpu, 97);
+  EXPECT_EQ(s.util_memory, 40);
+  EXPECT_NEAR(s.pcie_rx_mb_s, 3072, 1);  // 3,000,000 KB/s
+  const diag::GpuHealth h = m.health();
+  EXPECT_TRUE(h.available);
+  EXPECT_EQ(h.samples, static_cast<int>(samples.size()));
+  EXPECT_EQ(h.busy_samples, h.samples);
+  EXPECT_DOUBLE_EQ(h.sm_clock_mhz, 1500);
+  EXPECT_NEAR(h.power_cap_share, 0.5, 0.2);  // every other sample carries the power cap
+  EXPECT_DOUBLE_EQ(h.slowdown_share, h.power_cap_share);
+  EXPECT_DOUBLE_EQ(h.thermal_share, 0);
+  const std::string line = h.line();
+  EXPECT_NE(line.find("SM 1,500/1,980 MHz (76 %)"), std::string::npos) << line;
+  EXPECT_NE(line.find("power 650/700 W"), std::string::npos) << line;
+  // A window that starts after the last sample is empty.
+  EXPECT_EQ(m.health(samples.back().time_ms + 1).samples, 0);
+}
+
+TEST(GpuMonitor, StaticInfoFromAFakeNvml) {
+  const diag::SystemGpuInfo info = diag::query_gpus(STOKER_FAKE_NVML);
+  ASSERT_TRUE(info.nvml) << info.status;
+  EXPECT_EQ(info.driver, "580.159.04");
+  EXPECT_EQ(info.cuda_driver, 13000);
+  ASSERT_EQ(info.gpus.size(), 1u);
+  const diag::GpuInfo& g = info.gpus[0];
+  EXPECT_EQ(g.name, "NVIDIA H200");
+  EXPECT_EQ(g.persistence_mode, 0);
+  EXPECT_EQ(g.ecc_mode, 1);
+  EXPECT_EQ(g.ecc_uncorrected_volatile, -1);  // not supported: left unknown
+  EXPECT_EQ(g.pcie_gen, 4);
+  EXPECT_EQ(g.pcie_gen_max, 5);
+  EXPECT_EQ(g.pcie_width, 16);
+  EXPECT_EQ(g.temperature_slowdown_c, 90);
+  EXPECT_EQ(g.memory_used, int64_t{3} << 30);
+  ASSERT_EQ(g.processes.size(), 2u);
+  EXPECT_EQ(g.processes[0].pid, 4242u);
+  EXPECT_EQ(g.processes[0].used_bytes, int64_t{2} << 30);
+  EXPECT_EQ(g.processes[1].used_bytes, -1);  // NVML_VALUE_NOT_AVAILABLE
+}
+
+TEST(GpuMonitor, ClockEventNames) {
+  EXPECT_EQ(diag::describe_clock_events(0), "none");
+  EXPECT_EQ(diag::describe_clock_events(0x4 | 0x40), "power cap, thermal (hardware)");
+  EXPECT_EQ(diag::describe_clock_events(0x1000), "other 0x1000");
+}
+
+TEST(GpuMonitor, IdleSamplesDoNotCountAsThrottled) {
+  std::vector<diag::GpuSample> s(4);
+  for (auto& x : s) {
+    x.sm_clock_mhz = 345;
+    x.sm_clock_max_mhz = 1980;
+    x.util_gpu = 0;
+    x.clock_events = diag::clock_event::kGpuIdle;
+  }
+  s[3].sm_clock_mhz = 1980;
+  s[3].util_gpu = 100;
+  s[3].clock_events = 0;
+  const diag::GpuHealth h = diag::summarize_samples(s);
+  EXPECT_EQ(h.busy_samples, 1);
+  EXPECT_DOUBLE_EQ(h.sm_clock_mhz, 1980);  // busy samples only
+  EXPECT_DOUBLE_EQ(h.slowdown_share, 0);
+  EXPECT_DOUBLE_EQ(h.util_gpu, 25);
+}

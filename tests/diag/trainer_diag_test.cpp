@@ -1,0 +1,267 @@
+// Diagnostics through the Trainer on the CPU: a run made input-bound on purpose (the Loader
+// limited to one thread, large JPEGs to decode) gets "input-bound"; the same run on a replayed
+// batch and an MLP on in-memory data get "compute-bound"; traces parse and hold the phases;
+// report JSON, baseline cards, environment overrides and the log line's data-wait share.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "stoker/data/loader.h"
+#include "stoker/data/synth.h"
+#include "stoker/data/tensor_batches.h"
+#include "stoker/diag/diagnostics.h"
+#include "stoker/nn/activation.h"
+#include "stoker/nn/containers.h"
+#include "stoker/nn/linear.h"
+#include "stoker/nn/loss.h"
+#include "stoker/nn/pool.h"
+#include "stoker/ops/random.h"
+#include "stoker/optim/optimizer.h"
+#include "stoker/train/trainer.h"
+
+namespace fs = std::filesystem;
+namespace data = stoker::data;
+namespace diag = stoker::diag;
+namespace nn = stoker::nn;
+using stoker::DType;
+using stoker::Tensor;
+using stoker::train::Trainer;
+using stoker::train::TrainerOptions;
+
+namespace {
+
+class TrainerDiagTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("stoker_diag_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // Large images for a small model: decoding dominates the step.
+    data::pack_synth({.samples = 48, .classes = 4, .size = 512, .seed = 5}, dir_ / "big",
+                     {.threads = 2, .progress = false});
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  // An image classifier that costs next to nothing beside decoding a 512x512 JPEG per sample:
+  // average colour -> class.
+  static std::unique_ptr<nn::Sequential> small_image_model() {
+    nn::manual_seed(3);
+    auto m = std::make_unique<nn::Sequential>();
+    m->add(nn::make<nn::GlobalAvgPool>());
+    m->add(nn::make<nn::Flatten>());
+    m->add(nn::make<nn::Linear>(3, 4));
+    return m;
+  }
+
+  static std::unique_ptr<nn::Sequential> mlp(int64_t in, int64_t width, int64_t out) {
+    nn::manual_seed(7);
+    auto m = std::make_unique<nn::Sequential>();
+    m->add(nn::make<nn::Linear>(in, width));
+    m->add(nn::make<nn::ReLU>());
+    m->add(nn::make<nn::Linear>(width, width));
+    m->add(nn::make<nn::ReLU>());
+    m->add(nn::make<nn::Linear>(width, out));
+    return m;
+  }
+
+  static data::TensorBatches blobs(int64_t n, int64_t dim, int64_t batch) {
+    Tensor x = Tensor::empty({n, dim}, DType::f32);
+    stoker::ops::random_normal(x, 0.0f, 1.0f, 1, 0);
+    std::vector<int64_t> labels(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = i % 3;
+    return data::TensorBatches(x, Tensor::from_vector(labels, {n}),
+                               {.batch_size = batch, .seed = 2});
+  }
+
+  static fs::path dir_;
+};
+fs::path TrainerDiagTest::dir_;
+
+TEST_F(TrainerDiagTest, OneLoaderThreadAndHeavyDecodeIsInputBound) {
+  data::LmdbImageDataset ds(dir_ / "big");
+  const int size = 224;
+  data::Loader loader(ds, {.batch_size = 16,
+                           .threads = 1,
+                           .prefetch = 2,
+                           .transform = {.output_size = size},
+                           .seed = 1});
+  auto model = small_image_model();
+  stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.01f});
+  nn::CrossEntropyLoss loss;
+  TrainerOptions o{.log_interval = 3, .progress_bar = false, .quiet = true};
+  o.diagnostics.enabled = true;
+  o.diagnostics.warmup_steps = 2;
+  Trainer trainer(*model, loss, opt, o);
+  const auto result = trainer.fit(loader, 4);  // 3 batches per epoch: 12 steps
+  ASSERT_NE(trainer.diagnostics(), nullptr);
+  const diag::Report& r = result.diagnosis;
+  EXPECT_EQ(r.breakdown.steps, 10) << r.text();
+  EXPECT_EQ(r.verdict, diag::Verdict::input_bound) << r.text();
+  EXPECT_EQ(r.level, diag::Level::high) << r.text();
+  EXPECT_GT(r.breakdown.input_share, 0.5) << r.text();
+  // The advice quotes the loader's rates and names the fix.
+  ASSERT_FALSE(r.advice.empty());
+  EXPECT_NE(r.advice.front().find("loader delivers"), std::string::npos) << r.advice.front();
+  EXPECT_NE(r.advice.front().find("raise LoaderOptions::threads to "), std::string::npos)
+      << r.advice.front();
+  EXPECT_TRUE(r.loader.is_loader);
+  EXPECT_EQ(r.loader.threads, 1);
+  EXPECT_GT(r.loader.decode_ms, 0.0);
+  EXPECT_LT(r.loader.capacity_samples_per_s, r.breakdown.demand_samples_per_s);
+  // One report per epoch (the first two steps are warm-up), and the log line's share.
+  EXPECT_EQ(result.reports.size(), 4u);
+  EXPECT_EQ(result.reports.front().breakdown.steps, 1);
+  ASSERT_FALSE(result.log.empty());
+  EXPECT_GT(result.log.back().data_wait_share, 0.5);
+  EXPECT_LE(result.log.back().data_wait_share, 1.0);
+}
+
+TEST_F(TrainerDiagTest, SyntheticDataAblationRemovesTheInputBottleneck) {
+  data::LmdbImageDataset ds(dir_ / "big");
+  const int size = 224;
+  data::Loader loader(ds, {.batch_size = 16,
+                           .threads = 1,
+                           .prefetch = 2,
+                           .transform = {.output_size = size},
+                           .seed = 1});
+  auto model = small_image_model();
+  stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.01f});
+  nn::CrossEntropyLoss loss;
+  TrainerOptions o{.progress_bar = false, .quiet = true};
+  o.diagnostics.enabled = true;
+  o.diagnostics.warmup_steps = 2;
+  o.diagnostics.synthetic_data = true;
+  Trainer trainer(*model, loss, opt, o);
+  const auto result = trainer.fit(loader, 4);
+  EXPECT_EQ(result.steps, 12);  // the real source's epoch length
+  const diag::Report& r = result.diagnosis;
+  EXPECT_EQ(r.verdict, diag::Verdict::compute_bound) << r.text();
+  EXPECT_LT(r.breakdown.input_share, 0.05) << r.text();
+  EXPECT_NE(r.loader.kind.find("synthetic"), std::string::npos);
+}
+
+TEST_F(TrainerDiagTest, InMemoryMlpIsComputeBoundAndTraceHoldsThePhases) {
+  auto batches = blobs(2048, 256, 256);
+  auto model = mlp(256, 512, 3);
+  stoker::optim::AdamW opt(model->named_parameters());
+  nn::CrossEntropyLoss loss;
+  TrainerOptions o{.grad_accum_steps = 2, .log_interval = 2, .progress_bar = false, .quiet = true};
+  o.diagnostics.enabled = true;
+  o.diagnostics.warmup_steps = 1;
+  o.diagnostics.report_interval = 2;
+  o.diagnostics.trace_path = dir_ / "trace.json";
+  o.diagnostics.report_json = dir_ / "report.json";
+  Trainer trainer(*model, loss, opt, o);
+  const auto result = trainer.fit(batches, 2);  // 4 steps of 2 micro-batches per epoch
+  const diag::Report& r = result.diagnosis;
+  EXPECT_EQ(r.breakdown.steps, 7);
+  EXPECT_EQ(r.verdict, diag::Verdict::compute_bound) << r.text();
+  EXPECT_EQ(r.loader.kind, "TensorBatches");
+  EXPECT_GT(r.breakdown.host[static_cast<int>(diag::Phase::backward)].median_ms, 0.0);
+  EXPECT_EQ(r.breakdown.host[static_cast<int>(diag::Phase::comm)].median_ms, 0.0);
+  EXPECT_EQ(r.breakdown.max_host_syncs, 0);  // none inside a CPU step
+  // Reports every 2 steps and at each epoch end.
+  EXPECT_GE(result.reports.size(), 4u);
+
+  // The trace: valid JSON in Chrome's trace-event format with every phase of every step.
+  std::ifstream f(dir_ / "trace.json");
+  ASSERT_TRUE(f.good());
+  const auto trace = nlohmann::json::parse(f);
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  std::set<std::string> names;
+  int steps = 0, data_spans = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph") && e.contains("name") && e.contains("pid"));
+    const std::string name = e["name"];
+    names.insert(name);
+    if (e["ph"] == "X") {
+      ASSERT_TRUE(e.contains("ts") && e.contains("dur"));
+      EXPECT_GE(e["dur"].get<double>(), 0.0);
+      if (name.rfind("step ", 0) == 0) ++steps;
+      if (name == "data") ++data_spans;
+    }
+  }
+  for (const char* phase :
+       {"data", "forward", "backward", "optimizer", "process_name", "thread_name"})
+    EXPECT_TRUE(names.count(phase)) << phase;
+  EXPECT_EQ(steps, 7);
+  EXPECT_EQ(data_spans, 14);  // two micro-batches per step
+
+  std::ifstream rj(dir_ / "report.json");
+  const auto report = nlohmann::json::parse(rj);
+  EXPECT_EQ(report["verdict"], "compute-bound");
+  EXPECT_EQ(report["steps"], 7);
+}
+
+TEST_F(TrainerDiagTest, BaselineSavedThenComparedAndEnvironmentOverrides) {
+  const fs::path card = dir_ / "card.json";
+  auto run = [&](bool save) {
+    auto batches = blobs(1024, 64, 128);
+    auto model = mlp(64, 128, 3);
+    stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.05f});
+    nn::CrossEntropyLoss loss;
+    TrainerOptions o{.progress_bar = false, .quiet = true};
+    o.diagnostics.enabled = true;
+    o.diagnostics.warmup_steps = 1;
+    (save ? o.diagnostics.baseline_save : o.diagnostics.baseline_compare) = card;
+    Trainer trainer(*model, loss, opt, o);
+    trainer.fit(batches, 3);
+    return trainer.diagnostics()->comparison();
+  };
+  EXPECT_FALSE(run(true).has_value());
+  ASSERT_TRUE(fs::exists(card));
+  const auto cmp = run(false);
+  ASSERT_TRUE(cmp.has_value());
+  EXPECT_TRUE(cmp->comparable);
+  EXPECT_TRUE(cmp->environment_changes.empty()) << cmp->text();
+  EXPECT_GE(cmp->metrics.size(), 6u);
+
+  // Environment: STOKER_DIAG turns diagnostics on in an unchanged program; MAX_STEPS cuts it.
+  ::setenv("STOKER_DIAG", "1", 1);
+  ::setenv("STOKER_DIAG_MAX_STEPS", "3", 1);
+  ::setenv("STOKER_DIAG_REPORT_JSON", (dir_ / "env_report.json").c_str(), 1);
+  ::setenv("STOKER_DIAG_WARMUP", "0", 1);
+  {
+    auto batches = blobs(512, 64, 64);
+    auto model = mlp(64, 64, 3);
+    stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.05f});
+    nn::CrossEntropyLoss loss;
+    Trainer trainer(*model, loss, opt, {.progress_bar = false, .quiet = true});
+    const auto result = trainer.fit(batches, 5);
+    EXPECT_NE(trainer.diagnostics(), nullptr);
+    EXPECT_EQ(result.steps, 3);
+    EXPECT_EQ(result.diagnosis.breakdown.steps, 3);
+  }
+  for (const char* v :
+       {"STOKER_DIAG", "STOKER_DIAG_MAX_STEPS", "STOKER_DIAG_REPORT_JSON", "STOKER_DIAG_WARMUP"})
+    ::unsetenv(v);
+  EXPECT_TRUE(fs::exists(dir_ / "env_report.json"));
+  ::setenv("STOKER_DIAG_INTERVAL", "x", 1);
+  EXPECT_THROW(diag::apply_env({}), stoker::Error);
+  ::unsetenv("STOKER_DIAG_INTERVAL");
+}
+
+TEST_F(TrainerDiagTest, DisabledByDefaultWithTheDataWaitShareInTheLog) {
+  auto batches = blobs(256, 16, 32);
+  auto model = mlp(16, 16, 3);
+  stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.05f});
+  nn::CrossEntropyLoss loss;
+  Trainer trainer(*model, loss, opt, {.log_interval = 4, .progress_bar = false, .quiet = true});
+  EXPECT_EQ(trainer.diagnostics(), nullptr);
+  const auto result = trainer.fit(batches, 1);
+  EXPECT_TRUE(result.reports.empty());
+  EXPECT_EQ(result.diagnosis.breakdown.steps, 0);
+  ASSERT_FALSE(result.log.empty());
+  for (const auto& st : result.log) {
+    EXPECT_GE(st.data_wait_share, 0.0);
+    EXPECT_LE(st.data_wait_share, 1.0);
+  }
+}
+
+}  // namespace
