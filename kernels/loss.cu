@@ -146,10 +146,10 @@ template <int kThreads, int V, typename T, typename I>
 __global__ void __launch_bounds__(kRowBlock)
     xent_backward_kernel(T* dlogits, const T* logits, const I* target, const float* lse,
                          const float* count, int64_t n, int64_t c, int64_t ignore_index,
-                         float smoothing, float scale) {
+                         float smoothing, float scale, const float* grad_scale) {
   constexpr int kRowsPerBlock = kRowBlock / kThreads;
   const int lane = threadIdx.x % kThreads;
-  const float factor = scale / __ldg(count);
+  const float factor = (grad_scale ? scale * __ldg(grad_scale) : scale) / __ldg(count);
   const float off = smoothing / static_cast<float>(c);  // target mass of every class
   const float on = (1.0f - smoothing) + off;            // ... and of the labelled class
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads; r < n;
@@ -211,7 +211,10 @@ __global__ void __launch_bounds__(kRowBlock)
 
 struct MseGradOp {  // op(pred, target)
   float k;
-  __device__ float operator()(float p, float t) const { return detail::mse_grad(p, t, k); }
+  const float* grad_scale;  // optional device factor on k (fp16 loss scale)
+  __device__ float operator()(float p, float t) const {
+    return detail::mse_grad(p, t, grad_scale ? k * __ldg(grad_scale) : k);
+  }
 };
 
 }  // namespace
@@ -251,7 +254,7 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,
                             const Tensor& lse, const Tensor& count, int64_t ignore_index,
-                            float label_smoothing, float scale) {
+                            float label_smoothing, float scale, const Tensor& grad_scale) {
   const core::Device device = logits.device();
   const core::DeviceScope scope(device.index);
   const int64_t n = logits.size(0), c = logits.size(1);
@@ -268,7 +271,8 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const T
         xent_backward_kernel<kThreads, V><<<grid, kRowBlock, 0, stream>>>(
             static_cast<T*>(dlogits.data()), static_cast<const T*>(logits.data()), t,
             static_cast<const float*>(lse.data()), static_cast<const float*>(count.data()), n, c,
-            ignore_index, label_smoothing, scale);
+            ignore_index, label_smoothing, scale,
+            grad_scale.defined() ? static_cast<const float*>(grad_scale.data()) : nullptr);
         STOKER_CUDA_CHECK(cudaGetLastError());
       });
     });
@@ -300,13 +304,16 @@ void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target) {
   STOKER_CUDA_CHECK(cudaGetLastError());
 }
 
-void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale) {
+void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale,
+                  const Tensor& grad_scale) {
   const core::DeviceScope scope(pred.device().index);
   const float k = detail::mse_grad_factor(scale, pred.numel());
   visit_float(pred.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_map(pred.device(), static_cast<T*>(dpred.data()), static_cast<const T*>(pred.data()),
-               static_cast<const T*>(target.data()), pred.numel(), MseGradOp{k});
+               static_cast<const T*>(target.data()), pred.numel(),
+               MseGradOp{k, grad_scale.defined() ? static_cast<const float*>(grad_scale.data())
+                                                 : nullptr});
   });
 }
 

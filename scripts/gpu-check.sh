@@ -21,6 +21,9 @@
 # Device-tool call:  carry = ["build-gpu/carry"],
 #                    command = "bash scripts/gpu-check.sh run"
 #
+# `build` knobs: STOKER_GPU_TARGETS (build only these targets), STOKER_CARRY_SKIP_CPU_TESTS=1
+# (stage no CPU test suites: they are not run there with STOKER_SKIP_CPU_TESTS=1, and the carry
+# stays small enough to travel with other folders).
 # `run` environment knobs: STOKER_GTEST_FILTER (passed as --gtest_filter), STOKER_BENCH_FILTER
 # (--benchmark_filter), STOKER_SKIP_BENCH=1, STOKER_SKIP_CPU_TESTS=1, STOKER_TIMEOUT (seconds
 # per binary, default 300).
@@ -53,7 +56,9 @@ cmd_build() {
   local jobs=${STOKER_JOBS:-$(nproc)}
   bash scripts/setup.sh
   cmake --preset gpu
-  cmake --build --preset gpu --parallel "$jobs"
+  # STOKER_GPU_TARGETS="a b": build only those targets (the rest of the carry may be stale).
+  # shellcheck disable=SC2086
+  cmake --build --preset gpu --parallel "$jobs" ${STOKER_GPU_TARGETS:+--target $STOKER_GPU_TARGETS}
 
   echo
   echo "==== staging $CARRY"
@@ -66,6 +71,10 @@ cmd_build() {
     [[ -d $BUILD/$kind ]] || continue
     while IFS= read -r -d '' f; do
       is_elf "$f" || continue
+      if [[ -n ${STOKER_CARRY_SKIP_CPU_TESTS:-} && $kind == tests && $(basename "$f") =~ ^stoker_[a-z]+_tests$ &&
+            $(basename "$f") != stoker_gpu_tests ]]; then
+        continue
+      fi
       strip --strip-unneeded -o "$CARRY/$kind/$(basename "$f")" "$f"
       staged+=("$CARRY/$kind/$(basename "$f")")
       n=$((n + 1))

@@ -21,6 +21,11 @@ namespace stoker::core {
 namespace {
 
 constexpr size_t kHostAlignment = 64;
+
+// The stream CudaGraph::capture is recording (nullptr: none), and the frees it deferred.
+std::atomic<void*> g_capture_stream{nullptr};
+std::mutex g_deferred_mu;
+std::vector<std::pair<void*, void*>> g_deferred_frees;  // (pointer, stream)
 constexpr int kMaxDevices = 64;
 
 // current/peak bytes of one allocator; peak is a monotonic max over current.
@@ -223,6 +228,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, bool pin
   STOKER_CUDA_CHECK(e);
   s->data_ = p;
   s->stream_ = stream;
+  s->graph_owned_ = g_capture_stream.load() == stream;
   g_device[device.index].add(bytes);
   return s;
 #else
@@ -245,10 +251,41 @@ Storage::~Storage() {
     return;
   }
 #if STOKER_WITH_CUDA
-  // Stream-ordered free: the block returns to the pool after work queued on its stream.
-  cudaFreeAsync(data_, static_cast<cudaStream_t>(stream_));
   g_device[device_.index].sub(bytes_);
+  if (!graph_owned_ && g_capture_stream.load() == stream_) {
+    const std::lock_guard<std::mutex> lock(g_deferred_mu);
+    g_deferred_frees.emplace_back(data_, stream_);
+    return;
+  }
+  // Stream-ordered free: the block returns to the pool after work queued on its stream.
+  if (cudaFreeAsync(data_, static_cast<cudaStream_t>(stream_)) != cudaSuccess) {
+    // A destructor cannot throw; clear the error so it does not surface in an unrelated call.
+    static std::atomic<bool> warned{false};
+    const cudaError_t e = cudaGetLastError();
+    if (!warned.exchange(true))
+      std::fprintf(stderr, "stoker: warning: freeing device memory failed: %s\n",
+                   cudaGetErrorString(e));
+  }
 #endif
 }
+
+namespace detail {
+
+void begin_capture_frees(void* stream) { g_capture_stream.store(stream); }
+
+void end_capture_frees() {
+  g_capture_stream.store(nullptr);
+  std::vector<std::pair<void*, void*>> frees;
+  {
+    const std::lock_guard<std::mutex> lock(g_deferred_mu);
+    frees.swap(g_deferred_frees);
+  }
+#if STOKER_WITH_CUDA
+  for (const auto& [p, stream] : frees) cudaFreeAsync(p, static_cast<cudaStream_t>(stream));
+  cudaGetLastError();
+#endif
+}
+
+}  // namespace detail
 
 }  // namespace stoker::core

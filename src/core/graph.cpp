@@ -1,5 +1,6 @@
 #include "stoker/core/graph.h"
 
+#include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
 
 #include "core/cuda_util.h"
@@ -12,6 +13,7 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
   const DeviceScope scope(stream.device().index);
   const auto s = static_cast<cudaStream_t>(stream.handle());
   STOKER_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  detail::begin_capture_frees(s);
   cudaGraph_t graph = nullptr;
   try {
     const StreamGuard guard(stream);
@@ -20,9 +22,11 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
     // End the capture so the stream is usable again; the graph is discarded.
     if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
     cudaGetLastError();
+    detail::end_capture_frees();
     throw;
   }
   const cudaError_t e = cudaStreamEndCapture(s, &graph);
+  detail::end_capture_frees();
   if (e != cudaSuccess || graph == nullptr) {
     cudaGetLastError();
     STOKER_THROW("CudaGraph::capture: the capture on ", stream.device().str(),

@@ -32,7 +32,7 @@ Tensor CrossEntropyLoss::backward(float scale) {
   STOKER_CHECK(logits_.defined(), "CrossEntropyLoss: backward called before forward");
   Tensor d = Tensor::empty(logits_.shape(), logits_.dtype(), logits_.device());
   ops::cross_entropy_backward(d, logits_, target_, lse_, count_, options_.ignore_index,
-                              options_.label_smoothing, scale);
+                              options_.label_smoothing, scale, grad_scale_);
   return d;
 }
 
@@ -71,7 +71,7 @@ Tensor MSELoss::forward(const Tensor& pred, const Tensor& target) {
 Tensor MSELoss::backward(float scale) {
   STOKER_CHECK(pred_.defined(), "MSELoss: backward called before forward");
   Tensor d = Tensor::empty(pred_.shape(), pred_.dtype(), pred_.device());
-  ops::mse_backward(d, pred_, target_, scale);
+  ops::mse_backward(d, pred_, target_, scale, grad_scale_);
   if (d.dtype() == pred_dtype_) return d;
   Tensor narrow = Tensor::empty(d.shape(), pred_dtype_, d.device());
   ops::cast(narrow, d);

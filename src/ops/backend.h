@@ -53,9 +53,10 @@ namespace stoker::ops {
                              float label_smoothing);                                               \
   void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,   \
                               const Tensor& lse, const Tensor& count, int64_t ignore_index,        \
-                              float label_smoothing, float scale);                                 \
+                              float label_smoothing, float scale, const Tensor& grad_scale);       \
   void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target);                  \
-  void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale);
+  void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale,    \
+                    const Tensor& grad_scale);
 
 namespace cpu {
 STOKER_OPS_BACKEND_DECLS

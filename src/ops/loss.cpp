@@ -58,6 +58,13 @@ void check_mse(const char* op, const char* out_name, const Tensor* out, const Te
     detail::check_same_numel(op, "pred", pred, out_name, *out);
   }
 }
+// The optional device gradient scale: a one-element f32 tensor on the input's device.
+void check_grad_scale(const char* op, const Tensor& g, const Tensor& like) {
+  if (!g.defined()) return;
+  STOKER_CHECK(g.dtype() == DType::f32 && g.numel() == 1 && g.device() == like.device(),
+               "ops::", op, ": grad_scale must be a one-element f32 tensor on ",
+               like.device().str(), ", got ", g.str());
+}
 }  // namespace
 
 void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,
@@ -78,8 +85,9 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,
                             const Tensor& lse, const Tensor& count, int64_t ignore_index,
-                            float label_smoothing, float scale) {
+                            float label_smoothing, float scale, const Tensor& grad_scale) {
   const char* op = "cross_entropy_backward";
+  check_grad_scale(op, grad_scale, logits);
   check_xent(op, logits, target, lse, label_smoothing);
   check_scalar(op, "count", count, "logits", logits);
   detail::check_float(op, "dlogits", dlogits);
@@ -89,7 +97,7 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const T
                " but logits is ", logits.str(), "; expected the same shape");
   if (logits.size(0) == 0) return;
   STOKER_DISPATCH(logits.device(), cross_entropy_backward, dlogits, logits, target, lse, count,
-                  ignore_index, label_smoothing, scale);
+                  ignore_index, label_smoothing, scale, grad_scale);
 }
 
 void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target) {
@@ -103,9 +111,12 @@ void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target) {
   STOKER_DISPATCH(pred.device(), mse_forward, loss, pred, target);
 }
 
-void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale) {
+void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale,
+                  const Tensor& grad_scale) {
   check_mse("mse_backward", "dpred", &dpred, pred, target);
-  if (pred.numel() > 0) STOKER_DISPATCH(pred.device(), mse_backward, dpred, pred, target, scale);
+  check_grad_scale("mse_backward", grad_scale, pred);
+  if (pred.numel() > 0)
+    STOKER_DISPATCH(pred.device(), mse_backward, dpred, pred, target, scale, grad_scale);
 }
 
 }  // namespace stoker::ops

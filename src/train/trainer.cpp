@@ -56,7 +56,12 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
   STOKER_CHECK(!params_.empty(), "Trainer: the model ", model_.describe(), " has no parameters");
   if (options_.precision == amp::Precision::fp16) {
     scaler_ = std::make_unique<amp::GradScaler>(model_.device(), options_.scaler);
+    // The loss scale multiplies the loss gradient in fp32 inside the loss's backward kernel,
+    // before it is rounded to f16, and never leaves the device.
+    loss_.set_grad_scale(scaler_->scale());
     optimizer_.set_found_inf(scaler_->found_inf());
+  } else {
+    loss_.set_grad_scale(Tensor());  // a loss reused from an fp16 Trainer
   }
   options_.diagnostics = diag::apply_env(options_.diagnostics);
   if (options_.diagnostics.enabled)
@@ -84,7 +89,6 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
   const Tensor l = loss_.forward(y, batch.target);
   if (diag_) diag_->begin(diag::Phase::backward);
   Tensor dy = loss_.backward(1.0f / static_cast<float>(k));
-  if (scaler_) ops::scale_by(dy, scaler_->scale());  // the loss scale never leaves the device
   model_.backward(dy);
   ops::axpy(step_loss_, 1.0f / static_cast<float>(k), l);
 }

@@ -115,4 +115,35 @@ TEST(PrecisionTest, EmbeddingEmitsTheComputeDtype) {
   EXPECT_LT(fit.log.back().loss, 0.5 * fit.log.front().loss);
 }
 
+// fp16 loss scaling must scale the loss gradient before it is rounded to f16: here the unscaled
+// gradient of mean(y^2) over 32768 outputs of ~1e-4 (~6e-9) is below f16's smallest subnormal
+// (6e-8), so scaling after rounding would train on zeros. The fp16 step must match fp32's.
+TEST(PrecisionTest, Fp16LossScaleIsAppliedBeforeRounding) {
+  Tensor x = Tensor::empty({512, 64}, DType::f32);
+  stoker::ops::random_normal(x, 0.0f, 0.01f, 31, 0);
+  const Tensor zeros = Tensor::zeros({512, 64}, DType::f32);
+  std::vector<std::vector<float>> deltas;
+  for (const Precision p : {Precision::fp32, Precision::fp16}) {
+    nn::Linear lin(64, 64, /*bias=*/false);
+    Tensor w = Tensor::empty({64, 64}, DType::f32);
+    stoker::ops::random_normal(w, 0.0f, 1e-3f, 32, 0);
+    lin.weight().set_value(w);
+    stoker::optim::SGD opt(lin.named_parameters(), {.lr = 1.0f});
+    nn::MSELoss loss;
+    Trainer t(lin, loss, opt, {.precision = p, .progress_bar = false, .quiet = true});
+    t.train_step(std::vector<stoker::data::Batch>{{.input = x, .target = zeros, .size = 512}});
+    const std::vector<float> before = w.to_floats(), after = lin.weight().value().to_floats();
+    std::vector<float> d(before.size());
+    for (size_t i = 0; i < d.size(); ++i) d[i] = after[i] - before[i];
+    deltas.push_back(d);
+  }
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < deltas[0].size(); ++i) {
+    num += std::pow(deltas[1][i] - deltas[0][i], 2);
+    den += std::pow(deltas[0][i], 2);
+  }
+  ASSERT_GT(den, 0.0);
+  EXPECT_LT(std::sqrt(num / den), 0.02) << "the fp16 update differs from fp32's (flushed to zero?)";
+}
+
 }  // namespace

@@ -61,8 +61,19 @@ class Storage {
   size_t bytes_ = 0;
   Device device_{};
   bool pinned_ = false;
-  void* stream_ = nullptr;  // cuda: the stream that allocated it (freed there)
+  bool graph_owned_ = false;  // allocated while CudaGraph::capture recorded its stream
+  void* stream_ = nullptr;    // cuda: the stream that allocated it (freed there)
 };
+
+namespace detail {
+// CudaGraph::capture's bookkeeping (core/graph.h). While `stream` is being captured, a block
+// allocated before the capture and released during it is not freed in the capture (a captured
+// free of memory the graph did not allocate is invalid) but queued, and end_capture_frees()
+// frees the queue once the capture has ended. Blocks allocated during the capture are graph
+// memory: freed in the graph when released during it, or later like any block.
+void begin_capture_frees(void* stream);
+void end_capture_frees();
+}  // namespace detail
 
 }  // namespace stoker::core
 

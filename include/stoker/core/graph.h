@@ -10,7 +10,9 @@
 // into graph allocation nodes. A block allocated in the graph and freed outside it (a module's
 // saved activation, a result the host keeps) must be freed before the graph is launched again,
 // so a graph whose step keeps such tensors is launched once per capture; a step that frees
-// everything it allocates can be replayed any number of times.
+// everything it allocates can be replayed any number of times. Blocks allocated before the
+// capture and released during it are freed after the capture ends (not captured). Capture with
+// this class, not with cudaStreamBeginCapture directly, so that bookkeeping happens.
 //
 // The graph belongs to the device of its stream. Not thread-safe. CPU builds: capture throws.
 #pragma once

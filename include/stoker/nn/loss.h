@@ -22,6 +22,16 @@ class Loss {
   virtual Tensor forward(const Tensor& pred, const Tensor& target) = 0;
   virtual Tensor backward(float scale = 1.0f) = 0;
   virtual std::string describe() const = 0;
+
+  // A rank-0 f32 device tensor every later backward() multiplies the gradient by, in fp32
+  // before rounding to the prediction's dtype: fp16's loss scale (the Trainer sets its
+  // GradScaler's). Scaling after rounding would flush small f16 gradients to zero first.
+  // Undefined: no factor.
+  void set_grad_scale(const Tensor& scale) { grad_scale_ = scale; }
+  const Tensor& grad_scale() const { return grad_scale_; }
+
+ protected:
+  Tensor grad_scale_;
 };
 
 struct CrossEntropyOptions {

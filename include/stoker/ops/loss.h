@@ -15,15 +15,19 @@ namespace stoker::ops {
 void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,
                            const Tensor& logits, const Tensor& target, int64_t ignore_index,
                            float label_smoothing);
-// dlogits = scale / count * (softmax(logits) - ((1 - s) * one_hot(target) + s / C)), zero rows
-// for ignored targets. count is the device scalar from the forward (no host sync).
+// dlogits = scale * g / count * (softmax(logits) - ((1 - s) * one_hot(target) + s / C)), zero
+// rows for ignored targets. count is the device scalar from the forward (no host sync); g is
+// the optional rank-0 f32 `grad_scale` on the same device (1 when undefined): fp16's loss
+// scale, applied in fp32 before the gradient is rounded to the logits' dtype.
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,
                             const Tensor& lse, const Tensor& count, int64_t ignore_index,
-                            float label_smoothing, float scale);
+                            float label_smoothing, float scale, const Tensor& grad_scale = {});
 
 // loss (rank-0 f32) = mean((pred - target)^2); pred and target share a float dtype.
 void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target);
-// dpred = scale * 2 * (pred - target) / numel.
-void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale);
+// dpred = scale * g * 2 * (pred - target) / numel (g: the optional device `grad_scale`, as
+// above).
+void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale,
+                  const Tensor& grad_scale = {});
 
 }  // namespace stoker::ops

@@ -98,7 +98,8 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,
                             const Tensor& lse, const Tensor& count, int64_t ignore_index,
-                            float label_smoothing, float scale) {
+                            float label_smoothing, float scale, const Tensor& grad_scale) {
+  if (grad_scale.defined()) scale *= *static_cast<const float*>(grad_scale.data());
   const int64_t n = logits.size(0), c = logits.size(1);
   const double s = label_smoothing;
   const double smooth = s / static_cast<double>(c);
@@ -154,8 +155,10 @@ void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target) {
   *static_cast<float*>(loss.data()) = static_cast<float>(sum / static_cast<double>(n));
 }
 
-void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale) {
-  const float k = detail::mse_grad_factor(scale, pred.numel());
+void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale,
+                  const Tensor& grad_scale) {
+  float k = detail::mse_grad_factor(scale, pred.numel());
+  if (grad_scale.defined()) k *= *static_cast<const float*>(grad_scale.data());
   visit_float(pred.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = static_cast<const T*>(pred.data());
