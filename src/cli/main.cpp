@@ -8,6 +8,9 @@
 //       runs PROGRAM once per GPU of this node with torchrun's environment (RANK, WORLD_SIZE,
 //       LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); stops every rank when one
 //       fails and exits with the failing rank's status (docs/distributed.md).
+//   stoker doctor [--data DB] [--sweep 64,128] [--gpus N] [--overhead] [-- PROGRAM ARGS...]
+//       static checks of the machine, then why training is slow: real vs synthetic data, a
+//       batch-size sweep, 1 vs N GPUs (docs/diagnostics.md).
 // Errors print stoker::Error's message and hint and exit with status 1.
 #include <CLI/CLI.hpp>
 
@@ -24,6 +27,8 @@
 #include "stoker/data/pack.h"
 #include "stoker/data/synth.h"
 #include "stoker/dist/launcher.h"
+
+#include "doctor.h"
 
 namespace {
 
@@ -127,8 +132,13 @@ int main(int argc, char** argv) {
       "Example: stoker launch --nproc-per-node 8 ./train --epochs 90\n"
       "The same program runs under torchrun: torchrun --nproc-per-node 8 ./train --epochs 90");
 
+  stoker::cli::DoctorOptions doctor;
+  CLI::App* doctor_cmd = stoker::cli::add_doctor_command(app, doctor);
+  doctor.program = stoker::cli::split_program(argc, argv);
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (doctor_cmd->parsed()) return stoker::cli::run_doctor(doctor);
     if (launch_cmd->parsed()) {
       std::vector<std::string> rest = launch_cmd->remaining();
       if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());

@@ -67,8 +67,9 @@ Diagnostics::LoaderSnapshot Diagnostics::snapshot() const {
 }
 
 void Diagnostics::begin_fit(const data::BatchSource& source, int64_t first_step,
-                            std::map<std::string, std::string> config, bool print) {
+                            std::map<std::string, std::string> config, bool print, bool main_rank) {
   source_ = &source;
+  main_rank_ = main_rank;
   config_ = std::move(config);
   print_ = print && options_.print;
   first_timed_step_ = first_step + std::max<int64_t>(0, options_.warmup_steps);
@@ -300,7 +301,7 @@ Report Diagnostics::end_fit() {
   }
   const LoaderSnapshot from = run_start_ ? *run_start_ : LoaderSnapshot{};
   Report whole = build(run_, from, run_start_ms_, "whole fit");
-  if (trace_) {
+  if (trace_ && main_rank_) {
     if (monitor_ && monitor_->available() && trace_first_ms_ >= 0) {
       for (const GpuSample& s : monitor_->samples(trace_first_ms_)) {
         if (s.time_ms > trace_last_ms_ + 1000) break;
@@ -322,14 +323,15 @@ Report Diagnostics::end_fit() {
       std::printf("diag  trace: %s (%zu events; open in ui.perfetto.dev)\n",
                   options_.trace_path.string().c_str(), trace_->size());
   }
-  if (!options_.report_json.empty()) {
+  if (!options_.report_json.empty() && main_rank_) {
     const std::string text = whole.json() + "\n";
     const auto& path = options_.report_json;
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
     util::write_file_atomically(
         path, [&](int fd) { util::write_all(fd, text.data(), text.size(), path); });
   }
-  if ((!options_.baseline_save.empty() || !options_.baseline_compare.empty()) && !run_.empty()) {
+  if ((!options_.baseline_save.empty() || !options_.baseline_compare.empty()) && !run_.empty() &&
+      main_rank_) {
     const BaselineCard card =
         make_card(collect_environment(device_, config_), run_, verdict_name(whole.verdict));
     if (!options_.baseline_compare.empty()) {

@@ -1,6 +1,13 @@
 #include "stoker/diag/gpu_info.h"
 
+#include <cstdio>
+#include <cstring>
+
 #include "diag/nvml_api.h"
+
+#if STOKER_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace stoker::diag {
 
@@ -31,6 +38,9 @@ SystemGpuInfo query_gpus(const std::string& library) {
     if (a.name && ok(a.name(d, name, sizeof name))) g.name = name;
     char uuid[96] = {};
     if (a.uuid && ok(a.uuid(d, uuid, sizeof uuid))) g.uuid = uuid;
+    nvml::PciInfo pci{};
+    if (a.pci_info && ok(a.pci_info(d, &pci)))
+      g.pci_bus_id = std::string(pci.bus_id, strnlen(pci.bus_id, sizeof pci.bus_id));
     unsigned u = 0;
     if (a.clock && ok(a.clock(d, nvml::kClockSm, &u))) g.sm_clock_mhz = static_cast<int>(u);
     if (a.max_clock && ok(a.max_clock(d, nvml::kClockSm, &u)))
@@ -88,6 +98,23 @@ SystemGpuInfo query_gpus(const std::string& library) {
     out.gpus.push_back(std::move(g));
   }
   return out;
+}
+
+std::string cuda_pci_bus_id(int device) {
+#if STOKER_WITH_CUDA
+  char bus[64] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) == cudaSuccess) return bus;
+  cudaGetLastError();
+#endif
+  (void)device;
+  return "";
+}
+
+bool same_pci_device(const std::string& a, const std::string& b) {
+  unsigned d1 = 0, b1 = 0, s1 = 0, f1 = 0, d2 = 0, b2 = 0, s2 = 0, f2 = 0;
+  if (std::sscanf(a.c_str(), "%x:%x:%x.%x", &d1, &b1, &s1, &f1) != 4) return false;
+  if (std::sscanf(b.c_str(), "%x:%x:%x.%x", &d2, &b2, &s2, &f2) != 4) return false;
+  return d1 == d2 && b1 == b2 && s1 == s2 && f1 == f2;
 }
 
 }  // namespace stoker::diag

@@ -72,6 +72,7 @@ std::shared_ptr<const Api> load(const std::string& library, std::string* why) {
        "nvmlDeviceGetHandleByPciBusId");
   bind(lib, a.name, "nvmlDeviceGetName");
   bind(lib, a.uuid, "nvmlDeviceGetUUID");
+  bind(lib, a.pci_info, "nvmlDeviceGetPciInfo_v3");
   bind(lib, a.clock, "nvmlDeviceGetClockInfo");
   bind(lib, a.max_clock, "nvmlDeviceGetMaxClockInfo");
   bind(lib, a.power_usage, "nvmlDeviceGetPowerUsage");

@@ -35,6 +35,11 @@ struct Memory {  // nvmlMemory_t (v1)
   unsigned long long free;
   unsigned long long used;
 };
+struct PciInfo {  // nvmlPciInfo_t
+  char bus_id_legacy[16];
+  unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
 struct ProcessInfo {  // nvmlProcessInfo_t (v2 layout, used by the _v3 process queries)
   unsigned int pid;
   unsigned long long used_gpu_memory;
@@ -55,6 +60,7 @@ struct Api {
   Return (*handle_by_pci_bus_id)(const char*, Device*) = nullptr;
   Return (*name)(Device, char*, unsigned int) = nullptr;
   Return (*uuid)(Device, char*, unsigned int) = nullptr;
+  Return (*pci_info)(Device, PciInfo*) = nullptr;
   Return (*clock)(Device, int, unsigned int*) = nullptr;
   Return (*max_clock)(Device, int, unsigned int*) = nullptr;
   Return (*power_usage)(Device, unsigned int*) = nullptr;           // mW

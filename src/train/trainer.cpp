@@ -257,7 +257,7 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
                       {"precision", std::string(amp::precision_name(options_.precision))},
                       {"grad_accum_steps", std::to_string(options_.grad_accum_steps)},
                       {"world_size", std::to_string(world)}},
-                     !options_.quiet && main_rank());
+                     !options_.quiet && main_rank(), main_rank());
   }
   const auto start = Clock::now();
   auto window_start = start;

@@ -14,6 +14,11 @@ struct nvmlUtilization_t {
 struct nvmlMemory_t {
   unsigned long long total, free, used;
 };
+struct nvmlPciInfo_t {
+  char busIdLegacy[16];
+  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+  char busId[32];
+};
 struct nvmlProcessInfo_t {
   unsigned int pid;
   unsigned long long usedGpuMemory;
@@ -65,6 +70,12 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char* s, unsigned int n) {
 }
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* s, unsigned int n) {
   std::strncpy(s, "GPU-fake", n);
+  return ok(d) ? kSuccess : kInvalid;
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t* p) {
+  std::memset(p, 0, sizeof *p);
+  std::strncpy(p->busId, "00000000:18:00.0", sizeof p->busId);
+  p->bus = 0x18;
   return ok(d) ? kSuccess : kInvalid;
 }
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int* v) {

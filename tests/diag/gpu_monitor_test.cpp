@@ -81,6 +81,10 @@ TEST(GpuMonitor, StaticInfoFromAFakeNvml) {
   ASSERT_EQ(info.gpus.size(), 1u);
   const diag::GpuInfo& g = info.gpus[0];
   EXPECT_EQ(g.name, "NVIDIA H200");
+  EXPECT_EQ(g.pci_bus_id, "00000000:18:00.0");
+  EXPECT_TRUE(diag::same_pci_device(g.pci_bus_id, "0000:18:00.0"));
+  EXPECT_FALSE(diag::same_pci_device(g.pci_bus_id, "0000:19:00.0"));
+  EXPECT_FALSE(diag::same_pci_device(g.pci_bus_id, ""));
   EXPECT_EQ(g.persistence_mode, 0);
   EXPECT_EQ(g.ecc_mode, 1);
   EXPECT_EQ(g.ecc_uncorrected_volatile, -1);  // not supported: left unknown

@@ -49,9 +49,10 @@ class Diagnostics {
   Diagnostics& operator=(const Diagnostics&) = delete;
 
   // A fit starts at optimizer step `first_step`: `source` is inspected (a data::Loader gives
-  // its counters), `config` goes into baseline cards, `print` says whether reports are printed.
+  // its counters), `config` goes into baseline cards, `print` says whether reports are printed,
+  // and only the `main_rank` of a data-parallel job writes the trace, report JSON and cards.
   void begin_fit(const data::BatchSource& source, int64_t first_step,
-                 std::map<std::string, std::string> config, bool print);
+                 std::map<std::string, std::string> config, bool print, bool main_rank = true);
   // The source fit() reads: `real`, or a replay of its first batch (synthetic_data).
   data::BatchSource& source(data::BatchSource& real);
 
@@ -95,6 +96,7 @@ class Diagnostics {
   const data::BatchSource* source_ = nullptr;
   std::map<std::string, std::string> config_;
   bool print_ = false;
+  bool main_rank_ = true;
   int64_t first_timed_step_ = 0;  // steps before it are warm-up
   int64_t traced_steps_ = 0;
   int nvtx_depth_ = 0;

@@ -21,6 +21,7 @@ struct GpuProcess {
 struct GpuInfo {
   int index = 0;  // NVML's index
   std::string name, uuid;
+  std::string pci_bus_id;  // "00000000:18:00.0"
   int sm_clock_mhz = -1, sm_clock_max_mhz = -1;
   int mem_clock_mhz = -1, mem_clock_max_mhz = -1;
   double power_w = -1, power_limit_w = -1;
@@ -43,5 +44,10 @@ struct SystemGpuInfo {
 };
 
 SystemGpuInfo query_gpus(const std::string& library = "libnvidia-ml.so.1");
+
+// CUDA device `device`'s PCI bus id ("0000:18:00.0"), "" when unknown (CPU-only build, no GPU).
+std::string cuda_pci_bus_id(int device);
+// True when two PCI bus ids name the same device ("00000000:18:00.0" == "0000:18:00.0").
+bool same_pci_device(const std::string& a, const std::string& b);
 
 }  // namespace stoker::diag

@@ -1,0 +1,335 @@
+#include "stoker/diag/doctor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "stoker/diag/gpu_monitor.h"
+#include "stoker/diag/report.h"
+
+namespace stoker::diag {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string gib(int64_t bytes) { return fmt("%.1f GiB", static_cast<double>(bytes) / (1 << 30)); }
+
+// "13.0" -> 13000 (CUDA's integer form); -1 when unparsable.
+int cuda_version_number(const std::string& v) {
+  int major = 0, minor = 0;
+  if (std::sscanf(v.c_str(), "%d.%d", &major, &minor) != 2) return -1;
+  return major * 1000 + minor * 10;
+}
+
+std::string version_of(const std::vector<core::LibraryVersion>& libs, const std::string& name) {
+  for (const auto& l : libs)
+    if (l.name == name) return l.version;
+  return "";
+}
+
+}  // namespace
+
+const char* check_status_name(CheckStatus s) {
+  switch (s) {
+    case CheckStatus::ok:
+      return "ok";
+    case CheckStatus::info:
+      return "info";
+    case CheckStatus::warn:
+      return "warn";
+    case CheckStatus::fail:
+      return "FAIL";
+  }
+  return "?";
+}
+
+double pcie_gb_s(int gen, int width) {
+  // Per lane and direction, after line coding (8b/10b up to Gen2, 128b/130b from Gen3).
+  static const double per_lane[] = {0, 0.25, 0.5, 0.985, 1.969, 3.938, 7.563};
+  if (gen < 1 || gen > 6 || width <= 0) return -1;
+  return per_lane[gen] * width;
+}
+
+std::vector<Check> static_checks(const StaticInputs& in) {
+  std::vector<Check> out;
+  auto add = [&](CheckStatus s, std::string what, std::string fix = "") {
+    out.push_back({s, std::move(what), std::move(fix)});
+  };
+  const SystemGpuInfo& sys = in.gpus;
+
+  // Build and libraries.
+  if (!in.built_with_cuda) {
+    add(CheckStatus::info, "stoker was built without CUDA: CPU backend only",
+        "rebuild with the CUDA toolkit (STOKER_WITH_CUDA=ON) to train on GPUs");
+  } else {
+    std::string libs = "CUDA runtime " + version_of(in.libraries, "CUDA runtime") + ", cuBLASLt " +
+                       version_of(in.libraries, "cuBLASLt") + ", cuDNN " +
+                       version_of(in.libraries, "cuDNN") + ", NCCL " +
+                       version_of(in.libraries, "NCCL");
+    add(CheckStatus::ok, "libraries: " + libs);
+  }
+  if (!sys.nvml) {
+    if (in.cuda_devices > 0)
+      add(CheckStatus::warn, sys.status,
+          "make the driver's libnvidia-ml.so.1 visible (in a container: the NVIDIA container "
+          "toolkit mounts it)");
+    else
+      add(CheckStatus::info, "no GPU visible (" + sys.status + ")");
+  } else {
+    std::string driver = "driver " + sys.driver;
+    if (sys.cuda_driver > 0)
+      driver += " (supports CUDA up to " + std::to_string(sys.cuda_driver / 1000) + "." +
+                std::to_string((sys.cuda_driver % 1000) / 10) + ")";
+    const int runtime = cuda_version_number(version_of(in.libraries, "CUDA runtime"));
+    if (runtime > 0 && sys.cuda_driver > 0 && runtime > sys.cuda_driver)
+      add(CheckStatus::fail,
+          driver + " is older than the CUDA runtime stoker uses (" +
+              version_of(in.libraries, "CUDA runtime") + ")",
+          "install a driver that supports this CUDA version (or use CUDA forward compatibility)");
+    else
+      add(CheckStatus::ok, driver);
+    if (in.built_with_cuda && in.cuda_devices == 0 && !sys.gpus.empty())
+      add(CheckStatus::fail,
+          "NVML sees " + std::to_string(sys.gpus.size()) + " GPUs but CUDA sees none",
+          "check CUDA_VISIBLE_DEVICES and that the CUDA driver library matches the kernel "
+          "module");
+  }
+
+  for (const GpuInfo& g : sys.gpus) {
+    const std::string gpu = "GPU " + std::to_string(g.index) + " (" + g.name + ")";
+    if (g.persistence_mode == 0)
+      add(CheckStatus::warn,
+          gpu +
+              ": persistence mode off: the driver may unload between jobs (slow start, "
+              "clocks and volatile ECC counters reset)",
+          "nvidia-smi -pm 1 (administrator), or run the nvidia-persistenced daemon");
+    else if (g.persistence_mode == 1)
+      add(CheckStatus::ok, gpu + ": persistence mode on");
+
+    if (g.sm_clock_mhz >= 0 && g.sm_clock_max_mhz > 0) {
+      const std::string clocks = gpu + ": SM clock " + format_count(g.sm_clock_mhz) + " of " +
+                                 format_count(g.sm_clock_max_mhz) + " MHz, memory " +
+                                 format_count(g.mem_clock_mhz) + " of " +
+                                 format_count(g.mem_clock_max_mhz) + " MHz";
+      const uint64_t r = g.clock_events < 0 ? 0 : static_cast<uint64_t>(g.clock_events);
+      const uint64_t bad =
+          r & (clock_event::kHwSlowdown | clock_event::kSwThermalSlowdown |
+               clock_event::kHwThermalSlowdown | clock_event::kHwPowerBrakeSlowdown);
+      if (bad)
+        add(CheckStatus::warn, clocks + " — slowed down now: " + describe_clock_events(bad),
+            "check cooling and power delivery (nvidia-smi -q -d PERFORMANCE,TEMPERATURE)");
+      else if (g.sm_clock_mhz < 0.9 * g.sm_clock_max_mhz)
+        add(CheckStatus::info,
+            clocks + " (reasons: " + describe_clock_events(r) +
+                "); an idle GPU lowers its clocks, the ablations below show the clocks under "
+                "load");
+      else
+        add(CheckStatus::ok, clocks);
+    }
+    if (g.temperature_c >= 0 && g.temperature_slowdown_c > 0 &&
+        g.temperature_c >= g.temperature_slowdown_c - 5)
+      add(CheckStatus::warn,
+          gpu + ": " + std::to_string(g.temperature_c) + " C, close to the slowdown threshold (" +
+              std::to_string(g.temperature_slowdown_c) + " C)",
+          "check the cooling");
+
+    if (g.ecc_mode == 0) {
+      add(CheckStatus::info, gpu + ": ECC off (memory errors go undetected)");
+    } else if (g.ecc_uncorrected_volatile > 0) {
+      add(CheckStatus::fail,
+          gpu + ": " + std::to_string(g.ecc_uncorrected_volatile) +
+              " uncorrected ECC errors since the driver loaded",
+          "drain the GPU: a reset may retire the pages; persistent errors mean RMA");
+    } else if (g.ecc_uncorrected_aggregate > 0) {
+      add(CheckStatus::warn,
+          gpu + ": " + std::to_string(g.ecc_uncorrected_aggregate) +
+              " uncorrected ECC errors in its lifetime (none since the driver loaded)",
+          "watch the count (nvidia-smi -q -d ECC)");
+    } else if (g.ecc_mode == 1) {
+      add(CheckStatus::ok,
+          gpu + ": ECC on" +
+              (g.ecc_uncorrected_volatile == 0 ? ", no uncorrected errors" : std::string()));
+    }
+
+    if (g.pcie_width > 0 && g.pcie_width_max > 0) {
+      const std::string link = "PCIe Gen" + std::to_string(g.pcie_gen) + " x" +
+                               std::to_string(g.pcie_width) + " (the GPU supports Gen" +
+                               std::to_string(g.pcie_gen_max) + " x" +
+                               std::to_string(g.pcie_width_max) + ")";
+      if (g.pcie_width < g.pcie_width_max)
+        add(CheckStatus::warn, gpu + ": " + link + ": fewer lanes than the GPU has",
+            "check the slot (an x8 or riser slot) and re-seat the card");
+      else if (g.pcie_gen < g.pcie_gen_max)
+        add(CheckStatus::info, gpu + ": " + link +
+                                   " now; an idle GPU lowers its link speed, the bandwidth test "
+                                   "below runs it at full speed");
+      else
+        add(CheckStatus::ok, gpu + ": " + link);
+    }
+    const size_t i = static_cast<size_t>(g.index);
+    if (i < in.h2d_gb_s.size() && in.h2d_gb_s[i] > 0) {
+      const double peak = pcie_gb_s(g.pcie_gen_max, g.pcie_width_max);
+      const double bw = in.h2d_gb_s[i];
+      if (peak > 0 && bw < 0.5 * peak)
+        add(CheckStatus::warn,
+            gpu + ": pinned host-to-device copies reach " + fmt("%.1f", bw) + " GB/s, " +
+                fmt("%.0f", 100 * bw / peak) + " % of the link's " + fmt("%.1f", peak) + " GB/s",
+            "check the PCIe link and NUMA placement (run on the GPU's CPU socket)");
+      else
+        add(CheckStatus::ok, gpu + ": pinned host-to-device copies reach " + fmt("%.1f", bw) +
+                                 " GB/s" +
+                                 (peak > 0 ? " (" + fmt("%.0f", 100 * bw / peak) +
+                                                 " % of the link's " + fmt("%.1f", peak) + " GB/s)"
+                                           : std::string()));
+    }
+
+    int64_t others = 0;
+    int n_others = 0;
+    std::string pids;
+    for (const GpuProcess& p : g.processes) {
+      if (p.pid == in.self_pid) continue;
+      ++n_others;
+      if (p.used_bytes > 0) others += p.used_bytes;
+      if (!pids.empty()) pids += ", ";
+      pids += "pid " + std::to_string(p.pid) + " " + (p.used_bytes >= 0 ? gib(p.used_bytes) : "?");
+    }
+    if (n_others > 0)
+      add(CheckStatus::warn,
+          gpu + ": " + std::to_string(n_others) + " other process" + (n_others > 1 ? "es" : "") +
+              " hold " + gib(others) + " of GPU memory (" + pids + ")",
+          "they compete for the GPU's time and memory: stop them or pick another GPU");
+    else if (g.memory_total > 0)
+      add(CheckStatus::ok, gpu + ": no other process on it; " + gib(g.memory_used) + " of " +
+                               gib(g.memory_total) + " in use");
+  }
+
+  if (in.cpu_count > 0) {
+    const int gpus = std::max<int>(1, static_cast<int>(sys.gpus.size()));
+    std::string cpu = "CPU: " + in.cpu + ", " + std::to_string(in.cpu_count) + " hardware threads";
+    if (!sys.gpus.empty()) cpu += " (" + fmt("%.0f", double(in.cpu_count) / gpus) + " per GPU)";
+    add(in.cpu_count < 4 * gpus && !sys.gpus.empty() ? CheckStatus::warn : CheckStatus::info, cpu,
+        in.cpu_count < 4 * gpus && !sys.gpus.empty()
+            ? "few cores per GPU: JPEG decoding may not keep up (pack smaller images)"
+            : "");
+  }
+  return out;
+}
+
+std::vector<std::string> conclude(const std::vector<Measurement>& m) {
+  std::vector<std::string> out;
+  auto find = [&](const std::string& kind) -> const Measurement* {
+    for (const Measurement& x : m)
+      if (x.kind == kind && !x.failed) return &x;
+    return nullptr;
+  };
+  for (const Measurement& x : m)
+    if (x.failed) out.push_back(x.name + " could not run: " + x.error);
+
+  // Synthetic vs real data.
+  const Measurement* real = find("real");
+  const Measurement* synth = find("synthetic");
+  if (real && synth && synth->samples_per_s > 0) {
+    const double ratio = real->samples_per_s / synth->samples_per_s;
+    if (ratio < 0.9)
+      out.push_back("the input pipeline limits training: real data trains at " +
+                    format_count(real->samples_per_s) + " samples/s, the same model on a batch " +
+                    "already in memory at " + format_count(synth->samples_per_s) + " (" +
+                    fmt("%.0f", 100 * ratio) + " %); with real data: " + real->headline);
+    else
+      out.push_back("the input pipeline keeps up: real data trains at " +
+                    fmt("%.0f", 100 * std::min(ratio, 9.99)) +
+                    " % of the throughput with a batch already in memory (" +
+                    format_count(real->samples_per_s) + " vs " +
+                    format_count(synth->samples_per_s) + " samples/s)");
+  }
+  if (real && synth && synth->samples_per_s > 0 &&
+      real->samples_per_s >= 0.9 * synth->samples_per_s && real->input_share >= 0.20)
+    out.push_back("yet the real-data steps wait for data " + fmt("%.0f", 100 * real->input_share) +
+                  " % of the time: on a machine with few cores the loader's threads slow the "
+                  "model down as much as they feed it");
+  if (synth) out.push_back("the model itself (no input pipeline): " + synth->headline);
+
+  // Batch-size sweep.
+  std::vector<const Measurement*> sweep;
+  for (const Measurement& x : m)
+    if (x.kind == "sweep" && !x.failed && x.samples_per_s > 0) sweep.push_back(&x);
+  std::sort(sweep.begin(), sweep.end(),
+            [](const Measurement* a, const Measurement* b) { return a->batch < b->batch; });
+  if (sweep.size() >= 2) {
+    const Measurement* first = sweep.front();
+    const Measurement* last = sweep.back();
+    double best = 0;
+    for (const Measurement* x : sweep) best = std::max(best, x->samples_per_s);
+    int64_t enough = last->batch;
+    for (const Measurement* x : sweep)
+      if (x->samples_per_s >= 0.9 * best) {
+        enough = x->batch;
+        break;
+      }
+    const double growth = last->samples_per_s / first->samples_per_s;
+    if (growth >= 1.3)
+      out.push_back("throughput grows " + fmt("%.1f", growth) + "x from batch " +
+                    std::to_string(first->batch) + " to " + std::to_string(last->batch) +
+                    ": at batch " + std::to_string(first->batch) + " the step is " +
+                    first->verdict + "; batch " + std::to_string(enough) +
+                    " reaches 90 % of the best throughput (" + format_count(best) + " samples/s)");
+    else
+      out.push_back("throughput is flat from batch " + std::to_string(first->batch) + " to " +
+                    std::to_string(last->batch) + " (x" + fmt("%.2f", growth) +
+                    "): the device is saturated already at batch " + std::to_string(first->batch) +
+                    " (" + first->verdict + ")");
+  }
+
+  // 1 vs N GPUs.
+  const Measurement* one = nullptr;
+  const Measurement* many = nullptr;
+  for (const Measurement& x : m) {
+    if (x.kind != "ranks" || x.failed) continue;
+    if (x.ranks == 1) one = &x;
+    if (x.ranks > 1 && (!many || x.ranks > many->ranks)) many = &x;
+  }
+  if (one && many && one->samples_per_s > 0) {
+    const double eff = many->samples_per_s / (many->ranks * one->samples_per_s);
+    const std::string n = std::to_string(many->ranks);
+    const std::string rates = " (" + format_count(many->samples_per_s) + " vs " +
+                              format_count(one->samples_per_s) + " samples/s)";
+    if (eff >= 0.9)
+      out.push_back(many->name + " train at " + fmt("%.0f", 100 * eff) + " % of " + n + " times " +
+                    one->name + rates + ": data parallelism scales");
+    else
+      out.push_back(many->name + " reach only " + fmt("%.0f", 100 * eff) + " % of " + n +
+                    " times " + one->name + rates + "; with " + many->name + " the step is " +
+                    many->verdict + " (exposed communication " +
+                    fmt("%.1f", 100 * many->comm_share) + " % of the step)");
+  }
+  return out;
+}
+
+std::string measurement_table(const std::vector<Measurement>& m) {
+  std::string s;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-22s %7s %5s %12s %10s  %-20s %6s %6s %6s\n", "run", "batch",
+                "ranks", "samples/s", "step ms", "verdict", "input", "launch", "comm");
+  s += buf;
+  for (const Measurement& x : m) {
+    if (x.failed) {
+      std::snprintf(buf, sizeof buf, "%-22s %7lld %5d  failed: %s\n", x.name.c_str(),
+                    static_cast<long long>(x.batch), x.ranks, x.error.c_str());
+    } else {
+      std::snprintf(buf, sizeof buf, "%-22s %7lld %5d %12s %10.3f  %-20s %5.1f%% %5.1f%% %5.1f%%\n",
+                    x.name.c_str(), static_cast<long long>(x.batch), x.ranks,
+                    format_count(x.samples_per_s).c_str(), x.step_ms, x.verdict.c_str(),
+                    100 * x.input_share, 100 * x.launch_share, 100 * x.comm_share);
+    }
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace stoker::diag
