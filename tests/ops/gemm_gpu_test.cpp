@@ -149,6 +149,34 @@ TEST(GemmGpuTest, BetaOneAddsMicroStepsInPlace) {
   for (size_t i = 0; i < h.size(); ++i) EXPECT_NEAR(d[i], h[i], 1e-4 * (20 + std::fabs(h[i])));
 }
 
+// The bias epilogue (a Linear's forward): GPU y = x W^T + b equals the CPU's, for f32 and half
+// outputs, with beta 0 and 1; the bias is added in fp32 before y is rounded.
+TEST(GemmGpuTest, BiasEpilogueMatchesCpu) {
+  STOKER_REQUIRE_GPU();
+  uint64_t seed = 2000;
+  for (DType in : {DType::f32, DType::bf16, DType::f16}) {
+    for (DType out : {DType::f32, in}) {
+      for (float beta : {0.0f, 1.0f}) {
+        const Tensor x = test::random_normal_tensor({257, 96}, in, seed++);
+        const Tensor w = test::random_normal_tensor({130, 96}, in, seed++);
+        const Tensor b = test::random_normal_tensor({130}, DType::f32, seed++);
+        const Tensor c0 = test::random_normal_tensor({257, 130}, out, seed++);
+        Tensor host = Tensor::empty({257, 130}, out);
+        copy(host, c0);
+        const Tensor dev = c0.to(gpu());
+        const Tensor bg = b.to(gpu());
+        gemm(host, x, w, {.trans_b = true, .beta = beta, .bias = &b});
+        gemm(dev, x.to(gpu()), w.to(gpu()), {.trans_b = true, .beta = beta, .bias = &bg});
+        const std::vector<float> h = host.to_floats(), d = dev.to_floats();
+        const double tol = in == DType::f32 ? 1e-4 : 4.0 * ulp_of(out == DType::f32 ? in : out);
+        for (size_t i = 0; i < h.size(); ++i)
+          ASSERT_NEAR(d[i], h[i], tol * (10 + std::fabs(h[i])))
+              << dtype_name(in) << "->" << dtype_name(out) << " beta " << beta << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(GemmGpuTest, InnerDimensionZeroOnGpu) {
   STOKER_REQUIRE_GPU();
   for (DType out : {DType::f32, DType::bf16}) {

@@ -109,6 +109,32 @@ TEST(GemmTest, AlphaAndBeta) {
   }
 }
 
+// y = x W^T + b with the bias fused: the reference adds b in double to the double product; a
+// half output is rounded once (bias included). A bias of the wrong size or dtype is refused.
+TEST(GemmTest, BiasIsAddedBeforeTheOneRounding) {
+  for (DType out : {DType::f32, DType::bf16}) {
+    const Tensor x = test::random_tensor({9, 5}, out, 71);  // half inputs give a half output
+    const Tensor w = test::random_tensor({6, 5}, out, 72);
+    const Tensor b = test::random_tensor({6}, DType::f32, 73);
+    Tensor y = Tensor::empty({9, 6}, out);
+    gemm(y, x, w, {.trans_b = true, .bias = &b});
+    const std::vector<float> xs = x.to_floats(), ws = w.to_floats(), bs = b.to_floats();
+    const std::vector<float> got = y.to_floats();
+    for (int i = 0; i < 9; ++i)
+      for (int j = 0; j < 6; ++j) {
+        double want = bs[j];
+        for (int k = 0; k < 5; ++k) want += static_cast<double>(xs[i * 5 + k]) * ws[j * 5 + k];
+        ASSERT_NEAR(got[i * 6 + j], want, out == DType::f32 ? 1e-5 : 8e-3 * (1 + std::fabs(want)))
+            << i << "," << j;
+      }
+  }
+  Tensor y = Tensor::empty({9, 6}, DType::f32);
+  const Tensor bad = Tensor::zeros({5}, DType::f32);
+  EXPECT_THROW(gemm(y, test::random_tensor({9, 5}, DType::f32, 1),
+                    test::random_tensor({6, 5}, DType::f32, 2), {.trans_b = true, .bias = &bad}),
+               stoker::Error);
+}
+
 TEST(GemmTest, BetaOneAccumulatesMicroSteps) {
   // Two gemms with beta = 1 into one C equal the gemm of the concatenated inner dimension.
   const Tensor a = test::random_tensor({9, 20}, DType::f32, 1);

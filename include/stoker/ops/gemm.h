@@ -17,6 +17,9 @@ struct GemmOptions {
   bool trans_b = false;
   float alpha = 1.0f;
   float beta = 0.0f;
+  // Optional f32 vector of N added to every row before the result is rounded to C's dtype
+  // (a linear layer's bias, fused into the GEMM's epilogue on the GPU: no extra pass over C).
+  const Tensor* bias = nullptr;
 };
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& options = {});

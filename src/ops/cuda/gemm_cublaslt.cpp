@@ -69,6 +69,7 @@ struct PlanKey {
   bool trans_a, trans_b;
   int ab_type, c_type, compute_type;
   uint32_t align_a, align_b, align_c;
+  bool bias;  // a bias epilogue was asked for
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -78,12 +79,16 @@ struct Plan {
   cublasLtMatrixLayout_t second = nullptr;  // our A
   cublasLtMatrixLayout_t out = nullptr;     // our C (also D)
   cublasLtMatmulAlgo_t algo{};
+  // The bias runs in the GEMM's epilogue; false with a bias asked for: cuBLASLt offered no
+  // algorithm for that epilogue, so the bias is a separate add_bias pass.
+  bool epilogue_bias = false;
+  std::mutex mu;  // the bias pointer is a descriptor attribute, set per call
 };
 
 struct Resources {
   cublasLtHandle_t handle;
   void* workspace;
-  const Plan* plan;
+  Plan* plan;
 };
 
 // What the autotuner may run: the call's inputs and stream.
@@ -92,6 +97,7 @@ struct TuneInputs {
   const void* b;
   size_t c_bytes;
   cudaStream_t stream;
+  const void* bias;  // nullptr: none
 };
 
 bool stream_is_capturing(cudaStream_t stream) {
@@ -183,9 +189,29 @@ class Cache {
     std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
     int found = 0;
     const bool tune = gemm_autotune() && !stream_is_capturing(in.stream);
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        handle, plan->op, plan->first, plan->second, plan->out, plan->out, pref,
-        tune ? kCandidates : 1, results.data(), &found);
+    auto query = [&] {
+      return cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->first, plan->second, plan->out,
+                                            plan->out, pref, tune ? kCandidates : 1, results.data(),
+                                            &found);
+    };
+    if (key.bias) {
+      // The f32 bias vector is added in fp32 before D is rounded (D's rows are our columns).
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = CUDA_R_32F;
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                         &epilogue, sizeof(epilogue)));
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &in.bias, sizeof(in.bias)));
+      plan->epilogue_bias = query() == CUBLAS_STATUS_SUCCESS && found > 0;
+      if (!plan->epilogue_bias) {
+        const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
+        STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                           &none, sizeof(none)));
+      }
+    }
+    const cublasStatus_t status = plan->epilogue_bias ? CUBLAS_STATUS_SUCCESS : query();
     cublasLtMatmulPreferenceDestroy(pref);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
       STOKER_THROW("gemm: cuBLASLt found no algorithm for C ", dtype_name(c), "[", key.m, ", ",
@@ -264,14 +290,23 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
   key.align_b = alignment_of(b.data());
   key.align_c = alignment_of(c.data());
 
+  key.bias = o.bias != nullptr;
+  const void* bias = o.bias ? o.bias->data() : nullptr;
   const Resources r =
-      cache().get(key, {a.data(), b.data(), c.nbytes(), stream}, a.dtype(), c.dtype());
-  const Plan& plan = *r.plan;
+      cache().get(key, {a.data(), b.data(), c.nbytes(), stream, bias}, a.dtype(), c.dtype());
+  Plan& plan = *r.plan;
   const float alpha = o.alpha;
   const float beta = o.beta;
-  STOKER_CUBLAS_CHECK(cublasLtMatmul(r.handle, plan.op, &alpha, b.data(), plan.first, a.data(),
-                                     plan.second, &beta, c.data(), plan.out, c.data(), plan.out,
-                                     &plan.algo, r.workspace, kWorkspaceBytes, stream));
+  {
+    const std::lock_guard<std::mutex> lock(plan.mu);
+    if (plan.epilogue_bias)
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias, sizeof(bias)));
+    STOKER_CUBLAS_CHECK(cublasLtMatmul(r.handle, plan.op, &alpha, b.data(), plan.first, a.data(),
+                                       plan.second, &beta, c.data(), plan.out, c.data(), plan.out,
+                                       &plan.algo, r.workspace, kWorkspaceBytes, stream));
+  }
+  if (o.bias && !plan.epilogue_bias) add_bias(c, *o.bias);
 }
 
 }  // namespace stoker::ops::cuda
