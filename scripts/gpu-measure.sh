@@ -54,6 +54,8 @@ run_parity() {
 run_gemm() {
   section "GEMM bench (CUDA)"
   "$C/benchmarks/stoker_gemm_bench" --benchmark_filter=Cuda --benchmark_min_time=0.2s
+  section "PyTorch GEMMs of the MLP's shapes (scripts/torch_gemm_probe.py)"
+  python3 scripts/torch_gemm_probe.py
 }
 
 cmd_run() {
