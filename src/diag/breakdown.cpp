@@ -67,21 +67,26 @@ Breakdown summarize(std::span<const StepSample> steps) {
   }
   if (b.launch_known) b.launch = summarize_values(launch);
   if (b.h2d_known) b.h2d = summarize_values(h2d);
+  // The shares' denominator: the host's step, or on a GPU the device's when it is longer (a
+  // host that runs ahead of the device, as in a loop without back-pressure).
+  double sum_share_base = 0;
   for (const StepSample& s : steps) {
     const auto& src = b.device_timed ? s.device : s.host;
     sum_input += src[static_cast<int>(Phase::data)];
     sum_comm += src[static_cast<int>(Phase::comm)];
     if (b.device_timed && b.launch_known) sum_launch += s.launch_ms;
+    double device_step = 0;
+    for (double v : s.device) device_step += v;
+    sum_share_base += b.device_timed ? std::max(s.host_ms, device_step) : s.host_ms;
   }
-  if (sum_step > 0) {
-    // The device's spans can exceed the host's step (the device runs behind): cap each share.
-    b.input_share = std::min(1.0, sum_input / sum_step);
-    b.comm_share = std::min(1.0 - b.input_share, sum_comm / sum_step);
-    b.launch_share = std::min(1.0 - b.input_share - b.comm_share, sum_launch / sum_step);
+  if (sum_step > 0 && sum_share_base > 0) {
+    b.input_share = std::min(1.0, sum_input / sum_share_base);
+    b.comm_share = std::min(1.0 - b.input_share, sum_comm / sum_share_base);
+    b.launch_share = std::min(1.0 - b.input_share - b.comm_share, sum_launch / sum_share_base);
     b.compute_share = std::max(0.0, 1.0 - b.input_share - b.comm_share - b.launch_share);
     b.host_data_share = std::min(1.0, sum_host_data / sum_step);
     b.samples_per_s = static_cast<double>(b.samples) / (sum_step / 1e3);
-    const double busy = sum_step - std::min(sum_step, sum_input);
+    const double busy = sum_share_base - std::min(sum_share_base, sum_input);
     b.demand_samples_per_s = busy > 0 ? static_cast<double>(b.samples) / (busy / 1e3) : 0;
   }
   b.mean_host_syncs = sum_syncs / static_cast<double>(n);

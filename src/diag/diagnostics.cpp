@@ -277,6 +277,7 @@ Report Diagnostics::build(const std::vector<StepSample>& steps, const LoaderSnap
 }
 
 Report Diagnostics::report(const std::string& title) {
+  timer_.calibrate(/*settle=*/true);  // the log has just waited for the device: it is idle
   collect();
   const LoaderSnapshot from = window_start_ ? *window_start_ : LoaderSnapshot{};
   Report r = build(window_, from, window_start_ms_, title);
@@ -294,7 +295,10 @@ Report Diagnostics::report(const std::string& title) {
 
 Report Diagnostics::end_fit() {
   // Fit is over: one wait for the device so that every step's events can be read.
-  if (device_.is_cuda() && timer_.pending() > 0) core::synchronize_device(device_);
+  if (device_.is_cuda() && timer_.pending() > 0) {
+    core::synchronize_device(device_);
+    timer_.calibrate(/*settle=*/true);
+  }
   if (!window_.empty() || timer_.pending() > 0) {
     collect();
     if (!window_.empty()) report("end of fit");

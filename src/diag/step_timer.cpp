@@ -11,6 +11,7 @@
 #include "stoker/diag/step_timer.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "stoker/core/stream.h"
 
@@ -61,22 +62,9 @@ void StepTimer::begin_step(int64_t step) {
   current_.sample.micro_steps = 1;
   current_.syncs_at_open = core::host_sync_count();
   open_ = true;
-  if (device_timing_) {
-    // An idle compute stream executes a new event at once: its device time is the host time of
-    // its record (plus the submission latency, a few microseconds). query() does not wait.
-    const double t = now_ms();
-    if (t - calibration_ms_ > kRecalibrateMs) {
-      const core::Stream s = core::current_stream(device_);
-      if (s.query()) {
-        core::Event e = core::Event::create(device_, /*timing=*/true);
-        calibration_ms_ = now_ms();
-        e.record(s);
-        calibration_ = e;
-      }
-    }
-    current_.calibration = calibration_;
-    current_.calibration_ms = calibration_ms_ >= 0 ? calibration_ms_ : -1;
-  }
+  if (device_timing_ &&
+      (calibrations_.empty() || now_ms() - calibrations_.back().host_ms > kRecalibrateMs))
+    calibrate();
   mark(Phase::data, false);
 }
 
@@ -133,28 +121,54 @@ void StepTimer::end_step(int64_t samples, double h2d_ms) {
   current_ = OpenStep{};
 }
 
+bool StepTimer::calibrate(bool settle) {
+  if (!device_timing_) return false;
+  // An idle stream executes a new event at once: its device time is the host time of its
+  // record (plus the submission latency, a few microseconds). query() does not wait.
+  const core::Stream s = core::current_stream(device_);
+  if (!s.query()) return false;
+  Calibration c;
+  c.event = core::Event::create(device_, /*timing=*/true);
+  c.host_ms = now_ms();
+  c.event.record(s);
+  calibrations_.push_back(c);
+  while (calibrations_.size() > kMaxCalibrations) calibrations_.pop_front();
+  for (const double until = now_ms() + 5; settle && !c.event.query() && now_ms() < until;) {
+  }
+  return true;
+}
+
 void StepTimer::harvest(OpenStep& o) {
   StepSample& s = o.sample;
   if (o.events.size() != s.marks.size()) return;
   s.has_device = true;
-  const bool calibrated = o.calibration_ms >= 0 && o.calibration.handle() != nullptr;
-  if (calibrated) {
+  // The completed calibration nearest to the step (event times are float milliseconds: the
+  // nearer, the finer). Marks and calibrations go to the same stream in host order.
+  const Calibration* cal = nullptr;
+  const double t0 = s.marks.front().host_ms;
+  for (const Calibration& c : calibrations_) {
+    if (cal && std::abs(c.host_ms - t0) >= std::abs(cal->host_ms - t0)) continue;
+    if (c.event.query()) cal = &c;
+  }
+  if (cal) {
     for (size_t i = 0; i < s.marks.size(); ++i)
-      s.marks[i].device_ms = o.calibration_ms + core::Event::elapsed_ms(o.calibration, o.events[i]);
+      s.marks[i].device_ms = s.marks[i].host_ms >= cal->host_ms
+                                 ? cal->host_ms + core::Event::elapsed_ms(cal->event, o.events[i])
+                                 : cal->host_ms - core::Event::elapsed_ms(o.events[i], cal->event);
   }
   double launch = 0;
   for (size_t i = 0; i + 1 < s.marks.size(); ++i) {
     const double span = core::Event::elapsed_ms(o.events[i], o.events[i + 1]);
     const Phase p = s.marks[i].phase;
     s.device[static_cast<int>(p)] += span;
-    if (calibrated && (p == Phase::forward || p == Phase::backward || p == Phase::optimizer)) {
+    if (cal && (p == Phase::forward || p == Phase::backward || p == Phase::optimizer)) {
       const double lag = s.marks[i + 1].device_ms - s.marks[i + 1].host_ms;
       const double limit =
           std::max(thresholds_.host_paced_lag_ms, thresholds_.host_paced_lag_fraction * span);
       if (lag < limit) launch += span;
     }
   }
-  s.launch_ms = calibrated ? launch : -1;
+  s.launch_ms = cal ? launch : -1;
   for (auto& e : o.events) pool_.push_back(e);
   o.events.clear();
 }

@@ -2,7 +2,9 @@
 // (docs/diagnostics.md defines every field).
 //
 // Shares are ratios of sums over the window (as TensorFlow's profiler does), so a few slow
-// steps weigh what they cost; medians and p90s describe the typical and the bad step.
+// steps weigh what they cost; medians and p90s describe the typical and the bad step. The
+// denominator is the host's step time, or on a GPU the device's (the sum of its phase spans)
+// where that is longer.
 // On a GPU the shares come from the device (compute-stream) spans: the host's own data wait
 // also holds back-pressure (a host that runs ahead of the GPU ends up waiting for a free loader
 // slot), while the device's data span is the time the GPU really had nothing to do but wait for
@@ -39,7 +41,7 @@ struct Breakdown {
   PhaseStat h2d;     // copy-stream time of the batches (h2d_known)
   bool launch_known = false;
   bool h2d_known = false;
-  // Shares of the summed host step time (0..1).
+  // Shares of the summed step time (0..1; see above).
   double input_share = 0;      // data: device span on a GPU, host wait on the CPU
   double launch_share = 0;     // host-paced device time (0 on the CPU or when unknown)
   double comm_share = 0;       // exposed communication: device span (GPU) or host time (CPU)

@@ -10,12 +10,14 @@
 // Trainer calls it at log/report time, right after the log's own host sync, so every event is
 // normally complete then; a step whose events are still pending is returned by a later call.
 //
-// Device clock on the host's time line: when the compute stream is idle (Stream::query) at a
-// step's start, a calibration event is recorded there; its device time is taken as the host
-// time of its record. Every later mark's device time is then calibration + elapsed(calibration,
-// mark), which gives the lag of the device behind the host at each mark, hence the host-paced
-// (launch) time of the step (Thresholds::host_paced_*). Without an idle moment since the
-// start (a GPU that is never idle before the first log) the launch time is unknown (-1).
+// Device clock on the host's time line: whenever the compute stream is idle (Stream::query, no
+// wait) at a step's start — at most every half second — or when calibrate() is called (the
+// Trainer's log has just waited for the device), a calibration event is recorded there; its
+// device time is taken as the host time of its record. A mark's device time is then that of
+// the nearest calibration plus (or minus) the elapsed time between the two events, which gives
+// the lag of the device behind the host at each mark, hence the host-paced (launch) time of
+// the step (Thresholds::host_paced_*). Until a first calibration exists (a GPU that is never
+// idle before the first log) the launch time is unknown (-1).
 //
 // On the CPU every op runs on the calling thread: marks are host clocks only, device spans are
 // absent (StepSample::has_device false).
@@ -90,6 +92,10 @@ class StepTimer {
 
   // Steps whose marks are all readable, oldest first, removed from the timer. Polls only.
   std::vector<StepSample> completed();
+  // Records a calibration event if the device's current stream is idle now (no wait); true if
+  // it did. Call it right after a host synchronization. With `settle`, polls (query, at most a
+  // few milliseconds) until the device has passed the event, so completed() can use it at once.
+  bool calibrate(bool settle = false);
   // Closed steps whose device times are not read yet.
   size_t pending() const { return pending_.size(); }
   // Steps dropped because more than kMaxPending were waiting for the device.
@@ -104,8 +110,10 @@ class StepTimer {
     StepSample sample;
     std::vector<core::Event> events;  // one per mark (GPU)
     uint64_t syncs_at_open = 0;
-    core::Event calibration;     // recorded on an idle stream at host time calibration_ms
-    double calibration_ms = -1;  // -1: no calibration for this step
+  };
+  struct Calibration {
+    core::Event event;   // recorded on an idle stream ...
+    double host_ms = 0;  // ... at this host time
   };
   void mark(Phase p, bool end);
   core::Event take_event();
@@ -118,8 +126,8 @@ class StepTimer {
   OpenStep current_;
   std::deque<OpenStep> pending_;
   std::vector<core::Event> pool_;
-  core::Event calibration_;  // the newest calibration event, shared by the steps after it
-  double calibration_ms_ = -1;
+  std::deque<Calibration> calibrations_;  // the newest last (at most kMaxCalibrations)
+  static constexpr size_t kMaxCalibrations = 64;
   int64_t dropped_ = 0;
 };
 
