@@ -27,6 +27,7 @@
 //   stoker_checkpoint_bench                                   # H200 defaults
 //   stoker_checkpoint_bench --cpu --blocks 3 --width 64 --hidden 256 --batch 2 --tokens 32
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -57,7 +58,8 @@ struct Options {
   int warmup = 3;
   int steps = 10;
   std::string precision = "bf16";
-  std::vector<std::string> modes{"none", "block", "selective", "every2+selective"};
+  std::vector<std::string> modes{
+      "none", "block", "selective", "every4+selective", "every3+selective", "every2+selective"};
   bool cpu = false;
   std::string json;
 };
@@ -107,27 +109,28 @@ Precision parse_precision(const std::string& s) {
 
 // Saved activations of the whole stack at the end of the forward, from the sizes (T tokens,
 // e bytes per element of the compute dtype). Per plain block: the block input (kept by
-// LayerNorm; it is the previous block's output) T*d*e, LayerNorm's mean and 1/std 2*T*4,
-// Linear1's input T*d*e, GELU's input T*h*e, Linear2's input (the GELU output) T*h*e.
-// Selective recomputation drops the last one. A checkpointed block keeps its input only, and
-// during its backward holds one block's activations again.
+// LayerNorm; it is the previous block's output, the same tensor the residual add read, kept
+// once by reference) T*d*e, LayerNorm's mean and 1/std 2*T*4, Linear1's input (the LayerNorm
+// output) T*d*e, GELU's input T*h*e, Linear2's input (the GELU output) T*h*e. Selective
+// recomputation drops the last two: Linear1 gives up the LayerNorm output (rebuilt from the
+// input LayerNorm keeps) and Linear2 the GELU output (rebuilt from the input GELU keeps).
+// A checkpointed block keeps its input only, and during its backward holds a plain block's
+// activations again (a Checkpoint's recomputation skips selective recomputation, and its last
+// Linear's GEMM). The estimate is the most held at the start of any block's backward.
 double predicted_saved_bytes(const Options& o, const Mode& m, size_t e) {
   const double t = static_cast<double>(o.batch * o.tokens);
   const double d = static_cast<double>(o.width), h = static_cast<double>(o.hidden);
   const double plain = t * (2 * d * e + 2 * h * e + 8);
-  const double selective = plain - t * h * e;
+  const double selective = plain - t * (d + h) * e;
   const double per_block = m.selective ? selective : plain;
   const double input = t * d * e;
-  double total = 0;
-  int checkpointed = 0;
+  double below = 0, most = 0;  // kept by the blocks before b; the highest point so far
   for (int b = 0; b < o.blocks; ++b) {
     const bool ckpt = m.every > 0 && b % m.every == 0;
-    total += ckpt ? input : per_block;
-    checkpointed += ckpt;
+    most = std::max(most, below + (ckpt ? plain : per_block));  // block b's backward starts
+    below += ckpt ? input : per_block;
   }
-  // The recomputed block's activations exist during its backward (minus its input, counted).
-  if (checkpointed > 0) total += per_block - input;
-  return total;
+  return most;
 }
 
 struct Result {

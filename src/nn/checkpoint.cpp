@@ -42,7 +42,7 @@ Tensor Checkpoint::backward(const Tensor& dy) {
   }
   {
     RecomputeScope recompute;
-    body_->forward(input_);  // the output is not needed: only what the body saves
+    body_->forward_for_backward(input_);  // only what the body saves: its last GEMM is skipped
   }
   for (size_t i = 0; i < generator_offsets_.size(); ++i)
     generator_offsets_[i].first->set_offset(after[i]);

@@ -27,14 +27,25 @@ void Sequential::wrap_child(
   children_[i] = std::move(wrapped);
 }
 
-Tensor Sequential::forward(const Tensor& x) {
-  const bool selective = selective_ && saving_activations();
+Tensor Sequential::forward(const Tensor& x) { return run_forward(x, true); }
+
+void Sequential::forward_for_backward(const Tensor& x) { run_forward(x, false); }
+
+Tensor Sequential::run_forward(const Tensor& x, bool need_output) {
+  // Not while a Checkpoint recomputes: the recomputed activations live only for this one
+  // backward, so dropping and rebuilding them would cost elementwise passes for little memory.
+  const bool selective = selective_ && saving_activations() && !recomputing();
   rebuild_from_.assign(selective ? children_.size() : 0, -1);
   int run = -1;  // first child of the run that can rebuild the current h; -1: none
   Tensor h = x;
   for (size_t i = 0; i < children_.size(); ++i) {
     Module& c = *children_[i];
-    h = c.forward(h);
+    if (need_output || i + 1 < children_.size()) {
+      h = c.forward(h);
+    } else {
+      c.forward_for_backward(h);
+      h = Tensor();
+    }
     if (!selective) continue;
     if (run >= 0 && c.release_saved_input()) rebuild_from_[i] = run;
     switch (c.output_recompute()) {
@@ -124,6 +135,8 @@ Tensor Residual::forward(const Tensor& x) {
   ops::add(y, x, fx);
   return y;
 }
+
+void Residual::forward_for_backward(const Tensor& x) { body_->forward_for_backward(x); }
 
 Tensor Residual::backward(const Tensor& dy) {
   const Tensor dbody = body_->backward(dy);

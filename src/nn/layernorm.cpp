@@ -52,6 +52,29 @@ void LayerNorm::restore_saved_input(const Tensor& x) {
   x_ = x.reshape({-1, features_});
 }
 
+Module::OutputRecompute LayerNorm::output_recompute() const {
+  if (!mean_.defined()) return OutputRecompute::none;  // saved nothing
+  // With its input kept, the output is one normalization pass away; with the input given up
+  // (an earlier module rebuilds it), it is rebuilt from that input.
+  return x_.defined() ? OutputRecompute::from_own_state : OutputRecompute::from_input;
+}
+
+Tensor LayerNorm::recompute_output(const Tensor& x) {
+  const Tensor in = x.defined() ? x.reshape({-1, features_}) : x_;
+  STOKER_CHECK(in.defined() && mean_.defined() && in.numel() == x_shape_.numel(), describe(),
+               ": no saved or given input ", x.defined() ? x.str() : std::string("undefined"),
+               " matching the forward's input ", x_shape_, " to recompute the output from");
+  // The forward's kernel on the forward's input: the same bits. Its statistics are recomputed
+  // into temporaries (one row reduction, fp32, T*8 bytes) rather than taken from mean_/rstd_, so
+  // no second kernel has to reproduce the forward's arithmetic.
+  const int64_t n = in.size(0);
+  Tensor y = Tensor::empty(in.shape(), in.dtype(), in.device());
+  Tensor mean = Tensor::empty({n}, DType::f32, in.device());
+  Tensor rstd = Tensor::empty({n}, DType::f32, in.device());
+  ops::layernorm_forward(y, mean, rstd, in, weight_.value(), bias_.value(), eps_);
+  return y.reshape(x_shape_);
+}
+
 void LayerNorm::visit_parameters(const std::string& prefix,
                                  const std::function<void(const std::string&, Parameter&)>& fn) {
   const std::string p = prefix.empty() ? "" : prefix + ".";

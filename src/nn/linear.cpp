@@ -39,6 +39,17 @@ Tensor Linear::forward(const Tensor& x) {
   return y.reshape(out_shape);
 }
 
+void Linear::forward_for_backward(const Tensor& x) {
+  if (!saving_activations()) return;  // forward would keep nothing, and the output is not needed
+  STOKER_CHECK(x.defined() && x.rank() >= 1 && x.size(-1) == in_ && x.device() == device_ &&
+                   core::is_float(x.dtype()),
+               describe(), ": input ", x.defined() ? x.str() : std::string("undefined"),
+               " must be a float tensor on ", device_.str(), " ending in ", in_, " features");
+  x_shape_ = x.shape();
+  x_ = x.reshape({-1, in_});
+  w_compute_ = weight_.compute_value(x.dtype());
+}
+
 Tensor Linear::backward(const Tensor& dy) {
   STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
   const Tensor dy2 = dy.reshape({-1, out_});

@@ -196,7 +196,9 @@ TEST(CheckpointTest, SelectiveRecomputationForLayerNormAndReLU) {
       build, [](Sequential& s) { set_selective_recompute(s, true); }, DType::f32, 2, {5, 8},
       "selective: GELU -> LayerNorm, ReLU -> Dropout -> Linear");
   // After the forward, the selective model holds the GELU output (5 x 32 f32) less: LayerNorm
-  // gave it up. (ReLU -> Dropout -> Linear frees the dropout output, 5 x 16 f32, too.)
+  // gave it up; and the LayerNorm output (5 x 32 f32), which Linear(32, 16) gave up (rebuilt
+  // from the rebuilt GELU output). (ReLU -> Dropout -> Linear frees the dropout output, 5 x 16
+  // f32, too.)
   auto plain = build(), selective = build();
   set_selective_recompute(*selective, true);
   const Tensor x = test::random_tensor({5, 8}, DType::f32, 4);
@@ -207,7 +209,7 @@ TEST(CheckpointTest, SelectiveRecomputationForLayerNormAndReLU) {
     m.backward(y);
     return held;
   };
-  EXPECT_EQ(kept(*plain) - kept(*selective), size_t{5 * 32 * 4 + 5 * 16 * 4});
+  EXPECT_EQ(kept(*plain) - kept(*selective), size_t{2 * 5 * 32 * 4 + 5 * 16 * 4});
 }
 
 TEST(CheckpointTest, NamesDoNotChange) {
@@ -383,6 +385,80 @@ TEST(CheckpointTest, PeakMemoryFallsAsPredicted) {
     EXPECT_TRUE(
         test::bit_identical(selective->parameters()[i]->grad(), plain->parameters()[i]->grad()));
   }
+}
+
+// The same with the transformer MLP block x + Linear(h->d)(GELU(Linear(d->h)(LayerNorm(x)))),
+// f32 on the CPU, B rows; a = B*d*4, b = B*h*4 as above and s = B*8 (LayerNorm's mean and 1/std).
+//
+// plain: each block keeps s, the LayerNorm output L (a, Linear1's input), U and G (2b), and its
+//   output (a): N*(2a + 2b + s). Highest inside the last block's backward, at GELU's (+b).
+//     peak = N*(2a + 2b + s) + b
+// selective: Linear1 gives L up (LayerNorm rebuilds it from the input it keeps, one
+//   normalization pass) and Linear2 gives G up: N*(a + b + s). In the last block's backward G is
+//   rebuilt (b) and replaced by dG, then GELU allocates dU: two more b (rebuilding L later, a + s
+//   with the temporary statistics, is lower since a + s < 2b). Nothing is kept twice: the
+//   residual add keeps nothing, LayerNorm keeps the block input by reference.
+//     peak = N*(a + b + s) + 2b        (before L was rebuilt: N*(2a + b + s) + 2b)
+// checkpoint every block: N*a after the forward. The last block's recomputation keeps a plain
+//   block's s + L + U + G (no selective recomputation inside a recomputation; its last Linear
+//   only saves its input, no GEMM, no add), then its backward adds b.
+//     peak = N*a + (a + s) + 3b
+// checkpoint every second block (0, 2, 4) + selective elsewhere, N = 6: N*a + 3(b + s) after the
+//   forward. Highest in block 4's backward: the outputs of blocks 0-3, the caller's y and the
+//   carried gradient (6a), blocks 1 and 3 (2(b + s)), block 4 recomputed (a + s + 2b) and its
+//   GELU backward (b).
+//     peak = 7a + 5b + 3s
+TEST(CheckpointTest, PeakMemoryWithLayerNormFallsAsPredicted) {
+  constexpr int kN = 6;
+  constexpr int64_t kB = 8, kD = 16, kH = 64;
+  constexpr size_t a = kB * kD * 4, b = kB * kH * 4, s = kB * 8;
+  const auto build = [&] {
+    manual_seed(21);
+    auto net = make<Sequential>();
+    for (int i = 0; i < kN; ++i)
+      net->add(make<Residual>(make<Sequential>(make<LayerNorm>(kD), make<Linear>(kD, kH),
+                                               make<GELU>(), make<Linear>(kH, kD))));
+    return net;
+  };
+  const Tensor x = test::random_tensor({kB, kD}, DType::f32, 1);
+  const Tensor dy = test::random_tensor({kB, kD}, DType::f32, 2);
+  const auto peak_of = [&](Module& m) {
+    for (Parameter* p : m.parameters()) p->zero_grad();
+    core::reset_peak_memory(Device::cpu());
+    const size_t base = core::memory_stats(Device::cpu()).current_bytes;
+    {
+      const Tensor y = m.forward(x);
+      m.backward(dy);
+    }
+    const core::MemoryStats st = core::memory_stats(Device::cpu());
+    EXPECT_EQ(st.current_bytes, base) << "a forward+backward must leave nothing allocated";
+    return st.peak_bytes - base;
+  };
+  auto plain = build();
+  auto selective = build();
+  set_selective_recompute(*selective, true);
+  auto ckpt = build();
+  checkpoint_every(*ckpt, 1);
+  auto mixed = build();
+  checkpoint_every(*mixed, 2);
+  set_selective_recompute(*mixed, true);
+  EXPECT_EQ(peak_of(*plain), kN * (2 * a + 2 * b + s) + b);  // 33152
+  EXPECT_EQ(peak_of(*selective), kN * (a + b + s) + 2 * b);  // 19840
+  EXPECT_EQ(peak_of(*ckpt), kN * a + (a + s) + 3 * b);       // 9792
+  EXPECT_EQ(peak_of(*mixed), 7 * a + 5 * b + 3 * s);         // 14016
+  for (Sequential* m : {selective.get(), ckpt.get(), mixed.get()}) {
+    const auto pa = plain->parameters(), pb = m->parameters();
+    for (size_t i = 0; i < pa.size(); ++i)
+      EXPECT_TRUE(test::bit_identical(pb[i]->grad(), pa[i]->grad())) << i;
+  }
+  // Bit-identical in half precision too, with every third block checkpointed.
+  expect_bit_identical(
+      build,
+      [](Sequential& m) {
+        checkpoint_every(m, 3);
+        set_selective_recompute(m, true);
+      },
+      DType::bf16, 2, {3, kB, kD}, "bf16, every third block + selective");
 }
 
 // A forward inside a NoSaveScope (evaluation) keeps nothing: only its output stays allocated.

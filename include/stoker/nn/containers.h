@@ -50,6 +50,8 @@ class Sequential : public Module {
   bool selective_recompute() const { return selective_; }
 
   Tensor forward(const Tensor& x) override;
+  // The children's forwards, the last one through forward_for_backward.
+  void forward_for_backward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
   void visit_parameters(const std::string& prefix,
@@ -69,6 +71,7 @@ class Sequential : public Module {
   // Per child of the last saving forward: the first child of the run that rebuilds its released
   // input, or -1 (the child kept its input itself).
   std::vector<int> rebuild_from_;
+  Tensor run_forward(const Tensor& x, bool need_output);
 };
 
 // y = x + body(x); the body's output must have x's shape. dx = dy + body.backward(dy).
@@ -78,6 +81,8 @@ class Residual : public Module {
   explicit Residual(std::unique_ptr<Module> body);
 
   Tensor forward(const Tensor& x) override;
+  // The body's forward_for_backward; no add.
+  void forward_for_backward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
   void visit_parameters(const std::string& prefix,

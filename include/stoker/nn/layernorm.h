@@ -1,7 +1,7 @@
 // LayerNorm over the last dimension with learnable "weight" (gamma, init 1) and "bias" (beta,
 // init 0), PyTorch's names and biased variance. Saved for backward: the input (a view) and the
 // per-row mean and 1/std (fp32); selective recomputation may take the input away and give it
-// back (nn/checkpoint.h).
+// back, and rebuilds the output for the consumer instead of letting it keep it (nn/checkpoint.h).
 #pragma once
 
 #include "stoker/nn/module.h"
@@ -14,6 +14,10 @@ class LayerNorm : public Module {
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // Selective recomputation: the output is rebuilt from the kept input (from_own_state) or, when
+  // the input was given up, from the input rebuilt upstream (from_input).
+  OutputRecompute output_recompute() const override;
+  Tensor recompute_output(const Tensor& x) override;
   bool release_saved_input() override;
   void restore_saved_input(const Tensor& x) override;
   void visit_parameters(const std::string& prefix,

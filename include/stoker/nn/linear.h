@@ -17,6 +17,8 @@ class Linear : public Module {
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // Saves the input (and the weight's compute copy) without the GEMM.
+  void forward_for_backward(const Tensor& x) override;
   // Saves its input (a view, no copy); selective recomputation may take it away and give it
   // back (nn/checkpoint.h).
   bool release_saved_input() override;

@@ -37,6 +37,12 @@ class Module {
 
   virtual Tensor forward(const Tensor& x) = 0;
   virtual Tensor backward(const Tensor& dy) = 0;
+  // Runs the forward only for what it saves for backward, when the caller does not need the
+  // output (an nn::Checkpoint's recomputation: the body's output was used by the first forward).
+  // What it saves, draws and changes is exactly what forward(x) would; only work that produces
+  // nothing but the output may be skipped. Default: forward(x), output dropped. Linear skips its
+  // GEMM; Sequential runs its last child this way, Residual its body (and no add).
+  virtual void forward_for_backward(const Tensor& x) { forward(x); }
 
   // Appends this module's parameters (and its children's), in registration order.
   virtual void collect_parameters(std::vector<Parameter*>& out);
