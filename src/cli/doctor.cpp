@@ -403,7 +403,9 @@ Measurement run_program(const DoctorOptions& o, const std::string& name, const s
 // ---------------------------------------------------------------------------------------------
 // Diagnostics overhead: the same model, diagnostics off and on, interleaved.
 
-json run_overhead(const DoctorOptions& o, const Setup& s) {
+json run_overhead(const DoctorOptions& options, const Setup& s) {
+  DoctorOptions o = options;
+  if (o.overhead_steps > 0) o.steps = o.overhead_steps;
   std::printf("\n== diagnostics overhead (%d repetitions of %lld steps, batch %lld) ==\n",
               o.repeats, static_cast<long long>(o.steps), static_cast<long long>(o.batch));
   auto model = make_model(o, s);
@@ -557,6 +559,17 @@ void print_measurement(const Measurement& m) {
 
 }  // namespace
 
+std::vector<std::string> split_program_args(std::vector<std::string>& args) {
+  std::vector<std::string> program;
+  const auto doctor = std::find(args.begin(), args.end(), "doctor");
+  if (doctor == args.end()) return program;
+  const auto dash = std::find(doctor, args.end(), "--");
+  if (dash == args.end()) return program;
+  program.assign(dash + 1, args.end());
+  args.erase(dash, args.end());
+  return program;
+}
+
 std::vector<std::string> split_program(int& argc, char** argv) {
   std::vector<std::string> program;
   if (argc < 2 || std::string(argv[1]) != "doctor") return program;
@@ -603,6 +616,8 @@ CLI::App* add_doctor_command(CLI::App& app, DoctorOptions& o) {
   c->add_flag("--overhead", o.overhead, "measure the cost of diagnostics (off vs on)");
   c->add_option("--repeats", o.repeats, "repetitions of the overhead measurement")
       ->capture_default_str();
+  c->add_option("--overhead-steps", o.overhead_steps,
+                "timed steps per overhead run (default: --steps)");
   c->add_option("--json", o.json, "write everything measured to this JSON file");
   c->add_option("--trace", o.trace, "Chrome trace of the real-data run");
   c->add_option("--save-baseline", o.save_baseline, "baseline card of the real-data run");

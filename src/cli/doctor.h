@@ -33,6 +33,7 @@ struct DoctorOptions {
   int gpus = 0;  // ranks for the 1-vs-N ablation (0: every visible GPU when several)
   bool overhead = false;
   int repeats = 5;
+  int64_t overhead_steps = 0;  // timed steps per overhead run (0: --steps)
   std::string json, trace, save_baseline, compare_baseline;
   std::string nvml = "libnvidia-ml.so.1";
   std::vector<std::string> program;  // the user's program (after --)
@@ -42,6 +43,9 @@ struct DoctorOptions {
 // `stoker doctor [options] -- PROGRAM ARGS...`: takes PROGRAM ARGS out of the command line
 // (argc shrinks to the `--`) so that CLI11 never parses the program's own options.
 std::vector<std::string> split_program(int& argc, char** argv);
+// The same on a list of words (without the program name): everything after the first `--`
+// that follows the `doctor` word is removed from `args` and returned.
+std::vector<std::string> split_program_args(std::vector<std::string>& args);
 
 // Registers the subcommand on `app`; run it with run_doctor when parsed.
 CLI::App* add_doctor_command(CLI::App& app, DoctorOptions& options);
