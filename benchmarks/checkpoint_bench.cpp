@@ -5,6 +5,17 @@
 // block (nn/checkpoint.h, TrainerOptions::activation_checkpoint_every / selective_recompute).
 // Defaults are the H200 case: 12 blocks, d 768, h 3072, batch 16 x 1024 tokens, bf16.
 //
+// The mode meant to meet the goal is every3+selective (every4+selective and every2+selective
+// bracket it). Why, from the model (T = 16384 tokens, bf16; MiB of saved activations at the
+// highest point of the backward, "model est."): none 2881.5; block 504.1; selective 1441.5 (a
+// block keeps x and GELU's input, d + h per token, instead of 2d + 2h); every4+selective
+// 1153.1; every3+selective 1057.0; every2+selective 960.8. With ~1070 MiB of resident state
+// (weights, gradients, AdamW, bf16 copies) a mode needs <= ~1370 MiB of activations and
+// temporaries for -40 %: every3 leaves ~300 MiB for temporaries, every4 ~200. Time: a
+// checkpointed block re-runs LayerNorm, its first GEMM and GELU (its second GEMM and the
+// residual add are skipped; no selective passes inside it), a selective block two elementwise
+// passes (LayerNorm, GELU); every3 checkpoints 4 of 12 blocks, every2 6. Which of them also
+// stays <= +20 % is for the H200 measurement to say (docs/benchmarks.md).
 // Columns (docs/benchmarks.md):
 //   peak MiB      core::memory_stats(device).peak_bytes over the timed steps: every tensor
 //                 stoker allocated (weights, gradients, optimizer state, half copies, inputs,

@@ -10,9 +10,15 @@
 //    copy) and the positions of the body's random generators. Its backward re-runs the body's
 //    forward from that input with saving on and the generators rewound (same dropout masks),
 //    then runs the body's backward. The saved activations of the body exist only during its
-//    own backward. Cost: one more forward of the body per step (≈ +1/3 of the step's FLOPs
-//    when everything is checkpointed). Gradients are bit-identical to the plain run on the same
-//    device and dtype: the recomputation runs the same kernels on the same inputs.
+//    own backward. The recomputation runs through Module::forward_for_backward: the body's
+//    output is not needed, so its last Linear only saves its input (no GEMM) and a Residual
+//    skips its add — for a transformer MLP block that is one GEMM of two. It also runs without
+//    selective recomputation (the recomputed activations live for one backward only, so
+//    rebuilding them again would cost passes for little memory). Cost: at most one more
+//    forward of the body per step (≈ +1/3 of the step's FLOPs when everything is
+//    checkpointed; ≈ +1/6 for MLP blocks, whose second GEMM is skipped). Gradients are
+//    bit-identical to the plain run on the same device and dtype: the recomputation runs the same
+//    kernels on the same inputs.
 //    - Nesting: a Checkpoint inside a non-saving forward keeps nothing itself (the enclosing
 //      Checkpoint's recomputation calls it again with saving on), so nested checkpoints cost
 //      one more forward per level and keep one input per level.
@@ -27,10 +33,17 @@
 // 2. Selective recomputation — nn::set_selective_recompute(model, true) turns it on for every
 //    Sequential in the tree (see Sequential in nn/containers.h): outputs that are cheap to
 //    rebuild from state kept anyway (GELU's output from the input GELU keeps for its own
-//    backward; dropout, whose mask is never stored — it is regenerated from the Philox
-//    (seed, offset) of the forward) are not kept by the layer that consumes them (Linear,
-//    LayerNorm) and are rebuilt right before that layer's backward. Cost: one elementwise
-//    kernel per rebuilt tensor; no GEMM is repeated. Gradients are bit-identical.
+//    backward; LayerNorm's output from the input LayerNorm keeps, one normalization pass;
+//    dropout, whose mask is never stored — it is regenerated from the Philox (seed, offset) of
+//    the forward) are not kept by the layer that consumes them (Linear, LayerNorm) and are
+//    rebuilt right before that layer's backward. Cost: one elementwise or row-normalization
+//    kernel per rebuilt tensor; no GEMM is repeated. Gradients are bit-identical. In a block
+//    x + Linear(GELU(Linear(LayerNorm(x)))) it keeps per token d + h values (x, kept by
+//    LayerNorm by reference, and GELU's input) instead of 2d + 2h.
+//
+// Combined (issue #5's goal, >= 40 % lower peak for <= 20 % more step time): checkpoint every
+// k-th block and turn selective recomputation on (checkpoint_every = 3, selective_recompute =
+// true for 12 MLP blocks; stoker_checkpoint_bench's `every3+selective`, docs/benchmarks.md).
 //
 // What each layer saves (its header has the details): Linear its input; LayerNorm its input
 // and per-row mean and 1/std (fp32); GELU its input; ReLU its output; Dropout nothing (a draw
