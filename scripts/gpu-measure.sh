@@ -53,7 +53,7 @@ run_parity() {
 
 run_gemm() {
   section "GEMM bench (CUDA)"
-  "$C/benchmarks/stoker_gemm_bench" --benchmark_filter=Cuda --benchmark_min_time=0.2s
+  "$C/benchmarks/stoker_gemm_bench" --benchmark_filter=Cuda --benchmark_min_time=0.2
   section "PyTorch GEMMs of the MLP's shapes (scripts/torch_gemm_probe.py)"
   python3 scripts/torch_gemm_probe.py
 }

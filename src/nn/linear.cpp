@@ -31,8 +31,10 @@ Tensor Linear::forward(const Tensor& x) {
   // parameter's half copy of the fp32 master, which the optimizer refreshes after each step.
   w_compute_ = weight_.compute_value(x.dtype());
   Tensor y = Tensor::empty({x_.size(0), out_}, x.dtype(), device_);
-  // The bias rides in the GEMM's epilogue (added in fp32 before y is rounded).
-  ops::gemm(y, x_, w_compute_, {.trans_b = true, .bias = has_bias_ ? &bias_.value() : nullptr});
+  // The bias rides in the GEMM's epilogue (added in fp32 before y is rounded), in y's dtype
+  // under mixed precision as autocast does (the half copy, refreshed with the weight's).
+  const Tensor* bias = has_bias_ ? &bias_.compute_value(x.dtype()) : nullptr;
+  ops::gemm(y, x_, w_compute_, {.trans_b = true, .bias = bias});
   if (!saving_activations()) x_ = Tensor();  // inside a Checkpoint's forward: keep nothing
   Shape out_shape = x_shape_;
   out_shape[out_shape.rank() - 1] = out_;

@@ -58,10 +58,11 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
                a.str(), o.trans_a ? ", transposed" : "", ") but op(b) is [", kb, ", ", n, "] (b ",
                b.str(), o.trans_b ? ", transposed" : "", ")");
   if (o.bias) {
-    STOKER_CHECK(o.bias->defined() && o.bias->dtype() == DType::f32 && o.bias->rank() == 1 &&
-                     o.bias->size(0) == n && o.bias->device() == c.device(),
+    STOKER_CHECK(o.bias->defined() &&
+                     (o.bias->dtype() == DType::f32 || o.bias->dtype() == c.dtype()) &&
+                     o.bias->rank() == 1 && o.bias->size(0) == n && o.bias->device() == c.device(),
                  "ops::gemm: bias is ", o.bias->defined() ? o.bias->str() : "undefined",
-                 "; expected f32[", n, "] on ", c.device().str());
+                 "; expected f32 or ", dtype_name(c.dtype()), " [", n, "] on ", c.device().str());
   }
   STOKER_CHECK(c.size(0) == m && c.size(1) == n, "ops::gemm: c is ", c.str(), "; expected [", m,
                ", ", n, "] for op(a) [", m, ", ", k, "] x op(b) [", k, ", ", n, "]");

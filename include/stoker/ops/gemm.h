@@ -17,8 +17,10 @@ struct GemmOptions {
   bool trans_b = false;
   float alpha = 1.0f;
   float beta = 0.0f;
-  // Optional f32 vector of N added to every row before the result is rounded to C's dtype
-  // (a linear layer's bias, fused into the GEMM's epilogue on the GPU: no extra pass over C).
+  // Optional vector of N (f32, or C's dtype) added to every row in fp32 before the result is
+  // rounded to C's dtype: a linear layer's bias, fused into the GEMM's epilogue on the GPU (no
+  // extra pass over C). cuBLASLt fuses a bias in C's dtype; an f32 bias with a half C is a
+  // separate pass.
   const Tensor* bias = nullptr;
 };
 

@@ -35,7 +35,8 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
               static_cast<float*>(c32.data()), n);
   if (o.bias) {  // in fp32, before the one rounding to C's dtype (as the GPU epilogue)
     float* out = static_cast<float*>(c32.data());
-    const float* bias = static_cast<const float*>(o.bias->data());
+    const Tensor bias32 = as_f32(*o.bias);
+    const float* bias = static_cast<const float*>(bias32.data());
     parallel_range(m, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
         for (int j = 0; j < n; ++j) out[r * n + j] += bias[j];

@@ -69,7 +69,7 @@ struct PlanKey {
   bool trans_a, trans_b;
   int ab_type, c_type, compute_type;
   uint32_t align_a, align_b, align_c;
-  bool bias;  // a bias epilogue was asked for
+  int bias_type;  // cudaDataType_t of the bias asked for in the epilogue, -1: none
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -152,14 +152,17 @@ class Cache {
     const cublasOperation_t op_first = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_second = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const auto compute = static_cast<cublasComputeType_t>(key.compute_type);
-    STOKER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
-    STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                       &op_first, sizeof(op_first)));
-    STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                       &op_second, sizeof(op_second)));
-    const cublasLtPointerMode_t host_scalars = CUBLASLT_POINTER_MODE_HOST;
-    STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_POINTER_MODE,
-                                                       &host_scalars, sizeof(host_scalars)));
+    auto make_op = [&] {
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                         &op_first, sizeof(op_first)));
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                         &op_second, sizeof(op_second)));
+      const cublasLtPointerMode_t host_scalars = CUBLASLT_POINTER_MODE_HOST;
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &host_scalars, sizeof(host_scalars)));
+    };
+    make_op();
 
     // Stored (column-major) shapes: row-major B [K, N] is column-major N x K, and so on.
     const auto ab_type = static_cast<cudaDataType_t>(key.ab_type);
@@ -194,10 +197,12 @@ class Cache {
                                             plan->out, pref, tune ? kCandidates : 1, results.data(),
                                             &found);
     };
-    if (key.bias) {
-      // The f32 bias vector is added in fp32 before D is rounded (D's rows are our columns).
+    if (key.bias_type >= 0) {
+      // The bias vector is added in fp32 before D is rounded (D's rows are our columns).
+      // cuBLASLt takes a bias in D's dtype (or f32 with an f32 D); any other combination is
+      // refused by the heuristic and falls back to a separate add_bias pass.
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      const cudaDataType_t bias_type = CUDA_R_32F;
+      const auto bias_type = static_cast<cudaDataType_t>(key.bias_type);
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                          &epilogue, sizeof(epilogue)));
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
@@ -205,10 +210,9 @@ class Cache {
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &in.bias, sizeof(in.bias)));
       plan->epilogue_bias = query() == CUBLAS_STATUS_SUCCESS && found > 0;
-      if (!plan->epilogue_bias) {
-        const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
-        STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                           &none, sizeof(none)));
+      if (!plan->epilogue_bias) {  // a clean descriptor: no bias attributes left behind
+        cublasLtMatmulDescDestroy(plan->op);
+        make_op();
       }
     }
     const cublasStatus_t status = plan->epilogue_bias ? CUBLAS_STATUS_SUCCESS : query();
@@ -290,7 +294,7 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
   key.align_b = alignment_of(b.data());
   key.align_c = alignment_of(c.data());
 
-  key.bias = o.bias != nullptr;
+  key.bias_type = o.bias ? static_cast<int>(cuda_type(o.bias->dtype())) : -1;
   const void* bias = o.bias ? o.bias->data() : nullptr;
   const Resources r =
       cache().get(key, {a.data(), b.data(), c.nbytes(), stream, bias}, a.dtype(), c.dtype());
@@ -306,7 +310,15 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
                                        plan.second, &beta, c.data(), plan.out, c.data(), plan.out,
                                        &plan.algo, r.workspace, kWorkspaceBytes, stream));
   }
-  if (o.bias && !plan.epilogue_bias) add_bias(c, *o.bias);
+  if (o.bias && !plan.epilogue_bias) {
+    if (o.bias->dtype() == DType::f32) {
+      add_bias(c, *o.bias);
+    } else {
+      const Tensor wide = Tensor::empty(o.bias->shape(), DType::f32, device);
+      cuda::cast(wide, *o.bias);
+      add_bias(c, wide);
+    }
+  }
 }
 
 }  // namespace stoker::ops::cuda
