@@ -65,6 +65,7 @@ TEST(DiagGpu, ComputeHeavyStepIsComputeBound) {
          c = Tensor::empty({n, n}, DType::bf16, kGpu);
   stoker::ops::random_normal(a, 0, 1, 1, 0);
   stoker::ops::random_normal(b, 0, 1, 2, 0);
+  stoker::ops::gemm(c, a, b);  // first use of the shape: GEMM autotuning syncs here, once
   // 8 GEMMs of 8192^3: ~9 TFLOP per step, about 12 ms on an H200; the host enqueues them in
   // microseconds and runs ahead.
   const auto steps = timed_steps(12, [&] {
