@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dist/collective_kind.h"
 #include "dist/host_reduce.h"
 #include "dist/rendezvous_links.h"
 #include "stoker/core/error.h"
@@ -25,23 +26,8 @@ constexpr size_t kRequestBytes = 32, kReplyBytes = 24;
 constexpr uint64_t kMaxErrorText = 1u << 16;
 constexpr double kReportGraceS = 2.0;  // how long an error report may take to be read
 
-enum class Kind : uint8_t { all_reduce = 1, broadcast, all_gather, reduce_scatter, barrier };
-
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::all_reduce:
-      return "all_reduce";
-    case Kind::broadcast:
-      return "broadcast";
-    case Kind::all_gather:
-      return "all_gather";
-    case Kind::reduce_scatter:
-      return "reduce_scatter";
-    case Kind::barrier:
-      return "barrier";
-  }
-  return "?";
-}
+using Kind = detail::CollectiveKind;
+using detail::kind_name;
 
 struct Call {
   Kind kind = Kind::barrier;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/collective_kind.h"
 #include "dist/host_reduce.h"
 #include "stoker/core/error.h"
 
@@ -20,23 +21,8 @@ namespace stoker::dist {
 
 namespace {
 
-enum class Kind { all_reduce, broadcast, all_gather, reduce_scatter, barrier };
-
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::all_reduce:
-      return "all_reduce";
-    case Kind::broadcast:
-      return "broadcast";
-    case Kind::all_gather:
-      return "all_gather";
-    case Kind::reduce_scatter:
-      return "reduce_scatter";
-    case Kind::barrier:
-      return "barrier";
-  }
-  return "?";
-}
+using Kind = detail::CollectiveKind;
+using detail::kind_name;
 
 struct Post {
   Kind kind = Kind::barrier;
