@@ -23,6 +23,8 @@
 
 #include <array>
 #include <compare>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -36,8 +38,20 @@ namespace stoker::ops::cuda {
 
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-constexpr int kCandidates = 8;
+constexpr int kMaxCandidates = 64;
+
+// Tuning knobs read once from the environment (for experiments; the defaults are the measured
+// choice): STOKER_GEMM_CANDIDATES (algorithms the autotuner times, 1..64, default 8) and
+// STOKER_GEMM_WORKSPACE_MIB (cuBLASLt workspace per stream, default 32).
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  const int x = std::atoi(v);
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+const int kCandidates = env_int("STOKER_GEMM_CANDIDATES", 8, 1, kMaxCandidates);
+const size_t kWorkspaceBytes =
+    static_cast<size_t>(env_int("STOKER_GEMM_WORKSPACE_MIB", 32, 1, 4096)) << 20;
 constexpr int kTimedRuns = 3;
 constexpr int kMaxDevices = 64;
 
@@ -189,7 +203,7 @@ class Cache {
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
 
-    std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
+    std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
     int found = 0;
     const bool tune = gemm_autotune() && !stream_is_capturing(in.stream);
     auto query = [&] {
@@ -246,9 +260,14 @@ class Cache {
     cudaEventCreate(&stop);
     int best = 0;
     float best_ms = std::numeric_limits<float>::infinity();
+    static const bool verbose = env_int("STOKER_GEMM_VERBOSE", 0, 0, 1) == 1;
     for (int i = 0; i < found; ++i) {
       const float ms =
           time_algo(handle, plan, results[i].algo, in, scratch, workspace, start, stop);
+      if (verbose)
+        std::fprintf(stderr,
+                     "stoker gemm autotune: candidate %d of %d: %.4f ms (workspace %zu B)\n", i,
+                     found, ms, results[i].workspaceSize);
       if (ms < best_ms) {
         best_ms = ms;
         best = i;
