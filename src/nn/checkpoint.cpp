@@ -70,16 +70,6 @@ void Checkpoint::visit_generators(const std::string& prefix,
   body_->visit_generators(prefix, fn);
 }
 
-void Checkpoint::set_training(bool training) {
-  training_ = training;
-  body_->set_training(training);
-}
-
-void Checkpoint::to(Device device) {
-  body_->to(device);
-  device_ = device;
-}
-
 std::string Checkpoint::describe() const { return "Checkpoint(" + body_->describe() + ")"; }
 
 void Checkpoint::visit_children(const std::function<void(Module&)>& fn) { fn(*body_); }

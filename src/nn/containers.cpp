@@ -101,16 +101,6 @@ void Sequential::visit_generators(const std::string& prefix,
     children_[i]->visit_generators(join(prefix, std::to_string(i)), fn);
 }
 
-void Sequential::set_training(bool training) {
-  training_ = training;
-  for (auto& c : children_) c->set_training(training);
-}
-
-void Sequential::to(Device device) {
-  for (auto& c : children_) c->to(device);
-  device_ = device;
-}
-
 void Sequential::visit_children(const std::function<void(Module&)>& fn) {
   for (auto& c : children_) fn(*c);
 }
@@ -160,16 +150,6 @@ void Residual::visit_buffers(const std::string& prefix,
 void Residual::visit_generators(const std::string& prefix,
                                 const std::function<void(const std::string&, Generator&)>& fn) {
   body_->visit_generators(join(prefix, "body"), fn);
-}
-
-void Residual::set_training(bool training) {
-  training_ = training;
-  body_->set_training(training);
-}
-
-void Residual::to(Device device) {
-  body_->to(device);
-  device_ = device;
 }
 
 void Residual::visit_children(const std::function<void(Module&)>& fn) { fn(*body_); }

@@ -20,7 +20,10 @@ void Module::visit_buffers(const std::string&,
 void Module::visit_generators(const std::string&,
                               const std::function<void(const std::string&, Generator&)>&) {}
 
-void Module::set_training(bool training) { training_ = training; }
+void Module::set_training(bool training) {
+  training_ = training;
+  visit_children([training](Module& child) { child.set_training(training); });
+}
 
 void Module::visit_children(const std::function<void(Module&)>&) {}
 
@@ -56,8 +59,17 @@ RecomputeScope::~RecomputeScope() {
 }
 
 void Module::to(Device device) {
-  visit_parameters("", [&](const std::string&, Parameter& p) { p.to(device); });
-  visit_buffers("", [&](const std::string&, Tensor& t) { t = t.to(device); });
+  // A container moves its children (their parameters and buffers are theirs); a layer moves
+  // its own.
+  bool container = false;
+  visit_children([&](Module& child) {
+    container = true;
+    child.to(device);
+  });
+  if (!container) {
+    visit_parameters("", [&](const std::string&, Parameter& p) { p.to(device); });
+    visit_buffers("", [&](const std::string&, Tensor& t) { t = t.to(device); });
+  }
   device_ = device;
 }
 

@@ -81,8 +81,6 @@ class Checkpoint : public Module {
                      const std::function<void(const std::string&, Tensor&)>& fn) override;
   void visit_generators(const std::string& prefix,
                         const std::function<void(const std::string&, Generator&)>& fn) override;
-  void set_training(bool training) override;
-  void to(Device device) override;
   std::string describe() const override;
   void visit_children(const std::function<void(Module&)>& fn) override;
 

@@ -60,8 +60,6 @@ class Sequential : public Module {
                      const std::function<void(const std::string&, Tensor&)>& fn) override;
   void visit_generators(const std::string& prefix,
                         const std::function<void(const std::string&, Generator&)>& fn) override;
-  void set_training(bool training) override;
-  void to(Device device) override;
   std::string describe() const override;
   void visit_children(const std::function<void(Module&)>& fn) override;
 
@@ -91,8 +89,6 @@ class Residual : public Module {
                      const std::function<void(const std::string&, Tensor&)>& fn) override;
   void visit_generators(const std::string& prefix,
                         const std::function<void(const std::string&, Generator&)>& fn) override;
-  void set_training(bool training) override;
-  void to(Device device) override;
   std::string describe() const override;
   void visit_children(const std::function<void(Module&)>& fn) override;
 

@@ -58,11 +58,13 @@ class Module {
   virtual void visit_generators(const std::string& prefix,
                                 const std::function<void(const std::string&, Generator&)>& fn);
 
-  // Training mode (dropout active, batch statistics) or evaluation mode.
+  // Training mode (dropout active, batch statistics) or evaluation mode; for this module and
+  // every child (visit_children).
   virtual void set_training(bool training);
   bool training() const { return training_; }
 
-  // Moves parameters and buffers to `device`; later forwards expect inputs there.
+  // Moves parameters and buffers to `device` (a container: its children's, through
+  // visit_children); later forwards expect inputs there.
   virtual void to(Device device);
   Device device() const { return device_; }
 
