@@ -1,0 +1,66 @@
+// CausalSelfAttention: GPT-2's multi-head causal self-attention block (without the residual).
+//
+//   qkv = Linear(C, 3C)(x)                x [B, T, C] → [B, T, 3C]; q, k, v are the three
+//                                          consecutive C-wide slices, each split into `heads`
+//                                          heads of D = C / heads (PyTorch's layout)
+//   a_h = softmax(q_h k_h^T / sqrt(D) + causal mask) v_h     per batch row and head h
+//   y   = Linear(C, C)(concat_h a_h)      → [B, T, C] in x's dtype
+//
+// The children are named "qkv" and "proj" (parameters "qkv.weight", "qkv.bias", "proj.weight",
+// "proj.bias"), so a block holding it as `attn` loads a PyTorch module with `self.attn.qkv`
+// and `self.attn.proj`. Initialization is nn::Linear's (PyTorch's default for nn.Linear).
+//
+// dtypes: x may be f32, bf16 or f16; the Linears run as under mixed precision (the weights'
+// half compute copies, fp32 weight gradients), the attention core (ops/attention.h) runs its
+// GEMMs in x's dtype with fp32 accumulation and the softmax in fp32.
+//
+// Saved for backward (while saving_activations(), DESIGN.md §4): the qkv Linear keeps x, the
+// proj Linear keeps the attention output a [B, T, C]; this module keeps the qkv output
+// [B, T, 3C] and the softmax probabilities P [B, H, T, T] in x's dtype (the T×T term is what
+// dominates at long sequences: 12 heads × 1024² × 2 bytes = 24 MiB per sample in bf16).
+// Inside a Checkpoint's first forward nothing is kept; forward_for_backward runs the whole
+// attention (P is needed) but skips proj's GEMM.
+//
+// No attention dropout. Work runs on the current stream of the module's device. Not
+// thread-safe.
+#pragma once
+
+#include <memory>
+
+#include "stoker/nn/linear.h"
+#include "stoker/nn/module.h"
+
+namespace stoker::nn {
+
+class CausalSelfAttention : public Module {
+ public:
+  // d_model = C, divisible by heads.
+  CausalSelfAttention(int64_t d_model, int64_t heads);
+
+  // x [B, T, C] → y [B, T, C] in x's dtype.
+  Tensor forward(const Tensor& x) override;
+  // Saves what forward saves; proj's GEMM is skipped.
+  void forward_for_backward(const Tensor& x) override;
+  // dy [B, T, C] → dx [B, T, C]; adds into the four parameter gradients.
+  Tensor backward(const Tensor& dy) override;
+
+  void collect_parameters(std::vector<Parameter*>& out) override;
+  void visit_parameters(const std::string& prefix,
+                        const std::function<void(const std::string&, Parameter&)>& fn) override;
+  void visit_children(const std::function<void(Module&)>& fn) override;
+  std::string describe() const override;
+
+  Linear& qkv() { return *qkv_; }
+  Linear& proj() { return *proj_; }
+  int64_t d_model() const { return d_model_; }
+  int64_t heads() const { return heads_; }
+
+ private:
+  int64_t d_model_, heads_;
+  std::unique_ptr<Linear> qkv_, proj_;
+  Tensor qkv_out_;  // saved [B, T, 3C]
+  Tensor probs_;    // saved [B, H, T, T]
+  Tensor attention(const Tensor& x);  // qkv + core; saves when saving_activations()
+};
+
+}  // namespace stoker::nn
