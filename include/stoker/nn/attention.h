@@ -15,9 +15,10 @@
 // GEMMs in x's dtype with fp32 accumulation and the softmax in fp32.
 //
 // Saved for backward (while saving_activations(), DESIGN.md §4): the qkv Linear keeps x, the
-// proj Linear keeps the attention output a [B, T, C]; this module keeps the qkv output
-// [B, T, 3C] and the softmax probabilities P [B, H, T, T] in x's dtype (the T×T term is what
-// dominates at long sequences: 12 heads × 1024² × 2 bytes = 24 MiB per sample in bf16).
+// proj Linear keeps the attention output a [B, T, C]; this module keeps q, k, v permuted per
+// head [3, B, H, T, D] (the qkv output's size, 3BTC) and the softmax probabilities
+// P [B, H, T, T], both in x's dtype (P dominates at long sequences: 12 heads × 1024² × 2 bytes
+// = 24 MiB per sample in bf16). All are released by backward.
 // Inside a Checkpoint's first forward nothing is kept; forward_for_backward runs the whole
 // attention (P is needed) but skips proj's GEMM.
 //
@@ -58,9 +59,9 @@ class CausalSelfAttention : public Module {
  private:
   int64_t d_model_, heads_;
   std::unique_ptr<Linear> qkv_, proj_;
-  Tensor qkv_out_;  // saved [B, T, 3C]
-  Tensor probs_;    // saved [B, H, T, T]
-  Tensor attention(const Tensor& x);  // qkv + core; saves when saving_activations()
+  Tensor qkv_heads_;  // saved q, k, v per head [3, B, H, T, D]
+  Tensor probs_;  // saved P [B, H, T, T]
+  Tensor attention(const Tensor& x);  // qkv Linear + attention core; saves when saving
 };
 
 }  // namespace stoker::nn

@@ -26,6 +26,16 @@ struct GemmOptions {
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& options = {});
 
+// Batched GEMM: for every i < batch, C[i] = alpha op(A[i]) op(B[i]) + beta C[i], the matrices
+// being the last two dimensions and the batch all leading dimensions flattened (the same for
+// a, b and c): a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with
+// trans_b), c [..., M, N], each contiguous. dtypes, alpha/beta and accumulation as gemm;
+// options.bias must be null. CPU: BLAS per matrix, oneTBB over the batch. CUDA: one cuBLASLt
+// call with a batch count and strided batch offsets, planned and autotuned per (shape, batch)
+// like gemm. (Attention's per-head products, ops/attention.h.)
+void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b,
+                  const GemmOptions& options = {});
+
 // fp32 GEMMs on the GPU may use TF32 tensor cores (10-bit mantissa inputs, ~8x faster), as
 // PyTorch does with torch.backends.cuda.matmul.allow_tf32. Off by default: fp32 is exact fp32.
 void set_allow_tf32(bool allow);

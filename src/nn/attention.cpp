@@ -1,0 +1,78 @@
+#include "stoker/nn/attention.h"
+
+#include "stoker/core/error.h"
+#include "stoker/ops/attention.h"
+
+namespace stoker::nn {
+
+CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t heads)
+    : d_model_(d_model), heads_(heads) {
+  STOKER_CHECK(d_model > 0 && heads > 0 && d_model % heads == 0, "CausalSelfAttention(d_model=",
+               d_model, ", heads=", heads,
+               "): d_model must be a positive multiple of the (positive) head count");
+  qkv_ = std::make_unique<Linear>(d_model, 3 * d_model);
+  proj_ = std::make_unique<Linear>(d_model, d_model);
+}
+
+Tensor CausalSelfAttention::attention(const Tensor& x) {
+  STOKER_CHECK(x.defined() && x.rank() == 3 && x.size(2) == d_model_, describe(), ": input ",
+               x.defined() ? x.str() : std::string("undefined"), " must be [B, T, ", d_model_,
+               "]");
+  STOKER_CHECK(x.device() == device_, describe(), " is on ", device_.str(), " but its input is ",
+               x.str(), "; move the model with .to(device) or the batch with Tensor::to");
+  const Tensor qkv = qkv_->forward(x);
+  const int64_t b = x.size(0), t = x.size(1), d = d_model_ / heads_;
+  Tensor a = Tensor::empty({b, t, d_model_}, x.dtype(), device_);
+  Tensor heads = Tensor::empty({3, b, heads_, t, d}, x.dtype(), device_);
+  Tensor probs = Tensor::empty({b, heads_, t, t}, x.dtype(), device_);
+  ops::attention_forward(a, heads, probs, qkv, heads_);
+  if (saving_activations()) {
+    qkv_heads_ = std::move(heads);
+    probs_ = std::move(probs);
+  } else {  // inside a Checkpoint's forward: keep nothing
+    qkv_heads_ = Tensor();
+    probs_ = Tensor();
+  }
+  return a;
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) { return proj_->forward(attention(x)); }
+
+void CausalSelfAttention::forward_for_backward(const Tensor& x) {
+  if (!saving_activations()) return;  // forward would keep nothing, and the output is not needed
+  proj_->forward_for_backward(attention(x));
+}
+
+Tensor CausalSelfAttention::backward(const Tensor& dy) {
+  STOKER_CHECK(qkv_heads_.defined() && probs_.defined(), describe(),
+               ": backward called before forward (or after a forward that saved nothing)");
+  const Tensor da = proj_->backward(dy);
+  Tensor dqkv = Tensor::empty({qkv_heads_.size(1), qkv_heads_.size(3), 3 * d_model_}, da.dtype(), device_);
+  ops::attention_backward(dqkv, da, qkv_heads_, probs_);
+  qkv_heads_ = Tensor();  // consumed: P and the per-head q, k, v are freed before the qkv backward
+  probs_ = Tensor();
+  return qkv_->backward(dqkv);
+}
+
+void CausalSelfAttention::collect_parameters(std::vector<Parameter*>& out) {
+  qkv_->collect_parameters(out);
+  proj_->collect_parameters(out);
+}
+
+void CausalSelfAttention::visit_parameters(
+    const std::string& prefix, const std::function<void(const std::string&, Parameter&)>& fn) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  qkv_->visit_parameters(p + "qkv", fn);
+  proj_->visit_parameters(p + "proj", fn);
+}
+
+void CausalSelfAttention::visit_children(const std::function<void(Module&)>& fn) {
+  fn(*qkv_);
+  fn(*proj_);
+}
+
+std::string CausalSelfAttention::describe() const {
+  return core::detail::str("CausalSelfAttention(d_model=", d_model_, ", heads=", heads_, ")");
+}
+
+}  // namespace stoker::nn
