@@ -23,6 +23,7 @@
 #include "stoker/data/sampler.h"
 #include "stoker/data/synth.h"
 #include "stoker/data/tensor_batches.h"
+#include "stoker/data/token_batches.h"
 #include "stoker/data/token_dataset.h"
 #include "stoker/data/transform.h"
 #include "stoker/diag/baseline.h"

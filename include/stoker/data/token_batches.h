@@ -1,0 +1,58 @@
+// TokenBatches: language-model batches from a TokenDataset (a flat file of token ids), for a
+// decoder trained on next-token prediction (examples/gpt).
+//
+// A batch holds batch_size windows of the dataset: input [B, T] (the window's tokens) and
+// target [B * T] (the same tokens shifted by one, flattened so nn::CrossEntropyLoss takes it
+// next to logits [B * T, V]), both in the dataset's integer dtype, copied to `device`.
+// Batch b of epoch e on rank r holds windows (b * world_size + r) * B + j, j in [0, B), of the
+// dataset's epoch e (TokenDataset::window: offsets drawn by Philox from (seed, e, i)), so the
+// ranks of a data-parallel job see different windows and a batch is a pure function of
+// (seed, epoch, batch, rank): restore() needs no replay. An epoch has as many batches as the
+// dataset's disjoint windows fill on every rank (partial batches are dropped), or
+// `batches_per_epoch` when that is set.
+//
+// Ownership: borrows the dataset, which must outlive the source. Copies to a GPU are queued on
+// the current stream. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "stoker/core/device.h"
+#include "stoker/data/batch_source.h"
+#include "stoker/data/token_dataset.h"
+
+namespace stoker::data {
+
+struct TokenBatchesOptions {
+  int64_t batch_size = 8;         // B: windows per batch on this rank
+  int64_t batches_per_epoch = 0;  // 0: dataset.size() / (batch_size * world_size)
+  Device device = Device::cpu();
+  int rank = 0;  // data parallelism: this rank's batches of each epoch
+  int world_size = 1;
+};
+
+class TokenBatches : public BatchSource {
+ public:
+  TokenBatches(const TokenDataset& dataset, TokenBatchesOptions options);
+
+  void start_epoch(int64_t epoch) override;
+  bool next(Batch& batch) override;
+  int64_t batches_per_epoch() const override { return batches_; }
+  int64_t samples_per_epoch() const override { return batches_ * options_.batch_size; }
+  int64_t epoch() const override { return epoch_; }
+  int64_t batch_index() const override { return batch_; }
+  void restore(int64_t epoch, int64_t batch_index) override;
+
+  // Batch `b` of `epoch` on this rank, without moving the position (evaluation, tests).
+  Batch batch_at(int64_t epoch, int64_t b) const;
+  int64_t context() const { return dataset_.options().context; }
+
+ private:
+  const TokenDataset& dataset_;
+  TokenBatchesOptions options_;
+  int64_t batches_ = 0;
+  int64_t epoch_ = -1;
+  int64_t batch_ = 0;
+};
+
+}  // namespace stoker::data

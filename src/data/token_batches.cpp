@@ -1,0 +1,73 @@
+// TokenBatches: windows gathered into one host batch, then one copy per tensor to the device.
+#include "stoker/data/token_batches.h"
+
+#include <cstring>
+
+#include "stoker/core/error.h"
+
+namespace stoker::data {
+
+TokenBatches::TokenBatches(const TokenDataset& dataset, TokenBatchesOptions options)
+    : dataset_(dataset), options_(options) {
+  STOKER_CHECK(options_.batch_size > 0, "TokenBatches: batch_size ", options_.batch_size,
+               " must be positive");
+  STOKER_CHECK(
+      options_.world_size >= 1 && options_.rank >= 0 && options_.rank < options_.world_size,
+      "TokenBatches: rank ", options_.rank, " is not in [0, world_size = ", options_.world_size,
+      ")");
+  STOKER_CHECK(options_.batches_per_epoch >= 0, "TokenBatches: batches_per_epoch ",
+               options_.batches_per_epoch, " must be >= 0 (0: as many as the file fills)");
+  const int64_t per_step = options_.batch_size * options_.world_size;
+  batches_ =
+      options_.batches_per_epoch > 0 ? options_.batches_per_epoch : dataset_.size() / per_step;
+  STOKER_CHECK_HINT(
+      batches_ > 0, "use a longer token file, a smaller batch or context, or set batches_per_epoch",
+      "TokenBatches: ", dataset_.path().string(), " holds ", dataset_.size(), " windows of ",
+      dataset_.options().context + 1, " tokens, fewer than one batch of ", options_.batch_size,
+      " on each of ", options_.world_size, " ranks");
+}
+
+void TokenBatches::start_epoch(int64_t epoch) {
+  STOKER_CHECK(epoch >= 0, "TokenBatches::start_epoch: epoch ", epoch, " must be >= 0");
+  epoch_ = epoch;
+  batch_ = 0;
+}
+
+Batch TokenBatches::batch_at(int64_t epoch, int64_t b) const {
+  STOKER_CHECK(epoch >= 0 && b >= 0, "TokenBatches::batch_at: epoch ", epoch, " and batch ", b,
+               " must be >= 0");
+  const int64_t bs = options_.batch_size;
+  const int64_t t = dataset_.options().context;
+  const DType dtype = dataset_.options().dtype;
+  const size_t row = static_cast<size_t>(t) * dtype_size(dtype);
+  Tensor input = Tensor::empty({bs, t}, dtype);
+  Tensor target = Tensor::empty({bs * t}, dtype);
+  const int64_t first = (b * options_.world_size + options_.rank) * bs;
+  for (int64_t j = 0; j < bs; ++j) {
+    const TokenWindow w = dataset_.window(epoch, first + j);
+    std::memcpy(static_cast<char*>(input.data()) + j * row, w.input.data(), row);
+    std::memcpy(static_cast<char*>(target.data()) + j * row, w.target.data(), row);
+  }
+  Batch batch;
+  batch.input = options_.device.is_cpu() ? input : input.to(options_.device);
+  batch.target = options_.device.is_cpu() ? target : target.to(options_.device);
+  batch.size = bs;
+  return batch;
+}
+
+bool TokenBatches::next(Batch& batch) {
+  STOKER_CHECK(epoch_ >= 0, "TokenBatches::next called before start_epoch");
+  if (batch_ >= batches_) return false;
+  batch = batch_at(epoch_, batch_);
+  ++batch_;
+  return true;
+}
+
+void TokenBatches::restore(int64_t epoch, int64_t batch_index) {
+  start_epoch(epoch);
+  STOKER_CHECK(batch_index >= 0 && batch_index <= batches_, "TokenBatches::restore: batch ",
+               batch_index, " is outside the epoch of ", batches_, " batches");
+  batch_ = batch_index;
+}
+
+}  // namespace stoker::data
