@@ -1,0 +1,300 @@
+// The GPT model of examples/gpt. The only parts that are not stock nn layers are the position
+// add (the [T, C] position rows broadcast over the batch: one add_bias over x viewed [B, T*C],
+// its gradient one bias_grad — both deterministic) and the tied head (two GEMMs on wte's
+// parameter; see gpt_model.h for how the tied gradient is written and announced).
+#include "gpt_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "stoker/core/error.h"
+#include "stoker/core/rng.h"
+#include "stoker/nn/activation.h"
+#include "stoker/nn/checkpoint.h"
+#include "stoker/nn/linear.h"
+#include "stoker/ops/elementwise.h"
+#include "stoker/ops/gemm.h"
+#include "stoker/ops/linear.h"
+
+namespace stoker::gpt {
+
+GptConfig GptConfig::preset(const std::string& name) {
+  if (name == "gpt2-124m") {
+    return {.vocab = 50304, .context = 1024, .layers = 12, .heads = 12, .d_model = 768};
+  }
+  if (name == "tiny") {
+    return {.vocab = 256, .context = 128, .layers = 4, .heads = 4, .d_model = 128};
+  }
+  STOKER_THROW("GptConfig::preset: unknown preset '", name, "' (known: gpt2-124m, tiny)");
+}
+
+std::string GptConfig::str() const {
+  return core::detail::str("V=", vocab, " T=", context, " L=", layers, " H=", heads, " C=", d_model,
+                           " dropout=", dropout,
+                           " init=", init == GptInit::gpt2 ? "gpt2" : "torch");
+}
+
+// ---------------------------------------------------------------------------------- GptBlock
+
+GptBlock::GptBlock(int64_t d_model, int64_t heads, float dropout) {
+  ln1_ = nn::make<nn::LayerNorm>(d_model);
+  attn_ = nn::make<nn::CausalSelfAttention>(d_model, heads);
+  if (dropout > 0.0f) drop_ = nn::make<nn::Dropout>(dropout);
+  mlp_ = nn::make<nn::Sequential>(nn::make<nn::LayerNorm>(d_model),
+                                  nn::make<nn::Linear>(d_model, 4 * d_model), nn::make<nn::GELU>(),
+                                  nn::make<nn::Linear>(4 * d_model, d_model));
+  if (dropout > 0.0f) mlp_->add(nn::make<nn::Dropout>(dropout));
+}
+
+Tensor GptBlock::attention_half(const Tensor& x) {
+  Tensor a = attn_->forward(ln1_->forward(x));
+  if (drop_) a = drop_->forward(a);
+  // attn's (or dropout's) output is kept by nobody, so the residual add may overwrite it.
+  ops::add(a, a, x);
+  return a;
+}
+
+Tensor GptBlock::forward(const Tensor& x) {
+  const Tensor h = attention_half(x);  // ln2 keeps h (by reference) for its backward
+  Tensor y = mlp_->forward(h);         // fc2's (or dropout's) output: kept by nobody
+  ops::add(y, y, h);
+  return y;
+}
+
+void GptBlock::forward_for_backward(const Tensor& x) {
+  mlp_->forward_for_backward(attention_half(x));
+}
+
+Tensor GptBlock::backward(const Tensor& dy) {
+  Tensor dh = mlp_->backward(dy);
+  ops::add(dh, dh, dy);  // the residual: dL/dh = dy + MLP'(h)^T dy
+  const Tensor da = drop_ ? drop_->backward(dh) : dh;
+  Tensor dx = ln1_->backward(attn_->backward(da));
+  ops::add(dx, dx, dh);
+  return dx;
+}
+
+void GptBlock::visit_parameters(const std::string& prefix,
+                                const std::function<void(const std::string&, nn::Parameter&)>& fn) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  ln1_->visit_parameters(p + "ln1", fn);
+  attn_->visit_parameters(prefix, fn);  // "qkv.*", "proj.*" directly under the block
+  (*mlp_)[0].visit_parameters(p + "ln2", fn);
+  (*mlp_)[1].visit_parameters(p + "fc", fn);
+  (*mlp_)[3].visit_parameters(p + "fc2", fn);
+}
+
+void GptBlock::visit_generators(const std::string& prefix,
+                                const std::function<void(const std::string&, Generator&)>& fn) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  if (drop_) drop_->visit_generators(p + "attn_drop", fn);
+  mlp_->visit_generators(p + "mlp", fn);
+}
+
+void GptBlock::visit_children(const std::function<void(nn::Module&)>& fn) {
+  fn(*ln1_);
+  fn(*attn_);
+  if (drop_) fn(*drop_);
+  fn(*mlp_);
+}
+
+std::string GptBlock::describe() const {
+  return core::detail::str("GptBlock(C=", attn_->d_model(), ", heads=", attn_->heads(),
+                           drop_ ? ", dropout)" : ")");
+}
+
+// --------------------------------------------------------------------------------------- Gpt
+
+namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+// "blocks.3.ln2.weight" -> "ln2"
+std::string owner_of(const std::string& name) {
+  const size_t last = name.rfind('.');
+  const size_t before = name.rfind('.', last - 1);
+  return name.substr(before == std::string::npos ? 0 : before + 1,
+                     last - (before == std::string::npos ? 0 : before + 1));
+}
+}  // namespace
+
+Gpt::Gpt(GptConfig config) : config_(config) {
+  STOKER_CHECK(config_.vocab > 0 && config_.context > 0 && config_.layers > 0 &&
+                   config_.heads > 0 && config_.d_model > 0,
+               "Gpt: every size must be positive, got ", config_.str());
+  STOKER_CHECK(config_.d_model % config_.heads == 0, "Gpt: d_model ", config_.d_model,
+               " must be divisible by heads ", config_.heads);
+  STOKER_CHECK(config_.dropout >= 0.0f && config_.dropout < 1.0f, "Gpt: dropout ", config_.dropout,
+               " must be in [0, 1)");
+  wte_ = nn::make<nn::Embedding>(config_.vocab, config_.d_model);
+  wpe_ = nn::make<nn::Embedding>(config_.context, config_.d_model);
+  if (config_.dropout > 0.0f) drop_ = nn::make<nn::Dropout>(config_.dropout);
+  blocks_ = nn::make<nn::Sequential>();
+  for (int64_t l = 0; l < config_.layers; ++l)
+    blocks_->add(nn::make<GptBlock>(config_.d_model, config_.heads, config_.dropout));
+  lnf_ = nn::make<nn::LayerNorm>(config_.d_model);
+
+  if (config_.init == GptInit::gpt2) {
+    // Redrawn in parameter order after construction, so a seed still fixes the model.
+    const float std_residual = 0.02f / std::sqrt(2.0f * static_cast<float>(config_.layers));
+    visit_parameters("", [&](const std::string& name, nn::Parameter& p) {
+      if (owner_of(name).rfind("ln", 0) == 0) return;  // LayerNorms keep 1 and 0
+      if (ends_with(name, ".bias")) {
+        p.set_value(Tensor::zeros(p.shape(), DType::f32));
+      } else {
+        const bool residual = ends_with(name, "proj.weight") || ends_with(name, "fc2.weight");
+        p.set_value(nn::init_normal(p.shape(), residual ? std_residual : 0.02f));
+      }
+    });
+  }
+}
+
+Tensor Gpt::forward(const Tensor& ids) {
+  STOKER_CHECK(
+      ids.defined() && ids.rank() == 2 && (ids.dtype() == DType::i32 || ids.dtype() == DType::i64),
+      describe(), ": ids must be [B, T] i32 or i64, got ",
+      ids.defined() ? ids.str() : std::string("undefined"));
+  STOKER_CHECK(ids.size(1) <= config_.context, describe(), ": ", ids.size(1),
+               " tokens per row is more than the context of ", config_.context,
+               " positions; pass windows of at most that many");
+  STOKER_CHECK(ids.device() == device_, describe(), " is on ", device_.str(), " but its ids are ",
+               ids.str(), "; move the model with .to(device) or the ids with Tensor::to");
+  const int64_t b = ids.size(0), t = ids.size(1), c = config_.d_model;
+  Tensor x = wte_->forward(ids);  // [B, T, C] in the compute dtype
+  // + wpe[0..T): the same T*C values added to every row of x viewed [B, T*C] (fp32 add, one
+  // rounding to x's dtype).
+  ops::add_bias(x.reshape({b, t * c}), wpe_->weight().value().slice(0, t).reshape({t * c}));
+  if (drop_) x = drop_->forward(x);
+  x = blocks_->forward(x);
+  const Tensor h = lnf_->forward(x).reshape({b * t, c});
+  const Tensor& w = wte_->weight().compute_value(h.dtype());
+  Tensor logits = Tensor::empty({b * t, config_.vocab}, h.dtype(), device_);
+  ops::gemm(logits, h, w, {.trans_b = true});
+  if (nn::saving_activations()) {
+    h_ = h;
+    w_head_ = w;
+    b_ = b;
+    t_ = t;
+  } else {
+    h_ = Tensor();
+    w_head_ = Tensor();
+  }
+  return logits;
+}
+
+Tensor Gpt::backward(const Tensor& dlogits) {
+  STOKER_CHECK(h_.defined(), describe(), ": backward called before forward");
+  const int64_t n = b_ * t_, c = config_.d_model;
+  STOKER_CHECK(
+      dlogits.defined() && dlogits.numel() == n * config_.vocab && dlogits.dtype() == h_.dtype(),
+      describe(), ": gradient ", dlogits.defined() ? dlogits.str() : "undefined", " must be [", n,
+      ", ", config_.vocab, "] in ", dtype_name(h_.dtype()));
+  const Tensor dl = dlogits.reshape({n, config_.vocab});
+  nn::Parameter& w = wte_->weight();
+  // The head's half of the tied gradient comes first: it may overwrite (beta 0 after
+  // zero_grad); the embedding's scatter-add below accumulates onto it and announces it.
+  if (w.requires_grad) {
+    float beta = 1.0f;
+    const Tensor& dw = w.grad_for_write(beta);
+    ops::gemm(dw, dl, h_, {.trans_a = true, .beta = beta});
+  }
+  Tensor dh = Tensor::empty({n, c}, dl.dtype(), device_);
+  ops::gemm(dh, dl, w_head_);
+  h_ = Tensor();
+  w_head_ = Tensor();
+  Tensor dx = lnf_->backward(dh.reshape({b_, t_, c}));
+  dx = blocks_->backward(dx);
+  if (drop_) dx = drop_->backward(dx);
+  nn::Parameter& wpe = wpe_->weight();
+  if (wpe.requires_grad) {
+    ops::bias_grad(wpe.grad().slice(0, t_).reshape({t_ * c}), dx.reshape({b_, t_ * c}));
+    wpe.grad_ready();
+  }
+  wte_->backward(dx);  // dwte += scatter(dx); the tied parameter's one grad_ready()
+  return Tensor();
+}
+
+void Gpt::visit_parameters(const std::string& prefix,
+                           const std::function<void(const std::string&, nn::Parameter&)>& fn) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  wte_->visit_parameters(p + "wte", fn);
+  wpe_->visit_parameters(p + "wpe", fn);
+  blocks_->visit_parameters(p + "blocks", fn);
+  lnf_->visit_parameters(p + "lnf", fn);
+  // The head reads wte.weight: nothing of its own to visit.
+}
+
+void Gpt::visit_generators(const std::string& prefix,
+                           const std::function<void(const std::string&, Generator&)>& fn) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  if (drop_) drop_->visit_generators(p + "drop", fn);
+  blocks_->visit_generators(p + "blocks", fn);
+}
+
+void Gpt::visit_children(const std::function<void(nn::Module&)>& fn) {
+  fn(*wte_);
+  fn(*wpe_);
+  if (drop_) fn(*drop_);
+  fn(*blocks_);
+  fn(*lnf_);
+}
+
+std::string Gpt::describe() const { return "Gpt(" + config_.str() + ")"; }
+
+int Gpt::checkpoint_blocks(int every) { return nn::checkpoint_every(*blocks_, every); }
+
+// ---------------------------------------------------------------------------------- generate
+
+std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t count,
+                              int top_k, float temperature, uint64_t seed) {
+  STOKER_CHECK(!prompt.empty(), "gpt::generate: the prompt needs at least one token");
+  STOKER_CHECK(count >= 0 && temperature > 0.0f, "gpt::generate: count ", count,
+               " must be >= 0 and temperature ", temperature, " positive");
+  const bool was_training = model.training();
+  model.set_training(false);
+  nn::NoSaveScope no_save;
+  const int64_t vocab = model.config().vocab, context = model.config().context;
+  std::vector<int64_t> tokens = prompt, out;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t t = std::min<int64_t>(context, static_cast<int64_t>(tokens.size()));
+    const std::vector<int64_t> window(tokens.end() - t, tokens.end());
+    const Tensor ids = Tensor::from_vector(window, {1, t}, model.device());
+    const std::vector<float> logits = model.forward(ids).slice(t - 1, t).to_floats();
+    int64_t next = 0;
+    if (top_k <= 1) {
+      next = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    } else {
+      // Softmax over the k largest logits at `temperature`, one Philox draw per token.
+      std::vector<int64_t> order(static_cast<size_t>(vocab));
+      std::iota(order.begin(), order.end(), 0);
+      const int64_t k = std::min<int64_t>(top_k, vocab);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+      std::vector<double> p(static_cast<size_t>(k));
+      double sum = 0.0;
+      for (int64_t j = 0; j < k; ++j) {
+        p[j] = std::exp((logits[order[j]] - logits[order[0]]) / temperature);
+        sum += p[j];
+      }
+      const core::Philox4 r = core::philox_block(seed, 0x67656e6572617465ull /* "generate" */,
+                                                 static_cast<uint64_t>(i));
+      double u = static_cast<double>(r.v[0]) / 4294967296.0 * sum;
+      next = order[k - 1];
+      for (int64_t j = 0; j < k; ++j) {
+        if (u < p[j]) {
+          next = order[j];
+          break;
+        }
+        u -= p[j];
+      }
+    }
+    tokens.push_back(next);
+    out.push_back(next);
+  }
+  model.set_training(was_training);
+  return out;
+}
+
+}  // namespace stoker::gpt

@@ -1,0 +1,153 @@
+// A GPT-2-style decoder (examples/gpt): token and position embeddings, pre-LayerNorm blocks of
+// causal self-attention and a GELU MLP, a final LayerNorm and an LM head tied to the token
+// embedding.
+//
+//   ids [B, T] (i32/i64) -> x = wte[ids] + wpe[0..T)                       [B, T, C]
+//   block l:   x = x + attn(ln1(x));  x = x + fc2(gelu(fc(ln2(x))))        (+ dropout)
+//   logits    = lnf(x) wte^T                                               [B * T, V]
+// The logits are flattened to [B * T, V] so nn::CrossEntropyLoss takes them next to targets
+// [B * T] (data::TokenBatches gives both).
+//
+// Parameters and their names are those of the PyTorch peer model (shared/peers/torch_train.py's
+// GPT): "wte.weight", "wpe.weight", "blocks.<l>.ln1.weight", "blocks.<l>.qkv.weight", ...,
+// "blocks.<l>.fc2.bias", "lnf.weight", "lnf.bias". The head has no parameter of its own: it
+// reads wte's, so the tied weight appears once in parameters() and in weight files (as in a
+// PyTorch state_dict whose head.weight is wte.weight).
+//
+// The tie: one Parameter, two uses. The head's backward runs first and writes dW with
+// Parameter::grad_for_write (overwriting after zero_grad, accumulating across micro-batches);
+// the embedding's backward runs last and scatter-adds into the same gradient, then calls
+// grad_ready() — once per backward, after both uses, which is what the data-parallel
+// GradReducer needs before it reduces the bucket holding wte. Under mixed precision the head
+// multiplies by the parameter's half compute copy, the lookup rounds the fp32 master rows.
+//
+// Activation checkpointing: the blocks live in an nn::Sequential (blocks()), so
+// nn::checkpoint_every(model.blocks(), k) — or checkpoint_blocks(k) — wraps them in
+// nn::Checkpoint without changing names. (TrainerOptions::activation_checkpoint_every needs the
+// model itself to be a Sequential; call checkpoint_blocks before building the Trainer instead.)
+// Selective recomputation (nn::set_selective_recompute) reaches each block's MLP, an
+// nn::Sequential(ln2, fc, gelu, fc2[, dropout]).
+//
+// Saved for backward: the final LayerNorm's output (the head's input), the blocks' own saves
+// (nn/attention.h, nn/layernorm.h, nn/linear.h), the ids. Work runs on the current stream of
+// the model's device. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "stoker/nn/attention.h"
+#include "stoker/nn/containers.h"
+#include "stoker/nn/dropout.h"
+#include "stoker/nn/embedding.h"
+#include "stoker/nn/layernorm.h"
+#include "stoker/nn/module.h"
+
+namespace stoker::gpt {
+
+enum class GptInit {
+  gpt2,   // GPT-2's: weights and embeddings N(0, 0.02), biases 0, the residual projections
+          // (proj, fc2) N(0, 0.02 / sqrt(2 * layers)); LayerNorms 1 and 0
+  torch,  // PyTorch's module defaults, as the peer model gets them: Linear U(+-1/sqrt(in)),
+          // Embedding N(0, 1) (the tied head included), LayerNorm 1 and 0
+};
+
+struct GptConfig {
+  int64_t vocab = 256;    // V
+  int64_t context = 256;  // T_max: positions in wpe
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t d_model = 128;  // C, divisible by heads
+  float dropout = 0.0f;   // after the embeddings, attention's proj and the MLP (0: none)
+  GptInit init = GptInit::gpt2;
+
+  // "gpt2-124m": V 50304 (GPT-2's 50257 padded to a multiple of 64), T 1024, 12 layers,
+  // 12 heads, C 768 — the benchmark model; "tiny": byte-level V 256, T 128, 4 layers, 4 heads,
+  // C 128 — trains on two CPU cores in about a minute. Other names throw.
+  static GptConfig preset(const std::string& name);
+  // "V=50304 T=1024 L=12 H=12 C=768 dropout=0".
+  std::string str() const;
+};
+
+// One pre-LayerNorm transformer block. Parameters "ln1.*", "qkv.*", "proj.*", "ln2.*", "fc.*",
+// "fc2.*" (PyTorch's Block).
+class GptBlock : public nn::Module {
+ public:
+  GptBlock(int64_t d_model, int64_t heads, float dropout);
+
+  // x [B, T, C] -> [B, T, C].
+  Tensor forward(const Tensor& x) override;
+  // Everything forward saves, without the MLP's last GEMM and the final residual add (an
+  // nn::Checkpoint's recomputation).
+  void forward_for_backward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+
+  void visit_parameters(const std::string& prefix,
+                        const std::function<void(const std::string&, nn::Parameter&)>& fn) override;
+  void visit_generators(const std::string& prefix,
+                        const std::function<void(const std::string&, Generator&)>& fn) override;
+  void visit_children(const std::function<void(nn::Module&)>& fn) override;
+  std::string describe() const override;
+
+  nn::LayerNorm& ln1() { return *ln1_; }
+  nn::CausalSelfAttention& attn() { return *attn_; }
+  // ln2, fc, gelu, fc2 (and a Dropout when dropout > 0).
+  nn::Sequential& mlp() { return *mlp_; }
+
+ private:
+  // h = x + dropout(attn(ln1(x))): the input of the MLP half.
+  Tensor attention_half(const Tensor& x);
+
+  std::unique_ptr<nn::LayerNorm> ln1_;
+  std::unique_ptr<nn::CausalSelfAttention> attn_;
+  std::unique_ptr<nn::Dropout> drop_;  // nullptr when dropout == 0
+  std::unique_ptr<nn::Sequential> mlp_;
+};
+
+class Gpt : public nn::Module {
+ public:
+  // Draws the initial weights from nn::init_generator() (seed it with nn::manual_seed).
+  explicit Gpt(GptConfig config);
+
+  // ids [B, T] (i32 or i64, T <= context) -> logits [B * T, V] (the compute dtype under mixed
+  // precision, else f32).
+  Tensor forward(const Tensor& ids) override;
+  // dlogits [B * T, V] -> an undefined tensor (ids have no gradient); adds into every
+  // parameter's gradient and calls each grad_ready() once.
+  Tensor backward(const Tensor& dlogits) override;
+
+  void visit_parameters(const std::string& prefix,
+                        const std::function<void(const std::string&, nn::Parameter&)>& fn) override;
+  void visit_generators(const std::string& prefix,
+                        const std::function<void(const std::string&, Generator&)>& fn) override;
+  void visit_children(const std::function<void(nn::Module&)>& fn) override;
+  std::string describe() const override;
+
+  const GptConfig& config() const { return config_; }
+  nn::Sequential& blocks() { return *blocks_; }
+  nn::Embedding& wte() { return *wte_; }
+  nn::Embedding& wpe() { return *wpe_; }
+  nn::LayerNorm& lnf() { return *lnf_; }
+  // Wraps blocks 0, k, 2k, ... in nn::Checkpoint (k = 1: every block); returns how many.
+  int checkpoint_blocks(int every);
+
+ private:
+  GptConfig config_;
+  std::unique_ptr<nn::Embedding> wte_, wpe_;
+  std::unique_ptr<nn::Dropout> drop_;  // nullptr when dropout == 0
+  std::unique_ptr<nn::Sequential> blocks_;
+  std::unique_ptr<nn::LayerNorm> lnf_;
+  Tensor h_;       // saved: lnf's output [B * T, C], the head's input
+  Tensor w_head_;  // saved: wte in h_'s dtype (the master or its half copy)
+  int64_t b_ = 0, t_ = 0;
+};
+
+// Greedy (top_k <= 1) or top-k sampling of `count` tokens after `prompt`, in evaluation mode
+// with nothing saved (nn::NoSaveScope); the window slides when it passes the context. The
+// draws are a pure function of `seed`. Restores the model's training mode. Returns the new
+// tokens only.
+std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t count,
+                              int top_k, float temperature, uint64_t seed);
+
+}  // namespace stoker::gpt

@@ -1,0 +1,384 @@
+// stoker_gpt: trains a GPT-2-style decoder (gpt_model.h) with the Trainer — AdamW, linear
+// warmup + cosine decay, fp32/bf16/fp16, gradient accumulation, activation checkpointing of
+// the blocks, data parallelism — and prints a text sample at the end.
+//
+// Data: by default the bundled public-domain text (data/kjv-genesis-exodus.txt), encoded at
+// byte level (vocab 256) into uint16 token files on first run (last 10 % = validation); or
+// --data FILE (raw uint16 token ids) with --vocab; or --synthetic: random tokens, one fixed
+// batch per rank — the benchmark mode, timed like shared/peers/torch_train.py's `gpt`
+// (--bench-warmup untimed steps, a device sync, --steps timed steps, a device sync) and
+// reported in its line format.
+//
+//   stoker_gpt                                                   # tiny model, byte-level text
+//   stoker_gpt --preset gpt2-124m --synthetic --batch 16 --precision bf16 [--checkpoint-every 1]
+//   stoker launch --nproc-per-node 8 stoker_gpt --preset gpt2-124m --synthetic ...
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gpt_model.h"
+#include "stoker/stoker.h"
+
+#ifndef STOKER_GPT_TEXT
+#define STOKER_GPT_TEXT "data/kjv-genesis-exodus.txt"
+#endif
+#ifndef STOKER_GPT_CACHE
+#define STOKER_GPT_CACHE "stoker_gpt_data"
+#endif
+
+namespace {
+
+using namespace stoker;
+namespace fs = std::filesystem;
+
+struct Options {
+  std::string preset = "tiny";
+  int64_t layers = 0, heads = 0, width = 0, context = 0, vocab = 0;  // 0: the preset's
+  float dropout = 0.0f;
+  std::string init = "gpt2";
+  int64_t batch = 16;
+  int accum = 1;
+  int64_t steps = 300;
+  float lr = 1e-3f;
+  int64_t warmup = 30;
+  float min_lr = 1e-4f;
+  float weight_decay = 0.1f;
+  float clip = 1.0f;
+  std::string precision = "fp32";
+  int checkpoint_every = 0;
+  bool selective = false;
+  std::string data;
+  std::string text = STOKER_GPT_TEXT;
+  std::string cache = STOKER_GPT_CACHE;
+  bool synthetic = false;
+  int bench_warmup = 8;
+  std::string device;
+  bool diagnostics = false;
+  uint64_t seed = 0;
+  int64_t sample = 300;
+  int top_k = 1;
+  float temperature = 1.0f;
+  std::string prompt = "And God said";
+  int64_t eval_batches = 20;
+  int log_interval = 25;
+  bool tf32 = true;
+};
+
+amp::Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return amp::Precision::fp32;
+  if (s == "bf16") return amp::Precision::bf16;
+  if (s == "fp16") return amp::Precision::fp16;
+  STOKER_THROW("--precision: '", s, "' is not fp32, bf16 or fp16");
+}
+
+// Byte-level tokens of `text` as two uint16 files (first 90 %: train, rest: validation) under
+// `cache`, written once (temporary file + rename, so ranks racing on the first run agree).
+std::pair<fs::path, fs::path> encode_text(const fs::path& text, const fs::path& cache, int rank) {
+  const std::string stem = text.stem().string();
+  const fs::path train = cache / (stem + ".train.u16"), val = cache / (stem + ".val.u16");
+  if (fs::exists(train) && fs::exists(val)) return {train, val};
+  std::ifstream in(text, std::ios::binary);
+  STOKER_CHECK_HINT(in.good(), "pass --text FILE (any text file), or --data FILE with uint16 ids",
+                    "stoker_gpt: cannot read the text ", text.string());
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t split = bytes.size() * 9 / 10;
+  fs::create_directories(cache);
+  auto write = [&](const fs::path& path, size_t begin, size_t end) {
+    std::vector<uint16_t> ids(end - begin);
+    for (size_t i = begin; i < end; ++i) ids[i - begin] = static_cast<unsigned char>(bytes[i]);
+    const fs::path tmp = path.string() + ".tmp" + std::to_string(rank);
+    std::ofstream(tmp, std::ios::binary)
+        .write(reinterpret_cast<const char*>(ids.data()),
+               static_cast<std::streamsize>(ids.size() * sizeof(uint16_t)));
+    fs::rename(tmp, path);
+  };
+  write(train, 0, split);
+  write(val, split, bytes.size());
+  if (rank == 0)
+    std::printf("encoded %s: %zu bytes -> %s (%zu tokens), %s (%zu tokens)\n",
+                text.string().c_str(), bytes.size(), train.string().c_str(), split,
+                val.string().c_str(), bytes.size() - split);
+  return {train, val};
+}
+
+// Mean loss over `batches` batches of `source`'s epoch 0, in evaluation mode, nothing saved.
+double eval_loss(gpt::Gpt& model, data::TokenBatches& source, int64_t batches) {
+  const bool was_training = model.training();
+  model.set_training(false);
+  nn::NoSaveScope no_save;
+  nn::CrossEntropyLoss loss;
+  double sum = 0.0;
+  const int64_t n = std::min(batches, source.batches_per_epoch());
+  for (int64_t b = 0; b < n; ++b) {
+    const data::Batch batch = source.batch_at(0, b);
+    sum += loss.forward(model.forward(batch.input), batch.target).item();
+  }
+  model.set_training(was_training);
+  return n > 0 ? sum / static_cast<double>(n) : NAN;
+}
+
+// The loss on one fixed batch, in evaluation mode, nothing saved (the benchmark's check that
+// it trained).
+double eval_loss_fixed(gpt::Gpt& model, const data::Batch& batch) {
+  const bool was_training = model.training();
+  model.set_training(false);
+  nn::NoSaveScope no_save;
+  nn::CrossEntropyLoss loss;
+  const double l = loss.forward(model.forward(batch.input), batch.target).item();
+  model.set_training(was_training);
+  return l;
+}
+
+std::string printable(const std::vector<int64_t>& tokens, int64_t vocab) {
+  std::string s;
+  for (const int64_t t : tokens) {
+    if (vocab <= 256) {
+      s.push_back(static_cast<char>(t));
+    } else {
+      s += std::to_string(t) + " ";
+    }
+  }
+  return s;
+}
+
+int run(const Options& o) {
+  const bool want_cpu = o.device == "cpu";
+  dist::DistContext ctx =
+      dist::init_from_env({.backend = want_cpu ? dist::Backend::tcp : dist::Backend::automatic});
+  const int rank = ctx.env.rank, world = ctx.env.world_size;
+  const bool root = rank == 0;
+  Device device = ctx.device;
+  if (world == 1 && !o.device.empty()) device = core::parse_device(o.device);
+  ops::set_allow_tf32(o.tf32);
+
+  gpt::GptConfig config = gpt::GptConfig::preset(o.preset);
+  if (o.layers > 0) config.layers = o.layers;
+  if (o.heads > 0) config.heads = o.heads;
+  if (o.width > 0) config.d_model = o.width;
+  if (o.context > 0) config.context = o.context;
+  if (o.vocab > 0) config.vocab = o.vocab;
+  config.dropout = o.dropout;
+  STOKER_CHECK(o.init == "gpt2" || o.init == "torch", "--init: '", o.init,
+               "' is not gpt2 or torch");
+  config.init = o.init == "gpt2" ? gpt::GptInit::gpt2 : gpt::GptInit::torch;
+  // Byte-level text needs 256 ids; a bigger vocabulary only wastes the head.
+  if (!o.synthetic && o.data.empty() && o.vocab == 0) config.vocab = 256;
+  const amp::Precision precision = parse_precision(o.precision);
+  const int64_t t = config.context;
+
+  nn::manual_seed(o.seed);
+  gpt::Gpt model(config);
+  model.to(device);
+  const int wrapped = o.checkpoint_every > 0 ? model.checkpoint_blocks(o.checkpoint_every) : 0;
+  if (o.selective) nn::set_selective_recompute(model, true);
+  std::unique_ptr<dist::GradReducer> reducer;
+  if (world > 1) reducer = std::make_unique<dist::GradReducer>(*ctx.comm, model);
+
+  optim::AdamW opt(model.named_parameters(),
+                   {.lr = o.lr, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = o.weight_decay});
+  nn::CrossEntropyLoss loss;
+  const int64_t params = model.parameter_count();
+  if (root) {
+    std::printf(
+        "%s on %s x %d rank%s, %lld parameters (the tied head counted once), %s, "
+        "batch %lld x %lld tokens x %d accumulation per rank%s\n",
+        model.describe().c_str(), device.str().c_str(), world, world == 1 ? "" : "s",
+        static_cast<long long>(params), o.precision.c_str(), static_cast<long long>(o.batch),
+        static_cast<long long>(t), o.accum,
+        wrapped > 0 ? core::detail::str(", ", wrapped, " blocks checkpointed").c_str() : "");
+  }
+
+  train::TrainerOptions topts{
+      .precision = precision,
+      .grad_accum_steps = o.accum,
+      .clip_grad_norm = o.clip,
+      .schedule = optim::cosine_with_warmup(o.lr, std::min(o.warmup, o.steps - 1), o.steps,
+                                            o.min_lr),  // short runs: shorter warmup
+      .log_interval = o.log_interval,
+      .max_steps = o.steps,
+      .reducer = reducer.get(),
+  };
+  topts.diagnostics.enabled = o.diagnostics;
+
+  if (o.synthetic) {
+    // The peer's benchmark: one fixed batch of random ids (its randint(0, 50257)), per rank.
+    topts.progress_bar = false;
+    topts.quiet = true;
+    train::Trainer trainer(model, loss, opt, topts);
+    const int64_t hi = std::min<int64_t>(config.vocab, 50257);
+    auto random_ids = [&](const Shape& shape, uint64_t stream) {
+      std::vector<int64_t> v(static_cast<size_t>(shape.numel()));
+      for (size_t i = 0; i < v.size(); ++i)
+        v[i] = core::philox_block(o.seed + 1 + rank, stream, i).v[0] % hi;
+      return Tensor::from_vector(v, shape, device);
+    };
+    std::vector<data::Batch> micro;
+    for (int m = 0; m < o.accum; ++m)
+      micro.push_back({.input = random_ids({o.batch, t}, 2 * m),
+                       .target = random_ids({o.batch * t}, 2 * m + 1),
+                       .size = o.batch});
+    const double first = eval_loss_fixed(model, micro[0]);
+    for (int i = 0; i < o.bench_warmup; ++i) trainer.train_step(micro);
+    core::synchronize_device(device);
+    core::reset_peak_memory(device);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < o.steps; ++i) trainer.train_step(micro);
+    core::synchronize_device(device);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                static_cast<double>(o.steps);
+    const double peak_gib =
+        static_cast<double>(core::memory_stats(device).peak_bytes) / (1024.0 * 1024.0 * 1024.0);
+    if (world > 1) {  // the slowest rank's step time
+      const Tensor x =
+          Tensor::from_floats({static_cast<float>(dt)}, {1}, DType::f32, ctx.comm->device());
+      ctx.comm->all_reduce(x, dist::ReduceOp::max);
+      dt = x.item();
+    }
+    const double last = eval_loss_fixed(model, micro[0]);
+    const double tokens = static_cast<double>(o.batch * t * o.accum);
+    // torch_train.py's FLOP model: 6 N per token + 12 L C T per token for attention.
+    const double flops = 6.0 * static_cast<double>(params) * tokens +
+                         12.0 * config.layers * config.d_model * t * tokens;
+    if (root) {
+      const std::string name = core::detail::str(
+          "stoker GPT ", o.preset, " B=", o.batch, " T=", t,
+          o.accum > 1 ? core::detail::str(" accum=", o.accum) : std::string(), " ",
+          precision == amp::Precision::fp32 ? (o.tf32 ? "fp32(tf32)" : "fp32") : o.precision,
+          wrapped > 0 ? core::detail::str(" +ckpt(every ", o.checkpoint_every, ")") : "",
+          o.selective ? " +selective" : "",
+          world > 1 ? core::detail::str(" x", world, " ranks") : "");
+      std::printf("%s: %s tok/s, %.1f ms/step, peak %.1f GiB, ~%.0f TFLOP/s\n", name.c_str(),
+                  core::detail::str(static_cast<long long>(tokens / dt)).c_str(), dt * 1e3,
+                  peak_gib, flops / dt / 1e12);
+      if (world > 1)
+        std::printf("job: %.0f tok/s over %d ranks (slowest rank's step time)\n",
+                    tokens * world / dt, world);
+      std::printf("loss on the fixed batch: %.4f before, %.4f after %d + %lld steps\n", first, last,
+                  o.bench_warmup, static_cast<long long>(o.steps));
+    }
+    return std::isfinite(last) && last < first ? 0 : 1;
+  }
+
+  // Real data: the bundled text (byte level) or a token file.
+  fs::path train_path, val_path;
+  if (o.data.empty()) {
+    std::tie(train_path, val_path) = encode_text(o.text, o.cache, rank);
+  } else {
+    train_path = o.data;
+  }
+  data::TokenDataset train_set(train_path,
+                               {.context = t, .seed = o.seed, .vocab_size = config.vocab});
+  data::TokenBatches train_data(
+      train_set, {.batch_size = o.batch, .device = device, .rank = rank, .world_size = world});
+  std::unique_ptr<data::TokenDataset> val_set;
+  std::unique_ptr<data::TokenBatches> val_data;
+  if (!val_path.empty()) {
+    val_set = std::make_unique<data::TokenDataset>(
+        val_path, data::TokenDatasetOptions{.context = t, .seed = o.seed + 1});
+    val_data = std::make_unique<data::TokenBatches>(
+        *val_set, data::TokenBatchesOptions{.batch_size = o.batch, .device = device});
+  }
+
+  train::Trainer trainer(model, loss, opt, topts);
+  if (root && val_data)
+    std::printf("validation loss before training: %.4f (ln %lld = %.4f)\n",
+                eval_loss(model, *val_data, o.eval_batches), static_cast<long long>(config.vocab),
+                std::log(static_cast<double>(config.vocab)));
+  core::reset_peak_memory(device);
+  const int64_t epochs = (o.steps * o.accum) / train_data.batches_per_epoch() + 1;
+  const train::FitResult fit = trainer.fit(train_data, epochs);
+  const double tokens = static_cast<double>(fit.steps * o.batch * t * o.accum * world);
+  if (root) {
+    std::printf(
+        "trained %lld steps in %.1f s: %.0f tok/s (job), %.1f ms/step, peak %.1f MiB on "
+        "%s, final train loss %.4f\n",
+        static_cast<long long>(fit.steps), fit.seconds, tokens / fit.seconds,
+        fit.seconds * 1e3 / std::max<int64_t>(1, fit.steps),
+        static_cast<double>(core::memory_stats(device).peak_bytes) / (1024.0 * 1024.0),
+        device.str().c_str(), fit.final_loss);
+    if (val_data)
+      std::printf("validation loss after training: %.4f\n",
+                  eval_loss(model, *val_data, o.eval_batches));
+    if (o.sample > 0) {
+      std::vector<int64_t> prompt;
+      for (const unsigned char ch : o.prompt) prompt.push_back(config.vocab <= 256 ? ch : 0);
+      const std::vector<int64_t> out =
+          gpt::generate(model, prompt, o.sample, o.top_k, o.temperature, o.seed);
+      std::printf("sample (%s, seed %llu):\n%s%s\n",
+                  o.top_k <= 1 ? "greedy" : core::detail::str("top-", o.top_k).c_str(),
+                  static_cast<unsigned long long>(o.seed), o.prompt.c_str(),
+                  printable(out, config.vocab).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "stoker_gpt: train a GPT-2-style decoder (byte-level text, a token file, or "
+      "random tokens for benchmarking)"};
+  app.add_option("--preset", o.preset, "model preset: tiny | gpt2-124m")->capture_default_str();
+  app.add_option("--layers", o.layers, "transformer blocks (0: the preset's)");
+  app.add_option("--heads", o.heads, "attention heads (0: the preset's)");
+  app.add_option("--width", o.width, "model width C (0: the preset's)");
+  app.add_option("--context", o.context, "context length T (0: the preset's)");
+  app.add_option("--vocab", o.vocab, "vocabulary size (0: 256 for text, else the preset's)");
+  app.add_option("--dropout", o.dropout, "dropout probability")->capture_default_str();
+  app.add_option("--init", o.init, "gpt2 (N(0, 0.02)) | torch (PyTorch's defaults, the peer's)")
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per micro-batch per rank")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--accum", o.accum, "gradient accumulation steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps (synthetic: timed steps)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "linear warmup steps")->capture_default_str();
+  app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine")
+      ->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--clip", o.clip, "gradient norm clipping (0: off)")->capture_default_str();
+  app.add_option("--precision", o.precision, "fp32 | bf16 | fp16")->capture_default_str();
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "activation checkpointing: every k-th block (1: all; 0: off)")
+      ->capture_default_str();
+  app.add_flag("--selective", o.selective, "selective recomputation (GELU/LayerNorm outputs)");
+  app.add_option("--data", o.data, "token file of raw uint16 ids (default: the bundled text)");
+  app.add_option("--text", o.text, "text to encode at byte level")->capture_default_str();
+  app.add_option("--cache", o.cache, "folder for the encoded text")->capture_default_str();
+  app.add_flag("--synthetic", o.synthetic, "random tokens, timed steps: the benchmark mode");
+  app.add_option("--bench-warmup", o.bench_warmup, "synthetic: untimed steps first")
+      ->capture_default_str();
+  app.add_option("--device", o.device, "cpu | cuda | cuda:N (default: the best one)");
+  app.add_flag("--diagnostics", o.diagnostics, "step breakdown and verdict reports");
+  app.add_option("--seed", o.seed, "initialization, data order and sampling seed")
+      ->capture_default_str();
+  app.add_option("--sample", o.sample, "bytes to generate at the end (0: none)")
+      ->capture_default_str();
+  app.add_option("--top-k", o.top_k, "sampling: 1 = greedy, k > 1 = top-k")->capture_default_str();
+  app.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str();
+  app.add_option("--prompt", o.prompt, "text the sample continues")->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str();
+  app.add_option("--log-interval", o.log_interval, "steps between log lines")
+      ->capture_default_str();
+  app.add_option("--tf32", o.tf32, "fp32 GEMMs on TF32 tensor cores (the peer allows TF32)")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoker_gpt: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,287 @@
+// examples/gpt's model on the CPU: parameter names and count (the tied weight once), gradients
+// against central finite differences (the tied weight's rows used by the embedding and the head
+// alike and by the head only), the tied gradient under accumulation and its single grad_ready
+// after both uses, checkpointed blocks bit-identical to plain ones, and overfitting a periodic
+// sequence until greedy generation continues it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpt_model.h"
+#include "test_util.h"
+
+namespace stoker::gpt {
+namespace {
+
+GptConfig small_config(GptInit init = GptInit::torch, float dropout = 0.0f) {
+  return {.vocab = 13,
+          .context = 8,
+          .layers = 2,
+          .heads = 2,
+          .d_model = 8,
+          .dropout = dropout,
+          .init = init};
+}
+
+// ids [B, T] and targets [B * T] from a fixed pattern that leaves some vocabulary ids unused
+// (ids 11 and 12 never occur: their wte rows get gradient from the head only).
+std::pair<Tensor, Tensor> fixed_batch(int64_t b, int64_t t, uint32_t seed) {
+  std::vector<int64_t> ids, tg;
+  for (int64_t i = 0; i < b * t; ++i) {
+    ids.push_back((i * 7 + seed) % 11);
+    tg.push_back((i * 5 + 3 * seed + 1) % 13);
+  }
+  return {Tensor::from_vector(ids, {b, t}), Tensor::from_vector(tg, {b * t})};
+}
+
+double loss_of(Gpt& model, const Tensor& ids, const Tensor& targets) {
+  nn::NoSaveScope no_save;
+  nn::CrossEntropyLoss loss;
+  return loss.forward(model.forward(ids), targets).item();
+}
+
+// Zeroes every gradient and runs one forward/backward; returns the loss.
+double forward_backward(Gpt& model, const Tensor& ids, const Tensor& targets, float scale = 1.0f,
+                        bool zero = true) {
+  if (zero)
+    for (nn::Parameter* p : model.parameters()) p->zero_grad();
+  nn::CrossEntropyLoss loss;
+  const double l = loss.forward(model.forward(ids), targets).item();
+  model.backward(loss.backward(scale));
+  return l;
+}
+
+std::map<std::string, std::vector<float>> grads(Gpt& model) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, p] : model.named_parameters()) out[name] = p->grad().to_floats();
+  return out;
+}
+
+TEST(GptModel, NamesFollowThePeerAndTheTiedWeightAppearsOnce) {
+  nn::manual_seed(1);
+  Gpt model(small_config());
+  std::vector<std::string> expected{"wte.weight", "wpe.weight"};
+  for (int l = 0; l < 2; ++l) {
+    for (const char* n :
+         {"ln1.weight", "ln1.bias", "qkv.weight", "qkv.bias", "proj.weight", "proj.bias",
+          "ln2.weight", "ln2.bias", "fc.weight", "fc.bias", "fc2.weight", "fc2.bias"})
+      expected.push_back("blocks." + std::to_string(l) + "." + n);
+  }
+  expected.push_back("lnf.weight");
+  expected.push_back("lnf.bias");
+  std::vector<std::string> names;
+  std::set<const nn::Parameter*> distinct;
+  for (const auto& [name, p] : model.named_parameters()) {
+    names.push_back(name);
+    distinct.insert(p);
+  }
+  EXPECT_EQ(names, expected);
+  const std::vector<nn::Parameter*> params = model.parameters();
+  EXPECT_EQ(params.size(), expected.size());
+  EXPECT_EQ(distinct.size(), expected.size());
+  EXPECT_EQ(params.front(), &model.wte().weight());
+  const int64_t c = 8;
+  EXPECT_EQ(model.parameter_count(), 13 * c + 8 * c + 2 * (12 * c * c + 13 * c) + 2 * c);
+
+  // Checkpointing the blocks adds no name level.
+  model.checkpoint_blocks(1);
+  std::vector<std::string> after;
+  for (const auto& [name, p] : model.named_parameters()) after.push_back(name);
+  EXPECT_EQ(after, expected);
+}
+
+TEST(GptModel, Gpt2InitDrawsSmallWeightsAndZeroBiases) {
+  nn::manual_seed(2);
+  Gpt model({.vocab = 64, .context = 16, .layers = 4, .heads = 2, .d_model = 32});
+  for (const auto& [name, p] : model.named_parameters()) {
+    const std::vector<float> v = p->value().to_floats();
+    double sq = 0.0;
+    for (float x : v) sq += static_cast<double>(x) * x;
+    const double rms = std::sqrt(sq / static_cast<double>(v.size()));
+    if (name.find(".ln") != std::string::npos || name.rfind("lnf", 0) == 0) {
+      EXPECT_EQ(v[0], name.ends_with("weight") ? 1.0f : 0.0f) << name;
+    } else if (name.ends_with(".bias")) {
+      EXPECT_EQ(rms, 0.0) << name;
+    } else if (name.ends_with("proj.weight") || name.ends_with("fc2.weight")) {
+      EXPECT_NEAR(rms, 0.02 / std::sqrt(8.0), 0.0025) << name;
+    } else {
+      EXPECT_NEAR(rms, 0.02, 0.003) << name;
+    }
+  }
+}
+
+TEST(GptModel, GradientsMatchFiniteDifferences) {
+  nn::manual_seed(3);
+  Gpt model(small_config());
+  const auto [ids, targets] = fixed_batch(2, 6, 1);
+  forward_backward(model, ids, targets);
+  const auto analytic = grads(model);
+  const auto named = model.named_parameters();
+  auto param = [&](const std::string& n) -> nn::Parameter& {
+    for (const auto& [name, p] : named)
+      if (name == n) return *p;
+    ADD_FAILURE() << "no parameter " << n;
+    return *named.front().second;
+  };
+  // (parameter, element): wte row 2 (an id of the batch: embedding and head) and row 12 (never
+  // an input: the head alone), positions, attention, MLP, LayerNorms.
+  const std::vector<std::pair<std::string, int64_t>> probes{{"wte.weight", 2 * 8 + 3},
+                                                            {"wte.weight", 12 * 8 + 5},
+                                                            {"wte.weight", 7 * 8 + 0},
+                                                            {"wpe.weight", 4 * 8 + 1},
+                                                            {"blocks.0.ln1.weight", 6},
+                                                            {"blocks.0.qkv.weight", 37},
+                                                            {"blocks.0.qkv.bias", 17},
+                                                            {"blocks.1.qkv.weight", 150},
+                                                            {"blocks.0.proj.weight", 9},
+                                                            {"blocks.1.ln2.bias", 2},
+                                                            {"blocks.1.fc.weight", 100},
+                                                            {"blocks.0.fc2.weight", 77},
+                                                            {"blocks.1.fc2.bias", 4},
+                                                            {"lnf.weight", 5},
+                                                            {"lnf.bias", 0}};
+  const float eps = 1e-2f;
+  for (const auto& [name, i] : probes) {
+    nn::Parameter& p = param(name);
+    float* v = p.value().data<float>();
+    const float keep = v[i];
+    v[i] = keep + eps;
+    p.value_changed();
+    const double up = loss_of(model, ids, targets);
+    v[i] = keep - eps;
+    p.value_changed();
+    const double down = loss_of(model, ids, targets);
+    v[i] = keep;
+    p.value_changed();
+    const double numeric = (up - down) / (2.0 * eps);
+    const double got = analytic.at(name)[static_cast<size_t>(i)];
+    EXPECT_NEAR(got, numeric, 2e-3 + 2e-2 * std::abs(numeric)) << name << "[" << i << "]";
+    EXPECT_NE(got, 0.0) << name << "[" << i << "] should have a gradient";
+  }
+  // Positions past the batch's T get no gradient.
+  const std::vector<float>& dwpe = analytic.at("wpe.weight");
+  for (int64_t k = 6 * 8; k < 8 * 8; ++k) EXPECT_EQ(dwpe[k], 0.0f);
+}
+
+TEST(GptModel, TiedGradientAccumulatesOverMicroBatches) {
+  nn::manual_seed(4);
+  Gpt model(small_config());
+  const auto [ids, targets] = fixed_batch(4, 6, 2);
+  forward_backward(model, ids, targets);
+  const auto whole = grads(model);
+  // The same 4 rows as two micro-batches of 2 at scale 1/2: the head's GEMM overwrites on the
+  // first (beta 0 after zero_grad) and accumulates on the second.
+  for (nn::Parameter* p : model.parameters()) p->zero_grad();
+  for (int half = 0; half < 2; ++half) {
+    const Tensor ids_h = ids.slice(2 * half, 2 * half + 2);
+    const Tensor tg_h = targets.slice(12 * half, 12 * half + 12);
+    forward_backward(model, ids_h, tg_h, 0.5f, /*zero=*/false);
+  }
+  const auto split = grads(model);
+  for (const auto& [name, g] : whole) {
+    const std::vector<float>& s = split.at(name);
+    for (size_t k = 0; k < g.size(); ++k)
+      ASSERT_NEAR(s[k], g[k], 1e-5f + 1e-4f * std::abs(g[k])) << name << "[" << k << "]";
+  }
+}
+
+TEST(GptModel, EachGradientIsAnnouncedOnceAndTheTiedOneAfterBothUses) {
+  nn::manual_seed(5);
+  Gpt model(small_config());
+  std::map<const nn::Parameter*, int> calls;
+  std::vector<float> wte_at_ready, wte_at_wpe_ready;
+  for (nn::Parameter* p : model.parameters()) {
+    p->add_grad_ready_hook([&, p](nn::Parameter& q) {
+      ++calls[p];
+      if (&q == &model.wte().weight()) wte_at_ready = q.grad().to_floats();
+      // wpe is announced after the head's GEMM and before the embedding's scatter-add.
+      if (&q == &model.wpe().weight()) wte_at_wpe_ready = model.wte().weight().grad().to_floats();
+    });
+  }
+  const auto [ids, targets] = fixed_batch(2, 8, 3);
+  forward_backward(model, ids, targets);
+  for (nn::Parameter* p : model.parameters()) EXPECT_EQ(calls[p], 1);
+  // The tied gradient was announced complete: what the hook saw is the final gradient ...
+  const std::vector<float> final_grad = model.wte().weight().grad().to_floats();
+  EXPECT_EQ(wte_at_ready, final_grad);
+  // ... which holds the embedding's part on the rows of ids in the batch (0..10) on top of the
+  // head's part, and the head's part alone on rows 11 and 12.
+  ASSERT_EQ(wte_at_wpe_ready.size(), final_grad.size());
+  for (int64_t row = 0; row < 13; ++row) {
+    bool differs = false;
+    for (int64_t k = 0; k < 8; ++k)
+      differs |= final_grad[row * 8 + k] != wte_at_wpe_ready[row * 8 + k];
+    EXPECT_EQ(differs, row < 11) << "row " << row;
+  }
+  for (nn::Parameter* p : model.parameters()) p->clear_grad_ready_hooks();
+}
+
+TEST(GptModel, CheckpointedBlocksGiveBitIdenticalGradients) {
+  for (const bool selective : {false, true}) {
+    SCOPED_TRACE(selective ? "checkpoint + selective" : "checkpoint");
+    const GptConfig config = small_config(GptInit::gpt2, /*dropout=*/0.1f);
+    nn::manual_seed(6);
+    Gpt plain(config);
+    nn::manual_seed(6);
+    Gpt ckpt(config);
+    EXPECT_EQ(ckpt.checkpoint_blocks(1), 2);
+    if (selective) nn::set_selective_recompute(ckpt, true);
+    const auto [ids, targets] = fixed_batch(3, 8, 4);
+    for (int step = 0; step < 2; ++step) {  // two backwards: dropout draws advance alike
+      const double a = forward_backward(plain, ids, targets);
+      const double b = forward_backward(ckpt, ids, targets);
+      EXPECT_EQ(a, b);
+      const auto ga = grads(plain), gb = grads(ckpt);
+      for (const auto& [name, g] : ga) EXPECT_EQ(g, gb.at(name)) << name;
+    }
+  }
+}
+
+TEST(GptModel, OverfitsAPeriodicSequenceAndGreedyGenerationContinuesIt) {
+  nn::manual_seed(7);
+  Gpt model({.vocab = 16, .context = 12, .layers = 2, .heads = 2, .d_model = 32});
+  // Rows of the period-5 cycle 3 9 1 14 6, each row starting at another phase.
+  const std::vector<int64_t> cycle{3, 9, 1, 14, 6};
+  std::vector<int64_t> ids, tg;
+  const int64_t b = 5, t = 12;
+  for (int64_t r = 0; r < b; ++r) {
+    for (int64_t k = 0; k < t; ++k) {
+      ids.push_back(cycle[(r + k) % 5]);
+      tg.push_back(cycle[(r + k + 1) % 5]);
+    }
+  }
+  const data::Batch batch{Tensor::from_vector(ids, {b, t}), Tensor::from_vector(tg, {b * t}), b};
+  optim::AdamW opt(model.named_parameters(), {.lr = 1e-2f, .weight_decay = 0.0f});
+  nn::CrossEntropyLoss loss;
+  train::Trainer trainer(model, loss, opt, {.progress_bar = false, .quiet = true});
+  const double first = loss_of(model, batch.input, batch.target);
+  EXPECT_NEAR(first, std::log(16.0), 0.3);  // GPT-2 init: near-uniform predictions
+  for (int i = 0; i < 60; ++i) trainer.train_step({&batch, 1});
+  const double last = loss_of(model, batch.input, batch.target);
+  EXPECT_LT(last, 0.1 * first) << "first " << first << ", last " << last;
+
+  const bool training = model.training();
+  const std::vector<int64_t> out = generate(model, {9, 1, 14}, 10, /*top_k=*/1, 1.0f, 0);
+  ASSERT_EQ(out.size(), 10u);
+  for (size_t k = 0; k < out.size(); ++k) EXPECT_EQ(out[k], cycle[(4 + k) % 5]) << k;
+  EXPECT_EQ(model.training(), training);
+  // Top-k draws are a function of the seed.
+  EXPECT_EQ(generate(model, {3}, 20, 4, 1.5f, 11), generate(model, {3}, 20, 4, 1.5f, 11));
+}
+
+TEST(GptModel, BadInputsNameTheFix) {
+  nn::manual_seed(8);
+  Gpt model(small_config());
+  EXPECT_THROW(model.forward(Tensor::zeros({2, 9}, DType::i64)), Error);  // > context
+  EXPECT_THROW(model.forward(Tensor::zeros({2, 4}, DType::f32)), Error);  // not ids
+  EXPECT_THROW(GptConfig::preset("gpt5"), Error);
+  EXPECT_THROW(Gpt({.vocab = 8, .context = 4, .layers = 1, .heads = 3, .d_model = 8}), Error);
+  EXPECT_EQ(GptConfig::preset("gpt2-124m").vocab, 50304);
+}
+
+}  // namespace
+}  // namespace stoker::gpt
