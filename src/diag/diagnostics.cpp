@@ -29,11 +29,12 @@ struct Diagnostics::LoaderSnapshot {
 Diagnostics::Diagnostics(DiagnosticsOptions options, Device device)
     : options_(std::move(options)),
       device_(device),
-      timer_(device, /*device_timing=*/true, options_.thresholds) {
+      timer_(device, options_.device_timing, options_.thresholds) {
   if (options_.monitor && device_.is_cuda()) {
     GpuMonitorOptions mo;
     mo.interval_s = options_.monitor_interval_s;
     mo.library = options_.nvml_library;
+    mo.pcie = options_.monitor_pcie;
     monitor_ = std::make_unique<GpuMonitor>(device_, mo);
   }
   if (!options_.trace_path.empty()) {

@@ -264,9 +264,9 @@ GpuSample GpuMonitor::read() const {
   if (a.clock_events && ok(a.clock_events(d, &reasons)))
     s.clock_events = static_cast<int64_t>(reasons);
   // NVML reports PCIe throughput in KB/s over a 20 ms window.
-  if (a.pcie_throughput && ok(a.pcie_throughput(d, nvml::kPcieUtilTxBytes, &u)))
+  if (options_.pcie && a.pcie_throughput && ok(a.pcie_throughput(d, nvml::kPcieUtilTxBytes, &u)))
     s.pcie_tx_mb_s = u * 1.024e-3;
-  if (a.pcie_throughput && ok(a.pcie_throughput(d, nvml::kPcieUtilRxBytes, &u)))
+  if (options_.pcie && a.pcie_throughput && ok(a.pcie_throughput(d, nvml::kPcieUtilRxBytes, &u)))
     s.pcie_rx_mb_s = u * 1.024e-3;
   return s;
 }

@@ -48,6 +48,8 @@ DiagnosticsOptions apply_env(DiagnosticsOptions o) {
   o.synthetic_data = env_flag("STOKER_DIAG_SYNTHETIC", o.synthetic_data);
   o.max_steps = env_int("STOKER_DIAG_MAX_STEPS", o.max_steps);
   o.monitor = env_flag("STOKER_DIAG_MONITOR", o.monitor);
+  o.monitor_pcie = env_flag("STOKER_DIAG_MONITOR_PCIE", o.monitor_pcie);
+  o.device_timing = env_flag("STOKER_DIAG_DEVICE_TIMING", o.device_timing);
   STOKER_CHECK(o.report_interval >= 0, "DiagnosticsOptions: report_interval ", o.report_interval,
                " must be >= 0");
   STOKER_CHECK(o.warmup_steps >= 0, "DiagnosticsOptions: warmup_steps ", o.warmup_steps,

@@ -87,6 +87,7 @@ struct GpuMonitorOptions {
   double interval_s = 0.1;
   std::string library = "libnvidia-ml.so.1";
   size_t max_samples = 100000;     // oldest dropped beyond this
+  bool pcie = true;                // read PCIe throughput (a 20 ms NVML window per direction)
   bool report_unavailable = true;  // print the reason once per process on stderr
 };
 

@@ -12,7 +12,8 @@
 // STOKER_DIAG_BASELINE_COMPARE set the paths, STOKER_DIAG_INTERVAL the report interval,
 // STOKER_DIAG_WARMUP the warm-up steps, STOKER_DIAG_SYNTHETIC=1 the synthetic-data ablation,
 // STOKER_DIAG_MAX_STEPS stops fit() after that many steps, STOKER_DIAG_MONITOR=0 turns the GPU
-// monitor off.
+// monitor off, STOKER_DIAG_MONITOR_PCIE=0 its PCIe readings, STOKER_DIAG_DEVICE_TIMING=0 the
+// CUDA timing events.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +68,12 @@ struct DiagnosticsOptions {
   // GPU monitor (NVML, loaded at run time; absent NVML is reported once and not an error).
   bool monitor = true;
   double monitor_interval_s = 0.1;
+  // Whether the monitor also reads PCIe throughput (NVML measures it over a 20 ms window per
+  // direction, so each sample holds the NVML call for ~40 ms; the other readings are instant).
+  bool monitor_pcie = true;
+  // CUDA timing events at every phase boundary (device spans, launch-bound detection). false:
+  // host clocks only, as on the CPU (no device breakdown, no launch time).
+  bool device_timing = true;
   std::string nvml_library = "libnvidia-ml.so.1";
   // Ablation: fit() trains on the first batch of the data source, replayed for every step (the
   // source's epoch length is kept). Measures the step without the input pipeline.
