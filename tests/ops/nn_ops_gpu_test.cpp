@@ -1,7 +1,8 @@
 // The nn ops on the GPU against the CPU reference, on fresh random inputs, odd sizes, aligned
 // and misaligned (offset by one element) views, with outputs poisoned first:
-// - BIT-identical where both backends run the same per-element math (ops/nn_math.h): ReLU, GELU,
-//   dropout (same Philox mask), add_bias, MSE gradient, embedding lookup;
+// - BIT-identical where both backends run the same per-element math (ops/nn_math.h): ReLU, f32
+//   GELU, dropout (same Philox mask), add_bias, MSE gradient, embedding lookup; bf16/f16 GELU
+//   (a faster fp32 path on the GPU) within one ulp of the output dtype;
 // - within a stated tolerance where the GPU reduces in fp32 and the CPU in fp64 (bias_grad,
 //   layernorm, cross-entropy, MSE loss, embedding gradient — which uses float atomics);
 // - bitwise reproducible run to run for every reduction that promises it (bias_grad, layernorm's
@@ -168,8 +169,16 @@ TEST(NnOpsGpuTest, ReluAndGeluAreBitIdenticalToCpu) {
         gelu_backward(dx, dy, x);
         gelu_forward(gy, gx);
         gelu_backward(gdx, gdy, gx);
-        ASSERT_TRUE(bit_identical(gy, y)) << "gelu " << what;
-        ASSERT_TRUE(bit_identical(gdx, dx)) << "gelu' " << what;
+        if (d == DType::f32) {
+          ASSERT_TRUE(bit_identical(gy, y)) << "gelu " << what;
+          ASSERT_TRUE(bit_identical(gdx, dx)) << "gelu' " << what;
+        } else {
+          // One ulp of the output dtype; the derivative cancels near x = -0.75 (an absolute
+          // term of the fp32 error times |dy| <= ~5).
+          ASSERT_TRUE(close_to(gy, y, half_ulp_rtol(d), 1e-30 + half_ulp_atol(d))) << "gelu " << what;
+          ASSERT_TRUE(close_to(gdx, dx, half_ulp_rtol(d), 1e-5 + half_ulp_atol(d)))
+              << "gelu' " << what;
+        }
       }
     }
   }
@@ -181,9 +190,12 @@ TEST(NnOpsGpuTest, ActivationsInPlace) {
     const Tensor x = test::random_normal_tensor({4097}, d, 7, 0.0f, 2.0f);
     const Tensor dy = test::random_normal_tensor({4097}, d, 8);
     const Tensor gx = dev(x), gdy = dev(dy);
+    const Tensor gdy_out = dev_poisoned({4097}, d, 0);
+    gelu_backward(gdy_out, gdy, gx);  // out of place: what in place must reproduce
     gelu_backward(dy, dy, x);
     gelu_backward(gdy, gdy, gx);
-    EXPECT_TRUE(bit_identical(gdy, dy)) << dtype_name(d);
+    if (d == DType::f32) EXPECT_TRUE(bit_identical(gdy, dy)) << dtype_name(d);
+    EXPECT_TRUE(bit_identical(gdy, gdy_out)) << dtype_name(d);
     relu_forward(x, x);
     relu_forward(gx, gx);
     EXPECT_TRUE(bit_identical(gx, x)) << dtype_name(d);

@@ -1,0 +1,246 @@
+// Memory-bound training kernels on the GPU at the shapes of the bundled models: the GELU of the
+// MLP benchmark (8192 x 4096 bf16), GPT-2 124M's LM-head cross-entropy (16384 x 50304 bf16) and
+// its layer norm (16384 x 768 bf16), and the multi-tensor cast that refreshes the half compute
+// copies of the MLP's weights. What bounds them is the bytes each moves, so the counter is
+// bytes/s: bytes = every tensor the kernel must read once plus every tensor it writes once
+// (Google Benchmark prints it scaled: G = 1e9, T = 1e12); the H200's device-to-device copy
+// reaches ~4.2 TB/s (docs/benchmarks.md). Times come from CUDA events around 10 back-to-back
+// calls after warm-up (manual time, per call). Each benchmark checks a slice of what it timed
+// against the CPU reference and fails loudly on a mismatch.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "bench_context.h"
+#include "stoker/stoker.h"
+
+namespace {
+
+using stoker::Device;
+using stoker::DType;
+using stoker::Tensor;
+namespace ops = stoker::ops;
+
+bool have_gpu(benchmark::State& state) {
+  if (stoker::core::cuda_device_count() > 0) return true;
+  state.SkipWithError("no CUDA device");
+  return false;
+}
+
+Tensor random_tensor(const stoker::Shape& shape, DType dtype, Device device, uint64_t seed,
+                     float std = 1.0f) {
+  Tensor t = Tensor::empty(shape, dtype, device);
+  ops::random_normal(t, 0.0f, std, seed, 0);
+  return t;
+}
+
+// Times `call` (kCalls back-to-back per iteration, as a training step issues them) and sets the
+// bytes/s counter from `bytes` per call.
+void time_calls(benchmark::State& state, double bytes, const std::function<void()>& call) {
+  const Device gpu = Device::cuda(0);
+  const stoker::Stream stream = stoker::core::current_stream(gpu);
+  for (int i = 0; i < 3; ++i) call();
+  stream.synchronize();
+  constexpr int kCalls = 10;
+  auto start = stoker::Event::create(gpu, true), stop = stoker::Event::create(gpu, true);
+  for (auto _ : state) {
+    start.record(stream);
+    for (int i = 0; i < kCalls; ++i) call();
+    stop.record(stream);
+    stop.synchronize();
+    state.SetIterationTime(stoker::Event::elapsed_ms(start, stop) / 1e3 / kCalls);
+  }
+  state.counters["bytes/s"] =
+      benchmark::Counter(bytes * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+
+// Largest |got - want| / (rtol |want| + atol) over the first `n` elements.
+double worst(const Tensor& got, const Tensor& want, int64_t n, double rtol, double atol) {
+  const std::vector<float> g = got.reshape({got.numel()}).slice(0, n).to_floats();
+  const std::vector<float> w = want.reshape({want.numel()}).slice(0, n).to_floats();
+  double r = 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    r = std::max(r, std::fabs(double(g[i]) - w[i]) / (rtol * std::fabs(double(w[i])) + atol));
+  return r;
+}
+
+void check(benchmark::State& state, double ratio) {
+  state.counters["err/tol"] = ratio;
+  if (!(ratio <= 1.0)) state.SkipWithError("result does not match the CPU reference");
+}
+
+constexpr int64_t kRowsMlp = 8192, kWidthMlp = 4096;
+
+void BM_GeluForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0);
+  const Tensor x = random_tensor({kRowsMlp, kWidthMlp}, DType::bf16, gpu, 1, 2.0f);
+  Tensor y = Tensor::empty(x.shape(), DType::bf16, gpu);
+  time_calls(state, 2.0 * x.nbytes(), [&] { ops::gelu_forward(y, x); });
+  const int64_t n = 1 << 16;
+  const Tensor xc = x.reshape({x.numel()}).slice(0, n).to(Device::cpu());
+  Tensor yc = Tensor::empty({n}, DType::bf16, Device::cpu());
+  ops::gelu_forward(yc, xc);
+  check(state, worst(y, yc, n, std::ldexp(1.0, -7), 1e-30));
+}
+
+void BM_GeluBackward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0);
+  const Tensor x = random_tensor({kRowsMlp, kWidthMlp}, DType::bf16, gpu, 2, 2.0f);
+  const Tensor dy = random_tensor({kRowsMlp, kWidthMlp}, DType::bf16, gpu, 3);
+  Tensor dx = Tensor::empty(x.shape(), DType::bf16, gpu);
+  time_calls(state, 3.0 * x.nbytes(), [&] { ops::gelu_backward(dx, dy, x); });
+  const int64_t n = 1 << 16;
+  const Tensor xc = x.reshape({x.numel()}).slice(0, n).to(Device::cpu());
+  const Tensor dyc = dy.reshape({dy.numel()}).slice(0, n).to(Device::cpu());
+  Tensor dxc = Tensor::empty({n}, DType::bf16, Device::cpu());
+  ops::gelu_backward(dxc, dyc, xc);
+  check(state, worst(dx, dxc, n, std::ldexp(1.0, -7), 1e-5));
+}
+
+constexpr int64_t kTokens = 16 * 1024, kVocab = 50304, kWidthGpt = 768;
+
+struct Xent {
+  Tensor logits, target, loss, count, lse, dlogits;
+  explicit Xent(Device gpu) {
+    logits = random_tensor({kTokens, kVocab}, DType::bf16, gpu, 4, 2.0f);
+    std::vector<int64_t> t(kTokens);
+    for (int64_t i = 0; i < kTokens; ++i) t[i] = (i * 7919) % kVocab;
+    target = Tensor::from_vector<int64_t>(t, {kTokens}).to(gpu);
+    loss = Tensor::empty({}, DType::f32, gpu);
+    count = Tensor::empty({}, DType::f32, gpu);
+    lse = Tensor::empty({kTokens}, DType::f32, gpu);
+  }
+  // lse of the first rows against the CPU's.
+  double check_lse() const {
+    const int64_t rows = 8;
+    const Tensor lc = logits.slice(0, rows).to(Device::cpu());
+    const Tensor tc = target.slice(0, rows).to(Device::cpu());
+    Tensor l = Tensor::empty({}, DType::f32, Device::cpu()), c = Tensor::empty({}, DType::f32,
+                                                                               Device::cpu());
+    Tensor s = Tensor::empty({rows}, DType::f32, Device::cpu());
+    ops::cross_entropy_forward(l, c, s, lc, tc, -100, 0.0f);
+    return worst(lse, s, rows, 1e-6, 1e-6);
+  }
+};
+
+void BM_CrossEntropyForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Xent x(Device::cuda(0));
+  time_calls(state, static_cast<double>(x.logits.nbytes()), [&] {
+    ops::cross_entropy_forward(x.loss, x.count, x.lse, x.logits, x.target, -100, 0.0f);
+  });
+  check(state, x.check_lse());
+}
+
+void BM_CrossEntropyBackward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Xent x(Device::cuda(0));
+  ops::cross_entropy_forward(x.loss, x.count, x.lse, x.logits, x.target, -100, 0.0f);
+  Tensor dl = Tensor::empty(x.logits.shape(), DType::bf16, Device::cuda(0));
+  time_calls(state, 2.0 * x.logits.nbytes(), [&] {
+    ops::cross_entropy_backward(dl, x.logits, x.target, x.lse, x.count, -100, 0.0f, 1.0f);
+  });
+  // Row 0 against the CPU's gradient on the same inputs.
+  const Tensor lc = x.logits.slice(0, 1).to(Device::cpu());
+  const Tensor tc = x.target.slice(0, 1).to(Device::cpu());
+  Tensor l = Tensor::empty({}, DType::f32, Device::cpu()), c = Tensor::empty({}, DType::f32,
+                                                                             Device::cpu());
+  Tensor s = Tensor::empty({1}, DType::f32, Device::cpu());
+  Tensor dc = Tensor::empty({1, kVocab}, DType::bf16, Device::cpu());
+  ops::cross_entropy_forward(l, c, s, lc, tc, -100, 0.0f);
+  ops::cross_entropy_backward(dc, lc, tc, s, c, -100, 0.0f, 1.0f / kTokens);
+  check(state, worst(dl, dc, kVocab, std::ldexp(1.0, -7), 1e-12));
+}
+
+struct Norm {
+  Tensor x, gamma, beta, y, mean, rstd;
+  explicit Norm(Device gpu) {
+    x = random_tensor({kTokens, kWidthGpt}, DType::bf16, gpu, 5);
+    gamma = random_tensor({kWidthGpt}, DType::f32, gpu, 6);
+    beta = random_tensor({kWidthGpt}, DType::f32, gpu, 7);
+    y = Tensor::empty(x.shape(), DType::bf16, gpu);
+    mean = Tensor::empty({kTokens}, DType::f32, gpu);
+    rstd = Tensor::empty({kTokens}, DType::f32, gpu);
+  }
+};
+
+void BM_LayerNormForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Norm m(Device::cuda(0));
+  time_calls(state, 2.0 * m.x.nbytes(),
+             [&] { ops::layernorm_forward(m.y, m.mean, m.rstd, m.x, m.gamma, m.beta, 1e-5f); });
+  const int64_t rows = 64;
+  const Device cpu = Device::cpu();
+  Tensor yc = Tensor::empty({rows, kWidthGpt}, DType::bf16, cpu);
+  Tensor mc = Tensor::empty({rows}, DType::f32, cpu), rc = Tensor::empty({rows}, DType::f32, cpu);
+  ops::layernorm_forward(yc, mc, rc, m.x.slice(0, rows).to(cpu), m.gamma.to(cpu), m.beta.to(cpu),
+                         1e-5f);
+  check(state, worst(m.y, yc, rows * kWidthGpt, std::ldexp(1.0, -7), 1e-4));
+}
+
+void BM_LayerNormBackward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0);
+  Norm m(gpu);
+  ops::layernorm_forward(m.y, m.mean, m.rstd, m.x, m.gamma, m.beta, 1e-5f);
+  const Tensor dy = random_tensor(m.x.shape(), DType::bf16, gpu, 8);
+  Tensor dx = Tensor::empty(m.x.shape(), DType::bf16, gpu);
+  Tensor dgamma = Tensor::zeros({kWidthGpt}, DType::f32, gpu);
+  Tensor dbeta = Tensor::zeros({kWidthGpt}, DType::f32, gpu);
+  time_calls(state, 3.0 * m.x.nbytes(), [&] {
+    ops::layernorm_backward(dx, dgamma, dbeta, dy, m.x, m.mean, m.rstd, m.gamma);
+  });
+  const int64_t rows = 64;
+  const Device cpu = Device::cpu();
+  Tensor dxc = Tensor::empty({rows, kWidthGpt}, DType::bf16, cpu);
+  Tensor dg = Tensor::zeros({kWidthGpt}, DType::f32, cpu), db = Tensor::zeros({kWidthGpt},
+                                                                               DType::f32, cpu);
+  ops::layernorm_backward(dxc, dg, db, dy.slice(0, rows).to(cpu), m.x.slice(0, rows).to(cpu),
+                          m.mean.slice(0, rows).to(cpu), m.rstd.slice(0, rows).to(cpu),
+                          m.gamma.to(cpu));
+  check(state, worst(dx, dxc, rows * kWidthGpt, std::ldexp(1.0, -7), 1e-3));
+}
+
+// The MLP benchmark's weights: 8 x [4096, 4096] f32 masters -> bf16 compute copies.
+void BM_CastMultiRefresh(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0);
+  std::vector<Tensor> src, dst;
+  double bytes = 0;
+  for (int i = 0; i < 8; ++i) {
+    src.push_back(random_tensor({kWidthMlp, kWidthMlp}, DType::f32, gpu, 10 + i));
+    dst.push_back(Tensor::empty({kWidthMlp, kWidthMlp}, DType::bf16, gpu));
+    bytes += src.back().nbytes() + dst.back().nbytes();
+  }
+  time_calls(state, bytes, [&] { ops::cast_multi(dst, src); });
+  const int64_t n = 1 << 16;
+  Tensor want = Tensor::empty({n}, DType::bf16, Device::cpu());
+  ops::cast(want, src[7].reshape({src[7].numel()}).slice(0, n).to(Device::cpu()));
+  check(state, worst(dst[7], want, n, 0.0, 1e-30));
+}
+
+}  // namespace
+
+BENCHMARK(BM_GeluForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GeluBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CrossEntropyForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CrossEntropyBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LayerNormForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LayerNormBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CastMultiRefresh)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::fputs(stoker::bench::add_context().c_str(), stdout);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
