@@ -19,6 +19,11 @@
 // host syncs once per shape — the warm-up step — and never during a CUDA-graph capture (a
 // shape first seen while capturing takes the heuristic's pick). set_gemm_autotune(false) or
 // STOKER_GEMM_AUTOTUNE=0 keeps the heuristic's first pick.
+//
+// Batched (ops::gemm_batched): the same plan with a batch count and strided batch offsets on
+// the three matrix layouts, so one call runs every matrix; batch count and strides are part of
+// the plan key (the autotuner times the whole batched call, whose best kernel differs from the
+// single matrix's).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -30,8 +35,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "core/cuda_util.h"
+#include "ops/attention_backend.h"
 #include "ops/backend.h"
 #include "stoker/ops/gemm.h"
 
@@ -70,9 +77,10 @@ cudaDataType_t cuda_type(DType t) {
   STOKER_THROW("internal: gemm got non-float dtype ", dtype_name(t));
 }
 
-// Largest power of two (at most 256) that divides the address: what cuBLASLt may assume.
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
+// Largest power of two (at most 256) that divides the address — and, for a batch, the byte
+// distance between its matrices: what cuBLASLt may assume of every matrix's start.
+uint32_t alignment_of(const void* p, uint64_t batch_stride_bytes = 0) {
+  const auto a = reinterpret_cast<uintptr_t>(p) | batch_stride_bytes;
   uint32_t align = 256;
   while (align > 1 && a % align != 0) align /= 2;
   return align;
@@ -85,6 +93,8 @@ struct PlanKey {
   int ab_type, c_type, compute_type;
   uint32_t align_a, align_b, align_c;
   int bias_type;  // cudaDataType_t of the bias asked for in the epilogue, -1: none
+  int64_t batch;  // matrices per call (1: ops::gemm); the strides below are 0 then
+  int64_t stride_a, stride_b, stride_c;  // elements between consecutive matrices
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -191,6 +201,18 @@ class Cache {
                                                    static_cast<int64_t>(second_rows)));
     STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
         &plan->out, static_cast<cudaDataType_t>(key.c_type), key.n, key.m, key.n));
+    if (key.batch > 1) {
+      const int32_t count = static_cast<int32_t>(key.batch);
+      const auto set_batch = [&](cublasLtMatrixLayout_t layout, int64_t stride) {
+        STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+      };
+      set_batch(plan->first, key.stride_b);
+      set_batch(plan->second, key.stride_a);
+      set_batch(plan->out, key.stride_c);
+    }
 
     cublasLtMatmulPreference_t pref = nullptr;
     STOKER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -233,7 +255,8 @@ class Cache {
     const cublasStatus_t status = plan->epilogue_bias ? CUBLAS_STATUS_SUCCESS : query();
     cublasLtMatmulPreferenceDestroy(pref);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
-      STOKER_THROW("gemm: cuBLASLt found no algorithm for C ", dtype_name(c), "[", key.m, ", ",
+      STOKER_THROW("gemm: cuBLASLt found no algorithm for ", key.batch > 1 ? "a batch of " : "",
+                   key.batch > 1 ? std::to_string(key.batch) + " " : "", "C ", dtype_name(c), "[", key.m, ", ",
                    key.n, "] = op(A) ", dtype_name(ab), "[", key.m, ", ", key.k, "]",
                    key.trans_a ? " (A transposed)" : "", " x op(B) ", dtype_name(ab), "[", key.k,
                    ", ", key.n, "]", key.trans_b ? " (B transposed)" : "", " (pointer alignment A ",
@@ -294,25 +317,38 @@ Cache& cache() {
 
 }  // namespace
 
-void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o) {
+namespace {
+
+// One cuBLASLt call for `batch` matrices (the last two dimensions of a, b, c; batch 1: gemm).
+void run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
+              const GemmOptions& o) {
   const core::Device device = c.device();
   const core::DeviceScope scope(device.index);
   const cudaStream_t stream = core::cuda_stream(device);
 
   PlanKey key{};
   key.device = device.index;
-  key.m = c.size(0);
-  key.n = c.size(1);
-  key.k = o.trans_a ? a.size(0) : a.size(1);
+  key.m = c.size(-2);
+  key.n = c.size(-1);
+  key.k = o.trans_a ? a.size(-2) : a.size(-1);
   key.trans_a = o.trans_a;
   key.trans_b = o.trans_b;
   key.ab_type = cuda_type(a.dtype());
   key.c_type = cuda_type(c.dtype());
   key.compute_type =
       (a.dtype() == DType::f32 && allow_tf32()) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  key.align_a = alignment_of(a.data());
-  key.align_b = alignment_of(b.data());
-  key.align_c = alignment_of(c.data());
+  key.batch = batch;
+  if (batch > 1) {
+    key.stride_a = a.numel() / batch;
+    key.stride_b = b.numel() / batch;
+    key.stride_c = c.numel() / batch;
+  }
+  const auto stride_bytes = [](int64_t stride, DType t) {
+    return static_cast<uint64_t>(stride) * dtype_size(t);
+  };
+  key.align_a = alignment_of(a.data(), stride_bytes(key.stride_a, a.dtype()));
+  key.align_b = alignment_of(b.data(), stride_bytes(key.stride_b, b.dtype()));
+  key.align_c = alignment_of(c.data(), stride_bytes(key.stride_c, c.dtype()));
 
   key.bias_type = o.bias ? static_cast<int>(cuda_type(o.bias->dtype())) : -1;
   const void* bias = o.bias ? o.bias->data() : nullptr;
@@ -339,6 +375,17 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
       add_bias(c, wide);
     }
   }
+}
+
+}  // namespace
+
+void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o) {
+  run_gemm(c, a, b, 1, o);
+}
+
+void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
+                  const GemmOptions& o) {
+  run_gemm(c, a, b, batch, o);
 }
 
 }  // namespace stoker::ops::cuda
