@@ -41,11 +41,11 @@ struct Options {
   int64_t layers = 0, heads = 0, width = 0, context = 0, vocab = 0;  // 0: the preset's
   float dropout = 0.0f;
   std::string init = "gpt2";
-  int64_t batch = 16;
+  int64_t batch = 8;
   int accum = 1;
-  int64_t steps = 300;
-  float lr = 1e-3f;
-  int64_t warmup = 30;
+  int64_t steps = 150;
+  float lr = 2e-3f;
+  int64_t warmup = 15;
   float min_lr = 1e-4f;
   float weight_decay = 0.1f;
   float clip = 1.0f;
@@ -60,11 +60,11 @@ struct Options {
   std::string device;
   bool diagnostics = false;
   uint64_t seed = 0;
-  int64_t sample = 300;
-  int top_k = 1;
-  float temperature = 1.0f;
+  int64_t sample = 200;
+  int top_k = 5;
+  float temperature = 0.8f;
   std::string prompt = "And God said";
-  int64_t eval_batches = 20;
+  int64_t eval_batches = 10;
   int log_interval = 25;
   bool tf32 = true;
 };

@@ -273,6 +273,72 @@ TEST(GptModel, OverfitsAPeriodicSequenceAndGreedyGenerationContinuesIt) {
   EXPECT_EQ(generate(model, {3}, 20, 4, 1.5f, 11), generate(model, {3}, 20, 4, 1.5f, 11));
 }
 
+TEST(GptModel, Bf16ComputeFollowsTheF32Model) {
+  // Mixed precision on the CPU (the reference the GPU test compares with): bf16 logits, fp32
+  // gradients (the tied one included) close to the fp32 model's.
+  const auto [ids, targets] = fixed_batch(2, 8, 5);
+  nn::manual_seed(9);
+  Gpt f32(small_config());
+  nn::manual_seed(9);
+  Gpt half(small_config());
+  nn::set_compute_dtype(half, DType::bf16);
+  const double a = forward_backward(f32, ids, targets);
+  const double b = forward_backward(half, ids, targets);
+  EXPECT_EQ(half.forward(ids).dtype(), DType::bf16);
+  EXPECT_NEAR(b, a, 0.02 * a);
+  const auto ga = grads(f32), gb = grads(half);
+  for (const auto& [name, g] : ga) {
+    const std::vector<float>& h = gb.at(name);
+    double scale = 0, diff = 0;
+    for (size_t k = 0; k < g.size(); ++k) {
+      scale = std::max(scale, static_cast<double>(std::abs(g[k])));
+      diff = std::max(diff, static_cast<double>(std::abs(h[k] - g[k])));
+    }
+    EXPECT_LE(diff, 0.05 * scale + 1e-6) << name;
+  }
+}
+
+TEST(GptModel, TwoDataParallelRanksEqualOneRankOnTheUnionBatch) {
+  // The tied gradient through the GradReducer's buckets: two ranks with half a batch each take
+  // the same AdamW steps as one rank with the whole batch.
+  const auto [ids, targets] = fixed_batch(4, 8, 6);
+  auto make_model = [] {
+    nn::manual_seed(13);
+    return std::make_unique<Gpt>(small_config(GptInit::gpt2));
+  };
+  auto train = [](Gpt& model, const data::Batch& batch, dist::GradReducer* reducer) {
+    optim::AdamW opt(model.named_parameters(), {.lr = 1e-2f});
+    nn::CrossEntropyLoss loss;
+    train::Trainer trainer(model, loss, opt,
+                           {.clip_grad_norm = 1.0f,
+                            .schedule = optim::cosine_with_warmup(2e-3f, 11, 12),
+                            .progress_bar = false,
+                            .quiet = true,
+                            .reducer = reducer});
+    for (int step = 0; step < 12; ++step) trainer.train_step({&batch, 1});
+  };
+  auto single = make_model();
+  train(*single, {ids, targets, 4}, nullptr);
+  std::vector<std::unique_ptr<Gpt>> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(make_model());
+  dist::run_ranks(2, [&](dist::Communicator& comm) {
+    const int r = comm.rank();
+    Gpt& model = *ranks[static_cast<size_t>(r)];
+    dist::GradReducer reducer(comm, model);
+    train(model, {ids.slice(2 * r, 2 * r + 2), targets.slice(16 * r, 16 * r + 16), 2}, &reducer);
+  });
+  const auto want = single->named_parameters();
+  for (int r = 0; r < 2; ++r) {
+    const auto got = ranks[static_cast<size_t>(r)]->named_parameters();
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::vector<float> a = got[i].second->value().to_floats();
+      const std::vector<float> b = want[i].second->value().to_floats();
+      for (size_t k = 0; k < a.size(); ++k)
+        ASSERT_NEAR(a[k], b[k], 1e-4f) << "rank " << r << " " << want[i].first << "[" << k << "]";
+    }
+  }
+}
+
 TEST(GptModel, BadInputsNameTheFix) {
   nn::manual_seed(8);
   Gpt model(small_config());
