@@ -73,6 +73,7 @@
 #include "stoker/ops/loss.h"
 #include "stoker/ops/optim.h"
 #include "stoker/ops/pool.h"
+#include "stoker/ops/quantize.h"
 #include "stoker/ops/random.h"
 #include "stoker/ops/reduce.h"
 #include "stoker/ops/training.h"

@@ -7,6 +7,7 @@
 #include "ops/backend.h"
 #include "ops/optim_backend.h"
 #include "ops/validate.h"
+#include "stoker/ops/quantize.h"
 
 namespace stoker::ops {
 
@@ -34,39 +35,27 @@ void check_found_inf(const char* op, const Tensor& found_inf, std::span<const Te
                "device, got ",
                found_inf.str());
 }
-}  // namespace
 
-void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
-              std::span<const Tensor> momentum_bufs, const SgdHyper& h, const Tensor& found_inf) {
-  check_list("sgd_step", "params", params, params);
-  check_list("sgd_step", "grads", grads, params);
-  if (h.momentum != 0.0f) check_list("sgd_step", "momentum_bufs", momentum_bufs, params);
-  check_found_inf("sgd_step", found_inf, params);
+void check_sgd_hyper(const SgdHyper& h) {
   STOKER_CHECK(h.lr >= 0.0f && h.momentum >= 0.0f && h.weight_decay >= 0.0f, "ops::sgd_step: lr ",
                h.lr, ", momentum ", h.momentum, ", weight_decay ", h.weight_decay,
                " must be non-negative");
   STOKER_CHECK(!h.nesterov || (h.momentum > 0.0f && h.dampening == 0.0f),
                "ops::sgd_step: Nesterov momentum requires momentum > 0 and dampening = 0");
-  if (params.empty()) return;
-  detail::check_backend("sgd_step", params[0]);
-  const detail::SgdConsts c{h.lr,
-                            h.momentum,
-                            static_cast<float>(1.0 - h.dampening),
-                            h.weight_decay,
-                            h.nesterov,
-                            h.first_step,
-                            h.momentum != 0.0f};
-  STOKER_DISPATCH(params[0].device(), sgd_step, params, grads, momentum_bufs, c, found_inf);
 }
 
-void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
-                std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
-                const AdamWHyper& h, const Tensor& found_inf, const Tensor& step_state) {
-  check_list("adamw_step", "params", params, params);
-  check_list("adamw_step", "grads", grads, params);
-  check_list("adamw_step", "exp_avgs", exp_avgs, params);
-  check_list("adamw_step", "exp_avg_sqs", exp_avg_sqs, params);
-  check_found_inf("adamw_step", found_inf, params);
+detail::SgdConsts sgd_consts(const SgdHyper& h) {
+  return {h.lr,
+          h.momentum,
+          static_cast<float>(1.0 - h.dampening),
+          h.weight_decay,
+          h.nesterov,
+          h.first_step,
+          h.momentum != 0.0f};
+}
+
+void check_adamw_hyper(const AdamWHyper& h, const Tensor& step_state,
+                       std::span<const Tensor> params) {
   STOKER_CHECK(step_state.defined() || h.step >= 1, "ops::adamw_step: step ", h.step,
                " must be >= 1 (1-based)");
   STOKER_CHECK(
@@ -80,21 +69,123 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                "ops::adamw_step: betas (", h.beta1, ", ", h.beta2, ") must be in [0, 1)");
   STOKER_CHECK(h.lr >= 0.0f && h.eps >= 0.0f && h.weight_decay >= 0.0f,
                "ops::adamw_step: lr, eps and weight_decay must be non-negative");
-  if (params.empty()) return;
-  detail::check_backend("adamw_step", params[0]);
+}
+
+detail::AdamWConsts adamw_consts(const AdamWHyper& h) {
   const double t = static_cast<double>(h.step);
   const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), t);
   const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), t);
-  const detail::AdamWConsts c{static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay),
-                              static_cast<float>(1.0 - h.beta1),
-                              h.beta2,
-                              static_cast<float>(1.0 - h.beta2),
-                              static_cast<float>(h.lr / bc1),
-                              static_cast<float>(std::sqrt(bc2)),
-                              h.eps};
-  STOKER_DISPATCH(params[0].device(), adamw_step, params, grads, exp_avgs, exp_avg_sqs, c,
-                  found_inf, step_state, static_cast<double>(h.beta1), static_cast<double>(h.beta2),
-                  static_cast<double>(h.lr));
+  return {static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay),
+          static_cast<float>(1.0 - h.beta1),
+          h.beta2,
+          static_cast<float>(1.0 - h.beta2),
+          static_cast<float>(h.lr / bc1),
+          static_cast<float>(std::sqrt(bc2)),
+          h.eps};
+}
+
+// A compact state list: each entry f32/bf16 of the parameter's shape, or u8 codes with an
+// absmax of one f32 per block; `partner` (exp_avg for exp_avg_sq) must have the same forms.
+void check_states(const char* op, const char* what, std::span<const StateTensor> xs,
+                  std::span<const Tensor> params, int64_t block,
+                  std::span<const StateTensor> partner = {}) {
+  STOKER_CHECK(xs.size() == params.size(), "ops::", op, ": ", params.size(), " parameters but ",
+               xs.size(), " ", what);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const std::string name = std::string(what) + "[" + std::to_string(i) + "]";
+    const Tensor& v = xs[i].values;
+    STOKER_CHECK(
+        v.defined() &&
+            (v.dtype() == DType::f32 || v.dtype() == DType::bf16 || v.dtype() == DType::u8) &&
+            v.shape() == params[i].shape() && v.device() == params[0].device(),
+        "ops::", op, ": ", name, ".values is ", v.defined() ? v.str() : std::string("undefined"),
+        "; expected f32, bf16 or u8", params[i].shape(), " on ", params[0].device().str());
+    if (v.dtype() == DType::u8) {
+      const Tensor& a = xs[i].absmax;
+      const int64_t blocks = quantization_blocks(v.numel(), block);
+      STOKER_CHECK(a.defined() && a.dtype() == DType::f32 && a.numel() == blocks &&
+                       a.device() == params[0].device(),
+                   "ops::", op, ": ", name, ".absmax is ",
+                   a.defined() ? a.str() : std::string("undefined"), "; u8 codes need f32[", blocks,
+                   "] (one scale per block of ", block, ") on ", params[0].device().str());
+    }
+    if (!partner.empty())
+      STOKER_CHECK(partner[i].values.dtype() == v.dtype(), "ops::", op, ": ", name, " is ",
+                   v.dtype(), " but its partner state is ", partner[i].values.dtype(),
+                   "; both states of a parameter must be stored alike");
+  }
+}
+
+void check_storage(const char* op, const StateStorage& s) {
+  STOKER_CHECK(s.block >= 256 && s.block <= 4096 && s.block % 256 == 0, "ops::", op,
+               ": StateStorage::block ", s.block,
+               " must be a multiple of 256 between 256 and 4096 (256 or 2048 are usual)");
+}
+}  // namespace
+
+void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+              std::span<const Tensor> momentum_bufs, const SgdHyper& h, const Tensor& found_inf) {
+  check_list("sgd_step", "params", params, params);
+  check_list("sgd_step", "grads", grads, params);
+  if (h.momentum != 0.0f) check_list("sgd_step", "momentum_bufs", momentum_bufs, params);
+  check_found_inf("sgd_step", found_inf, params);
+  check_sgd_hyper(h);
+  if (params.empty()) return;
+  detail::check_backend("sgd_step", params[0]);
+  STOKER_DISPATCH(params[0].device(), sgd_step, params, grads, momentum_bufs, sgd_consts(h),
+                  found_inf);
+}
+
+void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+                std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
+                const AdamWHyper& h, const Tensor& found_inf, const Tensor& step_state) {
+  check_list("adamw_step", "params", params, params);
+  check_list("adamw_step", "grads", grads, params);
+  check_list("adamw_step", "exp_avgs", exp_avgs, params);
+  check_list("adamw_step", "exp_avg_sqs", exp_avg_sqs, params);
+  check_found_inf("adamw_step", found_inf, params);
+  check_adamw_hyper(h, step_state, params);
+  if (params.empty()) return;
+  detail::check_backend("adamw_step", params[0]);
+  STOKER_DISPATCH(params[0].device(), adamw_step, params, grads, exp_avgs, exp_avg_sqs,
+                  adamw_consts(h), found_inf, step_state, static_cast<double>(h.beta1),
+                  static_cast<double>(h.beta2), static_cast<double>(h.lr));
+}
+
+void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+              std::span<const StateTensor> momentum_bufs, const SgdHyper& h,
+              const StateStorage& storage, const Tensor& found_inf) {
+  STOKER_CHECK(h.momentum > 0.0f,
+               "ops::sgd_step: compact momentum buffers need momentum > 0 (without momentum SGD "
+               "keeps no state: call the overload without buffers)");
+  check_list("sgd_step", "params", params, params);
+  check_list("sgd_step", "grads", grads, params);
+  check_storage("sgd_step", storage);
+  check_states("sgd_step", "momentum_bufs", momentum_bufs, params, storage.block);
+  check_found_inf("sgd_step", found_inf, params);
+  check_sgd_hyper(h);
+  if (params.empty()) return;
+  detail::check_backend("sgd_step", params[0]);
+  STOKER_DISPATCH(params[0].device(), sgd_step_compact, params, grads, momentum_bufs, sgd_consts(h),
+                  storage, found_inf);
+}
+
+void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+                std::span<const StateTensor> exp_avgs, std::span<const StateTensor> exp_avg_sqs,
+                const AdamWHyper& h, const StateStorage& storage, const Tensor& found_inf,
+                const Tensor& step_state) {
+  check_list("adamw_step", "params", params, params);
+  check_list("adamw_step", "grads", grads, params);
+  check_storage("adamw_step", storage);
+  check_states("adamw_step", "exp_avgs", exp_avgs, params, storage.block);
+  check_states("adamw_step", "exp_avg_sqs", exp_avg_sqs, params, storage.block, exp_avgs);
+  check_found_inf("adamw_step", found_inf, params);
+  check_adamw_hyper(h, step_state, params);
+  if (params.empty()) return;
+  detail::check_backend("adamw_step", params[0]);
+  STOKER_DISPATCH(params[0].device(), adamw_step_compact, params, grads, exp_avgs, exp_avg_sqs,
+                  adamw_consts(h), storage, found_inf, step_state, static_cast<double>(h.beta1),
+                  static_cast<double>(h.beta2), static_cast<double>(h.lr));
 }
 
 Tensor adamw_step_state_create(Device device) {

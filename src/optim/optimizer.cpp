@@ -1,12 +1,29 @@
 #include "stoker/optim/optimizer.h"
 
+#include <algorithm>
 #include <map>
 
 #include "stoker/core/error.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/optim.h"
+#include "stoker/ops/quantize.h"
 
 namespace stoker::optim {
+
+namespace {
+// ", state=int8_blockwise(block=2048)" and the like; nothing for the default f32 state.
+std::string describe_state(const StateFormat& f) {
+  switch (f.dtype) {
+    case StateDType::bf16:
+      return f.stochastic_rounding ? ", state=bf16(stochastic rounding)" : ", state=bf16";
+    case StateDType::int8_blockwise:
+      return core::detail::str(", state=int8_blockwise(block=", f.block, ", f32 below ",
+                               f.min_quantized_numel, " elements)");
+    default:
+      return "";
+  }
+}
+}  // namespace
 
 Optimizer::Optimizer(NamedParameters params) : params_(std::move(params)) {
   STOKER_CHECK(!params_.empty(), "optimizer: no parameters given (is the model empty?)");
@@ -31,11 +48,58 @@ void Optimizer::gather(std::vector<Tensor>& values, std::vector<Tensor>& grads) 
   }
 }
 
-std::vector<Tensor> Optimizer::make_state(const std::string& suffix) {
+void Optimizer::set_state_format(const StateFormat& format) {
+  STOKER_CHECK(format.block >= 256 && format.block <= 4096 && format.block % 256 == 0,
+               "optimizer: StateFormat::block ", format.block,
+               " must be a multiple of 256 between 256 and 4096 (256 or 2048 are usual)");
+  STOKER_CHECK(format.min_quantized_numel >= 0, "optimizer: StateFormat::min_quantized_numel ",
+               format.min_quantized_numel, " must be >= 0");
+  STOKER_CHECK(!format.stochastic_rounding || format.dtype == StateDType::bf16,
+               "optimizer: stochastic_rounding applies to bf16 state only; set "
+               "StateFormat::dtype = StateDType::bf16 or turn it off");
+  format_ = format;
+}
+
+std::vector<ops::StateTensor>& Optimizer::make_state(const std::string& suffix, bool is_signed) {
+  std::vector<ops::StateTensor> out;
+  for (const auto& [name, p] : params_) {
+    if (!p->requires_grad) continue;
+    ops::StateTensor s;
+    const int64_t n = p->value().numel();
+    if (format_.dtype == StateDType::bf16) {
+      s.values = Tensor::zeros(p->shape(), DType::bf16, p->device());
+    } else if (format_.dtype == StateDType::int8_blockwise && n >= format_.min_quantized_numel) {
+      // Zeros: absmax 0 and the code of 0.0 in the state's map (what quantizing zeros gives).
+      const auto& map = ops::dynamic_map(is_signed);
+      const auto zero = std::find(map.begin(), map.end(), 0.0f) - map.begin();
+      s.values = Tensor::empty(p->shape(), DType::u8, p->device());
+      ops::fill(s.values, static_cast<double>(zero));
+      s.absmax =
+          Tensor::zeros({ops::quantization_blocks(n, format_.block)}, DType::f32, p->device());
+    } else {
+      s.values = Tensor::zeros(p->shape(), DType::f32, p->device());
+    }
+    out.push_back(std::move(s));
+  }
+  state_lists_.emplace_back(suffix, std::move(out));
+  return state_lists_.back().second;
+}
+
+std::vector<Tensor> Optimizer::values_of(const std::vector<ops::StateTensor>& states) {
   std::vector<Tensor> out;
-  for (const auto& [name, p] : params_)
-    if (p->requires_grad) out.push_back(Tensor::zeros(p->shape(), DType::f32, p->device()));
+  out.reserve(states.size());
+  for (const auto& s : states) out.push_back(s.values);
   return out;
+}
+
+ops::StateStorage Optimizer::storage_for_step() const {
+  uint64_t total = 0;
+  for (const auto& [name, p] : params_)
+    if (p->requires_grad) total += static_cast<uint64_t>(p->value().numel());
+  return {.block = format_.block,
+          .stochastic_rounding = format_.stochastic_rounding,
+          .seed = format_.seed,
+          .offset = static_cast<uint64_t>(steps_) * ((total + 3) / 4)};
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() {
@@ -44,10 +108,22 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() {
     size_t i = 0;
     for (const auto& [name, p] : params_) {
       if (!p->requires_grad) continue;
-      out.emplace_back(name + "." + suffix, (*list)[i++]);
+      const ops::StateTensor& s = list[i++];
+      if (s.values.dtype() == DType::u8) {
+        out.emplace_back(name + "." + suffix + ".codes", s.values);
+        out.emplace_back(name + "." + suffix + ".absmax", s.absmax);
+      } else {
+        out.emplace_back(name + "." + suffix, s.values);
+      }
     }
   }
   return out;
+}
+
+size_t Optimizer::state_bytes() {
+  size_t bytes = 0;
+  for (const auto& [name, t] : state()) bytes += t.nbytes();
+  return bytes;
 }
 
 void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& state) {
@@ -55,7 +131,8 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
   for (auto& [name, t] : this->state()) {
     const auto it = by_name.find(name);
     STOKER_CHECK(it != by_name.end(), describe(), ": optimizer state '", name,
-                 "' missing from the checkpoint (was it saved with another optimizer?)");
+                 "' missing from the checkpoint (was it saved with another optimizer, or "
+                 "another StateFormat?)");
     STOKER_CHECK(it->second.shape() == t.shape() && it->second.dtype() == t.dtype(), describe(),
                  ": optimizer state '", name, "' is ", it->second.str(),
                  " in the checkpoint, "
@@ -79,39 +156,39 @@ SGD::SGD(NamedParameters params, SgdOptions options)
   lr_ = options.lr;
   STOKER_CHECK(!options.nesterov || (options.momentum > 0.0f && options.dampening == 0.0f),
                "SGD: Nesterov momentum requires momentum > 0 and dampening = 0");
-  if (options_.momentum != 0.0f) {
-    momentum_ = make_state("momentum_buffer");
-    state_lists_.emplace_back("momentum_buffer", &momentum_);
-  }
+  set_state_format(options_.state);
+  if (options_.momentum != 0.0f) momentum_ = &make_state("momentum_buffer");
 }
 
 void SGD::update() {
   std::vector<Tensor> values, grads;
   gather(values, grads);
-  ops::sgd_step(values, grads, momentum_,
-                {.lr = lr_,
-                 .momentum = options_.momentum,
-                 .dampening = options_.dampening,
-                 .weight_decay = options_.weight_decay,
-                 .nesterov = options_.nesterov,
-                 .first_step = steps_ == 0},
-                found_inf_);
+  const ops::SgdHyper h{.lr = lr_,
+                        .momentum = options_.momentum,
+                        .dampening = options_.dampening,
+                        .weight_decay = options_.weight_decay,
+                        .nesterov = options_.nesterov,
+                        .first_step = steps_ == 0};
+  if (momentum_ && compact_state())
+    ops::sgd_step(values, grads, *momentum_, h, storage_for_step(), found_inf_);
+  else
+    ops::sgd_step(values, grads, momentum_ ? values_of(*momentum_) : std::vector<Tensor>{}, h,
+                  found_inf_);
   ++steps_;
 }
 
 std::string SGD::describe() const {
-  return core::detail::str("SGD(lr=", lr_, ", momentum=", options_.momentum,
-                           options_.nesterov ? ", nesterov" : "",
-                           ", weight_decay=", options_.weight_decay, ")");
+  return core::detail::str(
+      "SGD(lr=", lr_, ", momentum=", options_.momentum, options_.nesterov ? ", nesterov" : "",
+      ", weight_decay=", options_.weight_decay, describe_state(options_.state), ")");
 }
 
 AdamW::AdamW(NamedParameters params, AdamWOptions options)
     : Optimizer(std::move(params)), options_(options) {
   lr_ = options.lr;
-  exp_avg_ = make_state("exp_avg");
-  exp_avg_sq_ = make_state("exp_avg_sq");
-  state_lists_.emplace_back("exp_avg", &exp_avg_);
-  state_lists_.emplace_back("exp_avg_sq", &exp_avg_sq_);
+  set_state_format(options_.state);
+  exp_avg_ = &make_state("exp_avg");
+  exp_avg_sq_ = &make_state("exp_avg_sq", /*is_signed=*/false);
   step_state_ = ops::adamw_step_state_create(params_[0].second->device());
 }
 
@@ -126,20 +203,25 @@ int64_t AdamW::applied_steps() const { return ops::adamw_step_state_steps(step_s
 void AdamW::update() {
   std::vector<Tensor> values, grads;
   gather(values, grads);
-  ops::adamw_step(values, grads, exp_avg_, exp_avg_sq_,
-                  {.lr = lr_,
-                   .beta1 = options_.beta1,
-                   .beta2 = options_.beta2,
-                   .eps = options_.eps,
-                   .weight_decay = options_.weight_decay,
-                   .step = steps_ + 1},
-                  found_inf_, step_state_);
+  const ops::AdamWHyper h{.lr = lr_,
+                          .beta1 = options_.beta1,
+                          .beta2 = options_.beta2,
+                          .eps = options_.eps,
+                          .weight_decay = options_.weight_decay,
+                          .step = steps_ + 1};
+  if (compact_state())
+    ops::adamw_step(values, grads, *exp_avg_, *exp_avg_sq_, h, storage_for_step(), found_inf_,
+                    step_state_);
+  else
+    ops::adamw_step(values, grads, values_of(*exp_avg_), values_of(*exp_avg_sq_), h, found_inf_,
+                    step_state_);
   ++steps_;
 }
 
 std::string AdamW::describe() const {
   return core::detail::str("AdamW(lr=", lr_, ", betas=(", options_.beta1, ", ", options_.beta2,
-                           "), eps=", options_.eps, ", weight_decay=", options_.weight_decay, ")");
+                           "), eps=", options_.eps, ", weight_decay=", options_.weight_decay,
+                           describe_state(options_.state), ")");
 }
 
 }  // namespace stoker::optim

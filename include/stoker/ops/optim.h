@@ -64,4 +64,43 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
                 const AdamWHyper& h, const Tensor& found_inf = {}, const Tensor& step_state = {});
 
+// ---- compact (low-precision) optimizer state ----
+//
+// The same updates with each state tensor stored in one of three forms, chosen per parameter
+// by the dtype of `values`:
+//   f32  as above (bit-identical to the f32 overloads);
+//   bf16 loaded exactly, updated in f32, stored rounded to nearest even, or stochastically
+//        (StateStorage::stochastic_rounding) with Philox bits that the CPU and GPU draw alike;
+//   u8   block-wise 8-bit codes with `absmax` (f32, one per block of StateStorage::block values,
+//        ops/quantize.h): a block is decoded, updated in f32, and re-encoded with its new
+//        absmax. exp_avg and momentum use the signed dynamic map, exp_avg_sq the unsigned one.
+// The parameter update itself reads the f32 values of this step (before re-encoding). The
+// states of one parameter (exp_avg and exp_avg_sq) share a form. CPU and GPU produce identical
+// parameters, bf16 bits and codes (kernels/optim.cu is compiled with -fmad=false).
+struct StateTensor {
+  Tensor values;  // f32 | bf16 | u8 codes, the parameter's shape
+  Tensor absmax;  // u8 values only: f32 [quantization_blocks(numel, block)]
+};
+
+struct StateStorage {
+  int64_t block = 2048;              // values per absmax of u8 states (multiple of 256, <= 4096)
+  bool stochastic_rounding = false;  // bf16 states: round stochastically instead of to nearest
+  // This step's rounding draws: element gi (counted over the whole list, in order) uses
+  // Philox (seed, its own stream, block offset + gi / 4), lane gi % 4; the first state takes
+  // the low 16 bits, the second the high 16. The caller advances offset by
+  // ceil(total elements / 4) per step.
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// momentum_bufs must be given (momentum > 0 is required).
+void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+              std::span<const StateTensor> momentum_bufs, const SgdHyper& h,
+              const StateStorage& storage, const Tensor& found_inf = {});
+
+void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+                std::span<const StateTensor> exp_avgs, std::span<const StateTensor> exp_avg_sqs,
+                const AdamWHyper& h, const StateStorage& storage, const Tensor& found_inf = {},
+                const Tensor& step_state = {});
+
 }  // namespace stoker::ops

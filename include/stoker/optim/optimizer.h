@@ -6,10 +6,20 @@
 // clipping happen before it) and may skip itself on the device when the gradient scaler's
 // found_inf flag is set (`set_found_inf`). `zero_grad()` resets the gradients.
 //
+// State precision (`StateFormat`, in each optimizer's options): moments and momentum are kept in
+// f32 (the default, PyTorch's results), bf16 or block-wise 8-bit codes (ops/quantize.h); the
+// update math is f32 in every case (ops/optim.h decodes, updates, re-encodes in one kernel).
+// 8-bit state is for large tensors: parameters with fewer than `min_quantized_numel` elements
+// (4096 by default, as in the 8-bit optimizers paper's implementation) keep f32 state, since
+// their state is small and a block of 8-bit codes would cost them accuracy for no memory.
+//
 // State for checkpoints: `state()` names every state tensor ("<param>.exp_avg", ...) plus the
-// step counter; `load_state()` restores them. Not thread-safe.
+// step counter; 8-bit states appear as "<param>.exp_avg.codes" (u8) and
+// "<param>.exp_avg.absmax" (f32 scales). `load_state()` restores them (same state format).
+// `state_bytes()` counts the bytes those tensors hold. Not thread-safe.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,10 +27,26 @@
 
 #include "stoker/core/tensor.h"
 #include "stoker/nn/parameter.h"
+#include "stoker/ops/optim.h"
 
 namespace stoker::optim {
 
 using NamedParameters = std::vector<std::pair<std::string, nn::Parameter*>>;
+
+// How optimizer state (moments, momentum) is stored; the update math is f32 regardless.
+enum class StateDType {
+  f32,             // 4 bytes per value per state (PyTorch's layout; bit-identical results)
+  bf16,            // 2 bytes: round to nearest even, or stochastic rounding
+  int8_blockwise,  // 1 byte + 4 bytes per `block` values: dynamic-map codes, absmax per block
+};
+
+struct StateFormat {
+  StateDType dtype = StateDType::f32;
+  int64_t block = 2048;                // int8_blockwise: values per absmax (256 or 2048 usual)
+  int64_t min_quantized_numel = 4096;  // int8_blockwise: smaller parameters keep f32 state
+  bool stochastic_rounding = false;    // bf16: stochastic instead of round-to-nearest stores
+  uint64_t seed = 0;                   // Philox seed of the stochastic rounding
+};
 
 class Optimizer {
  public:
@@ -49,11 +75,26 @@ class Optimizer {
   const NamedParameters& parameters() const { return params_; }
   virtual std::string describe() const = 0;
 
+  // Bytes held by the optimizer's state (every tensor state() returns), on the parameters'
+  // device: what the optimizer adds to the model's memory.
+  size_t state_bytes();
+  const StateFormat& state_format() const { return format_; }
+
  protected:
   // The parameters that take part (requires_grad), with value/grad tensor lists.
   void gather(std::vector<Tensor>& values, std::vector<Tensor>& grads) const;
-  // Allocates a zero state tensor per parameter, named "<param>.<suffix>".
-  std::vector<Tensor> make_state(const std::string& suffix);
+  // Sets the storage of states made afterwards (validated); call before make_state.
+  void set_state_format(const StateFormat& format);
+  // Allocates a zero state per parameter in the state format (see StateFormat), named
+  // "<param>.<suffix>" and registered for state()/load_state(). is_signed: the 8-bit map
+  // (signed for moments that change sign, unsigned for exp_avg_sq).
+  std::vector<ops::StateTensor>& make_state(const std::string& suffix, bool is_signed = true);
+  // True when some state is not f32 (the compact ops/optim.h overloads run the update).
+  bool compact_state() const { return format_.dtype != StateDType::f32; }
+  // The values of a state list, for the f32 ops overloads.
+  static std::vector<Tensor> values_of(const std::vector<ops::StateTensor>& states);
+  // The storage arguments of this step (the rounding draws advance with each call to step()).
+  ops::StateStorage storage_for_step() const;
 
   // The update itself (one multi-tensor launch), implemented by each optimizer.
   virtual void update() = 0;
@@ -62,7 +103,11 @@ class Optimizer {
   float lr_ = 0.0f;
   int64_t steps_ = 0;
   Tensor found_inf_;
-  std::vector<std::pair<std::string, std::vector<Tensor>*>> state_lists_;
+  StateFormat format_;
+  // Each state kind ("exp_avg", ...) with one entry per trainable parameter, in one place so
+  // that any later state handling (offload, sharding) sees all of it. A deque: references
+  // to a kind stay valid as kinds are added.
+  std::deque<std::pair<std::string, std::vector<ops::StateTensor>>> state_lists_;
 };
 
 struct SgdOptions {
@@ -71,6 +116,7 @@ struct SgdOptions {
   float dampening = 0.0f;
   float weight_decay = 0.0f;
   bool nesterov = false;
+  StateFormat state{};  // storage of the momentum buffer
 };
 
 class SGD : public Optimizer {
@@ -83,7 +129,7 @@ class SGD : public Optimizer {
 
  private:
   SgdOptions options_;
-  std::vector<Tensor> momentum_;
+  std::vector<ops::StateTensor>* momentum_ = nullptr;
 };
 
 struct AdamWOptions {
@@ -92,6 +138,7 @@ struct AdamWOptions {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 1e-2f;
+  StateFormat state{};  // storage of exp_avg and exp_avg_sq
 };
 
 // The step count behind the bias corrections lives on the device and advances only when the
@@ -110,7 +157,8 @@ class AdamW : public Optimizer {
 
  private:
   AdamWOptions options_;
-  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<ops::StateTensor>* exp_avg_ = nullptr;
+  std::vector<ops::StateTensor>* exp_avg_sq_ = nullptr;
   Tensor step_state_;
 };
 

@@ -1,0 +1,149 @@
+// CPU reference of the optimizer updates over compact state (ops/optim.h, "compact"): the same
+// per-element math as the f32 updates (ops/optim_math.h), with loads and stores that decode and
+// encode bf16 or block-wise 8-bit state (ops/quant_math.h). 8-bit tensors run one task per run
+// of quantization blocks: a block is decoded and updated into a local f32 buffer, its new absmax
+// taken, then encoded. kernels/optim.cu does exactly this per CUDA block, so codes agree.
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "ops/backend.h"
+#include "ops/cpu/parallel.h"
+#include "ops/optim_backend.h"
+#include "ops/quant_math.h"
+#include "stoker/ops/quantize.h"
+
+namespace stoker::ops::cpu {
+
+namespace {
+
+detail::StateForm form_of(const StateTensor& s) {
+  switch (s.values.dtype()) {
+    case DType::bf16:
+      return detail::kStateBF16;
+    case DType::u8:
+      return detail::kStateQ8;
+    default:
+      return detail::kStateF32;
+  }
+}
+
+// K state lists (1: SGD momentum, 2: AdamW moments); is_signed[k] picks state k's 8-bit map.
+// update(p, g, s) updates p and s[0..K) in f32.
+template <int K, typename Update>
+void run_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
+                 std::array<std::span<const StateTensor>, K> states, std::array<bool, K> is_signed,
+                 const StateStorage& st, Update update) {
+  std::array<const float*, K> maps;
+  std::array<int, K> map_codes;
+  for (int k = 0; k < K; ++k) {
+    maps[k] = dynamic_map(is_signed[k]).data();
+    map_codes[k] = dynamic_map_codes(is_signed[k]);
+  }
+  uint64_t base = 0;  // list-wide index of tensor t's first element (rounding draws)
+  for (size_t t = 0; t < params.size(); ++t) {
+    const int64_t n = params[t].numel();
+    float* p = static_cast<float*>(params[t].data());
+    const float* g = static_cast<const float*>(grads[t].data());
+    const detail::StateForm form = form_of(states[0][t]);
+    if (form == detail::kStateF32) {
+      std::array<float*, K> s;
+      for (int k = 0; k < K; ++k) s[k] = static_cast<float*>(states[k][t].values.data());
+      parallel_range(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          float v[K];
+          for (int k = 0; k < K; ++k) v[k] = s[k][i];
+          update(p[i], g[i], v);
+          for (int k = 0; k < K; ++k) s[k][i] = v[k];
+        }
+      });
+    } else if (form == detail::kStateBF16) {
+      std::array<uint16_t*, K> s;
+      for (int k = 0; k < K; ++k) s[k] = static_cast<uint16_t*>(states[k][t].values.data());
+      parallel_range(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          float v[K];
+          for (int k = 0; k < K; ++k) v[k] = core::bf16_bits_to_float(s[k][i]);
+          update(p[i], g[i], v);
+          if (st.stochastic_rounding) {
+            const uint32_t r = detail::state_rounding_bits(st.seed, st.offset, base + i);
+            for (int k = 0; k < K; ++k)
+              s[k][i] = detail::float_to_bf16_stochastic(v[k], r >> (16 * k));
+          } else {
+            for (int k = 0; k < K; ++k) s[k][i] = core::float_to_bf16_bits(v[k]);
+          }
+        }
+      });
+    } else {
+      const int64_t block = st.block;
+      std::array<uint8_t*, K> codes;
+      std::array<float*, K> absmax;
+      for (int k = 0; k < K; ++k) {
+        codes[k] = static_cast<uint8_t*>(states[k][t].values.data());
+        absmax[k] = static_cast<float*>(states[k][t].absmax.data());
+      }
+      parallel_range(
+          quantization_blocks(n, block),
+          [&](int64_t b0, int64_t b1) {
+            std::array<std::array<float, 4096>, K> vals;
+            for (int64_t qb = b0; qb < b1; ++qb) {
+              const int64_t s = qb * block, e = std::min(n, s + block);
+              std::array<float, K> scale, next;
+              for (int k = 0; k < K; ++k) scale[k] = absmax[k][qb], next[k] = 0.0f;
+              for (int64_t i = s; i < e; ++i) {
+                float v[K];
+                for (int k = 0; k < K; ++k) v[k] = maps[k][codes[k][i]] * scale[k];
+                update(p[i], g[i], v);
+                for (int k = 0; k < K; ++k) {
+                  vals[k][i - s] = v[k];
+                  next[k] = std::fmax(next[k], std::fabs(v[k]));
+                }
+              }
+              for (int k = 0; k < K; ++k) {
+                absmax[k][qb] = next[k];
+                for (int64_t i = s; i < e; ++i)
+                  codes[k][i] = detail::quantize_nearest(
+                      maps[k], map_codes[k], detail::normalize_by(vals[k][i - s], next[k]));
+              }
+            }
+          },
+          std::max<int64_t>(1, kGrain / block));
+    }
+    base += static_cast<uint64_t>(n);
+  }
+}
+
+bool skip_step(const Tensor& found_inf) {
+  return found_inf.defined() && *static_cast<const float*>(found_inf.data()) != 0.0f;
+}
+
+}  // namespace
+
+void sgd_step_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
+                      std::span<const StateTensor> bufs, const detail::SgdConsts& c,
+                      const StateStorage& storage, const Tensor& found_inf) {
+  if (skip_step(found_inf)) return;
+  run_compact<1>(params, grads, {bufs}, {true}, storage,
+                 [&](float& p, float g, float* s) { detail::sgd_update(p, s[0], g, c); });
+}
+
+void adamw_step_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
+                        std::span<const StateTensor> exp_avgs,
+                        std::span<const StateTensor> exp_avg_sqs,
+                        const detail::AdamWConsts& host_consts, const StateStorage& storage,
+                        const Tensor& found_inf, const Tensor& step_state, double beta1,
+                        double beta2, double lr) {
+  const bool skip = skip_step(found_inf);
+  detail::AdamWConsts c = host_consts;
+  if (step_state.defined()) {
+    auto* st = static_cast<AdamWStepState*>(step_state.data());
+    detail::adamw_advance(*st, skip, beta1, beta2, lr);
+    c.step_size = st->step_size;
+    c.bc2_sqrt = st->bc2_sqrt;
+  }
+  if (skip) return;
+  run_compact<2>(params, grads, {exp_avgs, exp_avg_sqs}, {true, false}, storage,
+                 [&](float& p, float g, float* s) { detail::adamw_update(p, s[0], s[1], g, c); });
+}
+
+}  // namespace stoker::ops::cpu
