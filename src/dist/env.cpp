@@ -188,6 +188,9 @@ DistContext init_from_env(InitOptions options) {
       STOKER_CHECK(got.size() == id.bytes.size(), "init_from_env: rank 0 sent ", got.size(),
                    " bytes instead of an NCCL unique id (", id.bytes.size(), " bytes)");
       std::copy(got.begin(), got.end(), id.bytes.begin());
+      // Before NCCL's own set-up, which would also block forever on a rank that died.
+      if (options.watch_peers && e.world_size > 1)
+        ctx.watch = std::make_unique<PeerWatch>(rdzv, e.rank, e.world_size);
     }
     ctx.comm = std::make_unique<NcclCommunicator>(id, e.rank, e.world_size, ctx.device);
   } else {

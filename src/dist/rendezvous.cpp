@@ -21,6 +21,8 @@ const char* rendezvous_purpose_name(RendezvousPurpose p) {
       return "nccl";
     case RendezvousPurpose::tcp:
       return "tcp";
+    case RendezvousPurpose::watch:
+      return "peer watch";
   }
   return "unknown";
 }

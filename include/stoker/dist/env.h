@@ -26,6 +26,7 @@
 
 #include "stoker/core/device.h"
 #include "stoker/dist/communicator.h"
+#include "stoker/dist/peer_watch.h"
 
 namespace stoker::dist {
 
@@ -57,12 +58,17 @@ const char* backend_name(Backend b);
 struct InitOptions {
   Backend backend = Backend::automatic;
   double timeout_s = 300.0;  // rendezvous (and, for tcp, each collective: 600 s min)
+  // NCCL jobs of 2+ ranks: a PeerWatch (dist/peer_watch.h) ends every rank with a clear error
+  // as soon as one process of the job dies, instead of leaving them blocked in a collective.
+  bool watch_peers = true;
 };
 
 struct DistContext {
   DistEnv env;
   Device device;  // where this rank computes: cuda:LOCAL_RANK (nccl) or cpu (tcp)
   std::unique_ptr<Communicator> comm;
+  // Destroyed before comm (members go in reverse order): says goodbye to the peers first.
+  std::unique_ptr<PeerWatch> watch;
 };
 
 // Joins the job described by read_env() (a single process gets a communicator of one rank).

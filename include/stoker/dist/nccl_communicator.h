@@ -8,7 +8,8 @@
 //
 // In a build without CUDA the class exists but its constructor and create_unique_id() throw.
 // Failure: NCCL cannot time out a collective whose peer died; abort() (ncclCommAbort) ends this
-// rank's pending work, and `stoker launch` stops the other ranks when one fails.
+// rank's pending work. init_from_env's PeerWatch (dist/peer_watch.h) ends every surviving rank
+// with a clear error as soon as a process of the job dies, under any launcher.
 //
 // Ownership: owns the ncclComm_t (destroyed with the communicator). Not thread-safe.
 #pragma once

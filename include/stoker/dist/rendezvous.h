@@ -31,7 +31,7 @@ inline constexpr uint16_t kRendezvousVersion = 1;
 inline constexpr uint32_t kRendezvousMaxPayload = 1u << 16;
 
 // What the ranks meet for; ranks that disagree are refused (a CPU rank joining a GPU job).
-enum class RendezvousPurpose : uint16_t { user = 1, nccl = 2, tcp = 3 };
+enum class RendezvousPurpose : uint16_t { user = 1, nccl = 2, tcp = 3, watch = 4 };
 const char* rendezvous_purpose_name(RendezvousPurpose p);
 
 // Rank 0 sends `payload` (at most kRendezvousMaxPayload bytes; ignored on other ranks) to every
