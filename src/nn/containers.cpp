@@ -7,14 +7,20 @@ namespace stoker::nn {
 
 namespace {
 std::string join(const std::string& prefix, const std::string& name) {
+  if (name.empty()) return prefix;  // a child named "" adds no name level
   return prefix.empty() ? name : prefix + "." + name;
 }
 }  // namespace
 
 void Sequential::add_module(std::unique_ptr<Module> module) {
+  add_module(std::to_string(children_.size()), std::move(module));
+}
+
+void Sequential::add_module(std::string name, std::unique_ptr<Module> module) {
   STOKER_CHECK(module != nullptr, "Sequential::add: null module");
   if (module->device() != device_) module->to(device_);
   children_.push_back(std::move(module));
+  names_.push_back(std::move(name));
 }
 
 void Sequential::wrap_child(
@@ -86,19 +92,19 @@ void Sequential::collect_parameters(std::vector<Parameter*>& out) {
 void Sequential::visit_parameters(const std::string& prefix,
                                   const std::function<void(const std::string&, Parameter&)>& fn) {
   for (size_t i = 0; i < children_.size(); ++i)
-    children_[i]->visit_parameters(join(prefix, std::to_string(i)), fn);
+    children_[i]->visit_parameters(join(prefix, names_[i]), fn);
 }
 
 void Sequential::visit_buffers(const std::string& prefix,
                                const std::function<void(const std::string&, Tensor&)>& fn) {
   for (size_t i = 0; i < children_.size(); ++i)
-    children_[i]->visit_buffers(join(prefix, std::to_string(i)), fn);
+    children_[i]->visit_buffers(join(prefix, names_[i]), fn);
 }
 
 void Sequential::visit_generators(const std::string& prefix,
                                   const std::function<void(const std::string&, Generator&)>& fn) {
   for (size_t i = 0; i < children_.size(); ++i)
-    children_[i]->visit_generators(join(prefix, std::to_string(i)), fn);
+    children_[i]->visit_generators(join(prefix, names_[i]), fn);
 }
 
 void Sequential::visit_children(const std::function<void(Module&)>& fn) {
@@ -111,49 +117,74 @@ std::string Sequential::describe() const {
   return s + ")";
 }
 
-Residual::Residual(std::unique_ptr<Module> body) : body_(std::move(body)) {
+Residual::Residual(std::unique_ptr<Module> body) : Residual(std::move(body), nullptr) {}
+
+Residual::Residual(std::unique_ptr<Module> body, std::unique_ptr<Module> shortcut,
+                   ResidualNames names)
+    : body_(std::move(body)), shortcut_(std::move(shortcut)), names_(std::move(names)) {
   STOKER_CHECK(body_ != nullptr, "Residual: null body");
   device_ = body_->device();
+  if (shortcut_ && shortcut_->device() != device_) shortcut_->to(device_);
 }
 
 Tensor Residual::forward(const Tensor& x) {
   const Tensor fx = body_->forward(x);
-  STOKER_CHECK(fx.shape() == x.shape() && fx.dtype() == x.dtype(), "Residual: the body ",
-               body_->describe(), " maps ", x.str(), " to ", fx.str(),
-               "; a residual block needs the same shape and dtype");
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  ops::add(y, x, fx);
+  const Tensor sx = shortcut_ ? shortcut_->forward(x) : x;
+  STOKER_CHECK(fx.shape() == sx.shape() && fx.dtype() == sx.dtype(), "Residual: the body ",
+               body_->describe(), " maps ", x.str(), " to ", fx.str(), " but the ",
+               shortcut_ ? "shortcut " + shortcut_->describe() + " maps it to " : "identity is ",
+               sx.str(), "; both branches must give the same shape and dtype",
+               shortcut_ ? "" : " (add a shortcut module, e.g. a strided 1x1 conv + BN)");
+  Tensor y = Tensor::empty(fx.shape(), fx.dtype(), fx.device());
+  ops::add(y, sx, fx);
   return y;
 }
 
-void Residual::forward_for_backward(const Tensor& x) { body_->forward_for_backward(x); }
+void Residual::forward_for_backward(const Tensor& x) {
+  body_->forward_for_backward(x);
+  if (shortcut_) shortcut_->forward_for_backward(x);
+}
 
 Tensor Residual::backward(const Tensor& dy) {
+  // Reverse registration order: the shortcut's gradients become ready first.
+  const Tensor dshort = shortcut_ ? shortcut_->backward(dy) : dy;
   const Tensor dbody = body_->backward(dy);
-  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-  ops::add(dx, dy, dbody);
+  Tensor dx = Tensor::empty(dshort.shape(), dshort.dtype(), dshort.device());
+  ops::add(dx, dshort, dbody);
   return dx;
 }
 
-void Residual::collect_parameters(std::vector<Parameter*>& out) { body_->collect_parameters(out); }
+void Residual::collect_parameters(std::vector<Parameter*>& out) {
+  body_->collect_parameters(out);
+  if (shortcut_) shortcut_->collect_parameters(out);
+}
 
 void Residual::visit_parameters(const std::string& prefix,
                                 const std::function<void(const std::string&, Parameter&)>& fn) {
-  body_->visit_parameters(join(prefix, "body"), fn);
+  body_->visit_parameters(join(prefix, names_.body), fn);
+  if (shortcut_) shortcut_->visit_parameters(join(prefix, names_.shortcut), fn);
 }
 
 void Residual::visit_buffers(const std::string& prefix,
                              const std::function<void(const std::string&, Tensor&)>& fn) {
-  body_->visit_buffers(join(prefix, "body"), fn);
+  body_->visit_buffers(join(prefix, names_.body), fn);
+  if (shortcut_) shortcut_->visit_buffers(join(prefix, names_.shortcut), fn);
 }
 
 void Residual::visit_generators(const std::string& prefix,
                                 const std::function<void(const std::string&, Generator&)>& fn) {
-  body_->visit_generators(join(prefix, "body"), fn);
+  body_->visit_generators(join(prefix, names_.body), fn);
+  if (shortcut_) shortcut_->visit_generators(join(prefix, names_.shortcut), fn);
 }
 
-void Residual::visit_children(const std::function<void(Module&)>& fn) { fn(*body_); }
+void Residual::visit_children(const std::function<void(Module&)>& fn) {
+  fn(*body_);
+  if (shortcut_) fn(*shortcut_);
+}
 
-std::string Residual::describe() const { return "Residual(" + body_->describe() + ")"; }
+std::string Residual::describe() const {
+  if (!shortcut_) return "Residual(" + body_->describe() + ")";
+  return "Residual(" + body_->describe() + ", shortcut=" + shortcut_->describe() + ")";
+}
 
 }  // namespace stoker::nn

@@ -241,6 +241,64 @@ TEST(LayersTest, ResidualTransformerishBlockGradientsMatchFiniteDifferences) {
                [&] { drop.generator().set_offset(start); });
 }
 
+// y = body(x) + shortcut(x) with a shape change (6 -> 8 features): dx sums both branches' dx.
+TEST(LayersTest, ResidualWithShortcutGradientsMatchFiniteDifferences) {
+  manual_seed(8);
+  Sequential net;
+  net.add(make<Residual>(make<Sequential>(make<Linear>(6, 8), make<GELU>(), make<Linear>(8, 8)),
+                         make<Sequential>(make<Linear>(6, 8), make<LayerNorm>(8))));
+  net.add(make<GELU>());
+  net.add(make<Residual>(make<Sequential>(make<LayerNorm>(8), make<Linear>(8, 8)), nullptr));
+  randomize(net, 70, -0.8f, 0.8f);
+  check_module(net, test::random_tensor({3, 6}, DType::f32, 71), 72, 1e-2);
+}
+
+TEST(LayersTest, ResidualWithShortcutAddsBothBranches) {
+  manual_seed(9);
+  auto body = make<Linear>(3, 5);
+  auto shortcut = make<Linear>(3, 5, false);
+  Linear& b = *body;
+  Linear& s = *shortcut;
+  Residual r(std::move(body), std::move(shortcut));
+  const Tensor x = test::random_tensor({4, 3}, DType::f32, 80);
+  const std::vector<float> y = r.forward(x).to_floats();
+  const std::vector<float> yb = b.forward(x).to_floats(), ys = s.forward(x).to_floats();
+  ASSERT_EQ(y.size(), yb.size());
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], yb[i] + ys[i]) << i;
+  // Shapes that do not add up are an error naming both branches.
+  Residual bad(make<Linear>(3, 5), make<Linear>(3, 4));
+  EXPECT_THROW(bad.forward(x), stoker::Error);
+  Residual identity_mismatch(make<Linear>(3, 5), nullptr);
+  EXPECT_THROW(identity_mismatch.forward(x), stoker::Error);
+}
+
+// Named Sequential children and Residual branch names give torchvision-style names; an empty
+// name adds no level.
+TEST(LayersTest, NamedChildrenAndResidualBranchNames) {
+  Sequential net;
+  net.add("conv1", make<Linear>(4, 4));
+  auto body = make<Sequential>();
+  body->add("conv1", make<Linear>(4, 6));
+  body->add("relu", make<ReLU>());
+  auto down = make<Sequential>(make<Linear>(4, 6, false));
+  auto block = make<Sequential>();
+  block->add("", make<Residual>(std::move(body), std::move(down),
+                                ResidualNames{.body = "", .shortcut = "downsample"}));
+  block->add("relu", make<ReLU>());
+  net.add_module("layer1.0", std::move(block));
+  net.add(make<Linear>(6, 2));  // unnamed: its index
+  std::vector<std::string> names;
+  for (const auto& [n, p] : net.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight", "conv1.bias", "layer1.0.conv1.weight",
+                                             "layer1.0.conv1.bias", "layer1.0.downsample.0.weight",
+                                             "2.weight", "2.bias"}));
+  Residual plain(make<Linear>(2, 2), make<Linear>(2, 2));
+  names.clear();
+  for (const auto& [n, p] : plain.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"body.weight", "body.bias", "shortcut.weight",
+                                             "shortcut.bias"}));
+}
+
 TEST(LayersTest, GradientsAccumulateAcrossBackwardCalls) {
   manual_seed(6);
   Sequential net(make<Linear>(4, 5), make<GELU>(), make<LayerNorm>(5));

@@ -1,8 +1,10 @@
-// Containers: Sequential (children in order) and Residual (y = x + f(x)).
+// Containers: Sequential (children in order) and Residual (y = x + f(x), or f(x) + g(x) with a
+// shortcut module g).
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "stoker/nn/module.h"
@@ -10,7 +12,10 @@
 namespace stoker::nn {
 
 // Runs children forward in order and backward in reverse. Child i's parameters are named
-// "<i>.<name>", as in torch.nn.Sequential.
+// "<i>.<name>", as in torch.nn.Sequential, or "<child name>.<name>" for a child added with a
+// name (torch.nn.Sequential built from an OrderedDict; "layer1.0" gives "layer1.0.conv1.weight").
+// An empty child name adds no name level (the child's names are the container's own, as a
+// Checkpoint's): the caller keeps names unique.
 //
 // Selective recomputation (off by default; nn::set_selective_recompute turns it on for a whole
 // tree): when the input of child j is the output of a run of children i..j-1 that can rebuild it
@@ -36,6 +41,14 @@ class Sequential : public Module {
     return ref;
   }
   void add_module(std::unique_ptr<Module> module);
+  // The same under `name` instead of the child's index (see above).
+  template <typename M>
+  M& add(std::string name, std::unique_ptr<M> module) {
+    M& ref = *module;
+    add_module(std::move(name), std::move(module));
+    return ref;
+  }
+  void add_module(std::string name, std::unique_ptr<Module> module);
 
   size_t size() const { return children_.size(); }
   Module& operator[](size_t i) { return *children_.at(i); }
@@ -65,6 +78,7 @@ class Sequential : public Module {
 
  private:
   std::vector<std::unique_ptr<Module>> children_;
+  std::vector<std::string> names_;  // per child: its index, or the name it was added under
   bool selective_ = false;
   // Per child of the last saving forward: the first child of the run that rebuilds its released
   // input, or -1 (the child kept its input itself).
@@ -72,14 +86,30 @@ class Sequential : public Module {
   Tensor run_forward(const Tensor& x, bool need_output);
 };
 
+// Names of a Residual's two branches in parameter names; an empty name adds no level, so
+// {.body = "", .shortcut = "downsample"} gives torchvision's block names ("conv1.weight",
+// "downsample.0.weight").
+struct ResidualNames {
+  std::string body = "body";
+  std::string shortcut = "shortcut";
+};
+
 // y = x + body(x); the body's output must have x's shape. dx = dy + body.backward(dy).
 // The body's parameters are named "body.<name>".
+//
+// With a shortcut module (a ResNet block whose shape changes: 1x1 conv + BN):
+// y = body(x) + shortcut(x), both outputs of one shape and dtype;
+// dx = body.backward(dy) + shortcut.backward(dy). Parameters: the body's, then the shortcut's
+// ("shortcut.<name>"). A null shortcut is the identity (the form above, with `names`).
+// Saves nothing itself: the add's backward passes dy to both branches.
 class Residual : public Module {
  public:
   explicit Residual(std::unique_ptr<Module> body);
+  Residual(std::unique_ptr<Module> body, std::unique_ptr<Module> shortcut,
+           ResidualNames names = {});
 
   Tensor forward(const Tensor& x) override;
-  // The body's forward_for_backward; no add.
+  // The body's (and shortcut's) forward_for_backward; no add.
   void forward_for_backward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -91,9 +121,12 @@ class Residual : public Module {
                         const std::function<void(const std::string&, Generator&)>& fn) override;
   std::string describe() const override;
   void visit_children(const std::function<void(Module&)>& fn) override;
+  Module* shortcut() { return shortcut_.get(); }
 
  private:
   std::unique_ptr<Module> body_;
+  std::unique_ptr<Module> shortcut_;  // null: identity
+  ResidualNames names_;
 };
 
 // Creates a module: nn::make<Linear>(784, 256).

@@ -1,0 +1,509 @@
+// stoker_classifier: trains a ResNet-style CNN on an LMDB JPEG dataset with the stoker Loader
+// and Trainer, and reports validation accuracy each epoch; or, with --synthetic,
+// measures training throughput the way ../shared/peers/torch_e2e.py does.
+//
+//   stoker_classifier                              small CNN on the synthetic shapes (packed
+//                                                  into a cache folder on first run), GPU if any
+//   stoker_classifier --data TRAIN --val VAL --arch resnet50 --precision bf16 --layout nhwc
+//   stoker launch --nproc-per-node 8 stoker_classifier --data ... (or torchrun): data parallel
+//   stoker_classifier --arch resnet50 --precision bf16 --layout nhwc --batch 256 --image-size 224
+//                     --synthetic [--data DB --threads 16]     random batch [+ fed by the Loader]
+//
+// Training: the Trainer's log lines, and at each epoch's end "epoch E: train loss, val loss,
+// val accuracy, img/s" and the loader line (delivered img/s, wait share, worker cost per image,
+// the autotuner's state); at the end the diagnostics report over the whole run (step breakdown
+// and verdict; --diagnostics) and the peak memory. --min-accuracy A exits with status 3 when the
+// final validation accuracy is below A (the demo's check).
+// Bench (--synthetic): `--warmup` untimed steps, then `--steps` steps between two device syncs
+// on one random batch on the device ("synthetic"); with --data also `--bench-epochs` epochs fed
+// by the Loader, every step after the first `--warmup` timed (the peer's DataLoader figure):
+//   "<arch> <precision> <layout> B=<batch>: synthetic N img/s, peak X GiB ..."
+//   "<arch> <precision> <layout> B=<batch>: fed by the stoker loader (T threads) N img/s
+//    (P % of synthetic), peak X GiB ..."
+// Optimizer: SGD with momentum 0.9 (the peer's); weight decay and a cosine schedule in training.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "resnet.h"
+#include "stoker/stoker.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace nn = stoker::nn;
+namespace data = stoker::data;
+namespace dist = stoker::dist;
+namespace train = stoker::train;
+using stoker::Device;
+using stoker::DType;
+using stoker::Tensor;
+using stoker::amp::Precision;
+using stoker::ops::Layout;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string arch = "small";
+  std::string data;  // empty: the synthetic shapes
+  std::string val;
+  int image_size = 32;
+  int64_t epochs = 3;
+  int64_t batch = 64;
+  int accum = 1;
+  float lr = -1;  // < 0: 0.1 * batch * accum * ranks / 256 (Goyal et al.'s rule)
+  float weight_decay = 5e-5f;
+  int warmup_epochs = 1;
+  std::string precision = "fp32";
+  // Channels-last: tensor cores on the GPU; on the CPU one large GEMM per conv chunk.
+  std::string layout = "nhwc";
+  int checkpoint_every = 0;
+  int threads = 0;
+  bool diagnostics = false;
+  std::string device = "auto";
+  bool synthetic = false;
+  int steps = 20;
+  int warmup = 5;
+  int64_t bench_epochs = 2;
+  uint64_t seed = 0;
+  int64_t classes = 0;     // 0: the dataset's (synthetic bench: 1000)
+  int width = 16;          // small CNN width
+  double crop_scale = -1;  // RandomResizedCrop's smallest area (< 0: 0.08; synthetic: 0.35)
+  int eval_resize = 0;     // 0: image_size * 8 / 7 (synthetic: image_size)
+  int64_t synth_train = 4000;
+  int64_t synth_val = 1000;
+  int synth_classes = 8;
+  std::string cache;
+  std::string save;
+  int log_interval = 50;
+  double min_accuracy = 0;
+};
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::fp32;
+  if (s == "bf16") return Precision::bf16;
+  if (s == "fp16") return Precision::fp16;
+  STOKER_THROW("--precision '", s, "': use fp32, bf16 or fp16");
+}
+
+Layout parse_layout(const std::string& s) {
+  if (s == "nchw") return Layout::nchw;
+  if (s == "nhwc") return Layout::nhwc;
+  STOKER_THROW("--layout '", s, "': use nchw or nhwc");
+}
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double gib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+// Where the synthetic shapes are packed: --cache, $STOKER_CACHE_DIR, $XDG_CACHE_HOME/stoker,
+// ~/.cache/stoker, else the system's temp folder.
+fs::path cache_root(const Args& a) {
+  if (!a.cache.empty()) return a.cache;
+  if (const char* d = std::getenv("STOKER_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "stoker";
+  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache" / "stoker";
+  return fs::temp_directory_path() / "stoker-cache";
+}
+
+// Packs the synthetic shapes into `out` unless a database is already there. Concurrent ranks
+// may race: the pack is atomic (temp folder + rename), so the loser finds the winner's.
+fs::path ensure_synth(const data::SynthOptions& s, const fs::path& out, bool print) {
+  std::error_code ec;
+  if (fs::exists(out / "data.mdb", ec)) return out;
+  if (print)
+    std::printf("packing %lld synthetic %dx%d images (%d classes) into %s\n",
+                static_cast<long long>(s.samples), s.size, s.size, s.classes, out.c_str());
+  try {
+    data::pack_synth(s, out, {.progress = false});
+  } catch (const stoker::Error&) {
+    if (!fs::exists(out / "data.mdb", ec)) throw;
+  }
+  return out;
+}
+
+std::unique_ptr<nn::Sequential> build_model(const Args& a, int64_t classes, Layout layout,
+                                            Device device) {
+  nn::manual_seed(a.seed);
+  auto m = classifier::make_model(a.arch, {.num_classes = classes,
+                                           .layout = layout,
+                                           .zero_init_residual = a.arch != "small",
+                                           .small_width = a.width});
+  m->to(device);
+  return m;
+}
+
+data::LoaderOptions loader_options(const Args& a, Device device, Layout layout, DType dtype,
+                                   int rank, int world, bool train_split) {
+  data::LoaderOptions o;
+  o.batch_size = a.batch;
+  o.threads = a.threads;
+  o.transform.train = train_split;
+  o.transform.output_size = a.image_size;
+  o.transform.seed = a.seed;
+  o.transform.scale_min = a.crop_scale;
+  o.transform.eval_resize = a.eval_resize;
+  o.shuffle = train_split;
+  o.seed = a.seed;
+  o.rank = rank;
+  o.world_size = world;
+  o.drop_last = train_split;
+  o.device = device;
+  o.dtype = dtype;
+  o.layout = layout;
+  return o;
+}
+
+// One optimizer step per call on `batch`, `n` times, between device syncs: seconds.
+double time_steps(train::Trainer& t, const data::Batch& batch, int n, Device device) {
+  stoker::core::synchronize_device(device);
+  const auto t0 = Clock::now();
+  const std::vector<data::Batch> micro{batch};
+  for (int i = 0; i < n; ++i) t.train_step(micro);
+  stoker::core::synchronize_device(device);
+  return since(t0);
+}
+
+int run_bench(const Args& a, Device device) {
+  const Precision p = parse_precision(a.precision);
+  const Layout layout = parse_layout(a.layout);
+  const DType dtype = stoker::amp::compute_dtype(p);
+  std::unique_ptr<data::LmdbImageDataset> ds;
+  if (!a.data.empty()) ds = std::make_unique<data::LmdbImageDataset>(a.data);
+  const int64_t classes = a.classes > 0 ? a.classes : 1000;
+  if (ds)
+    STOKER_CHECK(ds->num_classes() <= classes, "--classes ", classes, " is below the ",
+                 ds->num_classes(), " classes of ", a.data);
+  const std::string tag = a.arch + " " + a.precision + " " + std::string(layout_name(layout)) +
+                          " B=" + std::to_string(a.batch);
+  std::printf("%s on %s (%s), image %dx%d, %lld classes, SGD(momentum 0.9)\n", tag.c_str(),
+              device.str().c_str(), stoker::core::describe_device(device).c_str(), a.image_size,
+              a.image_size, static_cast<long long>(classes));
+  const float lr = a.lr > 0 ? a.lr : 0.1f;
+
+  // Synthetic: one random batch on the device, in the compute dtype and layout.
+  double syn = 0;
+  {
+    auto model = build_model(a, classes, layout, device);
+    stoker::optim::SGD opt(model->named_parameters(), {.lr = lr, .momentum = 0.9f});
+    nn::CrossEntropyLoss loss;
+    train::Trainer t(*model, loss, opt,
+                     {.precision = p,
+                      .log_grad_norm = false,
+                      .progress_bar = false,
+                      .quiet = true,
+                      .activation_checkpoint_every = a.checkpoint_every});
+    data::Batch b;
+    const stoker::ops::Dims4 d{a.batch, 3, a.image_size, a.image_size};
+    b.input = Tensor::empty(stoker::ops::shape4(d, layout), dtype, device);
+    stoker::ops::random_normal(b.input, 0.0f, 1.0f, a.seed + 1, 0);
+    std::vector<int64_t> labels(static_cast<size_t>(a.batch));
+    for (int64_t i = 0; i < a.batch; ++i) labels[static_cast<size_t>(i)] = (i * 7919) % classes;
+    b.target = Tensor::from_vector(labels, {a.batch}, device);
+    b.size = a.batch;
+    time_steps(t, b, a.warmup, device);
+    stoker::core::reset_peak_memory(device);
+    const double s = time_steps(t, b, a.steps, device);
+    syn = static_cast<double>(a.steps) * a.batch / s;
+    std::printf("%s: synthetic %.0f img/s, peak %.2f GiB (%d steps, %.2f ms/step)\n", tag.c_str(),
+                syn, gib(stoker::core::memory_stats(device).peak_bytes), a.steps,
+                s * 1e3 / a.steps);
+    std::fflush(stdout);
+  }
+  if (!ds) return 0;
+
+  // Fed by the Loader: `bench_epochs` epochs, the first `warmup` steps untimed.
+  auto model = build_model(a, classes, layout, device);
+  stoker::optim::SGD opt(model->named_parameters(), {.lr = lr, .momentum = 0.9f});
+  nn::CrossEntropyLoss loss;
+  train::Trainer t(*model, loss, opt,
+                   {.precision = p,
+                    .log_grad_norm = false,
+                    .progress_bar = false,
+                    .quiet = true,
+                    .activation_checkpoint_every = a.checkpoint_every});
+  Args la = a;
+  if (la.crop_scale < 0) la.crop_scale = 0.08;
+  if (la.eval_resize <= 0) la.eval_resize = la.image_size * 8 / 7;
+  data::Loader loader(*ds, loader_options(la, device, layout, dtype, 0, 1, true));
+  int64_t timed = 0, steps = 0;
+  Clock::time_point t0;
+  data::LoaderCounters c0;
+  std::vector<data::Batch> micro(1);
+  for (int64_t e = 0; e < a.bench_epochs; ++e) {
+    loader.start_epoch(e);
+    while (loader.next(micro[0])) {
+      t.train_step(micro);
+      if (++steps == a.warmup) {
+        stoker::core::synchronize_device(device);
+        stoker::core::reset_peak_memory(device);
+        t0 = Clock::now();
+        c0 = loader.counters();
+      } else if (steps > a.warmup) {
+        timed += micro[0].size;
+      }
+    }
+  }
+  micro.clear();
+  stoker::core::synchronize_device(device);
+  STOKER_CHECK(steps > a.warmup, "--synthetic --data: ", a.data, " gives only ", steps,
+               " batches in --bench-epochs ", a.bench_epochs, "; need more than --warmup ",
+               a.warmup);
+  const double s = since(t0);
+  const double fed = static_cast<double>(timed) / s;
+  const data::LoaderCounters c = loader.counters();
+  std::printf(
+      "%s: fed by the stoker loader (%d threads) %.0f img/s (%.0f %% of synthetic), peak %.2f "
+      "GiB (%lld timed steps; loader wait %.1f %% of the time)\n",
+      tag.c_str(), loader.threads(), fed, 100.0 * fed / syn,
+      gib(stoker::core::memory_stats(device).peak_bytes), static_cast<long long>(steps - a.warmup),
+      100.0 * (c.consumer_wait_s - c0.consumer_wait_s) / s);
+  std::printf("loader: %s\n", loader.summary().c_str());
+  return 0;
+}
+
+int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
+  Args a = a_in;
+  const int rank = ctx ? ctx->comm->rank() : 0;
+  const int world = ctx ? ctx->comm->world_size() : 1;
+  const bool main_rank = rank == 0;
+  const Precision p = parse_precision(a.precision);
+  const Layout layout = parse_layout(a.layout);
+  const DType dtype = stoker::amp::compute_dtype(p);
+
+  fs::path train_db = a.data, val_db = a.val;
+  const bool synth = a.data.empty();
+  if (synth) {
+    STOKER_CHECK(a.val.empty(), "--val needs --data (the synthetic set brings its own split)");
+    const fs::path dir = cache_root(a) / ("synth-" + std::to_string(a.synth_classes) + "c-" +
+                                          std::to_string(a.image_size) + "px");
+    data::SynthOptions so{
+        .samples = a.synth_train, .classes = a.synth_classes, .size = a.image_size, .seed = 1};
+    train_db = ensure_synth(so, dir / ("train-" + std::to_string(a.synth_train)), main_rank);
+    so.samples = a.synth_val;
+    so.seed = 2;  // other images than the training ones
+    val_db = ensure_synth(so, dir / ("val-" + std::to_string(a.synth_val)), main_rank);
+    if (a.crop_scale < 0) a.crop_scale = 0.35;  // keep most of each shape in the crop
+    if (a.eval_resize <= 0) a.eval_resize = a.image_size;
+  } else {
+    if (a.crop_scale < 0) a.crop_scale = 0.08;
+    if (a.eval_resize <= 0) a.eval_resize = a.image_size * 8 / 7;
+  }
+  data::LmdbImageDataset train_ds(train_db);
+  std::unique_ptr<data::LmdbImageDataset> val_ds;
+  if (!val_db.empty()) val_ds = std::make_unique<data::LmdbImageDataset>(val_db);
+  const int64_t classes = a.classes > 0 ? a.classes : train_ds.num_classes();
+
+  data::Loader train_loader(train_ds, loader_options(a, device, layout, dtype, rank, world, true));
+  std::unique_ptr<data::Loader> val_loader;
+  // Every rank evaluates the whole validation set (same numbers everywhere, no reduction).
+  if (val_ds)
+    val_loader = std::make_unique<data::Loader>(
+        *val_ds, loader_options(a, device, layout, dtype, 0, 1, false));
+
+  auto model = build_model(a, classes, layout, device);
+  const float lr = a.lr > 0 ? a.lr : 0.1f * static_cast<float>(a.batch * a.accum * world) / 256.0f;
+  stoker::optim::SGD opt(model->named_parameters(),
+                         {.lr = lr, .momentum = 0.9f, .weight_decay = a.weight_decay});
+  nn::CrossEntropyLoss loss;
+  std::unique_ptr<dist::GradReducer> reducer;
+  if (ctx && world > 1) reducer = std::make_unique<dist::GradReducer>(*ctx->comm, *model);
+  const int64_t steps_per_epoch = train_loader.batches_per_epoch() / a.accum;
+  STOKER_CHECK(steps_per_epoch > 0, train_db.string(), ": ", train_ds.size(),
+               " samples make no full step of --batch ", a.batch, " x --accum ", a.accum, " x ",
+               world, " ranks");
+  train::TrainerOptions to;
+  to.precision = p;
+  to.grad_accum_steps = a.accum;
+  // Warm-up epochs leave at least one epoch of cosine decay.
+  const int64_t warmup_epochs = std::clamp<int64_t>(a.warmup_epochs, 0, a.epochs - 1);
+  to.schedule = stoker::optim::cosine_with_warmup(lr, warmup_epochs * steps_per_epoch,
+                                                  a.epochs * steps_per_epoch);
+  to.log_interval = a.log_interval;
+  to.log_grad_norm = false;
+  to.activation_checkpoint_every = a.checkpoint_every;
+  to.reducer = reducer.get();
+  to.diagnostics.enabled = a.diagnostics;
+  to.diagnostics.print = false;  // the final report is printed below, once
+  train::Trainer trainer(*model, loss, opt, to);
+
+  if (main_rank) {
+    std::printf("%s: %s, %lld parameters, %s, %s, on %s x %d rank%s\n", a.arch.c_str(),
+                model->describe().substr(0, 60).append("...").c_str(),
+                static_cast<long long>(model->parameter_count()), a.precision.c_str(),
+                std::string(layout_name(layout)).c_str(), device.str().c_str(), world,
+                world > 1 ? "s" : "");
+    std::printf(
+        "data: %s (%lld images, %lld classes)%s; %dx%d crops, batch %lld x accum %d x %d "
+        "ranks, SGD lr %.4g (cosine, %d warm-up epoch%s), %lld epochs\n",
+        train_db.c_str(), static_cast<long long>(train_ds.size()), static_cast<long long>(classes),
+        val_ds ? (", val " + std::to_string(val_ds->size()) + " images").c_str() : ", no --val",
+        a.image_size, a.image_size, static_cast<long long>(a.batch), a.accum, world, lr,
+        a.warmup_epochs, a.warmup_epochs == 1 ? "" : "s", static_cast<long long>(a.epochs));
+    std::fflush(stdout);
+  }
+
+  // Evaluation at each epoch's end, from the log callback: one fit() over all epochs keeps the
+  // Loader's next-epoch prefetch and gives the diagnostics the whole run. An epoch has ended
+  // when the loader has no full step left in it (the callback then follows its last step).
+  struct EpochState {
+    int64_t evaluated = -1, last_step = 0, steps = 0;
+    double loss_sum = 0, eval_s = 0, acc = -1;
+    Clock::time_point start = Clock::now();
+    data::LoaderCounters c0;
+    size_t peak = 0;
+  } es;
+  const int64_t bpe = train_loader.batches_per_epoch();
+  trainer.add_log_callback([&](const train::StepStats& st) {
+    es.loss_sum += st.loss * static_cast<double>(st.step - es.last_step);
+    es.steps += st.step - es.last_step;
+    es.last_step = st.step;
+    es.peak = std::max(es.peak, stoker::core::memory_stats(device).peak_bytes);
+    if (st.epoch <= es.evaluated || train_loader.batch_index() + a.accum <= bpe) return;
+    es.evaluated = st.epoch;
+    const double train_s = since(es.start);
+    const data::LoaderCounters c = train_loader.counters();
+    double val_loss = -1;
+    const auto t_eval = Clock::now();
+    if (val_loader) {
+      const train::EvalResult r = trainer.evaluate(*val_loader);
+      es.acc = r.accuracy;
+      val_loss = r.loss;
+    }
+    es.eval_s += since(t_eval);
+    if (main_rank) {
+      const double img_s = static_cast<double>(c.samples - es.c0.samples) / train_s;
+      const double made = static_cast<double>(c.samples_decoded - es.c0.samples_decoded);
+      const double cost = made > 0 ? (c.worker_s - es.c0.worker_s) / made : 0.0;
+      std::printf(
+          "epoch %lld/%lld: train loss %.4f, val loss %.4f, val accuracy %.2f %%, "
+          "%.0f img/s (%.1f s + %.1f s eval)\n",
+          static_cast<long long>(st.epoch + 1), static_cast<long long>(a.epochs),
+          es.loss_sum / static_cast<double>(std::max<int64_t>(1, es.steps)), val_loss, es.acc * 100,
+          img_s * world, train_s, since(t_eval));
+      std::printf(
+          "  loader: %.0f img/s delivered, waited %.1f %% of the epoch, %.3f ms/img of "
+          "worker time (%.0f img/s on its %d threads); %s\n",
+          img_s, 100.0 * (c.consumer_wait_s - es.c0.consumer_wait_s) / train_s, cost * 1e3,
+          cost > 0 ? train_loader.threads() / cost : 0.0, train_loader.threads(),
+          train_loader.summary().c_str());
+      std::fflush(stdout);
+    }
+    es.loss_sum = 0;
+    es.steps = 0;
+    es.c0 = train_loader.counters();
+    es.start = Clock::now();
+  });
+  const auto start = Clock::now();
+  const train::FitResult fit = trainer.fit(train_loader, a.epochs);
+  const double acc = es.acc;
+  const size_t peak = es.peak;
+  if (main_rank) {
+    if (trainer.diagnostics()) std::printf("\n%s", fit.diagnosis.text().c_str());
+    std::printf(
+        "\npeak memory %s (%s); %lld steps in %.1f s (%.1f s of it evaluation); final "
+        "val accuracy %.2f %%\n",
+        stoker::core::format_bytes(peak).c_str(), device.str().c_str(),
+        static_cast<long long>(fit.steps), since(start), es.eval_s, acc * 100);
+    if (!a.save.empty()) {
+      train::save_weights(*model, a.save);
+      std::printf("weights written to %s (torchvision names)\n", a.save.c_str());
+    }
+    if (a.min_accuracy > 0 && acc < a.min_accuracy) {
+      std::printf("FAILED: val accuracy %.2f %% is below --min-accuracy %.2f %%\n", acc * 100,
+                  a.min_accuracy * 100);
+      return 3;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"stoker_classifier: ResNet-18/50 or a small CNN trained on an LMDB JPEG dataset"};
+  app.add_option("--arch", a.arch, "small, resnet18 or resnet50")->capture_default_str();
+  app.add_option("--data", a.data,
+                 "training LMDB from `stoker pack` (default: the synthetic shapes, packed into a "
+                 "cache folder on first run)");
+  app.add_option("--val", a.val, "validation LMDB (with --data)");
+  app.add_option("--image-size", a.image_size, "crop side")->capture_default_str();
+  app.add_option("--epochs", a.epochs, "training epochs")->capture_default_str();
+  app.add_option("--batch", a.batch, "samples per micro-batch and rank")->capture_default_str();
+  app.add_option("--accum", a.accum, "micro-batches per optimizer step")->capture_default_str();
+  app.add_option("--lr", a.lr, "peak learning rate (default 0.1 x global batch / 256)");
+  app.add_option("--weight-decay", a.weight_decay, "SGD weight decay")->capture_default_str();
+  app.add_option("--warmup-epochs", a.warmup_epochs, "linear lr warm-up")->capture_default_str();
+  app.add_option("--precision", a.precision, "fp32, bf16 or fp16")->capture_default_str();
+  app.add_option("--layout", a.layout, "nchw or nhwc (channels-last)")->capture_default_str();
+  app.add_option("--checkpoint-every", a.checkpoint_every,
+                 "activation checkpointing: every k-th child of the model (blocks), 0 = off")
+      ->capture_default_str();
+  app.add_option("--threads", a.threads, "loader decode threads (0 = autotuned)")
+      ->capture_default_str();
+  app.add_flag("--diagnostics", a.diagnostics, "time step phases; print breakdown and verdict");
+  app.add_option("--device", a.device, "auto, cpu or cuda[:N]")->capture_default_str();
+  app.add_flag("--synthetic", a.synthetic,
+               "benchmark: steps on a random batch held on the device, then (with --data) "
+               "steps fed by the loader");
+  app.add_option("--steps", a.steps, "bench: timed steps on the random batch")
+      ->capture_default_str();
+  app.add_option("--warmup", a.warmup, "bench: untimed steps")->capture_default_str();
+  app.add_option("--bench-epochs", a.bench_epochs, "bench: epochs fed by the loader")
+      ->capture_default_str();
+  app.add_option("--seed", a.seed, "initialization, order and augmentation seed")
+      ->capture_default_str();
+  app.add_option("--classes", a.classes, "output classes (default: the dataset's; bench 1000)");
+  app.add_option("--width", a.width, "small CNN: channels of its first stage")
+      ->capture_default_str();
+  app.add_option("--crop-scale", a.crop_scale,
+                 "RandomResizedCrop's smallest area share (default 0.08; synthetic 0.35)");
+  app.add_option("--eval-resize", a.eval_resize,
+                 "validation: resize the shorter side to this, then centre-crop");
+  app.add_option("--synth-train", a.synth_train, "synthetic set: training images")
+      ->capture_default_str();
+  app.add_option("--synth-val", a.synth_val, "synthetic set: validation images")
+      ->capture_default_str();
+  app.add_option("--synth-classes", a.synth_classes, "synthetic set: classes (2..8)")
+      ->capture_default_str();
+  app.add_option("--cache", a.cache,
+                 "folder for the synthetic set (default $XDG_CACHE_HOME/stoker)");
+  app.add_option("--save", a.save, "write the trained weights (safetensors) here");
+  app.add_option("--log-interval", a.log_interval, "steps between log lines")
+      ->capture_default_str();
+  app.add_option("--min-accuracy", a.min_accuracy,
+                 "exit with status 3 if the final validation accuracy (0..1) is below this");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    STOKER_CHECK(a.batch > 0 && a.accum > 0 && a.epochs > 0 && a.image_size >= 8,
+                 "--batch, --accum, --epochs must be positive and --image-size >= 8");
+    if (a.synthetic) {
+      const Device device =
+          a.device == "auto" ? stoker::core::best_device() : stoker::core::parse_device(a.device);
+      return run_bench(a, device);
+    }
+    const dist::DistEnv env = dist::read_env();
+    if (env.world_size > 1) {
+      dist::DistContext ctx = dist::init_from_env();
+      return run_train(a, ctx.device, &ctx);
+    }
+    const Device device =
+        a.device == "auto" ? stoker::core::best_device() : stoker::core::parse_device(a.device);
+    return run_train(a, device, nullptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoker_classifier: error: %s\n", e.what());
+    return 1;
+  }
+}
