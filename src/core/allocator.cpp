@@ -55,13 +55,37 @@ Counters g_device[kMaxDevices];
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+std::mutex g_oom_hook_mu;
+OutOfMemoryHook g_oom_hook;
+thread_local bool t_in_oom_hook = false;
+
+// The installed hook's text for `device` ("" when none, or when called from inside the hook).
+std::string out_of_memory_context(Device device) {
+  if (t_in_oom_hook) return {};
+  OutOfMemoryHook hook;
+  {
+    std::lock_guard<std::mutex> lock(g_oom_hook_mu);
+    hook = g_oom_hook;
+  }
+  if (!hook) return {};
+  t_in_oom_hook = true;
+  std::string text;
+  try {
+    text = hook(device);
+  } catch (...) {
+    text.clear();  // the original out-of-memory error is what the user must see
+  }
+  t_in_oom_hook = false;
+  return text.empty() ? text : "\n" + text;
+}
+
 void* host_alloc(size_t bytes) {
   void* p = std::aligned_alloc(kHostAlignment, round_up(bytes == 0 ? 1 : bytes, kHostAlignment));
   if (!p) {
-    throw OutOfMemoryError(detail::str("host allocation of ", format_bytes(bytes), " failed (",
-                                       format_memory_stats(Device::cpu()), ")"),
-                           detail::where(__FILE__, __LINE__),
-                           "free host memory or lower the batch size", bytes);
+    throw OutOfMemoryError(
+        detail::str("host allocation of ", format_bytes(bytes), " failed (",
+                    format_memory_stats(Device::cpu()), ")", out_of_memory_context(Device::cpu())),
+        detail::where(__FILE__, __LINE__), "free host memory or lower the batch size", bytes);
   }
   return p;
 }
@@ -192,6 +216,12 @@ std::string format_memory_stats(Device d) {
                      format_bytes(s.peak_bytes), ", reserved ", format_bytes(s.reserved_bytes));
 }
 
+OutOfMemoryHook set_out_of_memory_hook(OutOfMemoryHook hook) {
+  std::lock_guard<std::mutex> lock(g_oom_hook_mu);
+  std::swap(hook, g_oom_hook);
+  return hook;
+}
+
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, bool pinned) {
   std::shared_ptr<Storage> s(new Storage());
   s->bytes_ = bytes;
@@ -221,7 +251,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, bool pin
     cudaGetLastError();
     throw OutOfMemoryError(
         detail::str("CUDA out of memory: requested ", format_bytes(bytes), " (", bytes,
-                    " bytes) on ", format_memory_stats(device)),
+                    " bytes) on ", format_memory_stats(device), out_of_memory_context(device)),
         detail::where(__FILE__, __LINE__),
         "lower the batch size, use bf16/fp16, or enable activation checkpointing", bytes);
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "stoker/core/allocator.h"
@@ -22,6 +23,37 @@ namespace stoker::train {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+// The live Trainers, newest last, behind the allocator's out-of-memory hook (installed while
+// at least one lives). The allocator stays ignorant of the train layer (DESIGN.md layering).
+std::mutex g_trainers_mu;
+std::vector<const Trainer*> g_trainers;
+core::OutOfMemoryHook g_previous_hook;
+
+std::string trainer_oom_context(Device device) {
+  std::lock_guard<std::mutex> lock(g_trainers_mu);
+  for (auto it = g_trainers.rbegin(); it != g_trainers.rend(); ++it) {
+    const MemoryReport r = (*it)->memory_report();
+    if (r.device != device) continue;
+    const auto advice = memory_advice(r, (*it)->memory_settings());
+    return format_memory_report(r) +
+           (advice.empty() ? std::string()
+                           : "ways to need less memory:\n" + format_memory_advice(advice));
+  }
+  return {};
+}
+
+void register_trainer(const Trainer* t) {
+  std::lock_guard<std::mutex> lock(g_trainers_mu);
+  if (g_trainers.empty()) g_previous_hook = core::set_out_of_memory_hook(trainer_oom_context);
+  g_trainers.push_back(t);
+}
+
+void unregister_trainer(const Trainer* t) {
+  std::lock_guard<std::mutex> lock(g_trainers_mu);
+  g_trainers.erase(std::remove(g_trainers.begin(), g_trainers.end(), t), g_trainers.end());
+  if (g_trainers.empty()) core::set_out_of_memory_hook(std::move(g_previous_hook));
+}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -70,6 +102,47 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
     options_.max_steps = options_.max_steps < 0
                              ? options_.diagnostics.max_steps
                              : std::min(options_.max_steps, options_.diagnostics.max_steps);
+  register_trainer(this);
+}
+
+Trainer::~Trainer() { unregister_trainer(this); }
+
+MemorySettings Trainer::memory_settings() const {
+  return {
+      .mixed_precision = options_.precision != amp::Precision::fp32,
+      .activation_checkpointing = options_.activation_checkpoint_every > 0,
+      .low_precision_optimizer_state = optimizer_.state_format().dtype != optim::StateDType::f32,
+      .grad_accum_steps = options_.grad_accum_steps};
+}
+
+MemoryReport Trainer::memory_report() const {
+  MemoryReport r;
+  r.device = model_.device();
+  for (const nn::Parameter* p : params_) {
+    r.parameters += p->value().nbytes();
+    if (p->compute_copy().defined()) r.compute_copies += p->compute_copy().nbytes();
+    // The gradient is f32 of the value's shape (read without grad(), which may clear it).
+    if (p->requires_grad) r.gradients += p->value().nbytes();
+  }
+  r.optimizer_state = optimizer_.state_bytes();
+  r.input_batch = last_batch_bytes_;
+  r.activations_peak = activations_peak_;
+  r.loader_pinned = core::pinned_memory_stats().current_bytes;
+  r.allocator = core::memory_stats(r.device);
+  return r;
+}
+
+bool Trainer::begin_memory_measure() {
+  if (memory_measured_) return false;
+  core::reset_peak_memory(model_.device());
+  return true;
+}
+
+void Trainer::end_memory_measure(bool measuring) {
+  if (!measuring) return;
+  const core::MemoryStats st = core::memory_stats(model_.device());
+  activations_peak_ = st.peak_bytes > st.current_bytes ? st.peak_bytes - st.current_bytes : 0;
+  memory_measured_ = true;
 }
 
 void Trainer::micro_step(const data::Batch& batch, int k) {
@@ -85,6 +158,9 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
     ops::cast(cast, x);
     x = cast;
   }
+  last_batch_bytes_ =
+      (batch.input.defined() ? batch.input.nbytes() : 0) +
+      (batch.target.defined() && batch.target.device() == device ? batch.target.nbytes() : 0);
   const Tensor y = model_.forward(x);
   const Tensor l = loss_.forward(y, batch.target);
   if (diag_) diag_->begin(diag::Phase::backward);
@@ -139,6 +215,7 @@ void Trainer::ensure_step_state() {
 
 void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples) {
   const int k = options_.grad_accum_steps;
+  const bool measuring = begin_memory_measure();
   if (diag_) diag_->begin_step(step_);
   ops::fill(step_loss_, 0.0);
   int micro = 0;
@@ -165,6 +242,12 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
   const bool logs_now = (step_ + 1) % options_.log_interval == 0 || epoch_done;
   apply_step(micro, k, options_.log_grad_norm && logs_now);
   if (diag_) diag_->end_step(step_samples);
+  end_memory_measure(measuring);
+  if (!memory_printed_ && memory_measured_ && !options_.quiet && main_rank()) {
+    std::printf("%s", format_memory_report(memory_report()).c_str());
+    std::fflush(stdout);
+  }
+  memory_printed_ = memory_printed_ || memory_measured_;
 }
 
 void Trainer::train_step(std::span<const data::Batch> micro_batches) {
@@ -172,12 +255,14 @@ void Trainer::train_step(std::span<const data::Batch> micro_batches) {
   model_.set_training(true);
   ensure_step_state();
   ops::fill(step_loss_, 0.0);
+  const bool measuring = begin_memory_measure();
   const int k = static_cast<int>(micro_batches.size());
   for (int i = 0; i < k; ++i) {
     if (options_.reducer) options_.reducer->set_sync(i == k - 1);
     micro_step(micro_batches[static_cast<size_t>(i)], k);
   }
   apply_step(k, k, /*want_norm=*/false);
+  end_memory_measure(measuring);
 }
 
 StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps) {

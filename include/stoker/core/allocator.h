@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,15 @@ void reset_peak_pinned_memory();
 std::string format_memory_stats(Device d);
 // "1.50 GiB", "512 B", ...
 std::string format_bytes(size_t bytes);
+
+// Out-of-memory context from higher layers: when an allocation on a device fails, the
+// allocator calls the installed hook (if any) with the device and appends the text it returns
+// to the OutOfMemoryError's message (the Trainer installs one that returns its memory report
+// and ranked advice). The hook runs on the allocating thread, must not allocate device memory
+// and must not throw; a failure inside it is not reported twice. Returns the previous hook, so
+// an owner can restore it. Thread-safe.
+using OutOfMemoryHook = std::function<std::string(Device)>;
+OutOfMemoryHook set_out_of_memory_hook(OutOfMemoryHook hook);
 
 // A block of memory owned by whoever holds the last shared_ptr to it.
 class Storage {

@@ -38,6 +38,12 @@
 // and a report with a verdict (input-, compute-, launch-, communication-bound or throttled)
 // is printed every `diagnostics.report_interval` steps and at the end of every epoch.
 //
+// Memory (train/memory_report.h): `memory_report()` says where the device's memory goes by
+// category (parameters, compute copies, gradients, optimizer state, the first step's
+// activation peak, ...). fit() prints it after its first step (unless quiet). While a Trainer
+// lives, a CUDA out-of-memory error carries the newest Trainer's report for that device and
+// ranked advice (an out-of-memory hook of the allocator).
+//
 // The model, loss and optimizer are borrowed and must outlive the Trainer. Not thread-safe.
 #pragma once
 
@@ -59,6 +65,7 @@
 #include "stoker/nn/module.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/optim/schedule.h"
+#include "stoker/train/memory_report.h"
 
 namespace stoker::dist {
 class GradReducer;
@@ -148,6 +155,9 @@ class Trainer {
  public:
   Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
           TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Trains for `epochs` epochs (or until options.max_steps). Continues from the position a
   // resume() restored.
@@ -171,6 +181,12 @@ class Trainer {
   // no host synchronization, so on a GPU a whole step can be captured into a CUDA graph.
   void train_step(std::span<const data::Batch> micro_batches);
 
+  // Where the model's device memory goes now (activations_peak: measured during the first
+  // step; 0 before it). No host synchronization.
+  MemoryReport memory_report() const;
+  // What the advice of memory_advice() takes as already applied.
+  MemorySettings memory_settings() const;
+
   // The diagnostics of this Trainer (nullptr unless enabled).
   const diag::Diagnostics* diagnostics() const { return diag_.get(); }
 
@@ -186,6 +202,9 @@ class Trainer {
   // `micro` of k micro-batches ran.
   void apply_step(int micro, int k, bool want_norm);
   void ensure_step_state();
+  // Around a step: the first one measures the activation peak (memory_report).
+  bool begin_memory_measure();
+  void end_memory_measure(bool measuring);
   StepStats log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps);
   // Rank 0 of a data-parallel job, or a single process: the one that prints and saves.
   bool main_rank() const;
@@ -208,6 +227,10 @@ class Trainer {
   uint64_t window_max_syncs_ = 0;            // see StepStats::host_syncs_per_step
   double window_data_wait_s_ = 0;            // see StepStats::data_wait_share
   std::unique_ptr<diag::Diagnostics> diag_;  // when options_.diagnostics.enabled
+  bool memory_measured_ = false;             // the first step's activation peak is known
+  bool memory_printed_ = false;              // fit() printed the report
+  size_t activations_peak_ = 0;
+  size_t last_batch_bytes_ = 0;  // input + target of the last micro-batch on the device
 };
 
 }  // namespace stoker::train

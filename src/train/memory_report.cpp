@@ -1,0 +1,74 @@
+#include "stoker/train/memory_report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "stoker/core/error.h"
+
+namespace stoker::train {
+
+std::vector<MemoryAdvice> memory_advice(const MemoryReport& r, const MemorySettings& s) {
+  std::vector<MemoryAdvice> out;
+  // Estimates, stated in the header: what each change removes from the peak, roughly.
+  if (!s.activation_checkpointing && r.activations_peak > 0)
+    out.push_back(
+        {"enable activation checkpointing (TrainerOptions::activation_checkpoint_every "
+         "= 2, and selective_recompute = true)",
+         r.activations_peak / 2});
+  if (r.activations_peak > 0 || r.input_batch > 0)
+    out.push_back({core::detail::str("halve the micro-batch and double gradient accumulation "
+                                     "(TrainerOptions::grad_accum_steps = ",
+                                     2 * s.grad_accum_steps, "): the same update"),
+                   (r.activations_peak + r.input_batch) / 2});
+  if (!s.mixed_precision && r.activations_peak > 0)
+    out.push_back(
+        {"train in bf16 (TrainerOptions::precision = Precision::bf16): half-size "
+         "activations, fp32 master weights kept",
+         r.activations_peak / 2});
+  if (!s.low_precision_optimizer_state && r.optimizer_state > 0)
+    out.push_back(
+        {"store optimizer state in 8 bits (AdamWOptions::state = {.dtype = "
+         "StateDType::int8_blockwise}; bf16 halves it instead)",
+         r.optimizer_state / 100 * 72});
+  std::stable_sort(out.begin(), out.end(), [](const MemoryAdvice& a, const MemoryAdvice& b) {
+    return a.saves_bytes > b.saves_bytes;
+  });
+  return out;
+}
+
+std::string format_memory_report(const MemoryReport& r) {
+  const double current = static_cast<double>(std::max<size_t>(1, r.allocator.current_bytes));
+  std::string out = core::detail::str("memory on ", r.device.str(), ":\n");
+  auto line = [&](const char* name, size_t bytes, const char* note) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "  %-18s %12s  %5.1f %%  %s\n", name,
+                  core::format_bytes(bytes).c_str(), 100.0 * static_cast<double>(bytes) / current,
+                  note);
+    out += buf;
+  };
+  line("parameters", r.parameters, "fp32 master weights");
+  line("compute copies", r.compute_copies, "half copies (mixed precision)");
+  line("gradients", r.gradients, "fp32");
+  line("optimizer state", r.optimizer_state, "");
+  line("input batch", r.input_batch, "last batch on the device");
+  const int64_t rest = r.unattributed();
+  line("unattributed", static_cast<size_t>(std::max<int64_t>(0, rest)),
+       rest < 0 ? "(categories exceed the allocator's count)" : "other live tensors");
+  line("activations (peak)", r.activations_peak, "above the persistent bytes, first step");
+  out += core::detail::str("  allocator: current ", core::format_bytes(r.allocator.current_bytes),
+                           ", peak ", core::format_bytes(r.allocator.peak_bytes), ", reserved ",
+                           core::format_bytes(r.allocator.reserved_bytes), "\n");
+  out += core::detail::str("  loader pinned host memory ", core::format_bytes(r.loader_pinned),
+                           "; library workspaces (cuBLASLt, cuDNN) not tracked\n");
+  return out;
+}
+
+std::string format_memory_advice(const std::vector<MemoryAdvice>& advice) {
+  std::string out;
+  for (size_t i = 0; i < advice.size(); ++i)
+    out += core::detail::str("  ", i + 1, ". ", advice[i].action, " (saves ~",
+                             core::format_bytes(advice[i].saves_bytes), ")\n");
+  return out;
+}
+
+}  // namespace stoker::train
