@@ -1,0 +1,132 @@
+// Causal self-attention core throughput on the GPU (ops::attention_forward / _backward) at
+// GPT-2 124M's shape by default: B = 16, T = 1024, H = 12, D = 64, bf16.
+//
+// Columns: time per call (CUDA events around 10 back-to-back calls after warm-up, as in
+// stoker_gemm_bench); FLOP/s = the GEMM FLOPs of the call over its time — forward 2 GEMMs of
+// 2*B*H*T*T*D, backward 4 — counting the full T x T products (the causal half is computed
+// and masked, not skipped); bytes/s = the T x T traffic of the softmax pass(es) (forward: read
+// S up to the diagonal, write P; backward: read dP and P up to the diagonal, write dS) over the
+// call's time, for comparison with the ~4.8 TB/s of an H200's HBM. Correctness: batch element 0
+// is compared with the CPU reference (relative L2 error of out and dqkv reported, the run fails
+// above 3e-2 / bf16).
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "bench_context.h"
+#include "stoker/ops/attention.h"
+#include "stoker/stoker.h"
+
+namespace {
+
+using stoker::Device;
+using stoker::DType;
+using stoker::Tensor;
+namespace ops = stoker::ops;
+
+DType dtype_arg(int64_t v) { return v == 0 ? DType::f32 : v == 1 ? DType::f16 : DType::bf16; }
+
+double rel_l2(const Tensor& got_t, const Tensor& want_t) {
+  const std::vector<float> got = got_t.to_floats(), want = want_t.to_floats();
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+    norm += want[i] * static_cast<double>(want[i]);
+  }
+  return std::sqrt(err / norm);
+}
+
+struct Problem {
+  int64_t b, t, h, d;
+  Tensor qkv, dout, out, heads, probs, dqkv;
+  Problem(int64_t b_, int64_t t_, int64_t h_, int64_t d_, DType dt, Device dev)
+      : b(b_), t(t_), h(h_), d(d_) {
+    const int64_t c = h * d;
+    qkv = Tensor::empty({b, t, 3 * c}, dt, dev);
+    ops::random_normal(qkv, 0.0f, 1.0f, 1, 0);
+    dout = Tensor::empty({b, t, c}, dt, dev);
+    ops::random_normal(dout, 0.0f, 1.0f, 2, 0);
+    out = Tensor::empty({b, t, c}, dt, dev);
+    heads = Tensor::empty({3, b, h, t, d}, dt, dev);
+    probs = Tensor::empty({b, h, t, t}, dt, dev);
+    dqkv = Tensor::empty({b, t, 3 * c}, dt, dev);
+  }
+  void forward() { ops::attention_forward(out, heads, probs, qkv, h); }
+  void backward() { ops::attention_backward(dqkv, dout, heads, probs); }
+};
+
+// args: {B, T, H, D, dtype (0 f32, 1 f16, 2 bf16), backward (0: forward only)}
+void BM_CudaAttention(benchmark::State& state) {
+  if (stoker::core::cuda_device_count() == 0) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const int64_t b = state.range(0), t = state.range(1), h = state.range(2), d = state.range(3);
+  const DType dt = dtype_arg(state.range(4));
+  const bool bwd = state.range(5) != 0;
+  const Device gpu = Device::cuda(0);
+  Problem p(b, t, h, d, dt, gpu);
+  const stoker::Stream stream = stoker::core::current_stream(gpu);
+  for (int i = 0; i < 3; ++i) {  // warm-up: GEMM plans and autotuning, clocks
+    p.forward();
+    if (bwd) p.backward();
+  }
+  stream.synchronize();
+  constexpr int kCalls = 10;
+  auto start = stoker::Event::create(gpu, true), stop = stoker::Event::create(gpu, true);
+  for (auto _ : state) {
+    start.record(stream);
+    for (int i = 0; i < kCalls; ++i) bwd ? p.backward() : p.forward();
+    stop.record(stream);
+    stop.synchronize();
+    state.SetIterationTime(stoker::Event::elapsed_ms(start, stop) / 1e3 / kCalls);
+  }
+  const double gemm = 2.0 * b * h * t * t * d;
+  const double tt = static_cast<double>(b * h) * t * t * stoker::core::dtype_size(dt);
+  state.counters["FLOP/s"] =
+      benchmark::Counter((bwd ? 4 : 2) * gemm * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["bytes/s"] = benchmark::Counter((bwd ? 2.0 : 1.5) * tt * state.iterations(),
+                                                 benchmark::Counter::kIsRate);
+
+  // Batch element 0 against the CPU reference.
+  Problem ref(1, t, h, d, dt, Device::cpu());
+  ops::copy(ref.qkv, p.qkv.slice(0, 1));
+  ops::copy(ref.dout, p.dout.slice(0, 1));
+  ref.forward();
+  ref.backward();
+  Problem one(1, t, h, d, dt, gpu);  // the GPU on the same element, forward and backward
+  ops::copy(one.qkv, p.qkv.slice(0, 1));
+  ops::copy(one.dout, p.dout.slice(0, 1));
+  one.forward();
+  one.backward();
+  const double err_out = rel_l2(one.out, ref.out), err_grad = rel_l2(one.dqkv, ref.dqkv);
+  state.counters["err_out"] = err_out;
+  state.counters["err_dqkv"] = err_grad;
+  const double tol = dt == DType::f32 ? 1e-4 : 3e-2;
+  if (!(err_out < tol && err_grad < tol))
+    state.SkipWithError("attention does not match the CPU reference");
+}
+
+}  // namespace
+
+BENCHMARK(BM_CudaAttention)
+    ->ArgNames({"B", "T", "H", "D", "dtype", "bwd"})
+    ->Args({16, 1024, 12, 64, 2, 0})
+    ->Args({16, 1024, 12, 64, 2, 1})
+    ->Args({16, 1024, 12, 64, 1, 0})
+    ->Args({16, 1024, 12, 64, 1, 1})
+    ->Args({8, 2048, 12, 64, 2, 0})
+    ->Args({8, 2048, 12, 64, 2, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::fputs(stoker::bench::add_context().c_str(), stdout);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
