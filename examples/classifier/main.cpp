@@ -438,7 +438,8 @@ int main(int argc, char** argv) {
                  "training LMDB from `stoker pack` (default: the synthetic shapes, packed into a "
                  "cache folder on first run)");
   app.add_option("--val", a.val, "validation LMDB (with --data)");
-  app.add_option("--image-size", a.image_size, "crop side")->capture_default_str();
+  app.add_option("--image-size", a.image_size, "crop side (resnet18/50: 224 by default)")
+      ->capture_default_str();
   app.add_option("--epochs", a.epochs, "training epochs")->capture_default_str();
   app.add_option("--batch", a.batch, "samples per micro-batch and rank")->capture_default_str();
   app.add_option("--accum", a.accum, "micro-batches per optimizer step")->capture_default_str();
@@ -485,6 +486,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-accuracy", a.min_accuracy,
                  "exit with status 3 if the final validation accuracy (0..1) is below this");
   CLI11_PARSE(app, argc, argv);
+  // The ResNets are ImageNet models: 224x224 crops unless told otherwise.
+  if (app.count("--image-size") == 0 && a.arch != "small") a.image_size = 224;
 
   try {
     STOKER_CHECK(a.batch > 0 && a.accum > 0 && a.epochs > 0 && a.image_size >= 8,
