@@ -484,7 +484,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-interval", a.log_interval, "steps between log lines")
       ->capture_default_str();
   app.add_option("--min-accuracy", a.min_accuracy,
-                 "exit with status 3 if the final validation accuracy (0..1) is below this");
+                 "exit with status 3 if the final validation accuracy (0..1) is below this")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // scripts/demo.sh sets 0.8
   CLI11_PARSE(app, argc, argv);
   // The ResNets are ImageNet models: 224x224 crops unless told otherwise.
   if (app.count("--image-size") == 0 && a.arch != "small") a.image_size = 224;
