@@ -3,7 +3,7 @@
 // Finds the best device (the first GPU, else the CPU), prints the libraries stoker runs with,
 // fills two matrices with Philox random numbers, multiplies them (bf16 on the GPU, fp32 on the
 // CPU), checks a few rows against the CPU reference and reports the throughput and memory.
-// (Until the example trainers land, this is the README's demo.)
+// (The README's demo is now stoker_classifier, scripts/demo.sh; this stays as a quick check.)
 #include <chrono>
 #include <cmath>
 #include <cstdio>
