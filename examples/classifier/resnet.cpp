@@ -23,9 +23,15 @@ using stoker::Tensor;
 using stoker::ops::Layout;
 
 // Bias-free conv with torchvision's kaiming_normal_(mode="fan_out", nonlinearity="relu").
+// `input_grad` false for the stem, whose input is the data (no dgrad, as PyTorch).
 std::unique_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t stride,
-                                 int64_t padding, Layout layout) {
-  auto c = nn::make<nn::Conv2d>(in, out, k, stride, padding, /*bias=*/false, layout);
+                                 int64_t padding, Layout layout, bool input_grad = true) {
+  auto c = nn::make<nn::Conv2d>(in, out, k,
+                                nn::Conv2dOptions{.stride = stride,
+                                                  .padding = padding,
+                                                  .bias = false,
+                                                  .layout = layout,
+                                                  .input_grad = input_grad});
   const float std = std::sqrt(2.0f / static_cast<float>(out * k * k));
   c->weight().set_value(nn::init_normal(c->weight().shape(), std));
   return c;
@@ -86,7 +92,7 @@ std::unique_ptr<nn::Sequential> resnet(bool bottlenecks, const int (&blocks)[4],
                                        const ModelOptions& o) {
   STOKER_CHECK(o.num_classes > 0, "ResNet: num_classes ", o.num_classes, " must be positive");
   auto m = nn::make<nn::Sequential>();
-  m->add("conv1", conv(3, 64, 7, 2, 3, o.layout));
+  m->add("conv1", conv(3, 64, 7, 2, 3, o.layout, /*input_grad=*/false));
   m->add("bn1", bn(64, o.layout));
   m->add("relu", nn::make<nn::ReLU>());
   m->add("maxpool", nn::make<nn::MaxPool2d>(3, 2, 1, o.layout));
@@ -122,7 +128,7 @@ std::unique_ptr<nn::Sequential> small_cnn(const ModelOptions& o) {
                " and width ", o.small_width, " must be positive");
   const int64_t w = o.small_width;
   auto m = nn::make<nn::Sequential>();
-  m->add("conv1", conv(3, w, 3, 1, 1, o.layout));
+  m->add("conv1", conv(3, w, 3, 1, 1, o.layout, /*input_grad=*/false));
   m->add("bn1", bn(w, o.layout));
   m->add("relu", nn::make<nn::ReLU>());
   m->add_module("layer1.0", basic_block(w, w, 1, o));

@@ -21,7 +21,11 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel,
                const Conv2dOptions& options)
-    : in_(in_channels), out_(out_channels), kernel_(kernel), has_bias_(options.bias) {
+    : in_(in_channels),
+      out_(out_channels),
+      kernel_(kernel),
+      has_bias_(options.bias),
+      input_grad_(options.input_grad) {
   STOKER_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0, "Conv2d(", in_channels, ", ",
                out_channels, ", kernel ", kernel, "): channels and kernel must be positive");
   STOKER_CHECK(
@@ -91,6 +95,7 @@ Tensor Conv2d::backward(const Tensor& dy) {
   }
   const Shape x_shape = x_.shape();
   x_ = Tensor();  // consumed: freed before dx is allocated
+  if (!input_grad_) return Tensor();
   Tensor dx = Tensor::empty(x_shape, dy.dtype(), device_);
   ops::conv2d_backward_data(dx, dy, w_compute_, params_);
   return dx;

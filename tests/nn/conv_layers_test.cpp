@@ -179,6 +179,25 @@ TEST(Conv2dModule, GradientsAccumulateAndReportReady) {
   EXPECT_EQ(ready, 4);  // weight and bias, twice
 }
 
+// input_grad = false (a network's first conv): the same parameter gradients, no dx.
+TEST(Conv2dModule, WithoutInputGradKeepsParameterGradients) {
+  for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+    nn::manual_seed(5);
+    nn::Conv2d a(3, 4, 3, {.stride = 2, .padding = 1, .layout = layout});
+    nn::manual_seed(5);
+    nn::Conv2d b(3, 4, 3, {.stride = 2, .padding = 1, .layout = layout, .input_grad = false});
+    const Shape xs = layout == Layout::nchw ? Shape{2, 3, 6, 6} : Shape{2, 6, 6, 3};
+    const Tensor x = random_tensor(xs, DType::f32, 8);
+    const Tensor ya = a.forward(x);
+    EXPECT_TRUE(all_close(b.forward(x), ya, 0.0, 0.0));
+    const Tensor g = random_tensor(ya.shape(), DType::f32, 9);
+    EXPECT_TRUE(a.backward(g).defined());
+    EXPECT_FALSE(b.backward(g).defined());
+    EXPECT_TRUE(all_close(b.weight().grad(), a.weight().grad(), 0.0, 0.0));
+    EXPECT_TRUE(all_close(b.bias().grad(), a.bias().grad(), 0.0, 0.0));
+  }
+}
+
 TEST(Conv2dModule, BadInputNamesTheModule) {
   nn::Conv2d conv(3, 4, 3);
   const Tensor nhwc = random_tensor({2, 8, 8, 3}, DType::f32, 1);

@@ -24,6 +24,9 @@ struct Conv2dOptions {
   int64_t groups = 1;  // in and out channels must be multiples
   bool bias = true;
   ops::Layout layout = ops::Layout::nchw;
+  // false: backward computes no input gradient and returns an undefined tensor — for a first
+  // layer fed by data (a ResNet's stem; PyTorch skips it too, the input needs no gradient).
+  bool input_grad = true;
 };
 
 class Conv2d : public Module {
@@ -49,6 +52,7 @@ class Conv2d : public Module {
  private:
   int64_t in_, out_, kernel_;
   bool has_bias_;
+  bool input_grad_ = true;
   ops::Conv2dParams params_;
   Parameter weight_, bias_;
   Tensor x_;          // saved input
