@@ -106,7 +106,15 @@ TEST(GptModelGpu, CheckpointedBlocksAreBitIdentical) {
     const Result b = run(ckpt, ids, targets, dtype);
     EXPECT_EQ(a.loss, b.loss);
     EXPECT_EQ(a.logits, b.logits);
-    for (const auto& [name, g] : a.grads) EXPECT_EQ(g, b.grads.at(name)) << name;
+    for (const auto& [name, g] : a.grads) {
+      // The embedding gradients (wte also takes the tied head's GEMM gradient) are scattered
+      // with float atomics on the GPU, whose order varies from run to run: close, not
+      // bit-identical, even between two runs of the same model. Everything else is.
+      if (name == "wte.weight" || name == "wpe.weight")
+        expect_close(g, b.grads.at(name), 1e-5, name);
+      else
+        EXPECT_EQ(g, b.grads.at(name)) << name;
+    }
   }
 }
 
