@@ -5,6 +5,7 @@
 
 #include "stoker/core/error.h"
 #include "stoker/ops/copy.h"
+#include "stoker/ops/reduce.h"
 
 namespace stoker::dist {
 
@@ -79,9 +80,23 @@ void GradReducer::build(std::vector<std::pair<std::string, nn::Parameter*>> para
     b.info.bytes = b.info.elements * static_cast<int64_t>(sizeof(float));
   }
 
-  // The buffers, and every gradient re-pointed into its bucket (keeping what it held).
+  // ZeRO-1: every rank's slice of a bucket has the same length and starts 64-byte aligned.
+  const bool shard = options_.shard_optimizer_state;
+  const int64_t world = comm_.world_size();
+  if (shard) {
+    for (Bucket& b : buckets_) {
+      const int64_t unit = world * kAlignElements;
+      b.info.elements = (b.info.elements + unit - 1) / unit * unit;
+      b.info.bytes = b.info.elements * static_cast<int64_t>(sizeof(float));
+      b.info.shard_elements = b.info.elements / world;
+    }
+  }
+
+  // The buffers, and every gradient re-pointed into its bucket (keeping what it held); under
+  // ZeRO-1 the values too.
   for (Bucket& b : buckets_) {
     b.buffer = Tensor::zeros({b.info.elements}, DType::f32, device_);
+    if (shard) b.values = Tensor::zeros({b.info.elements}, DType::f32, device_);
     if (options_.compression != GradCompression::none) {
       b.wire = Tensor::empty(
           {b.info.elements},
@@ -97,6 +112,10 @@ void GradReducer::build(std::vector<std::pair<std::string, nn::Parameter*>> para
       const Tensor view = b.buffer.slice(offset, offset + p->numel()).reshape(p->shape());
       ops::copy(view, p->grad());
       p->set_grad_storage(view);
+      if (shard)
+        p->set_value_storage(b.values.slice(offset, offset + p->numel()).reshape(p->shape()));
+      b.info.offsets.push_back(offset);
+      b.info.shapes.push_back(p->shape());
       offset += align_up(p->numel());
     }
     b.pending = static_cast<int>(b.slots.size());
@@ -166,7 +185,18 @@ void GradReducer::launch(int index) {
   }
   {
     core::StreamGuard on_comm(comm_stream);
-    if (b.wire.defined()) {
+    if (options_.shard_optimizer_state) {
+      // ZeRO-1: rank r receives the average of slice r only (in place, as NCCL allows).
+      const int64_t n = b.info.shard_elements, r = comm_.rank();
+      if (b.wire.defined()) {
+        ops::cast(b.wire, b.buffer);
+        const Tensor wire_shard = b.wire.slice(r * n, (r + 1) * n);
+        comm_.reduce_scatter(b.wire, wire_shard, ReduceOp::avg);
+        ops::cast(b.buffer.slice(r * n, (r + 1) * n), wire_shard);
+      } else {
+        comm_.reduce_scatter(b.buffer, b.buffer.slice(r * n, (r + 1) * n), ReduceOp::avg);
+      }
+    } else if (b.wire.defined()) {
       ops::cast(b.wire, b.buffer);
       comm_.all_reduce(b.wire, ReduceOp::avg);
       ops::cast(b.buffer, b.wire);
@@ -208,6 +238,66 @@ void GradReducer::finish() {
     for (const Bucket& b : buckets_) b.done.block(current);
   }
   ++steps_;
+}
+
+std::vector<std::pair<std::string, nn::Parameter*>> GradReducer::parameters() const {
+  std::vector<std::pair<std::string, nn::Parameter*>> out;
+  for (auto it = slots_.rbegin(); it != slots_.rend(); ++it) out.emplace_back(it->name, it->param);
+  return out;
+}
+
+namespace {
+void check_sharded(bool sharded, const char* what) {
+  STOKER_CHECK_HINT(sharded, "set GradReducerOptions::shard_optimizer_state = true",
+                    "GradReducer::", what, " is for ZeRO-1, but this reducer does not shard");
+}
+}  // namespace
+
+std::vector<std::pair<std::string, nn::Parameter*>> GradReducer::shard_parameters() {
+  check_sharded(options_.shard_optimizer_state, "shard_parameters()");
+  if (shards_.empty()) {
+    const int64_t r = comm_.rank();
+    for (const Bucket& b : buckets_) {
+      const int64_t n = b.info.shard_elements;
+      auto p = std::make_unique<nn::Parameter>(b.values.slice(r * n, (r + 1) * n));
+      p->set_grad_storage(b.buffer.slice(r * n, (r + 1) * n));
+      shards_.push_back(std::move(p));
+    }
+  }
+  std::vector<std::pair<std::string, nn::Parameter*>> out;
+  for (size_t i = 0; i < shards_.size(); ++i)
+    out.emplace_back("zero1.bucket" + std::to_string(i), shards_[i].get());
+  return out;
+}
+
+std::vector<Tensor> GradReducer::shard_gradients() const {
+  check_sharded(options_.shard_optimizer_state, "shard_gradients()");
+  std::vector<Tensor> out;
+  const int64_t r = comm_.rank();
+  for (const Bucket& b : buckets_) {
+    const int64_t n = b.info.shard_elements;
+    out.push_back(b.buffer.slice(r * n, (r + 1) * n));
+  }
+  return out;
+}
+
+Tensor GradReducer::global_grad_norm(std::span<const Tensor> shard_grads) {
+  // sqrt(sum over ranks of local_norm^2): the l2 norm of the vector of local norms, computed
+  // the same way on every rank from the same gathered values (identical bits everywhere).
+  const Tensor local = ops::l2_norm(shard_grads);
+  const Tensor all = Tensor::empty({comm_.world_size()}, DType::f32, device_);
+  comm_.all_gather(local.reshape({1}), all);
+  return ops::l2_norm(all);
+}
+
+void GradReducer::gather_parameters() {
+  check_sharded(options_.shard_optimizer_state, "gather_parameters()");
+  const int64_t r = comm_.rank();
+  for (const Bucket& b : buckets_) {
+    const int64_t n = b.info.shard_elements;
+    comm_.all_gather(b.values.slice(r * n, (r + 1) * n), b.values);
+  }
+  for (const Slot& s : slots_) s.param->value_changed();
 }
 
 void GradReducer::reset_step() {

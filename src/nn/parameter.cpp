@@ -70,6 +70,16 @@ void Parameter::set_grad_storage(const Tensor& grad) {
   grad_ = grad;
 }
 
+void Parameter::set_value_storage(const Tensor& value) {
+  STOKER_CHECK(value.defined() && value.shape() == value_.shape() && value.dtype() == DType::f32 &&
+                   value.device() == value_.device(),
+               "Parameter::set_value_storage: expected f32", value_.shape(), " on ",
+               value_.device().str(), ", got ", value.defined() ? value.str() : "undefined");
+  if (value.data() != value_.data()) ops::copy(value, value_);
+  value_ = value;
+  value_changed();
+}
+
 void Parameter::grad_ready() {
   for (const Hook& h : hooks_) h(*this);
 }

@@ -142,6 +142,12 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
   }
 }
 
+void Optimizer::load_checkpoint_state(const TensorLoader& load) {
+  std::vector<std::pair<std::string, Tensor>> loaded;
+  for (auto& [name, t] : state()) loaded.emplace_back(name, load(name, t.device()));
+  load_state(loaded);
+}
+
 void Optimizer::step() {
   update();
   std::vector<nn::Parameter*> ps;

@@ -11,6 +11,7 @@
 #include "stoker/core/error.h"
 #include "stoker/core/stream.h"
 #include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/sharded_optimizer.h"
 #include "stoker/nn/checkpoint.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
@@ -82,6 +83,18 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
   }
   if (options_.selective_recompute) nn::set_selective_recompute(model_, true);
   params_ = model_.parameters();
+  {
+    // ZeRO-1: the reducer shards gradients and values, the optimizer must shard state with it.
+    auto* sharded = dynamic_cast<dist::ShardedOptimizer*>(&optimizer_);
+    const bool zero1 = options_.reducer && options_.reducer->shards_optimizer_state();
+    STOKER_CHECK_HINT(!zero1 || (sharded && &sharded->reducer() == options_.reducer),
+                      "build the optimizer as dist::ShardedOptimizer(reducer, factory)",
+                      "Trainer: the reducer shards optimizer state (ZeRO-1) but the optimizer ",
+                      optimizer_.describe(), " is not a ShardedOptimizer over it");
+    STOKER_CHECK_HINT(!sharded || zero1, "pass its reducer as TrainerOptions::reducer",
+                      "Trainer: ", optimizer_.describe(),
+                      " needs its reducer in TrainerOptions::reducer");
+  }
   // Under mixed precision, layers that make activations from integer inputs (Embedding) emit
   // the compute dtype, so everything after them computes in half precision too.
   nn::set_compute_dtype(model_, amp::compute_dtype(options_.precision));
@@ -184,12 +197,23 @@ void Trainer::apply_step(int micro, int k, bool want_norm) {
     for (nn::Parameter* p : params_) ops::scale(p->grad(), fix);
     ops::scale(step_loss_, fix);
   }
+  // ZeRO-1: only this rank's slices hold averaged gradients; the overflow flag and the norm are
+  // made global over the ranks' slices.
+  const bool zero1 = options_.reducer && options_.reducer->shards_optimizer_state();
   std::vector<Tensor> grads;
-  for (nn::Parameter* p : params_)
-    if (p->requires_grad) grads.push_back(p->grad());
-  if (scaler_) scaler_->unscale(grads);  // before clipping: the norm is of the true gradients
+  if (zero1) {
+    grads = options_.reducer->shard_gradients();
+  } else {
+    for (nn::Parameter* p : params_)
+      if (p->requires_grad) grads.push_back(p->grad());
+  }
+  if (scaler_) {
+    scaler_->unscale(grads);  // before clipping: the norm is of the true gradients
+    if (zero1)
+      options_.reducer->communicator().all_reduce(scaler_->found_inf(), dist::ReduceOp::max);
+  }
   if (options_.clip_grad_norm > 0.0f || want_norm) {
-    grad_norm_ = ops::l2_norm(grads);
+    grad_norm_ = zero1 ? options_.reducer->global_grad_norm(grads) : ops::l2_norm(grads);
     if (options_.clip_grad_norm > 0.0f)
       ops::clip_by_total_norm(grads, grad_norm_, options_.clip_grad_norm);
   }
@@ -381,7 +405,8 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
         result.reports.push_back(diag_->report("steps"));
       }
       if (!options_.checkpoint_dir.empty() && options_.checkpoint_interval > 0 &&
-          step_ % options_.checkpoint_interval == 0 && main_rank()) {
+          step_ % options_.checkpoint_interval == 0 &&
+          (main_rank() || optimizer_.checkpoint_is_collective())) {
         save_checkpoint(
             options_.checkpoint_dir / ("step_" + std::to_string(step_) + ".safetensors"), &train);
       }
@@ -400,7 +425,7 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
   }
   bar.clear();
   if (diag_) result.diagnosis = diag_->end_fit();
-  if (!options_.checkpoint_dir.empty() && main_rank())
+  if (!options_.checkpoint_dir.empty() && (main_rank() || optimizer_.checkpoint_is_collective()))
     save_checkpoint(options_.checkpoint_dir / "last.safetensors", &train);
   result.steps = step_;
   result.seconds = seconds_since(start);
@@ -454,7 +479,9 @@ void Trainer::save_checkpoint(const std::filesystem::path& path,
   model_.visit_buffers("", [&](const std::string& n, Tensor& t) {
     tensors.push_back({"buffer." + n, t});
   });
-  for (auto& [n, t] : optimizer_.state()) tensors.push_back({"optim." + n, t});
+  // A sharded (ZeRO-1) optimizer gathers its state here: every rank takes part, rank 0 writes.
+  for (auto& [n, t] : optimizer_.checkpoint_state()) tensors.push_back({"optim." + n, t});
+  if (optimizer_.checkpoint_is_collective() && !main_rank()) return;
   if (scaler_)
     for (auto& [n, t] : scaler_->state()) tensors.push_back({"scaler." + n, t});
 
@@ -507,11 +534,8 @@ void Trainer::resume(const std::filesystem::path& path) {
   });
   model_.visit_buffers(
       "", [&](const std::string& n, Tensor& t) { reader.load_into("buffer." + n, t); });
-  std::vector<std::pair<std::string, Tensor>> state;
-  for (auto& [n, t] : optimizer_.state()) {
-    state.emplace_back(n, reader.load("optim." + n, t.device()));
-  }
-  optimizer_.load_state(state);
+  optimizer_.load_checkpoint_state(
+      [&](const std::string& n, Device device) { return reader.load("optim." + n, device); });
   if (scaler_) {
     std::vector<std::pair<std::string, Tensor>> sstate;
     for (auto& [n, t] : scaler_->state())

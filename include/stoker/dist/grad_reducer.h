@@ -35,6 +35,20 @@
 // the fp16 loss scaler's overflow check (found_inf) and the optimizer take the same decisions
 // everywhere without further communication.
 //
+// ZeRO-1 (`shard_optimizer_state`): the optimizer state is split across ranks. Each bucket is
+// padded to a multiple of world_size x 16 elements and REDUCE-SCATTERED (avg) instead of
+// all-reduced, so after finish() rank r holds the averaged gradient of slice r of every bucket
+// (the rest of the buffer keeps this rank's local gradients: read only the slices, through
+// shard_gradients()). The parameters' fp32 values also move into one flat buffer per bucket (as
+// views, with the gradients' layout), so an optimizer built over shard_parameters() — one
+// Parameter per bucket, the rank's slice of values and gradients — updates contiguous slices
+// with the usual multi-tensor kernels and keeps state for 1/world_size of the model;
+// gather_parameters() then all-gathers the updated slices so every rank holds every weight.
+// dist::ShardedOptimizer (dist/sharded_optimizer.h) packages this; the Trainer makes clipping's
+// norm and the fp16 overflow flag global (global_grad_norm(), an all-reduce max of found_inf).
+// Accumulation (no_sync) is unchanged: the full local gradients accumulate in the buckets.
+// Build the reducer after moving the model (to() re-allocates values and gradients).
+//
 // Ownership: the communicator and the parameters are borrowed and must outlive the reducer;
 // the bucket buffers are shared with the parameters' gradients. The hooks the reducer adds to
 // the parameters do nothing once it is destroyed. Not thread-safe (one per rank).
@@ -43,6 +57,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,6 +79,9 @@ struct GradReducerOptions {
   GradCompression compression = GradCompression::none;
   bool allow_unused_parameters = false;
   bool broadcast_parameters = true;  // copy rank 0's values to every rank at construction
+  // ZeRO-1: reduce-scatter the buckets and keep parameter values in flat per-bucket buffers so
+  // that a dist::ShardedOptimizer holds optimizer state for this rank's slices only.
+  bool shard_optimizer_state = false;
   // Called on each bucket launch with its index (diagnostics and tests).
   std::function<void(int bucket)> on_bucket_launch;
 };
@@ -73,6 +91,9 @@ struct BucketInfo {
   std::vector<std::string> parameters;  // in bucket order (reverse registration order)
   int64_t elements = 0;                 // including alignment padding
   int64_t bytes = 0;                    // of the f32 buffer
+  std::vector<int64_t> offsets;         // of each parameter's first element in the buffer
+  std::vector<Shape> shapes;            // of each parameter
+  int64_t shard_elements = 0;           // ZeRO-1: elements of each rank's slice (else 0)
 };
 
 class GradReducer {
@@ -119,6 +140,24 @@ class GradReducer {
   // Steps completed by finish().
   int64_t steps() const { return steps_; }
 
+  // The parameters that require gradients, named, in registration order.
+  std::vector<std::pair<std::string, nn::Parameter*>> parameters() const;
+
+  // ---- ZeRO-1 (options().shard_optimizer_state) ----
+  bool shards_optimizer_state() const { return options_.shard_optimizer_state; }
+  // One Parameter per bucket, named "zero1.bucket<b>", whose value and gradient are views of this
+  // rank's slice of the bucket's value and gradient buffers (owned by the reducer).
+  std::vector<std::pair<std::string, nn::Parameter*>> shard_parameters();
+  // This rank's gradient slices, one per bucket (averaged over ranks after finish()).
+  std::vector<Tensor> shard_gradients() const;
+  // The L2 norm of the whole averaged gradient from every rank's slices (`shard_grads`, this
+  // rank's): local norms are all-gathered and reduced again; a device scalar, no host sync.
+  // A collective: every rank calls it.
+  Tensor global_grad_norm(std::span<const Tensor> shard_grads);
+  // All-gathers every bucket's value slices so that each rank holds every updated weight, and
+  // marks the parameters' half compute copies stale. A collective, on the current stream.
+  void gather_parameters();
+
  private:
   struct Slot {
     std::string name;
@@ -131,6 +170,7 @@ class GradReducer {
     std::vector<int> slots;
     Tensor buffer;  // f32, the gradients' storage
     Tensor wire;    // bf16/f16 copy sent instead of buffer under compression
+    Tensor values;  // ZeRO-1: f32, the parameters' values (same layout as buffer)
     int pending = 0;
     core::Event ready, done;  // compute -> comm, comm -> compute (GPU)
   };
@@ -153,6 +193,7 @@ class GradReducer {
   bool sync_ = true;
   bool order_stale_ = false;  // launch_order_ still shows the previous step
   int64_t steps_ = 0;
+  std::vector<std::unique_ptr<nn::Parameter>> shards_;  // ZeRO-1: per bucket, made on demand
   std::shared_ptr<GradReducer*> self_;  // what the parameter hooks see; nullptr once destroyed
 };
 

@@ -51,6 +51,10 @@ class Parameter {
   // Re-points the gradient at `grad` (same shape/dtype/device): lets a reducer place gradients
   // inside a flat bucket buffer without copies.
   void set_grad_storage(const Tensor& grad);
+  // Re-points the master value at `value` (same shape, f32, same device), keeping what it held
+  // (copied in): lets a ZeRO-1 reducer hold the values as views of flat per-bucket buffers, so
+  // that an optimizer shard updates contiguous slices and one all-gather restores every weight.
+  void set_value_storage(const Tensor& value);
 
   // The value in `dtype` (f32: the master itself; f16/bf16: the refreshed half copy, cast now
   // if it is missing or stale). Same device as the value.

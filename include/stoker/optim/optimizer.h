@@ -20,6 +20,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -71,6 +72,16 @@ class Optimizer {
   // Restores what state() returned (same names and shapes); throws naming a missing tensor.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state);
   void set_steps(int64_t steps) { steps_ = steps; }
+
+  // The state as a checkpoint stores it: state() here. An optimizer whose state is spread over
+  // ranks (dist::ShardedOptimizer) gathers it instead; then checkpoint_is_collective() is true
+  // and every rank must call checkpoint_state() together (only one needs to write the file).
+  virtual std::vector<std::pair<std::string, Tensor>> checkpoint_state() { return state(); }
+  virtual bool checkpoint_is_collective() const { return false; }
+  // Restores from a checkpoint: `load(name, device)` returns the stored tensor `name` (a name
+  // checkpoint_state() gave) on `device`, or throws. Here: every state() tensor by its name.
+  using TensorLoader = std::function<Tensor(const std::string& name, Device device)>;
+  virtual void load_checkpoint_state(const TensorLoader& load);
 
   const NamedParameters& parameters() const { return params_; }
   virtual std::string describe() const = 0;

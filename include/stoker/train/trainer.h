@@ -31,6 +31,10 @@
 // scaler's overflow check skips the same steps everywhere without another all-reduce. Log
 // lines report this rank's and the job's samples/s (one tiny all-reduce at log time); only
 // rank 0 prints, draws the progress bar and writes checkpoints.
+// ZeRO-1 (a reducer with shard_optimizer_state and a dist::ShardedOptimizer over it): the
+// reducer reduce-scatters, so the scaler unscales this rank's gradient slices, its found_inf is
+// all-reduced (max) and clipping uses the global norm of the slices (both on the device); every
+// rank joins the checkpoint's gather of optimizer state and rank 0 writes.
 //
 // Diagnostics (diag/diagnostics.h, docs/diagnostics.md): every log line shows the share of the
 // window's time spent waiting for data (host time in BatchSource::next()). With
@@ -165,7 +169,8 @@ class Trainer {
   // Loss (and accuracy for classification) over one epoch of `data`, in evaluation mode.
   EvalResult evaluate(data::BatchSource& data);
 
-  // Writes a training checkpoint (atomic). `source` supplies the data position.
+  // Writes a training checkpoint (atomic). `source` supplies the data position. With a ZeRO-1
+  // optimizer (Optimizer::checkpoint_is_collective) every rank calls it and rank 0 writes.
   void save_checkpoint(const std::filesystem::path& path, const data::BatchSource* source) const;
   // Restores model, optimizer, generators and position from a checkpoint; the next fit()
   // continues from there. Errors name the file and the tensor that does not fit.

@@ -1,0 +1,78 @@
+// ShardedOptimizer: ZeRO-1 — optimizer state sharded across data-parallel ranks, each rank
+// keeping the state (AdamW moments, SGD momentum, in any optim::StateFormat) of 1/world_size of
+// the model, with the same update as the unsharded optimizer.
+//
+// How: the GradReducer (built with GradReducerOptions::shard_optimizer_state) reduce-scatters
+// each gradient bucket, so rank r holds the averaged gradient of slice r of every bucket, and
+// keeps the parameters' fp32 values in flat buffers with the buckets' layout. The inner
+// optimizer — any optim::Optimizer, made by the factory — is built over
+// reducer.shard_parameters(): one parameter per bucket, this rank's contiguous slice, so the
+// existing multi-tensor kernels update the slices. After the inner update the reducer
+// all-gathers the updated slices (on the current stream) and the half compute copies of every
+// parameter are refreshed as after any step. Why a wrapper and not an option on Optimizer: optim
+// sits below dist in the layers, and wrapping keeps AdamW/SGD and their kernels untouched.
+//
+// Equivalence with the unsharded data-parallel update: f32 and bf16 (round-to-nearest) state
+// updates are element-wise, and the CPU backends' reduce-scatter adds the ranks in the same
+// order as their all-reduce, so the weights are bit-identical — without clipping. With clipping
+// the global norm is the norm of the per-rank slice norms (another summation order), equal
+// within float rounding. int8_blockwise state quantizes blocks of the slices instead of blocks of
+// each parameter, and stochastic rounding draws per slice element: the same statistics, not the
+// same bits. NCCL's reduce-scatter and all-reduce may order a sum of more than 2 ranks
+// differently.
+//
+// The Trainer (TrainerOptions::reducer = the same reducer) unscales and clips the slices only,
+// with a global norm (GradReducer::global_grad_norm) and, under fp16, an all-reduce (max) of the
+// scaler's found_inf, so every rank skips an overflowed step. Without the Trainer: backward,
+// reducer.finish(), then unscale/clip reducer.shard_gradients() the same way, then step().
+//
+// Checkpoints: checkpoint_state() is a collective (every rank calls it; the Trainer does, and
+// rank 0 writes) that all-gathers the slices. f32 and bf16 state comes back under the unsharded
+// names and shapes ("<param>.exp_avg"), so a ZeRO-1 checkpoint resumes an unsharded run and the
+// reverse, at any world size. 8-bit state (blocks of slices) is stored per bucket, gathered
+// ("zero1.bucket<b>.exp_avg.codes" / ".absmax", world_size slices end to end) and resumes only
+// with the same world size and bucket sizes. load_checkpoint_state() takes each rank's slice from
+// the file (no communication). During a save each rank briefly holds the full gathered state.
+// state() and state_bytes() are this rank's shard only (the memory report's optimizer state).
+//
+// Ownership: borrows the reducer (it must outlive this); owns the inner optimizer. Not
+// thread-safe (one per rank).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stoker/dist/grad_reducer.h"
+#include "stoker/optim/optimizer.h"
+
+namespace stoker::dist {
+
+class ShardedOptimizer : public optim::Optimizer {
+ public:
+  // Builds the inner optimizer over the shard parameters, e.g.
+  //   [&](optim::NamedParameters p) { return std::make_unique<optim::AdamW>(p, opts); }
+  using Factory = std::function<std::unique_ptr<optim::Optimizer>(optim::NamedParameters)>;
+  ShardedOptimizer(GradReducer& reducer, const Factory& make);
+
+  std::string describe() const override;
+  // This rank's shard state ("zero1.bucket<b>.exp_avg", ..., AdamW's "step_state").
+  std::vector<std::pair<std::string, Tensor>> state() override;
+  std::vector<std::pair<std::string, Tensor>> checkpoint_state() override;
+  bool checkpoint_is_collective() const override { return true; }
+  void load_checkpoint_state(const TensorLoader& load) override;
+
+  optim::Optimizer& inner() { return *inner_; }
+  GradReducer& reducer() { return reducer_; }
+
+ protected:
+  void update() override;
+
+ private:
+  GradReducer& reducer_;
+  std::unique_ptr<optim::Optimizer> inner_;
+};
+
+}  // namespace stoker::dist
