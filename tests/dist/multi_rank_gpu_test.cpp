@@ -22,6 +22,7 @@
 #include "dist_test_util.h"
 #include "stoker/dist/env.h"
 #include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/sharded_optimizer.h"
 #include "stoker/nn/loss.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
@@ -200,6 +201,91 @@ TEST(DistMultiRank, DataParallelStepsEqualTheSingleGpuLargeBatchRun) {
     // Every rank holds the same weights after the steps (bit for bit: the same averaged
     // gradients and the same update on each).
     for (const auto& w : w_dp) {
+      Tensor t = Tensor::from_floats(w, {static_cast<int64_t>(w.size())}, DType::f32, gpu);
+      Tensor r0 = t.clone();
+      ctx.comm->broadcast(r0, 0);
+      EXPECT_EQ(host(r0), w) << "rank " << rank << " diverged from rank 0";
+    }
+  }
+  ctx.comm->barrier();
+}
+
+// ZeRO-1 (optimizer state sharded over the ranks) against the unsharded data-parallel run, both
+// on N ranks with the same shards of the batch, clipping on: the reduce-scatter averages what the
+// all-reduce averages (NCCL may order a sum of 3+ ranks differently), and clipping's global norm
+// adds per-rank partial norms, so fp32 weights agree to float rounding; per-rank optimizer state
+// is about 1/N of the unsharded state, and every rank ends with the same weights.
+TEST(DistMultiRank, ZeroOneEqualsUnshardedDataParallel) {
+  STOKER_REQUIRE_RANKS();
+  dist::DistContext& ctx = world();
+  const int rank = ctx.comm->rank(), n = ctx.comm->world_size();
+  const Device gpu = ctx.device;
+  const int64_t per_rank = 64;
+  const int steps = 5;
+  const stoker::test::Blobs blobs = stoker::test::make_blobs(per_rank * n * steps, 13);
+  auto shard = [&](int s) {
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < per_rank; ++i) rows.push_back((s * n + rank) * per_rank + i);
+    return stoker::data::Batch{stoker::test::take_rows(blobs.x, rows).to(gpu),
+                               stoker::test::take_rows(blobs.y, rows).to(gpu), per_rank};
+  };
+  struct Side {
+    std::unique_ptr<nn::Sequential> model;
+    std::unique_ptr<dist::GradReducer> reducer;
+    std::unique_ptr<stoker::optim::Optimizer> opt;
+    nn::CrossEntropyLoss loss;
+    std::unique_ptr<stoker::train::Trainer> trainer;
+  };
+  auto make_side = [&](bool zero1, stoker::amp::Precision precision) {
+    auto r = std::make_unique<Side>();
+    nn::manual_seed(3);
+    // Odd widths: slices cut through parameters, buckets are padded.
+    r->model = std::make_unique<nn::Sequential>(nn::make<nn::Linear>(8, 257), nn::make<nn::GELU>(),
+                                                nn::make<nn::Linear>(257, 253),
+                                                nn::make<nn::GELU>(), nn::make<nn::Linear>(253, 3));
+    r->model->to(gpu);
+    r->reducer = std::make_unique<dist::GradReducer>(
+        *ctx.comm, *r->model,
+        dist::GradReducerOptions{.bucket_bytes = 128 << 10,
+                                 .first_bucket_bytes = 8 << 10,
+                                 .shard_optimizer_state = zero1});
+    const stoker::optim::AdamWOptions o{.lr = 1e-2f};
+    if (zero1)
+      r->opt = std::make_unique<dist::ShardedOptimizer>(
+          *r->reducer, [&](stoker::optim::NamedParameters p) {
+            return std::make_unique<stoker::optim::AdamW>(std::move(p), o);
+          });
+    else
+      r->opt = std::make_unique<stoker::optim::AdamW>(r->model->named_parameters(), o);
+    r->trainer = std::make_unique<stoker::train::Trainer>(
+        *r->model, r->loss, *r->opt,
+        stoker::train::TrainerOptions{.precision = precision,
+                                      .clip_grad_norm = 0.5f,
+                                      .progress_bar = false,
+                                      .quiet = true,
+                                      .reducer = r->reducer.get()});
+    return r;
+  };
+  for (auto precision : {stoker::amp::Precision::fp32, stoker::amp::Precision::bf16}) {
+    auto plain = make_side(false, precision);
+    auto zero = make_side(true, precision);
+    for (int s = 0; s < steps; ++s) {
+      const stoker::data::Batch b = shard(s);
+      plain->trainer->train_step({&b, 1});
+      zero->trainer->train_step({&b, 1});
+    }
+    stoker::core::synchronize_device(gpu);
+    const auto w_plain = stoker::test::weights_of(*plain->model);
+    const auto w_zero = stoker::test::weights_of(*zero->model);
+    // bf16: a last-bit difference in a master weight can flip a compute copy's rounding.
+    const double tol = precision == stoker::amp::Precision::fp32 ? 2e-5 : 2e-2;
+    EXPECT_LE(max_rel_diff(w_zero, w_plain), tol)
+        << "rank " << rank << " precision " << static_cast<int>(precision);
+    const double share = static_cast<double>(zero->opt->state_bytes()) /
+                         static_cast<double>(plain->opt->state_bytes());
+    EXPECT_GT(share, 0.99 / n) << "rank " << rank;
+    EXPECT_LT(share, 1.05 / n) << "rank " << rank;
+    for (const auto& w : w_zero) {
       Tensor t = Tensor::from_floats(w, {static_cast<int64_t>(w.size())}, DType::f32, gpu);
       Tensor r0 = t.clone();
       ctx.comm->broadcast(r0, 0);
