@@ -16,6 +16,9 @@
 // mean(y^2)), --steps steps timed (1) without a reducer: compute only, (2) with a GradReducer:
 // compute + communication, and (3) the bucket all-reduces alone. exposed = (2) - (1) is the
 // communication (and reducer machinery) the step waits for; hidden = 1 - exposed / (3).
+// With --zero1, (4) the same step with ZeRO-1 (GradReducerOptions::shard_optimizer_state and a
+// dist::ShardedOptimizer over AdamW, on a fresh copy of the model): its step time, and the
+// optimizer state per rank with and without sharding (Optimizer::state_bytes).
 //
 // Runs as one process (world size 1: the NCCL path and the reducer's overhead on one GPU) or
 // under a launcher: `stoker launch --nproc-per-node 8 stoker_allreduce_throughput`. The
@@ -36,6 +39,7 @@
 #include "stoker/dist/env.h"
 #include "stoker/dist/grad_reducer.h"
 #include "stoker/dist/nccl_communicator.h"
+#include "stoker/dist/sharded_optimizer.h"
 #include "stoker/stoker.h"
 
 namespace {
@@ -63,6 +67,7 @@ struct Options {
   std::string precision = "bf16";
   double bucket_mib = 25, first_bucket_mib = 1;
   std::string compression = "none";
+  bool zero1 = false;
 };
 
 int64_t parse_bytes(const std::string& s) {
@@ -330,6 +335,30 @@ int run_train_step(const Options& o, dist::DistContext& ctx, nlohmann::json& out
       for (const Tensor& t : buckets) comm.all_reduce(t, dist::ReduceOp::avg);
     });
   }
+  // (4) ZeRO-1 on a fresh model (the first reducer's hooks stay on the first one).
+  double zero_s = 0;
+  const size_t plain_state = opt.state_bytes();
+  size_t zero_state = 0;
+  if (o.zero1) {
+    nn::manual_seed(0);
+    nn::Sequential zmodel;
+    for (int l = 0; l < o.layers; ++l) {
+      zmodel.add(nn::make<nn::Linear>(o.width, o.width));
+      zmodel.add(nn::make<nn::GELU>());
+    }
+    zmodel.to(device);
+    dist::GradReducerOptions zro = ro;
+    zro.shard_optimizer_state = true;
+    dist::GradReducer zreducer(comm, zmodel, zro);
+    dist::ShardedOptimizer zopt(zreducer, [](stoker::optim::NamedParameters p) {
+      return std::make_unique<stoker::optim::AdamW>(std::move(p));
+    });
+    stoker::train::Trainer t(
+        zmodel, loss, zopt,
+        {.precision = precision, .progress_bar = false, .quiet = true, .reducer = &zreducer});
+    zero_s = time_steps(comm, device, t, batch, o.train_warmup, o.steps);
+    zero_state = zopt.state_bytes();
+  }
   const double exposed_s = std::max(0.0, dp_s - local_s);
   const double hidden = comm_s > 0 ? std::clamp(1.0 - exposed_s / comm_s, 0.0, 1.0) : 0.0;
   if (comm.rank() == 0) {
@@ -346,6 +375,13 @@ int run_train_step(const Options& o, dist::DistContext& ctx, nlohmann::json& out
     std::printf("  %-34s %10.1f %%\n", "communication hidden", hidden * 100.0);
     std::printf("  %-34s %10.0f samples/s\n", "throughput (all ranks)",
                 static_cast<double>(o.batch) * comm.world_size() / dp_s);
+    std::printf("  %-34s %10.1f MiB\n", "optimizer state per rank",
+                static_cast<double>(plain_state) / (1 << 20));
+    if (o.zero1) {
+      std::printf("  %-34s %10.3f ms\n", "step with ZeRO-1", zero_s * 1e3);
+      std::printf("  %-34s %10.1f MiB\n", "ZeRO-1 optimizer state per rank",
+                  static_cast<double>(zero_state) / (1 << 20));
+    }
   }
   out["train_step"] = {{"layers", o.layers},
                        {"width", o.width},
@@ -359,7 +395,12 @@ int run_train_step(const Options& o, dist::DistContext& ctx, nlohmann::json& out
                        {"dp_ms", dp_s * 1e3},
                        {"exposed_ms", exposed_s * 1e3},
                        {"comm_alone_ms", comm_s * 1e3},
-                       {"hidden_fraction", hidden}};
+                       {"hidden_fraction", hidden},
+                       {"optimizer_state_bytes", plain_state}};
+  if (o.zero1) {
+    out["train_step"]["zero1_ms"] = zero_s * 1e3;
+    out["train_step"]["zero1_optimizer_state_bytes"] = zero_state;
+  }
   return 0;
 }
 
@@ -393,6 +434,8 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mib", o.bucket_mib, "train-step: bucket size")->capture_default_str();
   app.add_option("--first-bucket-mib", o.first_bucket_mib, "train-step: first bucket size")
       ->capture_default_str();
+  app.add_flag("--zero1", o.zero1,
+               "train-step: also time the step with ZeRO-1 (optimizer state sharded over ranks)");
   app.add_option("--compression", o.compression, "train-step: none, bf16 or fp16")
       ->capture_default_str();
   std::string bm_out, bm_ignored;
