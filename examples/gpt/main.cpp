@@ -12,6 +12,9 @@
 //   stoker_gpt                                                   # tiny model, byte-level text
 //   stoker_gpt --preset gpt2-124m --synthetic --batch 16 --precision bf16 [--checkpoint-every 1]
 //   stoker launch --nproc-per-node 8 stoker_gpt --preset gpt2-124m --synthetic ...
+//   stoker launch --nproc-per-node 2 stoker_gpt --zero1 --optimizer-state bf16 ...
+// --zero1 shards AdamW's state over the ranks (ZeRO-1, dist/sharded_optimizer.h);
+// --optimizer-state stores its moments in f32, bf16 or 8-bit blocks (optim::StateFormat).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -67,6 +70,8 @@ struct Options {
   int64_t eval_batches = 10;
   int log_interval = 25;
   bool tf32 = true;
+  bool zero1 = false;
+  std::string optimizer_state = "f32";
 };
 
 amp::Precision parse_precision(const std::string& s) {
@@ -74,6 +79,13 @@ amp::Precision parse_precision(const std::string& s) {
   if (s == "bf16") return amp::Precision::bf16;
   if (s == "fp16") return amp::Precision::fp16;
   STOKER_THROW("--precision: '", s, "' is not fp32, bf16 or fp16");
+}
+
+optim::StateFormat parse_state(const std::string& s) {
+  if (s == "f32") return {};
+  if (s == "bf16") return {.dtype = optim::StateDType::bf16};
+  if (s == "int8") return {.dtype = optim::StateDType::int8_blockwise};
+  STOKER_THROW("--optimizer-state: '", s, "' is not f32, bf16 or int8");
 }
 
 // Byte-level tokens of `text` as two uint16 files (first 90 %: train, rest: validation) under
@@ -177,20 +189,36 @@ int run(const Options& o) {
   const int wrapped = o.checkpoint_every > 0 ? model.checkpoint_blocks(o.checkpoint_every) : 0;
   if (o.selective) nn::set_selective_recompute(model, true);
   std::unique_ptr<dist::GradReducer> reducer;
-  if (world > 1) reducer = std::make_unique<dist::GradReducer>(*ctx.comm, model);
+  // --zero1 builds the reducer even for one rank, so the sharded path runs on one GPU too.
+  if (world > 1 || o.zero1)
+    reducer = std::make_unique<dist::GradReducer>(
+        *ctx.comm, model, dist::GradReducerOptions{.shard_optimizer_state = o.zero1});
 
-  optim::AdamW opt(model.named_parameters(),
-                   {.lr = o.lr, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = o.weight_decay});
+  const optim::AdamWOptions adamw{.lr = o.lr,
+                                  .beta1 = 0.9f,
+                                  .beta2 = 0.95f,
+                                  .weight_decay = o.weight_decay,
+                                  .state = parse_state(o.optimizer_state)};
+  std::unique_ptr<optim::Optimizer> opt_owner;
+  if (o.zero1)
+    opt_owner = std::make_unique<dist::ShardedOptimizer>(*reducer, [&](optim::NamedParameters p) {
+      return std::make_unique<optim::AdamW>(std::move(p), adamw);
+    });
+  else
+    opt_owner = std::make_unique<optim::AdamW>(model.named_parameters(), adamw);
+  optim::Optimizer& opt = *opt_owner;
   nn::CrossEntropyLoss loss;
   const int64_t params = model.parameter_count();
   if (root) {
     std::printf(
         "%s on %s x %d rank%s, %lld parameters (the tied head counted once), %s, "
-        "batch %lld x %lld tokens x %d accumulation per rank%s\n",
+        "batch %lld x %lld tokens x %d accumulation per rank%s\n"
+        "optimizer %s: %.1f MiB of state per rank\n",
         model.describe().c_str(), device.str().c_str(), world, world == 1 ? "" : "s",
         static_cast<long long>(params), o.precision.c_str(), static_cast<long long>(o.batch),
         static_cast<long long>(t), o.accum,
-        wrapped > 0 ? core::detail::str(", ", wrapped, " blocks checkpointed").c_str() : "");
+        wrapped > 0 ? core::detail::str(", ", wrapped, " blocks checkpointed").c_str() : "",
+        opt.describe().c_str(), static_cast<double>(opt.state_bytes()) / (1 << 20));
   }
 
   train::TrainerOptions topts{
@@ -371,6 +399,9 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", o.prompt, "text the sample continues")->capture_default_str();
   app.add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str();
   app.add_option("--log-interval", o.log_interval, "steps between log lines")
+      ->capture_default_str();
+  app.add_flag("--zero1", o.zero1, "shard AdamW's state over the data-parallel ranks (ZeRO-1)");
+  app.add_option("--optimizer-state", o.optimizer_state, "AdamW state: f32 | bf16 | int8")
       ->capture_default_str();
   app.add_option("--tf32", o.tf32, "fp32 GEMMs on TF32 tensor cores (the peer allows TF32)")
       ->capture_default_str();

@@ -44,6 +44,7 @@
 #include "stoker/dist/launcher.h"
 #include "stoker/dist/nccl_communicator.h"
 #include "stoker/dist/rendezvous.h"
+#include "stoker/dist/sharded_optimizer.h"
 #include "stoker/dist/tcp_communicator.h"
 #include "stoker/dist/thread_communicator.h"
 #include "stoker/nn/activation.h"
