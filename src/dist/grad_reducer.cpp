@@ -176,6 +176,10 @@ void GradReducer::launch(int index) {
     STOKER_CHECK(s.param->grad().same_storage(b.buffer), "GradReducer: the gradient of '", s.name,
                  "' no longer lives in its bucket (the parameter was moved with to(), or its "
                  "gradient re-pointed, after the reducer was built); build the reducer last");
+    STOKER_CHECK(!options_.shard_optimizer_state || s.param->value().same_storage(b.values),
+                 "GradReducer (ZeRO-1): the value of '", s.name,
+                 "' no longer lives in its bucket (the parameter was moved with to(), or its value "
+                 "re-pointed, after the reducer was built); build the reducer last");
   }
   const bool gpu = device_.is_cuda();
   const core::Stream comm_stream = gpu ? core::comm_stream(device_) : core::Stream();

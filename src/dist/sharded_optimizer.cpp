@@ -92,6 +92,19 @@ std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::checkpoint_state()
 }
 
 void ShardedOptimizer::load_checkpoint_state(const TensorLoader& load) {
+  if (state_format().dtype != optim::StateDType::int8_blockwise) return load_slices(load);
+  // Which slices are 8-bit depends on the slice sizes: at another world size a tensor the file
+  // lacks is the likely symptom.
+  try {
+    load_slices(load);
+  } catch (const Error& e) {
+    STOKER_THROW(e.what(),
+                 "; a ZeRO-1 checkpoint with 8-bit state resumes only at the world size and "
+                 "bucket sizes it was saved with");
+  }
+}
+
+void ShardedOptimizer::load_slices(const TensorLoader& load) {
   const Communicator& comm = reducer_.communicator();
   const int64_t world = comm.world_size(), r = comm.rank();
   std::vector<std::pair<std::string, Tensor>> loaded;

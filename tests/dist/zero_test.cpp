@@ -14,10 +14,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <future>
 #include <limits>
 
 #include "dist_test_util.h"
 #include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/tcp_communicator.h"
 #include "stoker/dist/thread_communicator.h"
 #include "stoker/nn/loss.h"
 #include "stoker/ops/copy.h"
@@ -66,7 +68,27 @@ struct ZeroRun {
   optim::StateFormat state{};
   dist::GradCompression compression = dist::GradCompression::none;
   int64_t hidden = 13;
+  bool tcp = false;  // ranks as threads with their own TcpCommunicator (sockets) instead
 };
+
+// fn on every rank of run.world, over the thread backend or over TCP sockets.
+void run_world(const ZeroRun& run, const std::function<void(dist::Communicator&)>& fn) {
+  if (!run.tcp) return dist::run_ranks(run.world, fn);
+  const int port = stoker::test::free_port();
+  std::vector<std::future<std::string>> f;
+  for (int r = 0; r < run.world; ++r) {
+    f.push_back(std::async(std::launch::async, [&, r] {
+      return error_of([&] {
+        dist::TcpCommunicator comm(
+            r, run.world,
+            {.rendezvous = {.master_addr = "127.0.0.1", .master_port = port, .timeout_s = 10},
+             .timeout_s = 30});
+        fn(comm);
+      });
+    }));
+  }
+  for (size_t r = 0; r < f.size(); ++r) EXPECT_EQ(f[r].get(), "(no error)") << "rank " << r;
+}
 
 std::unique_ptr<optim::Optimizer> make_inner(Opt opt, optim::NamedParameters params,
                                              const optim::StateFormat& state) {
@@ -112,7 +134,7 @@ std::vector<Weights> train(
   std::vector<std::unique_ptr<nn::Sequential>> models;
   for (int r = 0; r < run.world; ++r)
     models.push_back(make_odd_mlp(r == 0 ? 5 : 50 + r, run.hidden));
-  dist::run_ranks(run.world, [&](dist::Communicator& comm) {
+  run_world(run, [&](dist::Communicator& comm) {
     nn::Sequential& m = *models[static_cast<size_t>(comm.rank())];
     dist::GradReducer reducer(comm, m, reducer_options(run));
     auto opt = make_optimizer(run, m, reducer);
@@ -246,6 +268,18 @@ TEST(ZeroTest, Bf16StateAndCompressedGradientsEqualUnsharded) {
   expect_zero1_equals_unsharded({.world = 3, .state = bf16}, "bf16 state");
   expect_zero1_equals_unsharded({.world = 2, .compression = dist::GradCompression::bf16},
                                 "bf16 compression");
+}
+
+// Over TCP sockets (what CPU runs under `stoker launch` use): the in-place reduce-scatter and
+// all-gather go through rank 0's exchange; rank 0 adds in rank order, as the threads do.
+TEST(ZeroTest, OverTcpEqualsUnshardedOverThreads) {
+  ZeroRun run{.world = 3, .accum = 2};
+  const auto plain = train(run);
+  run.zero1 = true;
+  run.tcp = true;
+  const auto sharded = train(run);
+  expect_all_ranks_equal(sharded, "TCP");
+  EXPECT_EQ(sharded[0], plain[0]);
 }
 
 TEST(ZeroTest, ClippingUsesTheGlobalNorm) {
@@ -448,6 +482,47 @@ TEST(ZeroTest, ShardedCheckpointResumesAnUnshardedRun) {
   for (int r = 0; r < world; ++r)
     EXPECT_EQ(weights_of(*fresh[static_cast<size_t>(r)]), straight[0]) << "rank " << r;
   std::filesystem::remove(path);
+}
+
+// 8-bit state is stored per bucket: resuming it at another world size is an error that says so.
+TEST(ZeroTest, Int8StateResumesOnlyAtTheSameWorldSize) {
+  const auto path = std::filesystem::temp_directory_path() / "stoker_zero_int8.safetensors";
+  const optim::StateFormat int8{
+      .dtype = optim::StateDType::int8_blockwise, .block = 256, .min_quantized_numel = 256};
+  // Hidden width 200: the two large buckets stay 8-bit at 2 and 3 ranks, with other slice sizes.
+  ZeroRun run{.world = 2, .zero1 = true, .steps = 1, .state = int8, .hidden = 200};
+  train(run, [&](int, int, Trainer& t, optim::Optimizer&) { t.save_checkpoint(path, nullptr); });
+  run.world = 3;
+  std::vector<std::unique_ptr<nn::Sequential>> models;
+  for (int r = 0; r < run.world; ++r) models.push_back(make_odd_mlp(5, 200));
+  std::vector<std::string> errors(3);
+  dist::run_ranks(run.world, [&](dist::Communicator& comm) {
+    nn::Sequential& m = *models[static_cast<size_t>(comm.rank())];
+    dist::GradReducer reducer(comm, m, reducer_options(run));
+    auto opt = make_optimizer(run, m, reducer);
+    nn::CrossEntropyLoss loss;
+    Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .reducer = &reducer});
+    errors[static_cast<size_t>(comm.rank())] = error_of([&] { t.resume(path); });
+  });
+  for (const std::string& e : errors) {
+    EXPECT_NE(e.find("zero1.bucket"), std::string::npos) << e;
+    EXPECT_NE(e.find("world size"), std::string::npos) << e;
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(ZeroTest, AParameterMovedAfterTheReducerIsAnError) {
+  auto m = make_odd_mlp(5);
+  dist::run_ranks(1, [&](dist::Communicator& comm) {
+    dist::GradReducer reducer(comm, *m, {.shard_optimizer_state = true});
+    nn::Parameter* p = m->named_parameters()[0].second;
+    p->set_value_storage(Tensor::zeros(p->shape(), DType::f32));
+    EXPECT_NE(error_of([&] {
+                for (auto* q : m->parameters()) q->grad_ready();  // launches the buckets
+                reducer.finish();
+              }).find("no longer lives in its bucket"),
+              std::string::npos);
+  });
 }
 
 TEST(ZeroTest, MismatchedPiecesAreErrors) {

@@ -71,6 +71,8 @@ class ShardedOptimizer : public optim::Optimizer {
   void update() override;
 
  private:
+  void load_slices(const TensorLoader& load);
+
   GradReducer& reducer_;
   std::unique_ptr<optim::Optimizer> inner_;
 };
