@@ -174,7 +174,11 @@ double time_steps(train::Trainer& t, const data::Batch& batch, int n, Device dev
   return since(t0);
 }
 
-int run_bench(const Args& a, Device device) {
+int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
+  // Under a launcher (stoker launch / torchrun) the synthetic bench is data parallel: each rank
+  // its own random batch on cuda:LOCAL_RANK, gradients averaged by a GradReducer.
+  const int world = ctx ? ctx->comm->world_size() : 1;
+  const bool root = !ctx || ctx->comm->rank() == 0;
   const Precision p = parse_precision(a.precision);
   const Layout layout = parse_layout(a.layout);
   const DType dtype = stoker::amp::compute_dtype(p);
@@ -186,15 +190,19 @@ int run_bench(const Args& a, Device device) {
                  ds->num_classes(), " classes of ", a.data);
   const std::string tag = a.arch + " " + a.precision + " " + std::string(layout_name(layout)) +
                           " B=" + std::to_string(a.batch);
-  std::printf("%s on %s (%s), image %dx%d, %lld classes, SGD(momentum 0.9)\n", tag.c_str(),
-              device.str().c_str(), stoker::core::describe_device(device).c_str(), a.image_size,
-              a.image_size, static_cast<long long>(classes));
+  if (root)
+    std::printf("%s on %s (%s), image %dx%d, %lld classes, SGD(momentum 0.9)%s\n", tag.c_str(),
+                device.str().c_str(), stoker::core::describe_device(device).c_str(),
+                a.image_size, a.image_size, static_cast<long long>(classes),
+                world > 1 ? (", data parallel on " + std::to_string(world) + " ranks").c_str() : "");
   const float lr = a.lr > 0 ? a.lr : 0.1f;
 
   // Synthetic: one random batch on the device, in the compute dtype and layout.
   double syn = 0;
   {
     auto model = build_model(a, classes, layout, device);
+    std::unique_ptr<dist::GradReducer> reducer;
+    if (world > 1) reducer = std::make_unique<dist::GradReducer>(*ctx->comm, *model);
     stoker::optim::SGD opt(model->named_parameters(), {.lr = lr, .momentum = 0.9f});
     nn::CrossEntropyLoss loss;
     train::Trainer t(*model, loss, opt,
@@ -202,11 +210,12 @@ int run_bench(const Args& a, Device device) {
                       .log_grad_norm = false,
                       .progress_bar = false,
                       .quiet = true,
-                      .activation_checkpoint_every = a.checkpoint_every});
+                      .activation_checkpoint_every = a.checkpoint_every,
+                      .reducer = reducer.get()});
     data::Batch b;
     const stoker::ops::Dims4 d{a.batch, 3, a.image_size, a.image_size};
     b.input = Tensor::empty(stoker::ops::shape4(d, layout), dtype, device);
-    stoker::ops::random_normal(b.input, 0.0f, 1.0f, a.seed + 1, 0);
+    stoker::ops::random_normal(b.input, 0.0f, 1.0f, a.seed + 1 + (ctx ? ctx->comm->rank() : 0), 0);
     std::vector<int64_t> labels(static_cast<size_t>(a.batch));
     for (int64_t i = 0; i < a.batch; ++i) labels[static_cast<size_t>(i)] = (i * 7919) % classes;
     b.target = Tensor::from_vector(labels, {a.batch}, device);
@@ -215,12 +224,28 @@ int run_bench(const Args& a, Device device) {
     stoker::core::reset_peak_memory(device);
     const double s = time_steps(t, b, a.steps, device);
     syn = static_cast<double>(a.steps) * a.batch / s;
-    std::printf("%s: synthetic %.0f img/s, peak %.2f GiB (%d steps, %.2f ms/step)\n", tag.c_str(),
-                syn, gib(stoker::core::memory_stats(device).peak_bytes), a.steps,
-                s * 1e3 / a.steps);
+    if (world > 1) {
+      // The job's rate is set by its slowest rank.
+      const Tensor slowest = Tensor::from_floats({static_cast<float>(s)}, {1}, DType::f32,
+                                                 ctx->comm->device());
+      ctx->comm->all_reduce(slowest, dist::ReduceOp::max);
+      const double job_s = slowest.item();
+      if (root)
+        std::printf("%s x%d ranks: synthetic %.0f img/s per rank, %.0f img/s on %d ranks, peak "
+                    "%.2f GiB (%d steps, %.2f ms/step)\n",
+                    tag.c_str(), world, syn, static_cast<double>(a.steps) * a.batch * world / job_s,
+                    world, gib(stoker::core::memory_stats(device).peak_bytes), a.steps,
+                    job_s * 1e3 / a.steps);
+    } else {
+      std::printf("%s: synthetic %.0f img/s, peak %.2f GiB (%d steps, %.2f ms/step)\n",
+                  tag.c_str(), syn, gib(stoker::core::memory_stats(device).peak_bytes), a.steps,
+                  s * 1e3 / a.steps);
+    }
     std::fflush(stdout);
   }
   if (!ds) return 0;
+  STOKER_CHECK(world == 1, "--synthetic --data: the loader-fed bench runs on one GPU; start it "
+                           "without a launcher");
 
   // Fed by the Loader: `bench_epochs` epochs, the first `warmup` steps untimed.
   auto model = build_model(a, classes, layout, device);
@@ -493,12 +518,16 @@ int main(int argc, char** argv) {
   try {
     STOKER_CHECK(a.batch > 0 && a.accum > 0 && a.epochs > 0 && a.image_size >= 8,
                  "--batch, --accum, --epochs must be positive and --image-size >= 8");
+    const dist::DistEnv env = dist::read_env();
     if (a.synthetic) {
+      if (env.world_size > 1) {
+        dist::DistContext ctx = dist::init_from_env();
+        return run_bench(a, ctx.device, &ctx);
+      }
       const Device device =
           a.device == "auto" ? stoker::core::best_device() : stoker::core::parse_device(a.device);
       return run_bench(a, device);
     }
-    const dist::DistEnv env = dist::read_env();
     if (env.world_size > 1) {
       dist::DistContext ctx = dist::init_from_env();
       return run_train(a, ctx.device, &ctx);
