@@ -14,7 +14,11 @@
 # build/imagenet-kit), gptc (torch.compile peer, slow to compile), multi (2+ GPUs: multi-rank
 # dist gpu tests under stoker launch and torchrun, all-reduce vs torch.distributed, GPT-2 and
 # ResNet-50 scaling vs PyTorch DDP, killing a rank under both launchers; the carry must hold the
-# stoker CLI as build-gpu/carry/examples/stoker).
+# stoker CLI as build-gpu/carry/examples/stoker), gptparity (issue #9: the loss curve of
+# stoker_gpt against the PyTorch peer GPT on the same init and batches: a 4-layer width-256
+# byte-level model on the bundled text, batch 8 x 256, 100 steps, fp32 without TF32, constant
+# lr; stoker_gpt --parity-dir /tmp/gptp, then scripts/torch_gpt_parity.py prints the per-step
+# table and PASS/FAIL; about 30 s).
 # Everything goes to stdout and to $OUT/measure.log.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -94,6 +98,19 @@ run_gpt() {
   python3 "$C/peers/torch_train.py" gpt
   section "GPT-2 124M B=32 bf16: stoker"
   "$g" --preset gpt2-124m --synthetic --batch 32 --steps 20 --bench-warmup 8 --clip 0 --precision bf16
+}
+
+run_gptparity() {
+  local d=/tmp/gptp rc
+  rm -rf "$d"
+  section "GPT loss-curve parity: stoker_gpt --parity-dir, then scripts/torch_gpt_parity.py"
+  "$C/examples/stoker_gpt" --preset tiny --layers 4 --heads 4 --width 256 --context 256 \
+    --batch 8 --steps 100 --precision fp32 --device cuda --sample 0 \
+    --text examples/gpt/data/kjv-genesis-exodus.txt --cache /tmp/gptp-data --parity-dir "$d" &&
+    python3 scripts/torch_gpt_parity.py "$d" "$C/peers"
+  rc=$?
+  if [[ -n ${OUT:-} && -f $d/parity.json ]]; then cp "$d/parity.json" "$OUT/gpt_parity.json"; fi
+  return $rc
 }
 
 run_gptc() {

@@ -15,12 +15,32 @@
 //   stoker launch --nproc-per-node 2 stoker_gpt --zero1 --optimizer-state bf16 ...
 // --zero1 shards AdamW's state over the ranks (ZeRO-1, dist/sharded_optimizer.h);
 // --optimizer-state stores its moments in f32, bf16 or 8-bit blocks (optim::StateFormat).
+//
+// --parity-dir DIR: a run to compare against PyTorch (scripts/torch_gpt_parity.py DIR, issue
+// #9). Training is made exact and simple: constant learning rate --lr (no warmup, no cosine),
+// no clipping, no dropout, no accumulation, one rank, fp32 with TF32 off, AdamW (betas 0.9,
+// 0.95, eps 1e-8, --weight-decay on every parameter, as torch.optim.AdamW over
+// model.parameters()), a log line every step. Written into DIR:
+//   config.json        the model, data and optimizer settings
+//   init.safetensors   the initial weights, before any training, under the names of the peer
+//                      model (shared/peers/torch_train.py's GPT: wte, wpe, blocks.N.ln1/qkv/
+//                      proj/ln2/fc/fc2, lnf; the head is tied to wte.weight and not stored;
+//                      layouts are nn.Embedding's [num, dim], nn.Linear's [out, in])
+//   batches.i32        every optimizer step's batch, in step order, int32 little-endian: for
+//                      step s (0-based) B*T input ids (row-major [B, T]) then B*T target ids
+//                      (row-major [B, T], the inputs shifted by one), i.e. an array
+//                      [steps, 2, B, T]; the file holds exactly `steps` batches
+//   losses.json        {"steps": n, "losses": [...]}: the training loss of each optimizer
+//                      step (the mean cross-entropy of its batch, before the update), one
+//                      value per step
+//   final.safetensors  the weights after training (same names as init.safetensors)
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <string>
 #include <vector>
 
@@ -72,6 +92,54 @@ struct Options {
   bool tf32 = true;
   bool zero1 = false;
   std::string optimizer_state = "f32";
+  std::string parity_dir;  // non-empty: the PyTorch parity run (see the header)
+};
+
+// Forwards another BatchSource and appends every batch it hands out to `out` as int32: the
+// B*T input ids, then the B*T target ids (batches.i32 of --parity-dir). Reading the ids back
+// from a GPU costs a host sync per batch, which a parity run does not mind.
+class RecordingSource : public data::BatchSource {
+ public:
+  RecordingSource(data::BatchSource& inner, const fs::path& path)
+      : inner_(inner), out_(path, std::ios::binary | std::ios::trunc) {
+    STOKER_CHECK(out_.good(), "stoker_gpt: cannot write ", path.string());
+  }
+  void start_epoch(int64_t epoch) override { inner_.start_epoch(epoch); }
+  bool next(data::Batch& batch) override {
+    if (!inner_.next(batch)) return false;
+    write_ids(batch.input);
+    write_ids(batch.target);
+    ++batches_;
+    return true;
+  }
+  int64_t batches_per_epoch() const override { return inner_.batches_per_epoch(); }
+  int64_t samples_per_epoch() const override { return inner_.samples_per_epoch(); }
+  int64_t epoch() const override { return inner_.epoch(); }
+  int64_t batch_index() const override { return inner_.batch_index(); }
+  void restore(int64_t epoch, int64_t batch_index) override { inner_.restore(epoch, batch_index); }
+  int64_t batches() const { return batches_; }
+  void close() {
+    out_.close();
+    STOKER_CHECK(!out_.fail(), "stoker_gpt: writing batches.i32 failed");
+  }
+
+ private:
+  void write_ids(const Tensor& ids) {
+    std::vector<int32_t> v;
+    if (ids.dtype() == DType::i32) {
+      v = ids.to_vector<int32_t>();
+    } else {
+      STOKER_CHECK(ids.dtype() == DType::i64, "stoker_gpt: token ids of dtype ",
+                   dtype_name(ids.dtype()));
+      const std::vector<int64_t> w = ids.to_vector<int64_t>();
+      v.assign(w.begin(), w.end());
+    }
+    out_.write(reinterpret_cast<const char*>(v.data()),
+               static_cast<std::streamsize>(v.size() * sizeof(int32_t)));
+  }
+  data::BatchSource& inner_;
+  std::ofstream out_;
+  int64_t batches_ = 0;
 };
 
 amp::Precision parse_precision(const std::string& s) {
@@ -166,7 +234,15 @@ int run(const Options& o) {
   const bool root = rank == 0;
   Device device = ctx.device;
   if (world == 1 && !o.device.empty()) device = core::parse_device(o.device);
-  ops::set_allow_tf32(o.tf32);
+  const bool parity = !o.parity_dir.empty();
+  if (parity) {
+    STOKER_CHECK(world == 1, "--parity-dir: one rank only, not ", world);
+    STOKER_CHECK(o.accum == 1 && o.precision == "fp32" && o.dropout == 0.0f && !o.zero1 &&
+                     o.optimizer_state == "f32" && !o.synthetic,
+                 "--parity-dir: needs --accum 1 --precision fp32 --dropout 0 "
+                 "--optimizer-state f32, no --zero1, no --synthetic");
+  }
+  ops::set_allow_tf32(o.tf32 && !parity);
 
   gpt::GptConfig config = gpt::GptConfig::preset(o.preset);
   if (o.layers > 0) config.layers = o.layers;
@@ -186,6 +262,11 @@ int run(const Options& o) {
   nn::manual_seed(o.seed);
   gpt::Gpt model(config);
   model.to(device);
+  const fs::path pdir = o.parity_dir;
+  if (parity) {
+    fs::create_directories(pdir);
+    train::save_weights(model, pdir / "init.safetensors");  // before anything trains
+  }
   const int wrapped = o.checkpoint_every > 0 ? model.checkpoint_blocks(o.checkpoint_every) : 0;
   if (o.selective) nn::set_selective_recompute(model, true);
   std::unique_ptr<dist::GradReducer> reducer;
@@ -197,6 +278,7 @@ int run(const Options& o) {
   const optim::AdamWOptions adamw{.lr = o.lr,
                                   .beta1 = 0.9f,
                                   .beta2 = 0.95f,
+                                  .eps = 1e-8f,
                                   .weight_decay = o.weight_decay,
                                   .state = parse_state(o.optimizer_state)};
   std::unique_ptr<optim::Optimizer> opt_owner;
@@ -232,6 +314,13 @@ int run(const Options& o) {
       .reducer = reducer.get(),
   };
   topts.diagnostics.enabled = o.diagnostics;
+  if (parity) {  // exact and simple: constant lr, no clipping, a loss per step
+    topts.clip_grad_norm = 0.0f;
+    topts.schedule = optim::constant_lr(o.lr);
+    topts.log_interval = 1;
+    topts.progress_bar = false;
+    topts.diagnostics.enabled = false;
+  }
 
   if (o.synthetic) {
     // The peer's benchmark: one fixed batch of random ids (its randint(0, 50257)), per rank.
@@ -312,14 +401,79 @@ int run(const Options& o) {
         *val_set, data::TokenBatchesOptions{.batch_size = o.batch, .device = device});
   }
 
+  std::unique_ptr<RecordingSource> recorder;
+  std::vector<double> step_losses;
+  if (parity) {
+    recorder = std::make_unique<RecordingSource>(train_data, pdir / "batches.i32");
+    const char* data_name = o.data.empty() ? o.text.c_str() : o.data.c_str();
+    std::ofstream cfg(pdir / "config.json");
+    cfg << "{\n"
+        << "  \"model\": \"" << model.describe() << "\",\n"
+        << "  \"vocab\": " << config.vocab << ",\n"
+        << "  \"context\": " << config.context << ",\n"
+        << "  \"layers\": " << config.layers << ",\n"
+        << "  \"heads\": " << config.heads << ",\n"
+        << "  \"width\": " << config.d_model << ",\n"
+        << "  \"init\": \"" << o.init << "\",\n"
+        << "  \"seed\": " << o.seed << ",\n"
+        << "  \"batch\": " << o.batch << ",\n"
+        << "  \"seq\": " << t << ",\n"
+        << "  \"steps\": " << o.steps << ",\n"
+        << "  \"optimizer\": \"AdamW\",\n"
+        << std::setprecision(9) << "  \"lr\": " << adamw.lr << ",\n"
+        << "  \"betas\": [" << adamw.beta1 << ", " << adamw.beta2 << "],\n"
+        << "  \"eps\": " << adamw.eps << ",\n"
+        << "  \"weight_decay\": " << adamw.weight_decay << ",\n"
+        << "  \"schedule\": \"constant\",\n"
+        << "  \"clip_grad_norm\": 0,\n"
+        << "  \"dropout\": 0,\n"
+        << "  \"grad_accum_steps\": 1,\n"
+        << "  \"precision\": \"fp32\",\n"
+        << "  \"tf32\": false,\n"
+        << "  \"device\": \"" << device.str() << "\",\n"
+        << "  \"data\": \"" << fs::path(data_name).filename().string() << "\",\n"
+        << "  \"batches_file\": \"batches.i32\",\n"
+        << "  \"batches_layout\": \"int32 little-endian [steps, 2, batch, seq]: per step the "
+           "input ids then the target ids\",\n"
+        << "  \"loss\": \"mean cross-entropy over batch*seq tokens\"\n"
+        << "}\n";
+    STOKER_CHECK(cfg.good(), "stoker_gpt: cannot write ", (pdir / "config.json").string());
+  }
+
   train::Trainer trainer(model, loss, opt, topts);
+  if (parity)
+    trainer.add_log_callback([&](const train::StepStats& st) {
+      // log_interval 1: each line is one step's loss
+      STOKER_CHECK(st.step == static_cast<int64_t>(step_losses.size()) + 1,
+                   "--parity-dir: a log line for step ", st.step, " after ", step_losses.size(),
+                   " steps");
+      step_losses.push_back(st.loss);
+    });
   if (root && val_data)
     std::printf("validation loss before training: %.4f (ln %lld = %.4f)\n",
                 eval_loss(model, *val_data, o.eval_batches), static_cast<long long>(config.vocab),
                 std::log(static_cast<double>(config.vocab)));
   core::reset_peak_memory(device);
   const int64_t epochs = (o.steps * o.accum) / train_data.batches_per_epoch() + 1;
-  const train::FitResult fit = trainer.fit(train_data, epochs);
+  const train::FitResult fit =
+      trainer.fit(recorder ? static_cast<data::BatchSource&>(*recorder) : train_data, epochs);
+  if (parity) {
+    recorder->close();
+    STOKER_CHECK(
+        recorder->batches() == fit.steps && static_cast<int64_t>(step_losses.size()) == fit.steps,
+        "--parity-dir: ", fit.steps, " steps but ", recorder->batches(), " batches and ",
+        step_losses.size(), " losses recorded");
+    std::ofstream lf(pdir / "losses.json");
+    lf << std::setprecision(9) << "{\"steps\": " << fit.steps << ", \"losses\": [";
+    for (size_t i = 0; i < step_losses.size(); ++i) lf << (i ? ", " : "") << step_losses[i];
+    lf << "]}\n";
+    STOKER_CHECK(lf.good(), "stoker_gpt: cannot write ", (pdir / "losses.json").string());
+    train::save_weights(model, pdir / "final.safetensors");
+    std::printf(
+        "parity files in %s: config.json, init.safetensors, batches.i32 (%lld steps), "
+        "losses.json, final.safetensors\n",
+        pdir.string().c_str(), static_cast<long long>(fit.steps));
+  }
   const double tokens = static_cast<double>(fit.steps * o.batch * t * o.accum * world);
   if (root) {
     std::printf(
@@ -405,6 +559,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tf32", o.tf32, "fp32 GEMMs on TF32 tensor cores (the peer allows TF32)")
       ->capture_default_str();
+  app.add_option("--parity-dir", o.parity_dir,
+                 "write init weights, config, batches and per-step losses here for "
+                 "scripts/torch_gpt_parity.py (constant lr, no clipping, fp32, TF32 off)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);
