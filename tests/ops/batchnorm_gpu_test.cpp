@@ -1,7 +1,9 @@
 // cuDNN batch normalization against the CPU reference on fresh random inputs: training forward
 // (output, saved mean / invstd, running statistics with the unbiased variance), evaluation
 // forward, backward with dgamma / dbeta accumulated; odd shapes, both layouts, poisoned outputs,
-// f32 and half inputs.
+// f32 and half inputs. BatchNormNhwcGpu: stoker's own NHWC training kernels
+// (kernels/batchnorm_nhwc.cu) on large and odd-channel shapes, misaligned tensors (scalar path),
+// aliasing and bit-identical reruns.
 #include <gtest/gtest.h>
 
 #include "ops/conv_test_util.h"
@@ -106,6 +108,121 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormGpu,
                                             ::testing::Values(Layout::nchw, Layout::nhwc),
                                             ::testing::Values(DType::f32, DType::f16,
                                                               DType::bf16)));
+
+// ---- NHWC training kernels (kernels/batchnorm_nhwc.cu) ----
+
+struct BnOut {
+  Tensor y, mean, invstd, rm, rv, dx, dgamma, dbeta;
+};
+
+// Training forward then backward on `device`; x and dy are placed `offset` elements into their
+// blocks (offset 1 misaligns every row: the scalar path).
+BnOut run_nhwc(const Dims4& d, DType dtype, Device device, int64_t offset = 0) {
+  const ops::BatchNormParams p{.eps = 1e-5f, .momentum = 0.1f, .layout = Layout::nhwc};
+  const Shape shape = shape4(d, Layout::nhwc);
+  const Tensor x = random_tensor(shape, dtype, 21, -2.0f, 3.0f);
+  const Tensor dy = random_tensor(shape, dtype, 22);
+  const auto on = [&](const Tensor& t) { return t.to(device); };
+  BnOut o;
+  o.rm = on(random_tensor({d.c}, DType::f32, 24));
+  o.rv = on(random_tensor({d.c}, DType::f32, 25, 0.5f, 2.0f));
+  o.dgamma = on(random_tensor({d.c}, DType::f32, 26));
+  o.dbeta = on(random_tensor({d.c}, DType::f32, 27));
+  const Tensor gamma = on(random_tensor({d.c}, DType::f32, 28, 0.5f, 1.5f));
+  const Tensor beta = on(random_tensor({d.c}, DType::f32, 29));
+  const Tensor xd = offset == 0 ? on(x) : copy_at_offset(x, device, offset);
+  const Tensor dyd = offset == 0 ? on(dy) : copy_at_offset(dy, device, offset);
+  o.y = poisoned(shape, dtype, device);
+  o.mean = poisoned({d.c}, DType::f32, device);
+  o.invstd = poisoned({d.c}, DType::f32, device);
+  ops::batchnorm_forward_train(o.y, o.mean, o.invstd, o.rm, o.rv, xd, gamma, beta, p);
+  o.dx = poisoned(shape, dtype, device);
+  ops::batchnorm_backward(o.dx, o.dgamma, o.dbeta, dyd, xd, gamma, o.mean, o.invstd, p);
+  return o;
+}
+
+class BatchNormNhwcGpu : public ::testing::TestWithParam<std::tuple<Dims4, DType, int64_t>> {};
+
+// Tolerances: y and dx as in BatchNormGpu (f32 1e-4; f16 4e-3; bf16 2e-2, dx 4x for the halves:
+// one output rounding away from the fp64 reference); the statistics are fp32 Welford per thread,
+// merged with Chan's formula (fp32 within a block, fp64 across blocks), so they stay within
+// 1e-5 (mean) / 1e-4 (invstd, running_var) of the fp64 two-pass reference even over 200k values
+// per channel; dgamma / dbeta are sums of M terms: absolute slack rtol * sqrt(M).
+TEST_P(BatchNormNhwcGpu, MatchesCpuAndIsDeterministic) {
+  STOKER_REQUIRE_GPU();
+  const auto [d, dtype, offset] = GetParam();
+  const BnOut c = run_nhwc(d, dtype, Device::cpu());
+  const BnOut g = run_nhwc(d, dtype, kGpu, offset);
+  const std::string what = core::detail::str("NHWC ", d.n, "x", d.h, "x", d.w, "x", d.c, " ",
+                                             dtype_name(dtype), " offset ", offset);
+  const double r = dtype == DType::f32 ? 1e-4 : (dtype == DType::f16 ? 4e-3 : 2e-2);
+  const double rdx = dtype == DType::f32 ? r : 4 * r;
+  const double m = static_cast<double>(d.n * d.h * d.w);
+  EXPECT_TRUE(all_close(g.y, c.y, r, r)) << what << ": y";
+  EXPECT_TRUE(all_close(g.mean, c.mean, 1e-5, 1e-5)) << what << ": save_mean";
+  EXPECT_TRUE(all_close(g.invstd, c.invstd, 1e-4, 1e-5)) << what << ": save_invstd";
+  EXPECT_TRUE(all_close(g.rm, c.rm, 1e-5, 1e-5)) << what << ": running_mean";
+  EXPECT_TRUE(all_close(g.rv, c.rv, 1e-4, 1e-5)) << what << ": running_var";
+  EXPECT_TRUE(all_close(g.dx, c.dx, rdx, rdx)) << what << ": dx";
+  EXPECT_TRUE(all_close(g.dgamma, c.dgamma, r, r * std::sqrt(m))) << what << ": dgamma";
+  EXPECT_TRUE(all_close(g.dbeta, c.dbeta, r, r * std::sqrt(m))) << what << ": dbeta";
+  // Fixed reduction order, no atomics: a rerun has the same bits.
+  const BnOut g2 = run_nhwc(d, dtype, kGpu, offset);
+  EXPECT_TRUE(bit_identical(g2.y, g.y)) << what << ": y rerun";
+  EXPECT_TRUE(bit_identical(g2.mean, g.mean)) << what << ": save_mean rerun";
+  EXPECT_TRUE(bit_identical(g2.invstd, g.invstd)) << what << ": save_invstd rerun";
+  EXPECT_TRUE(bit_identical(g2.rm, g.rm)) << what << ": running_mean rerun";
+  EXPECT_TRUE(bit_identical(g2.rv, g.rv)) << what << ": running_var rerun";
+  EXPECT_TRUE(bit_identical(g2.dx, g.dx)) << what << ": dx rerun";
+  EXPECT_TRUE(bit_identical(g2.dgamma, g.dgamma)) << what << ": dgamma rerun";
+  EXPECT_TRUE(bit_identical(g2.dbeta, g.dbeta)) << what << ": dbeta rerun";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, BatchNormNhwcGpu,
+    ::testing::Values(
+        // ResNet stage 1: 200704 values per channel, 16-byte packs.
+        std::make_tuple(Dims4{64, 64, 56, 56}, DType::bf16, int64_t{0}),
+        // ResNet-50 last stage: 1568 values per channel, 2048 channels.
+        std::make_tuple(Dims4{32, 2048, 7, 7}, DType::f32, int64_t{0}),
+        std::make_tuple(Dims4{32, 2048, 7, 7}, DType::f16, int64_t{0}),
+        // Odd channel counts (scalar path; partial channel tiles).
+        std::make_tuple(Dims4{16, 3, 37, 41}, DType::f32, int64_t{0}),
+        std::make_tuple(Dims4{16, 3, 37, 41}, DType::bf16, int64_t{0}),
+        std::make_tuple(Dims4{8, 130, 19, 23}, DType::f32, int64_t{0}),
+        std::make_tuple(Dims4{8, 130, 19, 23}, DType::f16, int64_t{0}),
+        // C a multiple of the pack but the tensors misaligned: the scalar path.
+        std::make_tuple(Dims4{8, 64, 30, 30}, DType::bf16, int64_t{1}),
+        std::make_tuple(Dims4{8, 64, 30, 30}, DType::f32, int64_t{1}),
+        // C a multiple of the pack but not of the 64-channel tile.
+        std::make_tuple(Dims4{4, 72, 33, 33}, DType::bf16, int64_t{0})));
+
+// dx may alias dy and y may alias x (as the layers' in-place paths do): the same values.
+TEST(BatchNormNhwcGpuAlias, InPlaceForwardAndBackward) {
+  STOKER_REQUIRE_GPU();
+  const Dims4 d{8, 64, 20, 20};
+  const DType dt = DType::bf16;
+  const BnOut ref = run_nhwc(d, dt, kGpu);
+  const ops::BatchNormParams p{.layout = Layout::nhwc};
+  const Shape shape = shape4(d, Layout::nhwc);
+  const Tensor x = random_tensor(shape, dt, 21, -2.0f, 3.0f).to(kGpu);
+  const Tensor dy = random_tensor(shape, dt, 22).to(kGpu);
+  const Tensor gamma = random_tensor({d.c}, DType::f32, 28, 0.5f, 1.5f).to(kGpu);
+  const Tensor beta = random_tensor({d.c}, DType::f32, 29).to(kGpu);
+  const Tensor dg = random_tensor({d.c}, DType::f32, 26).to(kGpu);
+  const Tensor db = random_tensor({d.c}, DType::f32, 27).to(kGpu);
+  const Tensor mean = poisoned({d.c}, DType::f32, kGpu), inv = poisoned({d.c}, DType::f32, kGpu);
+  // Backward first (dx over dy), from the reference's saved statistics and the original x.
+  ops::batchnorm_backward(dy, dg, db, dy, x, gamma, ref.mean, ref.invstd, p);
+  EXPECT_TRUE(bit_identical(dy, ref.dx));
+  EXPECT_TRUE(bit_identical(dg, ref.dgamma));
+  EXPECT_TRUE(bit_identical(db, ref.dbeta));
+  // Then the forward in place (y over x), without running statistics.
+  ops::batchnorm_forward_train(x, mean, inv, {}, {}, x, gamma, beta, p);
+  EXPECT_TRUE(bit_identical(x, ref.y));
+  EXPECT_TRUE(bit_identical(mean, ref.mean));
+  EXPECT_TRUE(bit_identical(inv, ref.invstd));
+}
 
 }  // namespace
 }  // namespace stoker::test

@@ -10,8 +10,12 @@
 // saved statistics: f32 [C]. save_mean / save_invstd are written by the training forward and
 // read by the backward. Statistics and all math are fp32 (fp64 on the CPU).
 //
-// CUDA: cuDNN's spatial batch normalization on the current stream. Thread-safe (distinct
-// outputs).
+// CUDA, on the current stream: cuDNN's spatial batch normalization for NCHW and for the
+// evaluation forward; stoker's own kernels (kernels/batchnorm_nhwc.cu) for the NHWC training
+// forward and the NHWC backward, because cuDNN's NHWC batch norm (persistent mode included)
+// ran at ~21 GB/s on an H200 (19 ms for the ResNet stem's [256, 112, 112, 64] bf16 forward;
+// 85 % of a ResNet-18 step, Nsight Compute). Those are deterministic (fixed reduction order, no
+// atomics) and synchronize nothing. Thread-safe (distinct outputs).
 #pragma once
 
 #include "stoker/core/tensor.h"

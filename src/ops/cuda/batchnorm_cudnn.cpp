@@ -1,38 +1,40 @@
-// CUDA batch normalization through cuDNN's spatial batch norm (cudnnBatchNormalization*;
-// deprecated in cuDNN 9, present in every 9.x — see cudnn_util.h).
+// CUDA batch normalization: cuDNN's spatial batch norm (cudnnBatchNormalization*; deprecated in
+// cuDNN 9, present in every 9.x — see cudnn_util.h) for NCHW and for the evaluation forward;
+// stoker's own kernels (kernels/batchnorm_nhwc.cu) for the NHWC (channels-last) training forward
+// and the NHWC backward.
 //
-// Why these calls match the contract of batchnorm.h without extra kernels:
+// Why not cuDNN for NHWC training: in SPATIAL mode cuDNN ran its NCHW kernels over NHWC data
+// (86 % of a ResNet-18 bf16 step), and CUDNN_BATCHNORM_SPATIAL_PERSISTENT, PyTorch's choice for
+// channels-last, was still catastrophically slow: the forward of the ResNet stem BN, x =
+// [256, 112, 112, 64] bf16 (411 MB), took ~19 ms (21 GB/s on an H200 that streams 4 TB/s) and
+// batch norm stayed 85 % of the step (Nsight Compute, 2026-11-29). Batch norm is memory bound;
+// the NHWC kernels read x twice and write y once (forward), read dy and x twice and write dx
+// once (backward), with deterministic fp32 / fp64 reductions.
+//
+// Why the cuDNN calls match the contract of batchnorm.h without extra kernels:
 //  - cuDNN's training forward updates running = (1 - factor) * running + factor * stat with the
 //    UNBIASED batch variance for running_var — PyTorch's rule — so factor = momentum.
 //  - resultSaveInvVariance is 1 / sqrt(var + eps) with the biased variance: our save_invstd.
 //  - the backward blends dgamma/dbeta with betaParamDiff = 1: they accumulate (+=) in place.
-// Mode: CUDNN_BATCHNORM_SPATIAL for NCHW and for evaluation. NHWC training uses
-// CUDNN_BATCHNORM_SPATIAL_PERSISTENT, as PyTorch does for channels-last: in SPATIAL mode cuDNN
-// runs its NCHW kernels over NHWC data (strided), which made batch norm 86 % of a ResNet-18 bf16
-// step on the H200 (Nsight Compute, 2026-11-29); the persistent NHWC kernels read each tensor
-// once. (Persistent mode may reduce with scaled integer atomics: deterministic, with a narrower
-// range than fp32 for extreme activations.) The per-channel tensors are f32 for every data type
-// (cudnnDeriveBNTensorDescriptor's float for half data).
+// Mode: CUDNN_BATCHNORM_SPATIAL (NCHW training, and evaluation in either layout). The
+// per-channel tensors are f32 for every data type (cudnnDeriveBNTensorDescriptor's float for
+// half data).
 #include <cudnn.h>
 
 #include "ops/backend.h"
+#include "ops/cuda/batchnorm_nhwc.h"
 #include "ops/cuda/cudnn_util.h"
 
 namespace stoker::ops::cuda {
 
 namespace {
 
-cudnnBatchNormMode_t mode_for(Layout layout, bool training) {
-  return training && layout == Layout::nhwc ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
-                                            : CUDNN_BATCHNORM_SPATIAL;
-}
-
 // Descriptors of x (and y, dy, dx) and of the per-channel tensors.
 struct BnDescs {
   TensorDesc x;
   TensorDesc channel;
   cudnnBatchNormMode_t mode;
-  BnDescs(const Tensor& t, Layout layout, bool training) : mode(mode_for(layout, training)) {
+  BnDescs(const Tensor& t, Layout layout) : mode(CUDNN_BATCHNORM_SPATIAL) {
     const Dims4 d = dims4(t.shape(), layout);
     x.set(t.dtype(), layout, d.n, d.c, d.h, d.w);
     STOKER_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(channel.get(), x.get(), mode));
@@ -55,7 +57,12 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
                              const Tensor& gamma, const Tensor& beta, const BatchNormParams& p) {
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
-  const BnDescs desc(x, p.layout, /*training=*/true);
+  if (p.layout == Layout::nhwc) {
+    batchnorm_nhwc_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, gamma,
+                                 beta, p);
+    return;
+  }
+  const BnDescs desc(x, p.layout);
   const CudnnLease lease(d);
   const float one = 1.0f, zero = 0.0f;
   check_call(cudnnBatchNormalizationForwardTraining(
@@ -70,7 +77,7 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
                             const Tensor& running_var, const BatchNormParams& p) {
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
-  const BnDescs desc(x, p.layout, /*training=*/false);
+  const BnDescs desc(x, p.layout);
   const CudnnLease lease(d);
   const float one = 1.0f, zero = 0.0f;
   check_call(cudnnBatchNormalizationForwardInference(
@@ -86,7 +93,11 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
                         const BatchNormParams& p) {
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
-  const BnDescs desc(x, p.layout, /*training=*/true);
+  if (p.layout == Layout::nhwc) {
+    batchnorm_nhwc_backward(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, p);
+    return;
+  }
+  const BnDescs desc(x, p.layout);
   const CudnnLease lease(d);
   const float one = 1.0f, zero = 0.0f;
   check_call(cudnnBatchNormalizationBackward(

@@ -1,0 +1,482 @@
+// CUDA batch normalization for channels-last (NHWC) training: the training forward and the
+// backward. (NCHW and the evaluation forward stay on cuDNN: src/ops/cuda/batchnorm_cudnn.cpp.)
+//
+// Why our own kernels: cuDNN's legacy NHWC batch norm (cudnnBatchNormalizationForwardTraining /
+// Backward, CUDNN_BATCHNORM_SPATIAL_PERSISTENT) measured ~19 ms for the forward of the ResNet
+// stem BN, x = [256, 112, 112, 64] bf16 (411 MB: 21 GB/s on an H200 that streams 4 TB/s), and
+// batch norm was 85 % of a ResNet-18 step (Nsight Compute, 2026-11-29). Batch norm is memory
+// bound: the forward must read x twice (statistics, then normalize) and write y once; the
+// backward reads dy and x twice and writes dx once. These kernels do exactly that.
+//
+// x (and y, dy, dx) is viewed as [M = N*H*W, C] row-major. Every pass uses the same 2-D grid:
+// block (s, t) owns row slab s (rows [s * R, min(M, (s + 1) * R))) and channel tile t (kTile
+// adjacent channels). Thread (tx, ty) of a block owns V adjacent channels (a 16-byte Pack when C
+// is a multiple of V and every tensor is 16-byte aligned, else V = 1) and the slab's rows
+// ty, ty + kTy, ... — so a warp reads whole runs of adjacent channels of a few rows: coalesced.
+//
+// Forward:
+//  1. partial statistics: each thread runs Welford (count, mean, M2) in fp32 over its rows for
+//     each of its channels; the block folds its kTy row lanes in index order with Chan's
+//     formula (fp32) and writes (mean, M2) per (slab, channel) to pool scratch.
+//  2. finalize, one thread per channel: Chan's formula in fp64 over the slabs in index order
+//     (a slab's count is known from the shape), then save_mean, save_invstd = 1 / sqrt(var + eps)
+//     with the biased var, running stats with the unbiased var * M / (M - 1), and
+//     scale = invstd * gamma.
+//  3. normalize: y = (x - mean) * scale + beta (the centred form: no cancellation when |mean| is
+//     large against the spread).
+// Backward (xhat = (x - mean) * invstd from the saved statistics):
+//  1. partial sums per (slab, channel) of dy and dy * xhat (fp32 per thread, folded in order);
+//  2. finalize per channel in fp64 over the slabs: dbeta += sum dy, dgamma += sum dy * xhat,
+//     k = gamma * invstd, a = sum dy / M, b = sum dy * xhat / M;
+//  3. dx = k * (dy - a - xhat * b).
+// dx may alias dy and y may alias x exactly: pass 1 reads everything before pass 3 writes, and
+// pass 3 reads each element before writing it.
+//
+// Determinism: the slab count depends only on (M, C, V) and every fold runs in a fixed order, no
+// atomics; so the same inputs (with the same pointer alignment, which picks V) give the same bits
+// on every run and every GPU. No host synchronization: the scratch is stream-ordered pool memory.
+#include <algorithm>
+
+#include "kernel_util.cuh"
+#include "ops/backend.h"
+#include "ops/cuda/batchnorm_nhwc.h"
+#include "stoker/ops/layout.h"
+
+namespace stoker::ops::cuda {
+
+namespace {
+
+constexpr int kBnThreads = 256;
+constexpr int64_t kTargetBlocks = 2048;  // blocks per pass: ~15 per SM on a 132-SM H200
+constexpr int64_t kMinSlabRows = 64;     // rows per slab at least
+
+// Threads along C and rows for a V-wide Pack: a tile of 64 channels (32 for the scalar path).
+template <int V>
+struct Geometry {
+  static constexpr int kTx = V == 1 ? 32 : 64 / V;
+  static constexpr int kTy = kBnThreads / kTx;
+  static constexpr int kTile = kTx * V;
+  static_assert(kTx * kTy == kBnThreads);
+};
+
+struct Slabs {
+  int64_t count = 1;
+  int64_t rows = 0;  // rows per slab (the last may have fewer)
+};
+
+Slabs plan_slabs(int64_t m, int64_t tiles) {
+  Slabs s;
+  const int64_t by_rows = std::max<int64_t>(1, m / kMinSlabRows);
+  const int64_t wanted = std::max<int64_t>(1, (kTargetBlocks + tiles - 1) / tiles);
+  s.count = std::clamp<int64_t>(wanted, 1, std::min<int64_t>(by_rows, 1 << 20));
+  s.rows = (m + s.count - 1) / s.count;
+  s.count = (m + s.rows - 1) / s.rows;
+  return s;
+}
+
+// Rows of a slab [r0, r1) visited by row lane ty.
+__device__ STOKER_FORCEINLINE int lane_rows(int64_t r0, int64_t r1, int ty, int ty_count) {
+  const int64_t n = r1 - r0;
+  return n > ty ? static_cast<int>((n - ty + ty_count - 1) / ty_count) : 0;
+}
+
+// Loads channels [c, c + V) of row `row` (V == 1: one element).
+template <int V, typename T>
+__device__ STOKER_FORCEINLINE void load_channels(float (&v)[V], const T* row, int64_t c) {
+  if constexpr (V == 1) {
+    v[0] = to_float(row[c]);
+  } else {
+    const Pack<T, V> p = load_pack<V>(row + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = to_float(p.v[k]);
+  }
+}
+
+template <int V, typename T>
+__device__ STOKER_FORCEINLINE void store_channels(T* row, int64_t c, const float (&v)[V]) {
+  if constexpr (V == 1) {
+    row[c] = from_float<T>(v[0]);
+  } else {
+    Pack<T, V> p;
+#pragma unroll
+    for (int k = 0; k < V; ++k) p.v[k] = from_float<T>(v[k]);
+    store_pack<V>(row + c, p);
+  }
+}
+
+// ---- forward ----
+
+// partial_mean / partial_m2: [slabs, C].
+template <int V, typename T>
+__global__ void __launch_bounds__(kBnThreads)
+    bn_stats_kernel(const T* x, int64_t m, int64_t channels, int64_t slab_rows, float* partial_mean,
+                    float* partial_m2) {
+  using G = Geometry<V>;
+  __shared__ float s_mean[G::kTy][G::kTile];
+  __shared__ float s_m2[G::kTy][G::kTile];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * slab_rows;
+  const int64_t r1 = std::min(m, r0 + slab_rows);
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * G::kTile;
+  const int64_t c = c0 + static_cast<int64_t>(tx) * V;
+  float mean[V], m2[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) mean[k] = m2[k] = 0.0f;
+  if (c < channels) {  // V > 1: C is a multiple of V, so the whole Pack is in range
+    int n = 0;
+#pragma unroll 4
+    for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
+      float v[V];
+      load_channels<V>(v, x + r * channels, c);
+      ++n;
+      const float inv = 1.0f / static_cast<float>(n);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float d = v[k] - mean[k];
+        mean[k] = fmaf(d, inv, mean[k]);
+        m2[k] = fmaf(d, v[k] - mean[k], m2[k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    s_mean[ty][tx * V + k] = mean[k];
+    s_m2[ty][tx * V + k] = m2[k];
+  }
+  __syncthreads();
+  const int t = ty * G::kTx + tx;
+  if (t >= G::kTile || c0 + t >= channels) return;
+  // Chan's merge of the row lanes in index order.
+  float na = 0.0f, ma = 0.0f, qa = 0.0f;
+  for (int y = 0; y < G::kTy; ++y) {
+    const int cnt = lane_rows(r0, r1, y, G::kTy);
+    if (cnt == 0) break;  // lanes past the slab's rows are empty, and so are all after them
+    const float nb = static_cast<float>(cnt);
+    const float mb = s_mean[y][t], qb = s_m2[y][t];
+    const float n = na + nb;
+    const float d = mb - ma;
+    const float w = nb / n;
+    ma = fmaf(d, w, ma);
+    qa = qa + qb + d * d * na * w;
+    na = n;
+  }
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * channels + c0 + t;
+  partial_mean[o] = ma;
+  partial_m2[o] = qa;
+}
+
+// fp64 (count, mean, M2) of a set of values; merge() is Chan's parallel formula.
+struct Moments {
+  double n = 0.0, mean = 0.0, m2 = 0.0;
+};
+
+__device__ STOKER_FORCEINLINE Moments merge(const Moments& a, const Moments& b) {
+  if (b.n == 0.0) return a;
+  if (a.n == 0.0) return b;
+  Moments r;
+  r.n = a.n + b.n;
+  const double d = b.mean - a.mean;
+  const double w = b.n / r.n;
+  r.mean = a.mean + d * w;
+  r.m2 = a.m2 + b.m2 + d * d * a.n * w;
+  return r;
+}
+
+constexpr int kChannelsPerFinalizeBlock = kBlockSize / 32;  // one warp per channel
+
+// One warp per channel: lane l merges slabs l, l + 32, ... in order (fp64), then a fixed
+// shuffle tree folds the lanes into lane 0, which writes the saved and running statistics and
+// scale = invstd * gamma.
+__global__ void __launch_bounds__(kBlockSize)
+    bn_stats_finalize_kernel(const float* partial_mean, const float* partial_m2, int64_t slabs,
+                             int64_t slab_rows, int64_t m, int64_t channels, const float* gamma,
+                             float eps, float momentum, float* save_mean, float* save_invstd,
+                             float* running_mean, float* running_var, float* scale) {
+  const int lane = threadIdx.x % 32;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kChannelsPerFinalizeBlock + threadIdx.x / 32;
+  if (c >= channels) return;  // whole warps leave together
+  Moments a;
+  for (int64_t s = lane; s < slabs; s += 32) {
+    Moments b;
+    b.n = static_cast<double>(std::min(slab_rows, m - s * slab_rows));
+    b.mean = partial_mean[s * channels + c];
+    b.m2 = partial_m2[s * channels + c];
+    a = merge(a, b);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    Moments b;
+    b.n = __shfl_down_sync(~0u, a.n, o);
+    b.mean = __shfl_down_sync(~0u, a.mean, o);
+    b.m2 = __shfl_down_sync(~0u, a.m2, o);
+    a = merge(a, b);
+  }
+  if (lane != 0) return;
+  const double md = static_cast<double>(m);
+  const double var = a.m2 / md;
+  const double invstd = 1.0 / sqrt(var + static_cast<double>(eps));
+  save_mean[c] = static_cast<float>(a.mean);
+  save_invstd[c] = static_cast<float>(invstd);
+  scale[c] = static_cast<float>(invstd * static_cast<double>(gamma[c]));
+  if (running_mean != nullptr) {
+    const double mo = momentum;
+    running_mean[c] = static_cast<float>((1.0 - mo) * running_mean[c] + mo * a.mean);
+    running_var[c] = static_cast<float>((1.0 - mo) * running_var[c] + mo * var * md / (md - 1.0));
+  }
+}
+
+template <int V, typename T>
+__global__ void __launch_bounds__(kBnThreads)
+    bn_normalize_kernel(T* y, const T* x, int64_t m, int64_t channels, int64_t slab_rows,
+                        const float* mean, const float* scale, const float* beta) {
+  using G = Geometry<V>;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * slab_rows;
+  const int64_t r1 = std::min(m, r0 + slab_rows);
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * G::kTile + static_cast<int64_t>(tx) * V;
+  if (c >= channels) return;
+  float mu[V], sc[V], sh[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    mu[k] = __ldg(mean + c + k);
+    sc[k] = __ldg(scale + c + k);
+    sh[k] = __ldg(beta + c + k);
+  }
+#pragma unroll 4
+  for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
+    float v[V];
+    load_channels<V>(v, x + r * channels, c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = fmaf(v[k] - mu[k], sc[k], sh[k]);
+    store_channels<V>(y + r * channels, c, v);
+  }
+}
+
+// ---- backward ----
+
+// partial_dy / partial_dyx: [slabs, C] sums of dy and dy * xhat.
+template <int V, typename T>
+__global__ void __launch_bounds__(kBnThreads)
+    bn_grad_sums_kernel(const T* dy, const T* x, int64_t m, int64_t channels, int64_t slab_rows,
+                        const float* mean, const float* invstd, float* partial_dy,
+                        float* partial_dyx) {
+  using G = Geometry<V>;
+  __shared__ float s_dy[G::kTy][G::kTile];
+  __shared__ float s_dyx[G::kTy][G::kTile];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * slab_rows;
+  const int64_t r1 = std::min(m, r0 + slab_rows);
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * G::kTile;
+  const int64_t c = c0 + static_cast<int64_t>(tx) * V;
+  float sdy[V], sdyx[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) sdy[k] = sdyx[k] = 0.0f;
+  if (c < channels) {
+    float mu[V], is[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      mu[k] = __ldg(mean + c + k);
+      is[k] = __ldg(invstd + c + k);
+    }
+#pragma unroll 4
+    for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
+      float g[V], v[V];
+      load_channels<V>(g, dy + r * channels, c);
+      load_channels<V>(v, x + r * channels, c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        sdy[k] += g[k];
+        sdyx[k] = fmaf(g[k], (v[k] - mu[k]) * is[k], sdyx[k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    s_dy[ty][tx * V + k] = sdy[k];
+    s_dyx[ty][tx * V + k] = sdyx[k];
+  }
+  __syncthreads();
+  const int t = ty * G::kTx + tx;
+  if (t >= G::kTile || c0 + t >= channels) return;
+  float a = 0.0f, b = 0.0f;
+  for (int y = 0; y < G::kTy; ++y) {
+    a += s_dy[y][t];
+    b += s_dyx[y][t];
+  }
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * channels + c0 + t;
+  partial_dy[o] = a;
+  partial_dyx[o] = b;
+}
+
+// One warp per channel: fp64 sums over the slabs (lane-strided in order, then a fixed shuffle
+// tree); lane 0 adds into dbeta / dgamma and writes the dx coefficients coef = [k | a | b]
+// ([3, C]).
+__global__ void __launch_bounds__(kBlockSize)
+    bn_grad_finalize_kernel(const float* partial_dy, const float* partial_dyx, int64_t slabs,
+                            int64_t m, int64_t channels, const float* gamma, const float* invstd,
+                            float* dgamma, float* dbeta, float* coef) {
+  const int lane = threadIdx.x % 32;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kChannelsPerFinalizeBlock + threadIdx.x / 32;
+  if (c >= channels) return;
+  double a = 0.0, b = 0.0;
+  for (int64_t s = lane; s < slabs; s += 32) {
+    a += partial_dy[s * channels + c];
+    b += partial_dyx[s * channels + c];
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_down_sync(~0u, a, o);
+    b += __shfl_down_sync(~0u, b, o);
+  }
+  if (lane != 0) return;
+  dbeta[c] = static_cast<float>(dbeta[c] + a);
+  dgamma[c] = static_cast<float>(dgamma[c] + b);
+  const double md = static_cast<double>(m);
+  coef[c] = static_cast<float>(static_cast<double>(gamma[c]) * invstd[c]);
+  coef[channels + c] = static_cast<float>(a / md);
+  coef[2 * channels + c] = static_cast<float>(b / md);
+}
+
+template <int V, typename T>
+__global__ void __launch_bounds__(kBnThreads)
+    bn_dx_kernel(T* dx, const T* dy, const T* x, int64_t m, int64_t channels, int64_t slab_rows,
+                 const float* mean, const float* invstd, const float* coef) {
+  using G = Geometry<V>;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * slab_rows;
+  const int64_t r1 = std::min(m, r0 + slab_rows);
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * G::kTile + static_cast<int64_t>(tx) * V;
+  if (c >= channels) return;
+  float mu[V], is[V], kk[V], ka[V], kb[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    mu[k] = __ldg(mean + c + k);
+    is[k] = __ldg(invstd + c + k);
+    kk[k] = __ldg(coef + c + k);
+    ka[k] = __ldg(coef + channels + c + k);
+    kb[k] = __ldg(coef + 2 * channels + c + k);
+  }
+#pragma unroll 4
+  for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
+    float g[V], v[V];
+    load_channels<V>(g, dy + r * channels, c);
+    load_channels<V>(v, x + r * channels, c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float xhat = (v[k] - mu[k]) * is[k];
+      g[k] = kk[k] * ((g[k] - ka[k]) - xhat * kb[k]);
+    }
+    store_channels<V>(dx + r * channels, c, g);
+  }
+}
+
+// ---- launch ----
+
+struct Extent {
+  int64_t m = 0;  // rows: N * H * W
+  int64_t c = 0;  // channels
+};
+
+Extent extent_of(const Tensor& x) {
+  const Dims4 d = dims4(x.shape(), Layout::nhwc);
+  return {d.n * d.h * d.w, d.c};
+}
+
+// Calls f(std::integral_constant<int, V>{}) with V = 16 / sizeof(T) when C is a multiple of it
+// and every pointer is 16-byte aligned (then every row start is), else V = 1.
+template <typename T, typename F>
+void visit_width(int64_t c, std::initializer_list<const void*> ptrs, F&& f) {
+  constexpr int kV = 16 / sizeof(T);
+  bool vec = c % kV == 0;
+  for (const void* p : ptrs) vec = vec && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  if (vec) return f(std::integral_constant<int, kV>{});
+  return f(std::integral_constant<int, 1>{});
+}
+
+const float* cf(const Tensor& t) { return static_cast<const float*>(t.data()); }
+float* mf(const Tensor& t) { return t.defined() ? static_cast<float*>(t.data()) : nullptr; }
+
+unsigned channel_grid(int64_t c) {
+  return static_cast<unsigned>((c + kChannelsPerFinalizeBlock - 1) / kChannelsPerFinalizeBlock);
+}
+
+}  // namespace
+
+void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
+                                  const Tensor& save_invstd, const Tensor& running_mean,
+                                  const Tensor& running_var, const Tensor& x, const Tensor& gamma,
+                                  const Tensor& beta, const BatchNormParams& p) {
+  const Device d = x.device();
+  const Extent e = extent_of(x);
+  if (e.m == 0 || e.c == 0) return;
+  const cudaStream_t stream = core::cuda_stream(d);
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = static_cast<const T*>(x.data());
+    T* py = static_cast<T*>(y.data());
+    visit_width<T>(e.c, {px, py}, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      using G = Geometry<V>;
+      const int64_t tiles = (e.c + G::kTile - 1) / G::kTile;
+      STOKER_CHECK(tiles <= 65535, "internal: batchnorm NHWC with ", e.c, " channels");
+      const Slabs s = plan_slabs(e.m, tiles);
+      // [partial mean | partial M2 | scale]
+      const Tensor scratch = Tensor::empty({2 * s.count * e.c + e.c}, DType::f32, d);
+      float* pm = static_cast<float*>(scratch.data());
+      float* pq = pm + s.count * e.c;
+      float* scale = pq + s.count * e.c;
+      const dim3 grid(static_cast<unsigned>(s.count), static_cast<unsigned>(tiles));
+      const dim3 block(G::kTx, G::kTy);
+      bn_stats_kernel<V><<<grid, block, 0, stream>>>(px, e.m, e.c, s.rows, pm, pq);
+      STOKER_CUDA_CHECK(cudaGetLastError());
+      bn_stats_finalize_kernel<<<channel_grid(e.c), kBlockSize, 0, stream>>>(
+          pm, pq, s.count, s.rows, e.m, e.c, cf(gamma), p.eps, p.momentum, mf(save_mean),
+          mf(save_invstd), mf(running_mean), mf(running_var), scale);
+      STOKER_CUDA_CHECK(cudaGetLastError());
+      bn_normalize_kernel<V>
+          <<<grid, block, 0, stream>>>(py, px, e.m, e.c, s.rows, cf(save_mean), scale, cf(beta));
+      STOKER_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                             const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                             const Tensor& save_mean, const Tensor& save_invstd,
+                             const BatchNormParams& p) {
+  const Device d = x.device();
+  const Extent e = extent_of(x);
+  if (e.m == 0 || e.c == 0) return;
+  const cudaStream_t stream = core::cuda_stream(d);
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = static_cast<const T*>(x.data());
+    const T* pdy = static_cast<const T*>(dy.data());
+    T* pdx = static_cast<T*>(dx.data());
+    visit_width<T>(e.c, {px, pdy, pdx}, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      using G = Geometry<V>;
+      const int64_t tiles = (e.c + G::kTile - 1) / G::kTile;
+      STOKER_CHECK(tiles <= 65535, "internal: batchnorm NHWC with ", e.c, " channels");
+      const Slabs s = plan_slabs(e.m, tiles);
+      // [partial sum dy | partial sum dy * xhat | k | a | b]
+      const Tensor scratch = Tensor::empty({2 * s.count * e.c + 3 * e.c}, DType::f32, d);
+      float* pa = static_cast<float*>(scratch.data());
+      float* pb = pa + s.count * e.c;
+      float* coef = pb + s.count * e.c;
+      const dim3 grid(static_cast<unsigned>(s.count), static_cast<unsigned>(tiles));
+      const dim3 block(G::kTx, G::kTy);
+      bn_grad_sums_kernel<V><<<grid, block, 0, stream>>>(pdy, px, e.m, e.c, s.rows, cf(save_mean),
+                                                         cf(save_invstd), pa, pb);
+      STOKER_CUDA_CHECK(cudaGetLastError());
+      bn_grad_finalize_kernel<<<channel_grid(e.c), kBlockSize, 0, stream>>>(
+          pa, pb, s.count, e.m, e.c, cf(gamma), cf(save_invstd), mf(dgamma), mf(dbeta), coef);
+      STOKER_CUDA_CHECK(cudaGetLastError());
+      bn_dx_kernel<V><<<grid, block, 0, stream>>>(pdx, pdy, px, e.m, e.c, s.rows, cf(save_mean),
+                                                  cf(save_invstd), coef);
+      STOKER_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+}  // namespace stoker::ops::cuda
