@@ -70,7 +70,9 @@ else
   kill -KILL "$job" 2>/dev/null
 fi
 echo "job ended: $( ((ended)) && echo yes || echo NO) after $(awk "BEGIN{printf \"%.2f\", $t1 - $t0}") s; launcher exit code $rc"
-echo "-- output after the kill:"
-tail -n +"$((lines_before + 1))" "$log" | tail -40
+echo "-- what the surviving ranks said:"
+tail -n +"$((lines_before + 1))" "$log" | grep -E 'stoker: rank|FAILED|exited' | head -10
+echo "-- output after the kill (first 40 lines):"
+tail -n +"$((lines_before + 1))" "$log" | head -40
 rm -f "$log"
 [[ $ended == 1 && $rc != 0 ]]
