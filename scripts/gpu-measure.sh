@@ -54,7 +54,7 @@ run_checkpoint() {
 run_parity() {
   local d m o
   d=$(mktemp -d)
-  for m in mlp cnn; do
+  for m in mlp cnn resnet18; do
     for o in sgd adamw; do
       section "parity $m $o"
       "$C/tests/stoker_parity" --model "$m" --optim "$o" --device cuda --out "$d" &&

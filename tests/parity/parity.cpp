@@ -2,7 +2,7 @@
 // same run — initial weights, every batch, and stoker's per-step losses — so torch_parity.py
 // can train the equivalent torch model from the same start on the same data and compare.
 //
-//   stoker_parity --model mlp|cnn --optim sgd|adamw --steps 50 --device cuda --out DIR
+//   stoker_parity --model mlp|cnn|resnet18 --optim sgd|adamw --steps 50 --device cuda --out DIR
 //
 // Writes DIR/<model>_<optim>_init.safetensors (weights, PyTorch names), DIR/..._batches
 // .safetensors (x<i>, y<i>) and DIR/..._stoker.json ({"losses": [...]}, one per step).
@@ -43,14 +43,18 @@ int main(int argc, char** argv) {
     const std::string stem = out + "/" + model_name + "_" + optim_name;
     train::save_weights(*model, stem + "_init.safetensors");
 
+    // ResNet-18 on 16 random images: a tenth of the learning rates, or the first steps diverge
+    // (torch_parity.py uses the same factor).
+    const float lr_scale = model_name == "resnet18" ? 0.1f : 1.0f;
     std::unique_ptr<optim::Optimizer> opt;
     if (optim_name == "sgd")
       opt = std::make_unique<optim::SGD>(
           model->named_parameters(),
-          optim::SgdOptions{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f});
+          optim::SgdOptions{.lr = 0.05f * lr_scale, .momentum = 0.9f, .weight_decay = 1e-4f});
     else
-      opt = std::make_unique<optim::AdamW>(model->named_parameters(),
-                                           optim::AdamWOptions{.lr = 1e-3f, .weight_decay = 0.01f});
+      opt = std::make_unique<optim::AdamW>(
+          model->named_parameters(),
+          optim::AdamWOptions{.lr = 1e-3f * lr_scale, .weight_decay = 0.01f});
     nn::CrossEntropyLoss loss;
     std::vector<train::NamedTensor> batches;
     std::string losses = "[";

@@ -1,5 +1,9 @@
 #include "parity_models.h"
 
+#if STOKER_PARITY_HAS_CLASSIFIER
+#include "resnet.h"  // examples/classifier: torchvision's ResNet-18
+#endif
+
 namespace parity {
 
 namespace nn = stoker::nn;
@@ -19,13 +23,21 @@ std::unique_ptr<nn::Module> make_model(const std::string& name) {
         nn::make<nn::BatchNorm2d>(32), nn::make<nn::ReLU>(), nn::make<nn::GlobalAvgPool>(),
         nn::make<nn::Flatten>(), nn::make<nn::Linear>(32, 10));
   }
-  STOKER_THROW("parity: unknown model '", name, "' (expected mlp or cnn)");
+#if STOKER_PARITY_HAS_CLASSIFIER
+  if (name == "resnet18") {
+    // The classifier example's model (torchvision names), 10 classes, NCHW like the batches.
+    return classifier::resnet18({.num_classes = 10});
+  }
+#endif
+  STOKER_THROW("parity: unknown model '", name, "' (expected mlp, cnn or resnet18)");
 }
 
 std::pair<Tensor, Tensor> make_batch(const std::string& name, int64_t step) {
-  const int64_t n = name == "cnn" ? 32 : 64;
-  Tensor x = name == "cnn" ? Tensor::empty({n, 3, 16, 16}, stoker::DType::f32)
-                           : Tensor::empty({n, 64}, stoker::DType::f32);
+  const bool image = name == "cnn" || name == "resnet18";
+  const int64_t n = name == "resnet18" ? 16 : name == "cnn" ? 32 : 64;
+  const int64_t side = name == "resnet18" ? 64 : 16;
+  Tensor x = image ? Tensor::empty({n, 3, side, side}, stoker::DType::f32)
+                   : Tensor::empty({n, 64}, stoker::DType::f32);
   stoker::ops::random_normal(x, 0.0f, 1.0f, 1000 + step, 0);
   std::vector<int64_t> y(n);
   const auto r = stoker::core::philox_block(2000 + step, 0, 0);

@@ -1,6 +1,6 @@
 """Replays stoker_parity's run in PyTorch and compares the per-step losses.
 
-  python3 torch_parity.py DIR MODEL OPTIM [--device cuda]
+  python3 torch_parity.py DIR MODEL OPTIM [--device cuda]      (MODEL: mlp, cnn or resnet18)
 
 Loads DIR/<model>_<optim>_init.safetensors into the equivalent torch model (same parameter
 names), trains on DIR/..._batches.safetensors with the same optimizer settings in fp32 (TF32
@@ -23,6 +23,9 @@ def make_model(name):
         return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
                              nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32),
                              nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    if name == "resnet18":
+        import torchvision
+        return torchvision.models.resnet18(num_classes=10)
     raise SystemExit(f"unknown model {name}")
 
 
@@ -39,10 +42,12 @@ def main():
     if missing or result.unexpected_keys:
         raise SystemExit(f"weights do not match: missing {missing}, unexpected "
                          f"{result.unexpected_keys}")
+    lr_scale = 0.1 if model_name == "resnet18" else 1.0  # as stoker_parity
     if optim_name == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05 * lr_scale, momentum=0.9,
+                              weight_decay=1e-4)
     else:
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3 * lr_scale, weight_decay=0.01)
     batches = load_file(stem + "_batches.safetensors")
     ours = json.load(open(stem + "_stoker.json"))["losses"]
     loss_fn = torch.nn.CrossEntropyLoss()
