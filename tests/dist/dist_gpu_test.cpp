@@ -171,37 +171,12 @@ std::unique_ptr<Run> make_run(dist::Communicator* comm, stoker::amp::Precision p
   return r;
 }
 
-std::vector<stoker::data::Batch> gpu_batches(int n, uint64_t seed) {
-  const stoker::test::Blobs d = stoker::test::make_blobs(n * 128, seed);
-  std::vector<stoker::data::Batch> out;
-  for (int i = 0; i < n; ++i) {
-    Tensor x = Tensor::zeros({128, 64}, DType::f32);
-    std::vector<int64_t> rows;
-    for (int64_t j = 0; j < 128; ++j) rows.push_back(i * 128 + j);
-    const Tensor x8 = stoker::test::take_rows(d.x, rows);
-    for (int64_t j = 0; j < 128; ++j)
-      std::memcpy(x.data<float>() + j * 64, x8.data<float>() + j * 8, 8 * sizeof(float));
-    out.push_back({x.to(kGpu), stoker::test::take_rows(d.y, rows).to(kGpu), 128});
-  }
-  return out;
-}
-
-double max_rel_diff(const std::vector<std::vector<float>>& a,
-                    const std::vector<std::vector<float>>& b) {
-  double worst = 0.0;
-  for (size_t t = 0; t < a.size(); ++t)
-    for (size_t i = 0; i < a[t].size(); ++i)
-      worst = std::max(worst, std::abs(static_cast<double>(a[t][i]) - b[t][i]) /
-                                  std::max(1.0, std::abs(static_cast<double>(b[t][i]))));
-  return worst;
-}
-
 }  // namespace
 
 TEST(DistGpuTest, GradReducerTrainerStepMatchesTheSingleProcessStep) {
   STOKER_REQUIRE_GPU();
   dist::DistContext ctx = init_world_one();
-  const auto batches = gpu_batches(6, 17);
+  const auto batches = stoker::test::blob_batches(6, 17, kGpu);
   for (auto precision :
        {stoker::amp::Precision::fp32, stoker::amp::Precision::bf16, stoker::amp::Precision::fp16}) {
     auto plain = make_run(nullptr, precision);
@@ -221,9 +196,9 @@ TEST(DistGpuTest, GradReducerTrainerStepMatchesTheSingleProcessStep) {
                 static_cast<size_t>(dp->reducer->num_buckets()));
     }
     stoker::core::synchronize_device(kGpu);
-    EXPECT_LE(
-        max_rel_diff(stoker::test::weights_of(*dp->model), stoker::test::weights_of(*plain->model)),
-        1e-6)
+    EXPECT_LE(stoker::test::max_rel_diff(stoker::test::weights_of(*dp->model),
+                                         stoker::test::weights_of(*plain->model)),
+              1e-6)
         << "precision " << static_cast<int>(precision);
   }
 }
@@ -231,7 +206,7 @@ TEST(DistGpuTest, GradReducerTrainerStepMatchesTheSingleProcessStep) {
 TEST(DistGpuTest, CompressedGradientsStayClose) {
   STOKER_REQUIRE_GPU();
   dist::DistContext ctx = init_world_one();
-  const auto batches = gpu_batches(2, 23);
+  const auto batches = stoker::test::blob_batches(2, 23, kGpu);
   for (auto c : {dist::GradCompression::bf16, dist::GradCompression::fp16}) {
     auto plain = make_run(nullptr, stoker::amp::Precision::bf16);
     auto dp = make_run(ctx.comm.get(), stoker::amp::Precision::bf16, c);
@@ -241,9 +216,9 @@ TEST(DistGpuTest, CompressedGradientsStayClose) {
     }
     // AdamW normalizes the update: rounding the gradients moves the weights by at most a few
     // lr-sized steps.
-    EXPECT_LE(
-        max_rel_diff(stoker::test::weights_of(*dp->model), stoker::test::weights_of(*plain->model)),
-        5e-3)
+    EXPECT_LE(stoker::test::max_rel_diff(stoker::test::weights_of(*dp->model),
+                                         stoker::test::weights_of(*plain->model)),
+              5e-3)
         << dist::compression_name(c);
   }
 }
@@ -277,7 +252,7 @@ TEST(DistGpuTest, FitWithTheReducerReportsGlobalThroughput) {
 TEST(DistGpuTest, AReducerStepCapturesIntoACudaGraph) {
   STOKER_REQUIRE_GPU();
   dist::DistContext ctx = init_world_one();
-  const auto batches = gpu_batches(1, 31);
+  const auto batches = stoker::test::blob_batches(1, 31, kGpu);
   auto graphed = make_run(ctx.comm.get(), stoker::amp::Precision::bf16);
   auto eager = make_run(nullptr, stoker::amp::Precision::bf16);
   graphed->trainer->train_step(batches);  // warm-up: optimizer state, GEMM plans, half copies
@@ -288,7 +263,7 @@ TEST(DistGpuTest, AReducerStepCapturesIntoACudaGraph) {
   graph.launch(stream);
   eager->trainer->train_step(batches);
   stoker::core::synchronize_device(kGpu);
-  EXPECT_LE(max_rel_diff(stoker::test::weights_of(*graphed->model),
-                         stoker::test::weights_of(*eager->model)),
+  EXPECT_LE(stoker::test::max_rel_diff(stoker::test::weights_of(*graphed->model),
+                                       stoker::test::weights_of(*eager->model)),
             1e-6);
 }

@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <functional>
@@ -14,6 +16,7 @@
 
 #include "stoker/core/error.h"
 #include "stoker/core/tensor.h"
+#include "stoker/data/batch_source.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
@@ -66,6 +69,34 @@ inline Tensor take_rows(const Tensor& t, const std::vector<int64_t>& rows) {
     std::memcpy(static_cast<char*>(out.data()) + i * row,
                 static_cast<const char*>(t.data()) + rows[i] * row, row);
   return out;
+}
+
+// n batches of 128 blobs (make_blobs(n * 128, seed)) with their 8 features in the first 8 of 64
+// input columns (the rest zeros), on `device`: the input of the dist GPU tests' 64-wide MLPs.
+inline std::vector<data::Batch> blob_batches(int n, uint64_t seed, Device device) {
+  const Blobs d = make_blobs(n * 128, seed);
+  std::vector<data::Batch> out;
+  for (int i = 0; i < n; ++i) {
+    Tensor x = Tensor::zeros({128, 64}, DType::f32);
+    std::vector<int64_t> rows;
+    for (int64_t j = 0; j < 128; ++j) rows.push_back(i * 128 + j);
+    const Tensor x8 = take_rows(d.x, rows);
+    for (int64_t j = 0; j < 128; ++j)
+      std::memcpy(x.data<float>() + j * 64, x8.data<float>() + j * 8, 8 * sizeof(float));
+    out.push_back({x.to(device), take_rows(d.y, rows).to(device), 128});
+  }
+  return out;
+}
+
+// Largest |a - b| / max(1, |b|) over the elements of two weights_of() results.
+inline double max_rel_diff(const std::vector<std::vector<float>>& a,
+                           const std::vector<std::vector<float>>& b) {
+  double worst = 0.0;
+  for (size_t t = 0; t < a.size(); ++t)
+    for (size_t i = 0; i < a[t].size(); ++i)
+      worst = std::max(worst, std::abs(static_cast<double>(a[t][i]) - b[t][i]) /
+                                  std::max(1.0, std::abs(static_cast<double>(b[t][i]))));
+  return worst;
 }
 
 // The message of the stoker::Error fn throws ("(no error)" when it returns).

@@ -50,12 +50,12 @@ dist::DistContext& world() {
   return ctx;
 }
 
-#define STOKER_REQUIRE_RANKS()                                                              \
-  do {                                                                                      \
-    STOKER_REQUIRE_GPU();                                                                   \
-    if (launched_world_size() < 2)                                                          \
-      GTEST_SKIP() << "needs 2+ ranks: run under `stoker launch --nproc-per-node N` or "    \
-                      "torchrun (see the top of tests/dist/multi_rank_gpu_test.cpp)";       \
+#define STOKER_REQUIRE_RANKS()                                                           \
+  do {                                                                                   \
+    STOKER_REQUIRE_GPU();                                                                \
+    if (launched_world_size() < 2)                                                       \
+      GTEST_SKIP() << "needs 2+ ranks: run under `stoker launch --nproc-per-node N` or " \
+                      "torchrun (see the top of tests/dist/multi_rank_gpu_test.cpp)";    \
   } while (0)
 
 std::vector<float> host(const Tensor& t) { return t.to(Device::cpu()).to_floats(); }
@@ -107,7 +107,8 @@ TEST(DistMultiRank, CollectivesCombineEveryRanksValues) {
   comm.reduce_scatter(in, out, ReduceOp::sum);
   std::vector<float> want(static_cast<size_t>(block), 0.0f);
   for (int r = 0; r < n; ++r) {
-    const std::vector<float> v = host(rank_values(r, DType::f32).slice(block * rank, block * (rank + 1)));
+    const std::vector<float> v =
+        host(rank_values(r, DType::f32).slice(block * rank, block * (rank + 1)));
     for (int64_t i = 0; i < block; ++i) want[i] += v[i];
   }
   EXPECT_EQ(host(out), want);
@@ -145,16 +146,6 @@ std::unique_ptr<Run> make_run(dist::Communicator* comm, Device gpu,
                                     .quiet = true,
                                     .reducer = r->reducer.get()});
   return r;
-}
-
-double max_rel_diff(const std::vector<std::vector<float>>& a,
-                    const std::vector<std::vector<float>>& b) {
-  double worst = 0.0;
-  for (size_t t = 0; t < a.size(); ++t)
-    for (size_t i = 0; i < a[t].size(); ++i)
-      worst = std::max(worst, std::abs(static_cast<double>(a[t][i]) - b[t][i]) /
-                                  std::max(1.0, std::abs(static_cast<double>(b[t][i]))));
-  return worst;
 }
 
 }  // namespace
@@ -196,7 +187,7 @@ TEST(DistMultiRank, DataParallelStepsEqualTheSingleGpuLargeBatchRun) {
     // forward rounds activations of different GEMM shapes; AdamW's normalized steps of lr 1e-2
     // move weights by ~1e-2 per step, and rounding flips the sign of tiny gradients.
     const double tol = precision == stoker::amp::Precision::fp32 ? 2e-5 : 2e-2;
-    EXPECT_LE(max_rel_diff(w_dp, w_single), tol)
+    EXPECT_LE(stoker::test::max_rel_diff(w_dp, w_single), tol)
         << "rank " << rank << " precision " << static_cast<int>(precision);
     // Every rank holds the same weights after the steps (bit for bit: the same averaged
     // gradients and the same update on each).
@@ -279,7 +270,7 @@ TEST(DistMultiRank, ZeroOneEqualsUnshardedDataParallel) {
     const auto w_zero = stoker::test::weights_of(*zero->model);
     // bf16: a last-bit difference in a master weight can flip a compute copy's rounding.
     const double tol = precision == stoker::amp::Precision::fp32 ? 2e-5 : 2e-2;
-    EXPECT_LE(max_rel_diff(w_zero, w_plain), tol)
+    EXPECT_LE(stoker::test::max_rel_diff(w_zero, w_plain), tol)
         << "rank " << rank << " precision " << static_cast<int>(precision);
     const double share = static_cast<double>(zero->opt->state_bytes()) /
                          static_cast<double>(plain->opt->state_bytes());

@@ -101,37 +101,12 @@ std::unique_ptr<ZeroRun> make_run(dist::Communicator& comm, bool zero1,
   return r;
 }
 
-std::vector<stoker::data::Batch> gpu_batches(int n, uint64_t seed) {
-  const stoker::test::Blobs d = stoker::test::make_blobs(n * 128, seed);
-  std::vector<stoker::data::Batch> out;
-  for (int i = 0; i < n; ++i) {
-    Tensor x = Tensor::zeros({128, 64}, DType::f32);
-    std::vector<int64_t> rows;
-    for (int64_t j = 0; j < 128; ++j) rows.push_back(i * 128 + j);
-    const Tensor x8 = stoker::test::take_rows(d.x, rows);
-    for (int64_t j = 0; j < 128; ++j)
-      std::memcpy(x.data<float>() + j * 64, x8.data<float>() + j * 8, 8 * sizeof(float));
-    out.push_back({x.to(kGpu), stoker::test::take_rows(d.y, rows).to(kGpu), 128});
-  }
-  return out;
-}
-
-double max_rel_diff(const std::vector<std::vector<float>>& a,
-                    const std::vector<std::vector<float>>& b) {
-  double worst = 0.0;
-  for (size_t t = 0; t < a.size(); ++t)
-    for (size_t i = 0; i < a[t].size(); ++i)
-      worst = std::max(worst, std::abs(static_cast<double>(a[t][i]) - b[t][i]) /
-                                  std::max(1.0, std::abs(static_cast<double>(b[t][i]))));
-  return worst;
-}
-
 }  // namespace
 
 TEST(ZeroGpuTest, WorldOneOverNcclEqualsTheUnshardedStepWithoutHostSyncs) {
   STOKER_REQUIRE_GPU();
   dist::DistContext ctx = init_world_one();
-  const auto batches = gpu_batches(8, 23);
+  const auto batches = stoker::test::blob_batches(8, 23, kGpu);
   for (auto precision :
        {stoker::amp::Precision::fp32, stoker::amp::Precision::bf16, stoker::amp::Precision::fp16}) {
     SCOPED_TRACE(static_cast<int>(precision));
@@ -151,10 +126,10 @@ TEST(ZeroGpuTest, WorldOneOverNcclEqualsTheUnshardedStepWithoutHostSyncs) {
     // (other alignments, so other autotuned kernels and fp32 summation orders), and AdamW's
     // normalized step turns ~1e-7 gradient differences of tiny elements into ~1e-6 weight
     // differences (2.4e-6 measured in fp32 on the H200).
-    EXPECT_LE(max_rel_diff(w0, stoker::test::weights_of(*plain->model)), 1e-5);
+    EXPECT_LE(stoker::test::max_rel_diff(w0, stoker::test::weights_of(*plain->model)), 1e-5);
     nn::manual_seed(3);
     auto untouched = make_run(*ctx.comm, false, precision);
-    EXPECT_GT(max_rel_diff(stoker::test::weights_of(*untouched->model), w0), 1e-4)
+    EXPECT_GT(stoker::test::max_rel_diff(stoker::test::weights_of(*untouched->model), w0), 1e-4)
         << "nothing trained";
   }
 }
@@ -164,7 +139,7 @@ TEST(ZeroGpuTest, WorldOneOverNcclEqualsTheUnshardedStepWithoutHostSyncs) {
 TEST(ZeroGpuTest, Int8StateOnSlicesTracksF32State) {
   STOKER_REQUIRE_GPU();
   dist::DistContext ctx = init_world_one();
-  const auto batches = gpu_batches(6, 29);
+  const auto batches = stoker::test::blob_batches(6, 29, kGpu);
   auto f32 = make_run(*ctx.comm, true, stoker::amp::Precision::bf16);
   auto int8 = make_run(*ctx.comm, true, stoker::amp::Precision::bf16,
                        {.dtype = optim::StateDType::int8_blockwise, .block = 256});
@@ -200,7 +175,7 @@ TEST(ZeroGpuTest, Int8StateOnSlicesTracksF32State) {
 TEST(ZeroGpuTest, AZeroOneStepCapturesIntoACudaGraph) {
   STOKER_REQUIRE_GPU();
   dist::DistContext ctx = init_world_one();
-  const auto batches = gpu_batches(2, 37);
+  const auto batches = stoker::test::blob_batches(2, 37, kGpu);
   auto graphed = make_run(*ctx.comm, true, stoker::amp::Precision::bf16);
   auto eager = make_run(*ctx.comm, true, stoker::amp::Precision::bf16);
   graphed->trainer->train_step(batches);  // warm-up: optimizer state, GEMM plans, half copies
@@ -211,7 +186,7 @@ TEST(ZeroGpuTest, AZeroOneStepCapturesIntoACudaGraph) {
   graph.launch(stream);
   eager->trainer->train_step(batches);
   stoker::core::synchronize_device(kGpu);
-  EXPECT_LE(max_rel_diff(stoker::test::weights_of(*graphed->model),
-                         stoker::test::weights_of(*eager->model)),
+  EXPECT_LE(stoker::test::max_rel_diff(stoker::test::weights_of(*graphed->model),
+                                       stoker::test::weights_of(*eager->model)),
             1e-6);
 }
