@@ -87,8 +87,8 @@ void BM_CudaAttention(benchmark::State& state) {
   const double tt = static_cast<double>(b * h) * t * t * stoker::core::dtype_size(dt);
   state.counters["FLOP/s"] =
       benchmark::Counter((bwd ? 4 : 2) * gemm * state.iterations(), benchmark::Counter::kIsRate);
-  state.counters["bytes/s"] = benchmark::Counter((bwd ? 2.0 : 1.5) * tt * state.iterations(),
-                                                 benchmark::Counter::kIsRate);
+  state.counters["bytes/s"] =
+      benchmark::Counter((bwd ? 2.0 : 1.5) * tt * state.iterations(), benchmark::Counter::kIsRate);
 
   // Batch element 0 against the CPU reference.
   Problem ref(1, t, h, d, dt, Device::cpu());

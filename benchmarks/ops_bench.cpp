@@ -54,9 +54,8 @@ void time_calls(benchmark::State& state, double bytes, const std::function<void(
     stop.synchronize();
     state.SetIterationTime(stoker::Event::elapsed_ms(start, stop) / 1e3 / kCalls);
   }
-  state.counters["bytes/s"] =
-      benchmark::Counter(bytes * static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate);
+  state.counters["bytes/s"] = benchmark::Counter(bytes * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
 }
 
 // Largest |got - want| / (rtol |want| + atol) over the first `n` elements.
@@ -122,8 +121,8 @@ struct Xent {
     const int64_t rows = 8;
     const Tensor lc = logits.slice(0, rows).to(Device::cpu());
     const Tensor tc = target.slice(0, rows).to(Device::cpu());
-    Tensor l = Tensor::empty({}, DType::f32, Device::cpu()), c = Tensor::empty({}, DType::f32,
-                                                                               Device::cpu());
+    Tensor l = Tensor::empty({}, DType::f32, Device::cpu()),
+           c = Tensor::empty({}, DType::f32, Device::cpu());
     Tensor s = Tensor::empty({rows}, DType::f32, Device::cpu());
     ops::cross_entropy_forward(l, c, s, lc, tc, -100, 0.0f);
     return worst(lse, s, rows, 1e-6, 1e-6);
@@ -150,8 +149,8 @@ void BM_CrossEntropyBackward(benchmark::State& state) {
   // Row 0 against the CPU's gradient on the same inputs.
   const Tensor lc = x.logits.slice(0, 1).to(Device::cpu());
   const Tensor tc = x.target.slice(0, 1).to(Device::cpu());
-  Tensor l = Tensor::empty({}, DType::f32, Device::cpu()), c = Tensor::empty({}, DType::f32,
-                                                                             Device::cpu());
+  Tensor l = Tensor::empty({}, DType::f32, Device::cpu()),
+         c = Tensor::empty({}, DType::f32, Device::cpu());
   Tensor s = Tensor::empty({1}, DType::f32, Device::cpu());
   Tensor dc = Tensor::empty({1, kVocab}, DType::bf16, Device::cpu());
   ops::cross_entropy_forward(l, c, s, lc, tc, -100, 0.0f);
@@ -194,14 +193,13 @@ void BM_LayerNormBackward(benchmark::State& state) {
   Tensor dx = Tensor::empty(m.x.shape(), DType::bf16, gpu);
   Tensor dgamma = Tensor::zeros({kWidthGpt}, DType::f32, gpu);
   Tensor dbeta = Tensor::zeros({kWidthGpt}, DType::f32, gpu);
-  time_calls(state, 3.0 * m.x.nbytes(), [&] {
-    ops::layernorm_backward(dx, dgamma, dbeta, dy, m.x, m.mean, m.rstd, m.gamma);
-  });
+  time_calls(state, 3.0 * m.x.nbytes(),
+             [&] { ops::layernorm_backward(dx, dgamma, dbeta, dy, m.x, m.mean, m.rstd, m.gamma); });
   const int64_t rows = 64;
   const Device cpu = Device::cpu();
   Tensor dxc = Tensor::empty({rows, kWidthGpt}, DType::bf16, cpu);
-  Tensor dg = Tensor::zeros({kWidthGpt}, DType::f32, cpu), db = Tensor::zeros({kWidthGpt},
-                                                                               DType::f32, cpu);
+  Tensor dg = Tensor::zeros({kWidthGpt}, DType::f32, cpu),
+         db = Tensor::zeros({kWidthGpt}, DType::f32, cpu);
   ops::layernorm_backward(dxc, dg, db, dy.slice(0, rows).to(cpu), m.x.slice(0, rows).to(cpu),
                           m.mean.slice(0, rows).to(cpu), m.rstd.slice(0, rows).to(cpu),
                           m.gamma.to(cpu));

@@ -28,8 +28,8 @@ namespace {
 
 template <int V, bool kToHeads, typename T>
 __global__ void __launch_bounds__(kBlockSize)
-    permute_heads_kernel(T* __restrict__ dst, const T* __restrict__ src, int64_t batch,
-                         int64_t seq, int64_t groups, int64_t heads, int64_t head_dim) {
+    permute_heads_kernel(T* __restrict__ dst, const T* __restrict__ src, int64_t batch, int64_t seq,
+                         int64_t groups, int64_t heads, int64_t head_dim) {
   const int64_t packs_per_row = head_dim / V;
   const int64_t total = batch * seq * groups * heads * packs_per_row;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(kBlockSize)
 }
 
 template <bool kToHeads>
-void permute_heads(const Tensor& dst, const Tensor& src, int64_t batch, int64_t seq,
-                   int64_t groups, int64_t heads, int64_t head_dim) {
+void permute_heads(const Tensor& dst, const Tensor& src, int64_t batch, int64_t seq, int64_t groups,
+                   int64_t heads, int64_t head_dim) {
   const core::DeviceScope scope(src.device().index);
   const cudaStream_t stream = core::cuda_stream(src.device());
   visit_float(src.dtype(), [&](auto tag) {
@@ -228,7 +228,8 @@ void causal_softmax_forward(const Tensor& p, const Tensor& s, int64_t seq) {
   const int64_t rows = s.numel() / seq;
   visit_float(s.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const bool vec = rows_aligned(s.data(), seq, sizeof(T)) && rows_aligned(p.data(), seq, sizeof(T));
+    const bool vec =
+        rows_aligned(s.data(), seq, sizeof(T)) && rows_aligned(p.data(), seq, sizeof(T));
     visit_softmax_config<T>(seq, vec, [&](auto v, auto elems) {
       constexpr int V = decltype(v)::value, kElems = decltype(elems)::value;
       causal_softmax_forward_kernel<V, kElems><<<softmax_grid(rows), kRowBlock, 0, stream>>>(

@@ -191,10 +191,11 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
   const std::string tag = a.arch + " " + a.precision + " " + std::string(layout_name(layout)) +
                           " B=" + std::to_string(a.batch);
   if (root)
-    std::printf("%s on %s (%s), image %dx%d, %lld classes, SGD(momentum 0.9)%s\n", tag.c_str(),
-                device.str().c_str(), stoker::core::describe_device(device).c_str(),
-                a.image_size, a.image_size, static_cast<long long>(classes),
-                world > 1 ? (", data parallel on " + std::to_string(world) + " ranks").c_str() : "");
+    std::printf(
+        "%s on %s (%s), image %dx%d, %lld classes, SGD(momentum 0.9)%s\n", tag.c_str(),
+        device.str().c_str(), stoker::core::describe_device(device).c_str(), a.image_size,
+        a.image_size, static_cast<long long>(classes),
+        world > 1 ? (", data parallel on " + std::to_string(world) + " ranks").c_str() : "");
   const float lr = a.lr > 0 ? a.lr : 0.1f;
 
   // Synthetic: one random batch on the device, in the compute dtype and layout.
@@ -226,26 +227,27 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
     syn = static_cast<double>(a.steps) * a.batch / s;
     if (world > 1) {
       // The job's rate is set by its slowest rank.
-      const Tensor slowest = Tensor::from_floats({static_cast<float>(s)}, {1}, DType::f32,
-                                                 ctx->comm->device());
+      const Tensor slowest =
+          Tensor::from_floats({static_cast<float>(s)}, {1}, DType::f32, ctx->comm->device());
       ctx->comm->all_reduce(slowest, dist::ReduceOp::max);
       const double job_s = slowest.item();
       if (root)
-        std::printf("%s x%d ranks: synthetic %.0f img/s per rank, %.0f img/s on %d ranks, peak "
-                    "%.2f GiB (%d steps, %.2f ms/step)\n",
-                    tag.c_str(), world, syn, static_cast<double>(a.steps) * a.batch * world / job_s,
-                    world, gib(stoker::core::memory_stats(device).peak_bytes), a.steps,
-                    job_s * 1e3 / a.steps);
+        std::printf(
+            "%s x%d ranks: synthetic %.0f img/s per rank, %.0f img/s on %d ranks, peak "
+            "%.2f GiB (%d steps, %.2f ms/step)\n",
+            tag.c_str(), world, syn, static_cast<double>(a.steps) * a.batch * world / job_s, world,
+            gib(stoker::core::memory_stats(device).peak_bytes), a.steps, job_s * 1e3 / a.steps);
     } else {
-      std::printf("%s: synthetic %.0f img/s, peak %.2f GiB (%d steps, %.2f ms/step)\n",
-                  tag.c_str(), syn, gib(stoker::core::memory_stats(device).peak_bytes), a.steps,
+      std::printf("%s: synthetic %.0f img/s, peak %.2f GiB (%d steps, %.2f ms/step)\n", tag.c_str(),
+                  syn, gib(stoker::core::memory_stats(device).peak_bytes), a.steps,
                   s * 1e3 / a.steps);
     }
     std::fflush(stdout);
   }
   if (!ds) return 0;
-  STOKER_CHECK(world == 1, "--synthetic --data: the loader-fed bench runs on one GPU; start it "
-                           "without a launcher");
+  STOKER_CHECK(world == 1,
+               "--synthetic --data: the loader-fed bench runs on one GPU; start it "
+               "without a launcher");
 
   // Fed by the Loader: `bench_epochs` epochs, the first `warmup` steps untimed.
   auto model = build_model(a, classes, layout, device);

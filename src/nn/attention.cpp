@@ -7,8 +7,8 @@ namespace stoker::nn {
 
 CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t heads)
     : d_model_(d_model), heads_(heads) {
-  STOKER_CHECK(d_model > 0 && heads > 0 && d_model % heads == 0, "CausalSelfAttention(d_model=",
-               d_model, ", heads=", heads,
+  STOKER_CHECK(d_model > 0 && heads > 0 && d_model % heads == 0,
+               "CausalSelfAttention(d_model=", d_model, ", heads=", heads,
                "): d_model must be a positive multiple of the (positive) head count");
   qkv_ = std::make_unique<Linear>(d_model, 3 * d_model);
   proj_ = std::make_unique<Linear>(d_model, d_model);
@@ -16,8 +16,7 @@ CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t heads)
 
 Tensor CausalSelfAttention::attention(const Tensor& x) {
   STOKER_CHECK(x.defined() && x.rank() == 3 && x.size(2) == d_model_, describe(), ": input ",
-               x.defined() ? x.str() : std::string("undefined"), " must be [B, T, ", d_model_,
-               "]");
+               x.defined() ? x.str() : std::string("undefined"), " must be [B, T, ", d_model_, "]");
   STOKER_CHECK(x.device() == device_, describe(), " is on ", device_.str(), " but its input is ",
                x.str(), "; move the model with .to(device) or the batch with Tensor::to");
   const Tensor qkv = qkv_->forward(x);
@@ -47,7 +46,8 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
   STOKER_CHECK(qkv_heads_.defined() && probs_.defined(), describe(),
                ": backward called before forward (or after a forward that saved nothing)");
   const Tensor da = proj_->backward(dy);
-  Tensor dqkv = Tensor::empty({qkv_heads_.size(1), qkv_heads_.size(3), 3 * d_model_}, da.dtype(), device_);
+  Tensor dqkv =
+      Tensor::empty({qkv_heads_.size(1), qkv_heads_.size(3), 3 * d_model_}, da.dtype(), device_);
   ops::attention_backward(dqkv, da, qkv_heads_, probs_);
   qkv_heads_ = Tensor();  // consumed: P and the per-head q, k, v are freed before the qkv backward
   probs_ = Tensor();

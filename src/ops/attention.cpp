@@ -48,8 +48,8 @@ void check_like(const char* op, const char* name, const Tensor& t, const Tensor&
 void check_seq_len(const char* op, const Tensor& t, int64_t seq) {
   if (!t.device().is_cuda()) return;
   STOKER_CHECK_HINT(seq <= kAttentionMaxSeqLenCuda,
-                    "use a shorter context, or run attention on the CPU",
-                    "ops::", op, ": sequence length T = ", seq, " exceeds the CUDA kernels' limit ",
+                    "use a shorter context, or run attention on the CPU", "ops::", op,
+                    ": sequence length T = ", seq, " exceeds the CUDA kernels' limit ",
                     kAttentionMaxSeqLenCuda, " (each softmax row is held in one warp's registers)");
 }
 
@@ -72,8 +72,8 @@ void attention_forward(const Tensor& out, const Tensor& heads, const Tensor& pro
   STOKER_CHECK(qkv.rank() == 3 && qkv.size(2) % 3 == 0, "ops::", op, ": qkv is ", qkv.str(),
                "; expected [B, T, 3C] (q, k, v of C features per token, side by side)");
   const int64_t c = qkv.size(2) / 3;
-  STOKER_CHECK(num_heads > 0 && c % num_heads == 0 && c > 0, "ops::", op, ": C = ", c,
-               " (qkv ", qkv.str(), ") is not divisible into ", num_heads,
+  STOKER_CHECK(num_heads > 0 && c % num_heads == 0 && c > 0, "ops::", op, ": C = ", c, " (qkv ",
+               qkv.str(), ") is not divisible into ", num_heads,
                " heads; choose a head count that divides the model width");
   const Dims s{qkv.size(0), qkv.size(1), num_heads, c / num_heads};
   check_like(op, "out", out, qkv, "qkv", {s.b, s.t, c}, "[B, T, C]");
@@ -86,7 +86,7 @@ void attention_forward(const Tensor& out, const Tensor& heads, const Tensor& pro
   const Tensor q = group(heads, 0, s), k = group(heads, 1, s), v = group(heads, 2, s);
   const Tensor p = probs.reshape({s.b * s.h, s.t, s.t});
   gemm_batched(p, q, k, {.trans_b = true, .alpha = softmax_scale(s.d)});  // S, scaled
-  STOKER_DISPATCH(dev, causal_softmax_forward, p, p, s.t);                  // P over S
+  STOKER_DISPATCH(dev, causal_softmax_forward, p, p, s.t);                // P over S
   const Tensor o = Tensor::empty({s.b * s.h, s.t, s.d}, qkv.dtype(), dev);
   gemm_batched(o, p, v);
   STOKER_DISPATCH(dev, tokens_from_heads, out, o, s.b, s.t, 1, s.h, s.d);
@@ -121,8 +121,8 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& he
     gemm_batched(ds, d_o, v, {.trans_b = true});  // dP = dO V^T
   }
   STOKER_DISPATCH(dev, causal_softmax_backward, ds, ds, p, s.t, softmax_scale(s.d));  // dS over dP
-  gemm_batched(dq, ds, k);                     // dQ = dS K
-  gemm_batched(dk, ds, q, {.trans_a = true});  // dK = dS^T Q
+  gemm_batched(dq, ds, k);                                                            // dQ = dS K
+  gemm_batched(dk, ds, q, {.trans_a = true});                                         // dK = dS^T Q
   STOKER_DISPATCH(dev, tokens_from_heads, dqkv, dgrads, s.b, s.t, 3, s.h, s.d);
 }
 

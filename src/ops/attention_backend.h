@@ -15,14 +15,14 @@
 
 namespace stoker::ops {
 
-#define STOKER_ATTENTION_BACKEND_DECLS                                                       \
-  void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,        \
-                    const GemmOptions& o);                                                   \
-  void heads_from_tokens(const Tensor& dst, const Tensor& src, int64_t batch, int64_t seq,  \
-                         int64_t groups, int64_t heads, int64_t head_dim);                   \
-  void tokens_from_heads(const Tensor& dst, const Tensor& src, int64_t batch, int64_t seq,  \
-                         int64_t groups, int64_t heads, int64_t head_dim);                   \
-  void causal_softmax_forward(const Tensor& p, const Tensor& s, int64_t seq);               \
+#define STOKER_ATTENTION_BACKEND_DECLS                                                           \
+  void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,            \
+                    const GemmOptions& o);                                                       \
+  void heads_from_tokens(const Tensor& dst, const Tensor& src, int64_t batch, int64_t seq,       \
+                         int64_t groups, int64_t heads, int64_t head_dim);                       \
+  void tokens_from_heads(const Tensor& dst, const Tensor& src, int64_t batch, int64_t seq,       \
+                         int64_t groups, int64_t heads, int64_t head_dim);                       \
+  void causal_softmax_forward(const Tensor& p, const Tensor& s, int64_t seq);                    \
   void causal_softmax_backward(const Tensor& ds, const Tensor& dp, const Tensor& p, int64_t seq, \
                                float scale);
 

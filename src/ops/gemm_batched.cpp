@@ -51,8 +51,8 @@ void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, const GemmO
                "] (a ", a.str(), o.trans_a ? ", transposed" : "", ") but op(b) is [", kb, ", ", n,
                "] (b ", b.str(), o.trans_b ? ", transposed" : "", ")");
   STOKER_CHECK(c.size(-2) == m && c.size(-1) == n, "ops::gemm_batched: c is ", c.str(),
-               "; expected [..., ", m, ", ", n, "] for op(a) [..., ", m, ", ", k, "] x op(b) [..., ",
-               k, ", ", n, "]");
+               "; expected [..., ", m, ", ", n, "] for op(a) [..., ", m, ", ", k,
+               "] x op(b) [..., ", k, ", ", n, "]");
   const int64_t batch = c.numel() / std::max<int64_t>(1, m * n);
   if (m == 0 || n == 0 || c.numel() == 0) return;
   if (k == 0) {  // all products are zero: C = beta * C, and beta = 0 must not read C

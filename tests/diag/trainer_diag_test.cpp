@@ -4,8 +4,8 @@
 // report JSON, baseline cards, environment overrides and the log line's data-wait share.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cstdlib>
 #include <filesystem>

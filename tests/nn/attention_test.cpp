@@ -98,7 +98,8 @@ TEST(CausalSelfAttention, GradientsMatchFiniteDifferences) {
       check(name + "[" + std::to_string(i) + "]", g[i], v + i, [&p = p] { p->value_changed(); });
   }
   float* xv = static_cast<float*>(x.data());
-  for (int64_t i = 0; i < x.numel(); ++i) check("x[" + std::to_string(i) + "]", dx[i], xv + i, [] {});
+  for (int64_t i = 0; i < x.numel(); ++i)
+    check("x[" + std::to_string(i) + "]", dx[i], xv + i, [] {});
 }
 
 struct Pass {

@@ -56,9 +56,8 @@ Tol tolerance(DType dt) {
   for (size_t i = 0; i < got.size(); ++i) {
     const double lim = tol.atol + tol.rtol * std::fabs(want[i]);
     if (!(std::fabs(got[i] - want[i]) <= lim))  // NaN (an unwritten element) fails
-      return ::testing::AssertionFailure()
-             << what << "[" << i << "]: gpu " << got[i] << ", cpu " << want[i] << " (limit "
-             << lim << ")";
+      return ::testing::AssertionFailure() << what << "[" << i << "]: gpu " << got[i] << ", cpu "
+                                           << want[i] << " (limit " << lim << ")";
   }
   return ::testing::AssertionSuccess();
 }
@@ -96,7 +95,7 @@ AttnRun run_attention(const Tensor& qkv, const Tensor& dout, const Dims& s, Devi
 
 TEST(AttentionGpu, MatchesCpu) {
   STOKER_REQUIRE_GPU();
-  const Dims shapes[] = {{2, 1, 2, 8},    {2, 37, 3, 16}, {1, 45, 2, 5},
+  const Dims shapes[] = {{2, 1, 2, 8},    {2, 37, 3, 16},  {1, 45, 2, 5},
                          {2, 128, 4, 64}, {1, 300, 2, 32}, {1, 2048, 1, 64}};
   uint32_t seed = 1;
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
@@ -116,7 +115,8 @@ TEST(AttentionGpu, MatchesCpu) {
       EXPECT_TRUE(close(dev.probs, cpu.probs, tol, "probs"));
       const std::vector<float> p = dev.probs.to_floats();
       for (size_t i = 0; i < p.size(); ++i) {
-        const int64_t row = static_cast<int64_t>(i) / s.t % s.t, col = static_cast<int64_t>(i) % s.t;
+        const int64_t row = static_cast<int64_t>(i) / s.t % s.t,
+                      col = static_cast<int64_t>(i) % s.t;
         if (col > row) ASSERT_EQ(p[i], 0.0f) << "future probability [" << row << ", " << col << "]";
       }
       EXPECT_TRUE(close_l2(dev.dqkv, cpu.dqkv, tol.l2, "dqkv"));
@@ -154,8 +154,8 @@ void batched_case(const Shape& batch, int64_t m, int64_t n, int64_t k, bool ta, 
   dc.insert(dc.end(), {m, n});
   const Tensor a = test::random_tensor(Shape(da), in, seed).to(gpu());
   const Tensor b = test::random_tensor(Shape(db), in, seed + 1).to(gpu());
-  const Tensor c0 = beta != 0.0f ? test::random_tensor(Shape(dc), out, seed + 2)
-                                 : test::poisoned(Shape(dc), out);
+  const Tensor c0 =
+      beta != 0.0f ? test::random_tensor(Shape(dc), out, seed + 2) : test::poisoned(Shape(dc), out);
   const Tensor c = c0.to(gpu());
   const GemmOptions o{.trans_a = ta, .trans_b = tb, .alpha = 0.75f, .beta = beta};
   gemm_batched(c, a, b, o);

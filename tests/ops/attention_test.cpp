@@ -85,8 +85,8 @@ Tensor backward(const Result& f, const Tensor& dout, const Dims& s) {
   return dqkv;
 }
 
-constexpr Dims kShapes[] = {{1, 1, 1, 1},  {2, 1, 3, 4},  {2, 5, 3, 4},
-                            {1, 7, 2, 8},  {3, 33, 2, 5}, {2, 64, 4, 16}};
+constexpr Dims kShapes[] = {{1, 1, 1, 1}, {2, 1, 3, 4},  {2, 5, 3, 4},
+                            {1, 7, 2, 8}, {3, 33, 2, 5}, {2, 64, 4, 16}};
 
 TEST(Attention, ForwardMatchesDoubleReference) {
   uint32_t seed = 1;
@@ -144,7 +144,8 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
     const std::vector<float> xf = qkv.to_floats();
     const std::vector<float> wf = w.to_floats();
     auto loss_op = [&](const std::vector<float>& v) {
-      const std::vector<float> out = forward(Tensor::from_floats(v, qkv.shape()), s).out.to_floats();
+      const std::vector<float> out =
+          forward(Tensor::from_floats(v, qkv.shape()), s).out.to_floats();
       double l = 0.0;
       for (size_t i = 0; i < out.size(); ++i) l += static_cast<double>(out[i]) * wf[i];
       return l;
@@ -200,7 +201,8 @@ TEST(Attention, HalfPrecisionWithinToleranceOfF32) {
     const Result f32 = forward(qkv, s), half = forward(qkv_h, s);
     const std::vector<float> a = f32.out.to_floats(), b = half.out.to_floats();
     double max_err = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) max_err = std::max(max_err, double(std::fabs(a[i] - b[i])));
+    for (size_t i = 0; i < a.size(); ++i)
+      max_err = std::max(max_err, double(std::fabs(a[i] - b[i])));
     EXPECT_LT(max_err, tol) << "forward";
     EXPECT_GT(max_err, 0.0) << "the half run should round somewhere";
     const std::vector<float> ga = backward(f32, w, s).to_floats(),
@@ -218,18 +220,19 @@ TEST(Attention, RejectsBadInputs) {
   const Dims s{1, 4, 2, 3};
   const Tensor qkv = test::random_tensor({s.b, s.t, 3 * s.c()}, DType::f32, 41);
   Result f = forward(qkv, s);
-  EXPECT_TRUE(test::throws_error_with(
-      [&] { attention_forward(f.out, f.heads, f.probs, qkv, 4); }, {"not divisible", "4 heads"}));
+  EXPECT_TRUE(test::throws_error_with([&] { attention_forward(f.out, f.heads, f.probs, qkv, 4); },
+                                      {"not divisible", "4 heads"}));
   const Tensor small_probs = Tensor::empty({s.b, s.h, s.t, s.t - 1}, DType::f32);
-  EXPECT_TRUE(test::throws_error_with(
-      [&] { attention_forward(f.out, f.heads, small_probs, qkv, s.h); }, {"probs", "[B, H, T, T]"}));
+  EXPECT_TRUE(
+      test::throws_error_with([&] { attention_forward(f.out, f.heads, small_probs, qkv, s.h); },
+                              {"probs", "[B, H, T, T]"}));
   const Tensor half_out = Tensor::empty({s.b, s.t, s.c()}, DType::bf16);
   EXPECT_TRUE(test::throws_error_with(
       [&] { attention_forward(half_out, f.heads, f.probs, qkv, s.h); }, {"out", "dtypes"}));
   const Tensor dqkv = Tensor::empty({s.b, s.t, 3 * s.c()}, DType::f32);
   const Tensor bad_dout = Tensor::empty({s.b, s.t + 1, s.c()}, DType::f32);
-  EXPECT_TRUE(test::throws_error_with(
-      [&] { attention_backward(dqkv, bad_dout, f.heads, f.probs); }, {"dout", "[B, T, C]"}));
+  EXPECT_TRUE(test::throws_error_with([&] { attention_backward(dqkv, bad_dout, f.heads, f.probs); },
+                                      {"dout", "[B, T, C]"}));
 }
 
 }  // namespace

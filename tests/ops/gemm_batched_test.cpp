@@ -30,11 +30,10 @@ Shape with(const Shape& batch, int64_t r, int64_t c) {
 }
 
 void run_case(const Case& cs, uint32_t seed) {
-  SCOPED_TRACE(testing::Message() << "batch " << cs.batch << " m=" << cs.m << " n=" << cs.n
-                                  << " k=" << cs.k << (cs.ta ? " A^T" : " A")
-                                  << (cs.tb ? " B^T " : " B ") << dtype_name(cs.in) << "->"
-                                  << dtype_name(cs.out) << " alpha=" << cs.alpha
-                                  << " beta=" << cs.beta);
+  SCOPED_TRACE(testing::Message() << "batch " << cs.batch << " m=" << cs.m << " n=" << cs.n << " k="
+                                  << cs.k << (cs.ta ? " A^T" : " A") << (cs.tb ? " B^T " : " B ")
+                                  << dtype_name(cs.in) << "->" << dtype_name(cs.out)
+                                  << " alpha=" << cs.alpha << " beta=" << cs.beta);
   const int64_t nb = cs.batch.numel();
   const Shape sa = cs.ta ? Shape{cs.k, cs.m} : Shape{cs.m, cs.k};
   const Shape sb = cs.tb ? Shape{cs.n, cs.k} : Shape{cs.k, cs.n};
@@ -93,8 +92,7 @@ TEST(GemmBatched, RejectsBadInputs) {
   EXPECT_TRUE(
       test::throws_error_with([&] { gemm_batched(c, a2, b2); }, {"rank >= 3", "ops::gemm"}));
   const Tensor b3 = Tensor::empty({2, 4, 5}, DType::f32), bias = Tensor::empty({5}, DType::f32);
-  EXPECT_TRUE(
-      test::throws_error_with([&] { gemm_batched(c, a, b3, {.bias = &bias}); }, {"bias"}));
+  EXPECT_TRUE(test::throws_error_with([&] { gemm_batched(c, a, b3, {.bias = &bias}); }, {"bias"}));
   const Tensor b4 = Tensor::empty({2, 3, 5}, DType::f32);
   EXPECT_TRUE(test::throws_error_with([&] { gemm_batched(c, a, b4); }, {"inner dimensions"}));
 }

@@ -175,7 +175,8 @@ TEST(NnOpsGpuTest, ReluAndGeluAreBitIdenticalToCpu) {
         } else {
           // One ulp of the output dtype; the derivative cancels near x = -0.75 (an absolute
           // term of the fp32 error times |dy| <= ~5).
-          ASSERT_TRUE(close_to(gy, y, half_ulp_rtol(d), 1e-30 + half_ulp_atol(d))) << "gelu " << what;
+          ASSERT_TRUE(close_to(gy, y, half_ulp_rtol(d), 1e-30 + half_ulp_atol(d)))
+              << "gelu " << what;
           ASSERT_TRUE(close_to(gdx, dx, half_ulp_rtol(d), 1e-5 + half_ulp_atol(d)))
               << "gelu' " << what;
         }

@@ -59,8 +59,8 @@ class CausalSelfAttention : public Module {
  private:
   int64_t d_model_, heads_;
   std::unique_ptr<Linear> qkv_, proj_;
-  Tensor qkv_heads_;  // saved q, k, v per head [3, B, H, T, D]
-  Tensor probs_;  // saved P [B, H, T, T]
+  Tensor qkv_heads_;                  // saved q, k, v per head [3, B, H, T, D]
+  Tensor probs_;                      // saved P [B, H, T, T]
   Tensor attention(const Tensor& x);  // qkv Linear + attention core; saves when saving
 };
 

@@ -16,7 +16,9 @@ namespace stoker::ops::cpu {
 namespace {
 
 // Rows of `width` elements per task: about kGrain elements.
-int64_t row_grain(int64_t width) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, width)); }
+int64_t row_grain(int64_t width) {
+  return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, width));
+}
 
 // Copies the D-element rows between the token-major [B, T, G, H, D] and the head-major
 // [G, B, H, T, D] layouts; `to_heads` picks the direction.

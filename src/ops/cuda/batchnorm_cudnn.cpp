@@ -66,9 +66,9 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
   const CudnnLease lease(d);
   const float one = 1.0f, zero = 0.0f;
   check_call(cudnnBatchNormalizationForwardTraining(
-                 lease.handle(), desc.mode, &one, &zero, desc.x.get(), x.data(), desc.x.get(), y.data(),
-                 desc.channel.get(), gamma.data(), beta.data(), p.momentum, opt(running_mean),
-                 opt(running_var), p.eps, save_mean.data(), save_invstd.data()),
+                 lease.handle(), desc.mode, &one, &zero, desc.x.get(), x.data(), desc.x.get(),
+                 y.data(), desc.channel.get(), gamma.data(), beta.data(), p.momentum,
+                 opt(running_mean), opt(running_var), p.eps, save_mean.data(), save_invstd.data()),
              "batchnorm_forward_train", "cudnnBatchNormalizationForwardTraining", x, p.layout);
 }
 
@@ -81,8 +81,8 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
   const CudnnLease lease(d);
   const float one = 1.0f, zero = 0.0f;
   check_call(cudnnBatchNormalizationForwardInference(
-                 lease.handle(), desc.mode, &one, &zero, desc.x.get(), x.data(), desc.x.get(), y.data(),
-                 desc.channel.get(), gamma.data(), beta.data(), running_mean.data(),
+                 lease.handle(), desc.mode, &one, &zero, desc.x.get(), x.data(), desc.x.get(),
+                 y.data(), desc.channel.get(), gamma.data(), beta.data(), running_mean.data(),
                  running_var.data(), p.eps),
              "batchnorm_forward_eval", "cudnnBatchNormalizationForwardInference", x, p.layout);
 }

@@ -256,8 +256,8 @@ class Cache {
     cublasLtMatmulPreferenceDestroy(pref);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
       STOKER_THROW("gemm: cuBLASLt found no algorithm for ", key.batch > 1 ? "a batch of " : "",
-                   key.batch > 1 ? std::to_string(key.batch) + " " : "", "C ", dtype_name(c), "[", key.m, ", ",
-                   key.n, "] = op(A) ", dtype_name(ab), "[", key.m, ", ", key.k, "]",
+                   key.batch > 1 ? std::to_string(key.batch) + " " : "", "C ", dtype_name(c), "[",
+                   key.m, ", ", key.n, "] = op(A) ", dtype_name(ab), "[", key.m, ", ", key.k, "]",
                    key.trans_a ? " (A transposed)" : "", " x op(B) ", dtype_name(ab), "[", key.k,
                    ", ", key.n, "]", key.trans_b ? " (B transposed)" : "", " (pointer alignment A ",
                    key.align_a, " B ", key.align_b, " C ", key.align_c, " bytes, compute ",
