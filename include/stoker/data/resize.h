@@ -57,6 +57,12 @@ struct AxisWeights {
 
 class Resizer {
  public:
+  // simd: use the AVX2 horizontal pass when the CPU has it (the same bytes as the portable
+  // loop; false forces the portable loop, for tests).
+  explicit Resizer(bool simd = true) : simd_(simd) {}
+  // Whether this CPU runs the AVX2 horizontal pass.
+  static bool simd_available();
+
   // Resamples region (x, y, w, h) of an image of image_width x image_height (of which `src`
   // holds a window) to out_w x out_h into dst (rows of out_w*3 bytes, contiguous).
   void resize(const RgbView& src, int image_width, int image_height, double x, double y, double w,
@@ -72,7 +78,9 @@ class Resizer {
 
  private:
   AxisWeights wx_, wy_;
-  std::vector<float> rows_;  // one vertically resampled row over the needed columns
+  bool simd_ = true;
+  std::vector<float> rows_;          // one vertically resampled row over the needed columns
+  std::vector<float> pair_weights_;  // AVX2 pass: per output pair and tap, 8 lanes of weights
 };
 
 // One-shot convenience: the whole `src` image (x_origin/y_origin 0) region to out_w x out_h.
