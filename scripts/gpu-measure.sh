@@ -18,7 +18,8 @@
 # stoker_gpt against the PyTorch peer GPT on the same init and batches: a 4-layer width-256
 # byte-level model on the bundled text, batch 8 x 256, 100 steps, fp32 without TF32, constant
 # lr; stoker_gpt --parity-dir /tmp/gptp, then scripts/torch_gpt_parity.py prints the per-step
-# table and PASS/FAIL; about 30 s).
+# table and PASS/FAIL; about 30 s), memory (issue #11: GPT-2 124M with AdamW state f32 / bf16 /
+# int8, on the GPU and offloaded, and stoker_offload_bench).
 # Everything goes to stdout and to $OUT/measure.log.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -81,6 +82,20 @@ run_state() {
   section "MLP 8x4096 B=8192 bf16: optimizer state f32 / bf16 / int8 (block 2048, then 256)"
   "$C/benchmarks/stoker_train_bench" --precision bf16 --optimizer-state f32,bf16,int8
   "$C/benchmarks/stoker_train_bench" --precision bf16 --optimizer-state int8 --state-block 256
+}
+
+run_memory() {
+  local g=$C/examples/stoker_gpt s a="--preset gpt2-124m --synthetic --batch 16 --steps 20 --bench-warmup 8 --clip 0 --precision bf16"
+  section "GPT-2 124M B=16 bf16: AdamW state f32 / bf16 / int8 on the GPU"
+  for s in f32 bf16 int8; do "$g" $a --optimizer-state "$s"; done
+  if "$g" --help | grep -q -- --optimizer-offload; then
+    section "GPT-2 124M B=16 bf16: AdamW state offloaded to the CPU (f32, bf16, int8)"
+    for s in f32 bf16 int8; do "$g" $a --optimizer-state "$s" --optimizer-offload; done
+  fi
+  if [[ -x $C/benchmarks/stoker_offload_bench ]]; then
+    section "CPU memory bandwidth, the CPU AdamW update, offloaded vs on-GPU step (stoker_offload_bench)"
+    "$C/benchmarks/stoker_offload_bench"
+  fi
 }
 
 run_diag() {
