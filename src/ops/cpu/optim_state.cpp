@@ -3,11 +3,16 @@
 // encode bf16 or block-wise 8-bit state (ops/quant_math.h). 8-bit tensors run one task per run
 // of quantization blocks: a block is decoded and updated into a local f32 buffer, its new absmax
 // taken, then encoded. kernels/optim.cu does exactly this per CUDA block, so codes agree.
+//
+// bf16 state rounded to nearest runs loops compiled for AVX2 + FMA where the CPU has them
+// (ops/cpu/optim_simd.h: same bits as the baseline clone; this file is built with
+// -fno-math-errno so sqrtf vectorizes). Stochastic rounding and 8-bit state keep plain loops.
 #include <algorithm>
 #include <array>
 #include <cmath>
 
 #include "ops/backend.h"
+#include "ops/cpu/optim_simd.h"
 #include "ops/cpu/parallel.h"
 #include "ops/optim_backend.h"
 #include "ops/quant_math.h"
@@ -28,12 +33,49 @@ detail::StateForm form_of(const StateTensor& s) {
   }
 }
 
+// bf16 state rounded to nearest: the chunk loops (restrict pointers, constants by value).
+template <bool kFirst, bool kNesterov>
+STOKER_FORCEINLINE void sgd_bf16_loop(float* __restrict p, const float* __restrict g,
+                                      uint16_t* __restrict b, int64_t n, detail::SgdConsts c) {
+  c.first_step = kFirst;  // compile-time flags: one branch-free loop body per case
+  c.nesterov = kNesterov;
+  c.has_momentum = true;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = core::bf16_bits_to_float(b[i]);
+    detail::sgd_update(p[i], v, g[i], c);
+    b[i] = core::float_to_bf16_bits(v);
+  }
+}
+
+STOKER_OPTIM_CLONES void sgd_bf16_chunk(float* __restrict p, const float* __restrict g,
+                                        uint16_t* __restrict b, int64_t n,
+                                        const detail::SgdConsts c) {
+  if (c.first_step)
+    c.nesterov ? sgd_bf16_loop<true, true>(p, g, b, n, c)
+               : sgd_bf16_loop<true, false>(p, g, b, n, c);
+  else
+    c.nesterov ? sgd_bf16_loop<false, true>(p, g, b, n, c)
+               : sgd_bf16_loop<false, false>(p, g, b, n, c);
+}
+
+STOKER_OPTIM_CLONES void adamw_bf16_chunk(float* __restrict p, const float* __restrict g,
+                                          uint16_t* __restrict m, uint16_t* __restrict v, int64_t n,
+                                          const detail::AdamWConsts c) {
+  for (int64_t i = 0; i < n; ++i) {
+    float mf = core::bf16_bits_to_float(m[i]), vf = core::bf16_bits_to_float(v[i]);
+    detail::adamw_update(p[i], mf, vf, g[i], c);
+    m[i] = core::float_to_bf16_bits(mf);
+    v[i] = core::float_to_bf16_bits(vf);
+  }
+}
+
 // K state lists (1: SGD momentum, 2: AdamW moments); is_signed[k] picks state k's 8-bit map.
-// update(p, g, s) updates p and s[0..K) in f32.
-template <int K, typename Update>
+// update(p, g, s) updates p and s[0..K) in f32; bf16_chunk(p, g, s, n) does the same over n
+// elements of bf16 state rounded to nearest (s: K pointers to the first element's states).
+template <int K, typename Update, typename Bf16Chunk>
 void run_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
                  std::array<std::span<const StateTensor>, K> states, std::array<bool, K> is_signed,
-                 const StateStorage& st, Update update) {
+                 const StateStorage& st, Update update, Bf16Chunk bf16_chunk) {
   std::array<const float*, K> maps;
   std::array<int, K> map_codes;
   for (int k = 0; k < K; ++k) {
@@ -60,6 +102,15 @@ void run_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
     } else if (form == detail::kStateBF16) {
       std::array<uint16_t*, K> s;
       for (int k = 0; k < K; ++k) s[k] = static_cast<uint16_t*>(states[k][t].values.data());
+      if (!st.stochastic_rounding) {
+        parallel_range(n, [&](int64_t b, int64_t e) {
+          std::array<uint16_t*, K> sb;
+          for (int k = 0; k < K; ++k) sb[k] = s[k] + b;
+          bf16_chunk(p + b, g + b, sb, e - b);
+        });
+        base += static_cast<uint64_t>(n);
+        continue;
+      }
       parallel_range(n, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           float v[K];
@@ -123,8 +174,12 @@ void sgd_step_compact(std::span<const Tensor> params, std::span<const Tensor> gr
                       std::span<const StateTensor> bufs, const detail::SgdConsts& c,
                       const StateStorage& storage, const Tensor& found_inf) {
   if (skip_step(found_inf)) return;
-  run_compact<1>(params, grads, {bufs}, {true}, storage,
-                 [&](float& p, float g, float* s) { detail::sgd_update(p, s[0], g, c); });
+  run_compact<1>(
+      params, grads, {bufs}, {true}, storage,
+      [&](float& p, float g, float* s) { detail::sgd_update(p, s[0], g, c); },
+      [&](float* p, const float* g, std::array<uint16_t*, 1> s, int64_t n) {
+        sgd_bf16_chunk(p, g, s[0], n, c);
+      });
 }
 
 void adamw_step_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
@@ -142,8 +197,12 @@ void adamw_step_compact(std::span<const Tensor> params, std::span<const Tensor> 
     c.bc2_sqrt = st->bc2_sqrt;
   }
   if (skip) return;
-  run_compact<2>(params, grads, {exp_avgs, exp_avg_sqs}, {true, false}, storage,
-                 [&](float& p, float g, float* s) { detail::adamw_update(p, s[0], s[1], g, c); });
+  run_compact<2>(
+      params, grads, {exp_avgs, exp_avg_sqs}, {true, false}, storage,
+      [&](float& p, float g, float* s) { detail::adamw_update(p, s[0], s[1], g, c); },
+      [&](float* p, const float* g, std::array<uint16_t*, 2> s, int64_t n) {
+        adamw_bf16_chunk(p, g, s[0], s[1], n, c);
+      });
 }
 
 }  // namespace stoker::ops::cpu
