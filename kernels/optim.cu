@@ -173,8 +173,8 @@ constexpr int kMaxQ8PerThread = 4096 / kOptimBlock;
 
 struct CompactArgs {
   const float* found_inf;
-  float maps[2][256];  // the 8-bit map of each state (signed / unsigned)
-  int32_t map_codes[2];
+  float maps[2][256];               // the 8-bit map of each state (decoding)
+  detail::EncodeTable encoders[2];  // its encode table (quant_math.h)
   int64_t block;
   int32_t stochastic;
   uint64_t seed, offset;
@@ -208,9 +208,15 @@ __global__ void __launch_bounds__(kOptimBlock)
     compact_kernel(const __grid_constant__ CompactArgs a, Op op) {
   if (a.found_inf && *a.found_inf != 0.0f) return;
   __shared__ float maps[K][256];
+  __shared__ detail::EncodeTable encoders[K];
   __shared__ float scratch[K][kOptimBlock / 32];
   for (int i = threadIdx.x; i < K * 256; i += blockDim.x)
     maps[i / 256][i % 256] = a.maps[i / 256][i % 256];
+  static_assert(sizeof(detail::EncodeTable) % 4 == 0, "the table is copied in 4-byte words");
+  constexpr int kTableWords = sizeof(detail::EncodeTable) / 4;
+  for (int i = threadIdx.x; i < K * kTableWords; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(&encoders[i / kTableWords])[i % kTableWords] =
+        reinterpret_cast<const uint32_t*>(&a.encoders[i / kTableWords])[i % kTableWords];
   __syncthreads();
   const int64_t chunks = a.chunk_begin[a.count];
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
@@ -265,8 +271,8 @@ __global__ void __launch_bounds__(kOptimBlock)
         if (j * kOptimBlock < a.block && i < end) {
 #pragma unroll
           for (int k = 0; k < K; ++k)
-            static_cast<uint8_t*>(a.s[k][t])[i] = detail::quantize_nearest(
-                maps[k], a.map_codes[k], detail::normalize_by(vals[k][j], next[k]));
+            static_cast<uint8_t*>(a.s[k][t])[i] =
+                detail::encode_nearest(encoders[k], detail::normalize_by(vals[k][j], next[k]));
         }
       }
     } else {
@@ -328,7 +334,7 @@ void launch_compact(std::span<const Tensor> params, std::span<const Tensor> grad
     for (int k = 0; k < K; ++k) {
       const auto& m = dynamic_map(is_signed[k]);
       std::copy(m.begin(), m.end(), a->maps[k]);
-      a->map_codes[k] = dynamic_map_codes(is_signed[k]);
+      a->encoders[k] = detail::encode_table(is_signed[k]);
     }
     a->block = st.block;
     a->stochastic = st.stochastic_rounding ? 1 : 0;

@@ -1,11 +1,13 @@
 // Block-wise 8-bit quantization (ops/quantize.h) on the GPU: one CUDA block of 256 threads per
 // quantization block (256..4096 values, at most 16 per thread, kept in registers between the
-// absmax reduction and the encoding). The map travels in the kernel parameters and is copied to
-// shared memory (a binary search reads scattered entries; constant memory would serialize
-// them). Arithmetic from ops/quant_math.h, the CPU reference's: identical codes.
+// absmax reduction and the encoding). The encode table (quant_math.h) and the map travel in the
+// kernel parameters and are copied to shared memory (lookups read scattered entries; constant
+// memory would serialize them). Arithmetic from ops/quant_math.h, the CPU reference's:
+// identical codes.
 #include "kernel_util.cuh"
 #include "ops/quant_math.h"
 #include "ops/quantize_backend.h"
+#include "stoker/ops/quantize.h"
 
 namespace stoker::ops::cuda {
 
@@ -17,6 +19,15 @@ constexpr int kMaxPerThread = 4096 / kThreads;
 struct Map {
   float v[256];
 };
+
+// Copies the encode table into shared memory, 4 bytes per thread and step.
+__device__ void load_encode_table(detail::EncodeTable* dst, const detail::EncodeTable& src) {
+  static_assert(sizeof(detail::EncodeTable) % 4 == 0, "the table is copied in 4-byte words");
+  const auto* s = reinterpret_cast<const uint32_t*>(&src);
+  auto* d = reinterpret_cast<uint32_t*>(dst);
+  for (int i = threadIdx.x; i < static_cast<int>(sizeof(detail::EncodeTable) / 4); i += blockDim.x)
+    d[i] = s[i];
+}
 
 // The absolute maximum over the CUDA block (every thread gets it). max is exact and order-free.
 __device__ float block_absmax(float m, float* scratch) {
@@ -31,10 +42,10 @@ __device__ float block_absmax(float m, float* scratch) {
 
 __global__ void __launch_bounds__(kThreads)
     quantize_kernel(uint8_t* codes, float* absmax, const float* x, int64_t n, int64_t block,
-                    const __grid_constant__ Map map, int map_codes) {
-  __shared__ float m[256];
+                    const __grid_constant__ detail::EncodeTable table) {
+  __shared__ detail::EncodeTable enc;
   __shared__ float scratch[kThreads / 32];
-  m[threadIdx.x] = map.v[threadIdx.x];
+  load_encode_table(&enc, table);
   __syncthreads();
   const int64_t blocks = (n + block - 1) / block;
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
@@ -53,7 +64,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kMaxPerThread; ++k) {
       const int64_t i = s + threadIdx.x + static_cast<int64_t>(k) * kThreads;
       if (k * kThreads < block && i < n)
-        codes[i] = detail::quantize_nearest(m, map_codes, detail::normalize_by(v[k], scale));
+        codes[i] = detail::encode_nearest(enc, detail::normalize_by(v[k], scale));
     }
   }
 }
@@ -76,8 +87,8 @@ Map to_map(const float* map) {
 
 }  // namespace
 
-void quantize_blockwise(const Tensor& codes, const Tensor& absmax, const Tensor& x,
-                        const float* map, int map_codes, int64_t block) {
+void quantize_blockwise(const Tensor& codes, const Tensor& absmax, const Tensor& x, bool is_signed,
+                        int64_t block) {
   const Device d = x.device();
   core::DeviceScope scope(d.index);
   const int64_t blocks = (x.numel() + block - 1) / block;
@@ -85,17 +96,18 @@ void quantize_blockwise(const Tensor& codes, const Tensor& absmax, const Tensor&
       std::min<int64_t>(blocks, static_cast<int64_t>(sm_count(d.index)) * kBlocksPerSm));
   quantize_kernel<<<grid, kThreads, 0, core::cuda_stream(d)>>>(
       static_cast<uint8_t*>(codes.data()), static_cast<float*>(absmax.data()),
-      static_cast<const float*>(x.data()), x.numel(), block, to_map(map), map_codes);
+      static_cast<const float*>(x.data()), x.numel(), block, detail::encode_table(is_signed));
   STOKER_CUDA_CHECK(cudaGetLastError());
 }
 
 void dequantize_blockwise(const Tensor& out, const Tensor& codes, const Tensor& absmax,
-                          const float* map, int64_t block) {
+                          bool is_signed, int64_t block) {
   const Device d = out.device();
   core::DeviceScope scope(d.index);
   dequantize_kernel<<<grid_for(out.numel(), d.index), kBlockSize, 0, core::cuda_stream(d)>>>(
       static_cast<float*>(out.data()), static_cast<const uint8_t*>(codes.data()),
-      static_cast<const float*>(absmax.data()), out.numel(), block, to_map(map));
+      static_cast<const float*>(absmax.data()), out.numel(), block,
+      to_map(dynamic_map(is_signed).data()));
   STOKER_CUDA_CHECK(cudaGetLastError());
 }
 

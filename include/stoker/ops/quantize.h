@@ -24,8 +24,10 @@
 // between neighbours is 0.9/64 (signed) and 0.9/128 (unsigned), in the top decade, so a round
 // trip errs by at most max_gap / 2 * absmax (plus f32 rounding): `dynamic_map_max_gap`.
 //
-// Quantization picks the nearest entry by binary search (ties go to the lower entry). The CPU
-// and the GPU run the same code on the same table, so they produce identical codes.
+// Quantization picks the nearest entry (ties go to the lower entry; beyond either end the end's
+// code; NaN code 0) with a lookup table over the float's exponent and top mantissa bits and two
+// compares (as fast as a load, where a binary search costs 8 dependent loads). The CPU and the
+// GPU run the same code on the same tables, so they produce identical codes.
 // Stream: the device's compute stream. Thread-safe (the tables are built once, read-only).
 #pragma once
 
@@ -41,6 +43,9 @@ const std::array<float, 256>& dynamic_map(bool is_signed);
 constexpr int dynamic_map_codes(bool is_signed) { return is_signed ? 255 : 256; }
 // The largest distance between neighbouring searched entries of the map.
 float dynamic_map_max_gap(bool is_signed);
+// The code of one value already divided by its block's absmax (what quantize_blockwise and the
+// 8-bit optimizer states store): the index of the nearest map entry.
+uint8_t dynamic_map_encode(float x, bool is_signed);
 
 // Scale blocks of a tensor of n values: ceil(n / block).
 constexpr int64_t quantization_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }

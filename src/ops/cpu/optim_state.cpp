@@ -77,10 +77,10 @@ void run_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
                  std::array<std::span<const StateTensor>, K> states, std::array<bool, K> is_signed,
                  const StateStorage& st, Update update, Bf16Chunk bf16_chunk) {
   std::array<const float*, K> maps;
-  std::array<int, K> map_codes;
+  std::array<const detail::EncodeTable*, K> encoders;
   for (int k = 0; k < K; ++k) {
     maps[k] = dynamic_map(is_signed[k]).data();
-    map_codes[k] = dynamic_map_codes(is_signed[k]);
+    encoders[k] = &detail::encode_table(is_signed[k]);
   }
   uint64_t base = 0;  // list-wide index of tensor t's first element (rounding draws)
   for (size_t t = 0; t < params.size(); ++t) {
@@ -153,8 +153,8 @@ void run_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
               for (int k = 0; k < K; ++k) {
                 absmax[k][qb] = next[k];
                 for (int64_t i = s; i < e; ++i)
-                  codes[k][i] = detail::quantize_nearest(
-                      maps[k], map_codes[k], detail::normalize_by(vals[k][i - s], next[k]));
+                  codes[k][i] = detail::encode_nearest(
+                      *encoders[k], detail::normalize_by(vals[k][i - s], next[k]));
               }
             }
           },

@@ -6,15 +6,17 @@
 #include "ops/cpu/parallel.h"
 #include "ops/quant_math.h"
 #include "ops/quantize_backend.h"
+#include "stoker/ops/quantize.h"
 
 namespace stoker::ops::cpu {
 
-void quantize_blockwise(const Tensor& codes, const Tensor& absmax, const Tensor& x,
-                        const float* map, int map_codes, int64_t block) {
+void quantize_blockwise(const Tensor& codes, const Tensor& absmax, const Tensor& x, bool is_signed,
+                        int64_t block) {
   const float* xs = static_cast<const float*>(x.data());
   uint8_t* cs = static_cast<uint8_t*>(codes.data());
   float* am = static_cast<float*>(absmax.data());
   const int64_t n = x.numel();
+  const detail::EncodeTable& enc = detail::encode_table(is_signed);
   parallel_range((n + block - 1) / block,
                  [&](int64_t b0, int64_t b1) {
                    for (int64_t b = b0; b < b1; ++b) {
@@ -23,15 +25,15 @@ void quantize_blockwise(const Tensor& codes, const Tensor& absmax, const Tensor&
                      for (int64_t i = s; i < e; ++i) m = std::fmax(m, std::fabs(xs[i]));
                      am[b] = m;
                      for (int64_t i = s; i < e; ++i)
-                       cs[i] =
-                           detail::quantize_nearest(map, map_codes, detail::normalize_by(xs[i], m));
+                       cs[i] = detail::encode_nearest(enc, detail::normalize_by(xs[i], m));
                    }
                  },
                  std::max<int64_t>(1, kGrain / block));
 }
 
 void dequantize_blockwise(const Tensor& out, const Tensor& codes, const Tensor& absmax,
-                          const float* map, int64_t block) {
+                          bool is_signed, int64_t block) {
+  const float* map = dynamic_map(is_signed).data();
   float* o = static_cast<float*>(out.data());
   const uint8_t* cs = static_cast<const uint8_t*>(codes.data());
   const float* am = static_cast<const float*>(absmax.data());
