@@ -1,0 +1,104 @@
+// OffloadedOptimizer: optimizer state and the update on the CPU, for models whose optimizer
+// state does not fit (or is not worth keeping) in GPU memory.
+//
+// How: every trainable parameter gets a host shadow — an nn::Parameter whose fp32 value and
+// gradient are pinned host buffers (the value starts as a copy of the device value). The inner
+// optimizers — any optim::Optimizer (AdamW, SGD, in any StateFormat), made by the factory — are
+// built over the shadows, so their state lives in host memory and their update runs on the CPU
+// (oneTBB tasks, AVX2/FMA loops: ops/cpu). A step:
+//   1. an event on the parameters' current stream; the copy stream waits for it, then copies
+//      found_inf and every gradient down (device -> pinned), group by group, one event each;
+//   2. for each group in parameter order: the host waits for that group's event, the group's
+//      inner optimizer updates its shadows, and the updated values are queued up (pinned ->
+//      device) on the copy stream at once — so group i's upload and group i+1's download run
+//      while the host updates group i+1;
+//   3. the current stream waits on an event after the last upload, and the parameters' half
+//      compute copies are refreshed as after any step (on the current stream).
+// Groups hold consecutive parameters up to OffloadOptions::group_bytes of fp32 values (a larger
+// parameter is a group of its own); each has its own inner optimizer.
+//
+// Results: the inner update is the CPU backend's, whose arithmetic is the GPU kernels'
+// (ops/optim.h), so f32 and bf16 (round-to-nearest) state give the same bits as the same optimizer
+// on the GPU. found_inf (set_found_inf, a device flag) is copied down with the gradients and skips
+// the step on the host, as the CPU backend does; AdamW's step count does not advance on a skipped
+// step. int8_blockwise state is quantized per parameter, and a parameter is never split between
+// groups, so its codes are the non-offloaded ones too. Not bit-identical: bf16 state with
+// stochastic rounding (each group numbers its draws from its own first element, with the same
+// seed in every group: the same statistics, other bits).
+//
+// Limits (honest): the host waits for each group's download (a host sync per group per step,
+// counted by core::host_sync_count); the current stream waits for all uploads before anything
+// that follows step(), so the next forward does not start while late groups are still
+// uploading (no per-layer waits). Host memory: per parameter 8 bytes of pinned shadow (value
+// and gradient) plus the inner state. The device keeps the fp32 values, gradients and compute
+// copies as before.
+//
+// Checkpoints: state() and checkpoint_state() use the names of the non-offloaded optimizer
+// ("<param>.exp_avg", ..., AdamW's "step_state" once), so an offloaded checkpoint resumes a
+// run on the GPU and the reverse. state() tensors are host tensors; state_bytes() counts host
+// memory (host_bytes() adds the shadows). On a CPU model the same happens without copies
+// between devices (the shadows are still separate buffers).
+//
+// Ownership: holds pointers to the parameters (the model outlives this); owns the shadows and
+// the inner optimizers. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stoker/core/stream.h"
+#include "stoker/optim/optimizer.h"
+
+namespace stoker::optim {
+
+struct OffloadOptions {
+  // fp32 value bytes per group of parameters (pipelining granularity: smaller groups start
+  // uploading sooner, larger ones cost fewer host waits).
+  int64_t group_bytes = int64_t{32} << 20;
+};
+
+class OffloadedOptimizer : public Optimizer {
+ public:
+  // Builds one inner optimizer per group over its host shadows, e.g.
+  //   [&](optim::NamedParameters p) { return std::make_unique<optim::AdamW>(p, opts); }
+  using Factory = std::function<std::unique_ptr<Optimizer>(NamedParameters)>;
+  OffloadedOptimizer(NamedParameters params, const Factory& make, OffloadOptions options = {});
+
+  std::string describe() const override;
+  // The inner states under the non-offloaded names (host tensors, shared, not copies).
+  std::vector<std::pair<std::string, Tensor>> state() override;
+  void load_checkpoint_state(const TensorLoader& load) override;
+
+  size_t groups() const { return groups_.size(); }
+  Optimizer& inner(size_t group) { return *groups_[group].inner; }
+  // Host bytes held for the offload: the inner states plus the pinned shadow values and
+  // gradients.
+  size_t host_bytes();
+
+ protected:
+  void update() override;
+
+ private:
+  struct Group {
+    std::vector<size_t> members;  // indices into device_/shadows_
+    std::unique_ptr<Optimizer> inner;
+    core::Event downloaded;  // CUDA: after this group's gradients reached the host
+  };
+  // Non-parameter state every inner holds its own copy of (AdamW's step_state): group 0's is
+  // the one reported and loaded; the others are set from it before each step.
+  void sync_shared_state();
+
+  OffloadOptions options_;
+  std::vector<nn::Parameter*> device_;                   // trainable parameters, in order
+  std::vector<std::unique_ptr<nn::Parameter>> shadows_;  // their host shadows
+  std::vector<Group> groups_;
+  std::vector<std::pair<Tensor, Tensor>> shared_state_;  // (group g's copy, group 0's)
+  Tensor host_found_inf_;                                // CUDA: pinned copy of found_inf
+  core::Event ready_, uploaded_;                         // CUDA: step start, last upload
+};
+
+}  // namespace stoker::optim

@@ -1,0 +1,285 @@
+// OffloadedOptimizer on the CPU: the offloaded update (host shadows, inner optimizers per group)
+// equals the plain optimizer over the same parameters bit for bit, for every state format,
+// across group boundaries, skipped steps, learning-rate changes and checkpoints in both
+// directions.
+#include "stoker/optim/offloaded_optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stoker/ops/copy.h"
+#include "test_util.h"
+
+using stoker::DType;
+using stoker::Tensor;
+using stoker::nn::Parameter;
+using namespace stoker::optim;
+
+namespace {
+
+// Parameters of the given sizes with random values (the same for the same seed).
+struct Params {
+  std::vector<std::unique_ptr<Parameter>> ps;
+  Params(const std::vector<int64_t>& sizes, uint32_t seed) {
+    for (size_t i = 0; i < sizes.size(); ++i)
+      ps.push_back(std::make_unique<Parameter>(
+          stoker::test::random_tensor({sizes[i]}, DType::f32, seed + static_cast<uint32_t>(i))));
+  }
+  NamedParameters named() {
+    NamedParameters out;
+    for (size_t i = 0; i < ps.size(); ++i) out.emplace_back("p" + std::to_string(i), ps[i].get());
+    return out;
+  }
+  // The same random gradients into every parameter (step `s` picks them).
+  void set_grads(int s) {
+    for (size_t i = 0; i < ps.size(); ++i)
+      stoker::ops::copy(
+          ps[i]->grad(),
+          stoker::test::random_tensor(
+              ps[i]->shape(), DType::f32,
+              1000u * static_cast<uint32_t>(s + 1) + static_cast<uint32_t>(i), -2.0f, 2.0f));
+  }
+};
+
+void expect_same_bits(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.nbytes(), b.nbytes()) << what;
+  ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes())) << what << " differs";
+}
+
+void expect_same_params(Params& a, Params& b) {
+  for (size_t i = 0; i < a.ps.size(); ++i)
+    expect_same_bits(a.ps[i]->value(), b.ps[i]->value(), "parameter p" + std::to_string(i));
+}
+
+void expect_same_state(Optimizer& a, Optimizer& b) {
+  std::map<std::string, Tensor> sb;
+  for (auto& [n, t] : b.state()) sb.emplace(n, t);
+  const auto sa = a.state();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (auto& [n, t] : sa) {
+    ASSERT_TRUE(sb.count(n)) << "state '" << n << "' missing";
+    expect_same_bits(t, sb.at(n), "state " + n);
+  }
+}
+
+const std::vector<int64_t> kSizes = {1000, 37, 0, 5000, 3, 2048, 4099};
+// 8 KiB groups: the sizes above make several groups, one parameter larger than a group.
+constexpr OffloadOptions kSmallGroups{.group_bytes = 8 << 10};
+
+OffloadedOptimizer::Factory adamw_factory(const AdamWOptions& o) {
+  return [o](NamedParameters p) { return std::make_unique<AdamW>(std::move(p), o); };
+}
+
+// Runs `steps` steps of plain and offloaded optimizers over two identical parameter sets, with a
+// learning-rate change and the given found_inf pattern; compares parameters and state.
+void run_and_compare(Optimizer& plain, Params& a, Optimizer& off, Params& b, int steps,
+                     const std::vector<int>& skip_steps = {}) {
+  Tensor fa = Tensor::zeros({}, DType::f32), fb = Tensor::zeros({}, DType::f32);
+  plain.set_found_inf(fa);
+  off.set_found_inf(fb);
+  for (int s = 0; s < steps; ++s) {
+    a.set_grads(s);
+    b.set_grads(s);
+    const float skip = std::find(skip_steps.begin(), skip_steps.end(), s) != skip_steps.end();
+    stoker::ops::fill(fa, skip);
+    stoker::ops::fill(fb, skip);
+    if (s == 2) {  // a schedule's change
+      plain.set_lr(plain.lr() * 0.5f);
+      off.set_lr(off.lr() * 0.5f);
+    }
+    plain.step();
+    off.step();
+    plain.zero_grad();
+    off.zero_grad();
+  }
+  expect_same_params(a, b);
+  expect_same_state(plain, off);
+  EXPECT_EQ(plain.steps(), off.steps());
+}
+
+TEST(OffloadedOptimizerTest, AdamWEqualsPlainAdamWForEveryStateFormat) {
+  for (const StateDType dt : {StateDType::f32, StateDType::bf16, StateDType::int8_blockwise}) {
+    SCOPED_TRACE(testing::Message() << "state dtype " << static_cast<int>(dt));
+    const AdamWOptions o{.lr = 1e-2f,
+                         .weight_decay = 0.1f,
+                         .state = {.dtype = dt, .block = 256, .min_quantized_numel = 1024}};
+    Params a(kSizes, 7), b(kSizes, 7);
+    AdamW plain(a.named(), o);
+    OffloadedOptimizer off(b.named(), adamw_factory(o), kSmallGroups);
+    EXPECT_GT(off.groups(), 2u);
+    run_and_compare(plain, a, off, b, 5);
+    EXPECT_EQ(plain.state_bytes(), off.state_bytes());
+    EXPECT_EQ(plain.applied_steps(), dynamic_cast<AdamW&>(off.inner(0)).applied_steps());
+  }
+}
+
+TEST(OffloadedOptimizerTest, SgdMomentumEqualsPlainSgd) {
+  for (const StateDType dt : {StateDType::f32, StateDType::bf16}) {
+    const SgdOptions o{.lr = 0.05f,
+                       .momentum = 0.9f,
+                       .weight_decay = 1e-3f,
+                       .nesterov = true,
+                       .state = {.dtype = dt}};
+    Params a(kSizes, 11), b(kSizes, 11);
+    SGD plain(a.named(), o);
+    OffloadedOptimizer off(
+        b.named(), [o](NamedParameters p) { return std::make_unique<SGD>(std::move(p), o); },
+        kSmallGroups);
+    run_and_compare(plain, a, off, b, 4);
+  }
+}
+
+TEST(OffloadedOptimizerTest, FoundInfSkipsLikeThePlainOptimizer) {
+  const AdamWOptions o{.lr = 1e-2f};
+  Params a(kSizes, 3), b(kSizes, 3);
+  AdamW plain(a.named(), o);
+  OffloadedOptimizer off(b.named(), adamw_factory(o), kSmallGroups);
+  run_and_compare(plain, a, off, b, 5, /*skip_steps=*/{1, 3});
+  EXPECT_EQ(plain.applied_steps(), 3);
+  for (size_t g = 0; g < off.groups(); ++g)
+    EXPECT_EQ(dynamic_cast<AdamW&>(off.inner(g)).applied_steps(), 3) << "group " << g;
+  EXPECT_EQ(off.steps(), 5);
+}
+
+TEST(OffloadedOptimizerTest, SkippedStepLeavesValuesUntouched) {
+  Params b(kSizes, 5);
+  OffloadedOptimizer off(b.named(), adamw_factory({}), kSmallGroups);
+  b.set_grads(0);
+  off.step();
+  std::vector<std::vector<float>> before;
+  for (auto& p : b.ps) before.push_back(p->value().to_vector<float>());
+  Tensor flag = Tensor::from_floats({1.0f}, {});
+  off.set_found_inf(flag);
+  b.set_grads(1);
+  off.step();
+  for (size_t i = 0; i < b.ps.size(); ++i)
+    EXPECT_EQ(before[i], b.ps[i]->value().to_vector<float>()) << "parameter " << i;
+}
+
+TEST(OffloadedOptimizerTest, GroupsSplitAtTheByteLimitInParameterOrder) {
+  // 100 tiny parameters (12 bytes each) and one of 10000 floats, groups of 4 KiB: the tiny ones
+  // share groups of at most 4096 / 12 = 341 elements... here fewer than that, so they fill one
+  // group before the large parameter, which takes a group of its own.
+  std::vector<int64_t> sizes(100, 3);
+  sizes.push_back(10000);
+  sizes.push_back(3);
+  Params a(sizes, 21), b(sizes, 21);
+  const AdamWOptions o{.lr = 3e-3f};
+  AdamW plain(a.named(), o);
+  OffloadedOptimizer off(b.named(), adamw_factory(o), {.group_bytes = 4 << 10});
+  ASSERT_EQ(off.groups(), 3u);
+  EXPECT_EQ(off.inner(0).parameters().size(), 100u);
+  EXPECT_EQ(off.inner(1).parameters().size(), 1u);
+  EXPECT_EQ(off.inner(1).parameters()[0].first, "p100");
+  EXPECT_EQ(off.inner(2).parameters().size(), 1u);
+  run_and_compare(plain, a, off, b, 3);
+  // One group when everything fits.
+  Params c(sizes, 21);
+  OffloadedOptimizer one(c.named(), adamw_factory(o));
+  EXPECT_EQ(one.groups(), 1u);
+  EXPECT_NE(one.describe().find("Offloaded(AdamW("), std::string::npos) << one.describe();
+  EXPECT_NE(one.describe().find("1 group"), std::string::npos) << one.describe();
+}
+
+TEST(OffloadedOptimizerTest, FrozenParametersAreLeftOut) {
+  Params b({100, 200}, 9);
+  b.ps[0]->requires_grad = false;
+  const auto frozen = b.ps[0]->value().to_vector<float>();
+  OffloadedOptimizer off(b.named(), adamw_factory({}));
+  EXPECT_EQ(off.inner(0).parameters().size(), 1u);
+  b.set_grads(0);
+  off.step();
+  EXPECT_EQ(frozen, b.ps[0]->value().to_vector<float>());
+}
+
+// A checkpoint as the Trainer writes it: checkpoint_state() by name, loaded by name.
+std::map<std::string, Tensor> save(Optimizer& o) {
+  std::map<std::string, Tensor> out;
+  for (auto& [n, t] : o.checkpoint_state()) out.emplace(n, t.clone());
+  return out;
+}
+Optimizer::TensorLoader loader(const std::map<std::string, Tensor>& file) {
+  return [&file](const std::string& name, stoker::Device device) {
+    const auto it = file.find(name);
+    STOKER_CHECK(it != file.end(), "no tensor '", name, "' in the test checkpoint");
+    return it->second.to(device);
+  };
+}
+
+TEST(OffloadedOptimizerTest, CheckpointsResumeAcrossOffloadedAndPlain) {
+  for (const StateDType dt : {StateDType::f32, StateDType::bf16}) {
+    const AdamWOptions o{.lr = 1e-2f, .weight_decay = 0.05f, .state = {.dtype = dt}};
+    // The reference: 5 uninterrupted plain steps.
+    Params ref(kSizes, 31);
+    AdamW ref_opt(ref.named(), o);
+    for (int s = 0; s < 5; ++s) {
+      ref.set_grads(s);
+      ref_opt.step();
+    }
+    // Offloaded for 3 steps, checkpoint, resume plain for 2.
+    {
+      Params a(kSizes, 31);
+      OffloadedOptimizer off(a.named(), adamw_factory(o), kSmallGroups);
+      for (int s = 0; s < 3; ++s) {
+        a.set_grads(s);
+        off.step();
+      }
+      const auto file = save(off);
+      EXPECT_EQ(file.count("step_state"), 1u);
+      AdamW resumed(a.named(), o);
+      resumed.load_checkpoint_state(loader(file));
+      resumed.set_steps(off.steps());
+      for (int s = 3; s < 5; ++s) {
+        a.set_grads(s);
+        resumed.step();
+      }
+      expect_same_params(ref, a);
+      expect_same_state(ref_opt, resumed);
+    }
+    // Plain for 3 steps, checkpoint, resume offloaded for 2.
+    {
+      Params a(kSizes, 31);
+      AdamW plain(a.named(), o);
+      for (int s = 0; s < 3; ++s) {
+        a.set_grads(s);
+        plain.step();
+      }
+      const auto file = save(plain);
+      OffloadedOptimizer resumed(a.named(), adamw_factory(o), kSmallGroups);
+      resumed.load_checkpoint_state(loader(file));
+      resumed.set_steps(plain.steps());
+      for (int s = 3; s < 5; ++s) {
+        a.set_grads(s);
+        resumed.step();
+      }
+      expect_same_params(ref, a);
+      expect_same_state(ref_opt, resumed);
+    }
+  }
+}
+
+TEST(OffloadedOptimizerTest, StateBytesAndHostBytes) {
+  Params b(kSizes, 2);
+  OffloadedOptimizer off(b.named(), adamw_factory({}), kSmallGroups);
+  int64_t n = 0;
+  for (int64_t s : kSizes) n += s;
+  const size_t step_state = dynamic_cast<AdamW&>(off.inner(0)).state().back().second.nbytes();
+  EXPECT_EQ(off.state_bytes(), static_cast<size_t>(n) * 8 + step_state);
+  EXPECT_EQ(off.host_bytes(), off.state_bytes() + static_cast<size_t>(n) * 8);
+  for (auto& [name, t] : off.state()) EXPECT_TRUE(t.device().is_cpu()) << name;
+}
+
+TEST(OffloadedOptimizerTest, RejectsBadInput) {
+  Params b({10}, 1);
+  EXPECT_THROW(OffloadedOptimizer(b.named(), nullptr), stoker::Error);
+  EXPECT_THROW(OffloadedOptimizer(b.named(), adamw_factory({}), {.group_bytes = 0}), stoker::Error);
+  b.ps[0]->requires_grad = false;
+  EXPECT_THROW(OffloadedOptimizer(b.named(), adamw_factory({})), stoker::Error);
+}
+
+}  // namespace
