@@ -14,7 +14,8 @@
 //   stoker launch --nproc-per-node 8 stoker_gpt --preset gpt2-124m --synthetic ...
 //   stoker launch --nproc-per-node 2 stoker_gpt --zero1 --optimizer-state bf16 ...
 // --zero1 shards AdamW's state over the ranks (ZeRO-1, dist/sharded_optimizer.h);
-// --optimizer-state stores its moments in f32, bf16 or 8-bit blocks (optim::StateFormat).
+// --optimizer-state stores its moments in f32, bf16 or 8-bit blocks (optim::StateFormat);
+// --optimizer-offload keeps them and the update on the CPU (optim/offloaded_optimizer.h).
 //
 // --parity-dir DIR: a run to compare against PyTorch (scripts/torch_gpt_parity.py DIR, issue
 // #9). Training is made exact and simple: constant learning rate --lr (no warmup, no cosine),
@@ -91,6 +92,7 @@ struct Options {
   int log_interval = 25;
   bool tf32 = true;
   bool zero1 = false;
+  bool optimizer_offload = false;
   std::string optimizer_state = "f32";
   std::string parity_dir;  // non-empty: the PyTorch parity run (see the header)
 };
@@ -282,7 +284,15 @@ int run(const Options& o) {
                                   .weight_decay = o.weight_decay,
                                   .state = parse_state(o.optimizer_state)};
   std::unique_ptr<optim::Optimizer> opt_owner;
-  if (o.zero1)
+  STOKER_CHECK(!(o.zero1 && o.optimizer_offload),
+               "--optimizer-offload with --zero1: not supported (offload keeps the whole state on "
+               "each rank's CPU, ZeRO-1 shards it on the GPUs); choose one");
+  if (o.optimizer_offload)
+    opt_owner = std::make_unique<optim::OffloadedOptimizer>(
+        model.named_parameters(), [&](optim::NamedParameters p) {
+          return std::make_unique<optim::AdamW>(std::move(p), adamw);
+        });
+  else if (o.zero1)
     opt_owner = std::make_unique<dist::ShardedOptimizer>(*reducer, [&](optim::NamedParameters p) {
       return std::make_unique<optim::AdamW>(std::move(p), adamw);
     });
@@ -557,6 +567,8 @@ int main(int argc, char** argv) {
   app.add_flag("--zero1", o.zero1, "shard AdamW's state over the data-parallel ranks (ZeRO-1)");
   app.add_option("--optimizer-state", o.optimizer_state, "AdamW state: f32 | bf16 | int8")
       ->capture_default_str();
+  app.add_flag("--optimizer-offload", o.optimizer_offload,
+               "AdamW's state and update on the CPU (gradients down, weights up each step)");
   app.add_option("--tf32", o.tf32, "fp32 GEMMs on TF32 tensor cores (the peer allows TF32)")
       ->capture_default_str();
   app.add_option("--parity-dir", o.parity_dir,
