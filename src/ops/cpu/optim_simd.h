@@ -8,7 +8,9 @@
 // instrumented ifunc resolver runs before the TSan runtime is up (see data/resize.cpp).
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+// STOKER_OPTIM_NO_CLONES (a -D flag) builds the baseline loop alone: to measure the speedup.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(STOKER_OPTIM_NO_CLONES)
 #define STOKER_OPTIM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define STOKER_OPTIM_CLONES
