@@ -1,0 +1,146 @@
+// OffloadedOptimizer on a GPU: parameters on cuda:0, state and update on the CPU. The offloaded
+// AdamW equals AdamW on the GPU bit for bit (the CPU loops and the GPU kernels share the
+// arithmetic; f32 and bf16 state), through skipped steps (a device found_inf flag) and learning
+// rate changes; compute copies are refreshed; the host waits once per group per step.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stoker/ops/copy.h"
+#include "stoker/ops/random.h"
+#include "stoker/optim/offloaded_optimizer.h"
+#include "test_util.h"
+
+using stoker::Device;
+using stoker::DType;
+using stoker::Tensor;
+using stoker::nn::Parameter;
+using namespace stoker::optim;
+
+namespace {
+
+const std::vector<int64_t> kSizes = {1000, 37, 0, 70000, 3, 2048, 4099, 131072};
+
+struct GpuParams {
+  std::vector<std::unique_ptr<Parameter>> ps;
+  explicit GpuParams(uint64_t seed) {
+    for (size_t i = 0; i < kSizes.size(); ++i) {
+      Tensor v = Tensor::empty({kSizes[i]}, DType::f32, Device::cuda(0));
+      stoker::ops::random_normal(v, 0.0f, 1.0f, seed, i * 1000000);
+      ps.push_back(std::make_unique<Parameter>(v));
+    }
+  }
+  NamedParameters named() {
+    NamedParameters out;
+    for (size_t i = 0; i < ps.size(); ++i) out.emplace_back("p" + std::to_string(i), ps[i].get());
+    return out;
+  }
+  void set_grads(int step) {
+    for (size_t i = 0; i < ps.size(); ++i)
+      stoker::ops::random_normal(ps[i]->grad(), 0.0f, 0.5f, 77 + static_cast<uint64_t>(step),
+                                 i * 1000000);
+  }
+};
+
+void expect_same_bits(const Tensor& a, const Tensor& b, const std::string& what) {
+  const auto x = stoker::test::raw_bytes(a), y = stoker::test::raw_bytes(b);
+  ASSERT_EQ(x.size(), y.size()) << what;
+  ASSERT_TRUE(x == y) << what << " differs";
+}
+
+OffloadedOptimizer::Factory adamw_factory(const AdamWOptions& o) {
+  return [o](NamedParameters p) { return std::make_unique<AdamW>(std::move(p), o); };
+}
+
+TEST(OffloadedOptimizerGpuTest, EqualsAdamWOnTheGpuBitForBit) {
+  STOKER_REQUIRE_GPU();
+  for (const StateDType dt : {StateDType::f32, StateDType::bf16}) {
+    SCOPED_TRACE(testing::Message() << "state dtype " << static_cast<int>(dt));
+    const AdamWOptions o{.lr = 1e-2f, .weight_decay = 0.1f, .state = {.dtype = dt}};
+    GpuParams a(1), b(1);
+    AdamW plain(a.named(), o);
+    OffloadedOptimizer off(b.named(), adamw_factory(o), {.group_bytes = 64 << 10});
+    ASSERT_GT(off.groups(), 2u);
+    Tensor fa = Tensor::zeros({}, DType::f32, Device::cuda(0));
+    Tensor fb = Tensor::zeros({}, DType::f32, Device::cuda(0));
+    plain.set_found_inf(fa);
+    off.set_found_inf(fb);
+    for (int s = 0; s < 6; ++s) {
+      a.set_grads(s);
+      b.set_grads(s);
+      stoker::ops::fill(fa, s == 2 ? 1.0 : 0.0);  // step 2 overflows: skipped on both
+      stoker::ops::fill(fb, s == 2 ? 1.0 : 0.0);
+      if (s == 3) {
+        plain.set_lr(5e-3f);
+        off.set_lr(5e-3f);
+      }
+      plain.step();
+      off.step();
+      plain.zero_grad();
+      off.zero_grad();
+    }
+    for (size_t i = 0; i < a.ps.size(); ++i)
+      expect_same_bits(a.ps[i]->value(), b.ps[i]->value(), "parameter p" + std::to_string(i));
+    std::map<std::string, Tensor> offloaded;
+    for (auto& [n, t] : off.state()) {
+      EXPECT_TRUE(t.device().is_cpu()) << n;
+      offloaded.emplace(n, t);
+    }
+    for (auto& [n, t] : plain.state()) {
+      if (n == "step_state") continue;  // same count, compared below
+      ASSERT_TRUE(offloaded.count(n)) << n;
+      expect_same_bits(t, offloaded.at(n), "state " + n);
+    }
+    EXPECT_EQ(plain.applied_steps(), 5);
+    EXPECT_EQ(dynamic_cast<AdamW&>(off.inner(0)).applied_steps(), 5);
+  }
+}
+
+TEST(OffloadedOptimizerGpuTest, RefreshesHalfComputeCopiesAndWaitsOncePerGroup) {
+  STOKER_REQUIRE_GPU();
+  GpuParams b(2);
+  for (auto& p : b.ps) p->compute_value(DType::bf16);  // mixed precision: half copies exist
+  OffloadedOptimizer off(b.named(), adamw_factory({.lr = 1e-2f}), {.group_bytes = 64 << 10});
+  b.set_grads(0);
+  const uint64_t syncs = stoker::core::host_sync_count();
+  off.step();
+  EXPECT_EQ(stoker::core::host_sync_count() - syncs, off.groups());
+  for (size_t i = 0; i < b.ps.size(); ++i) {
+    Parameter& p = *b.ps[i];
+    Tensor want = Tensor::empty(p.shape(), DType::bf16, Device::cuda(0));
+    stoker::ops::cast(want, p.value());
+    expect_same_bits(p.compute_copy(), want, "compute copy of p" + std::to_string(i));
+  }
+}
+
+TEST(OffloadedOptimizerGpuTest, GpuCheckpointResumesOffloaded) {
+  STOKER_REQUIRE_GPU();
+  const AdamWOptions o{.lr = 1e-2f};
+  GpuParams ref(3), a(3);
+  AdamW ref_opt(ref.named(), o), plain(a.named(), o);
+  for (int s = 0; s < 4; ++s) {
+    ref.set_grads(s);
+    ref_opt.step();
+  }
+  for (int s = 0; s < 2; ++s) {
+    a.set_grads(s);
+    plain.step();
+  }
+  std::map<std::string, Tensor> file;
+  for (auto& [n, t] : plain.checkpoint_state()) file.emplace(n, t.to(Device::cpu()));
+  OffloadedOptimizer resumed(a.named(), adamw_factory(o), {.group_bytes = 64 << 10});
+  resumed.load_checkpoint_state([&](const std::string& n, Device d) { return file.at(n).to(d); });
+  resumed.set_steps(plain.steps());
+  for (int s = 2; s < 4; ++s) {
+    a.set_grads(s);
+    resumed.step();
+  }
+  for (size_t i = 0; i < a.ps.size(); ++i)
+    expect_same_bits(ref.ps[i]->value(), a.ps[i]->value(), "parameter p" + std::to_string(i));
+}
+
+}  // namespace
