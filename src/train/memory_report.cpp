@@ -50,6 +50,11 @@ std::string format_memory_report(const MemoryReport& r) {
   line("compute copies", r.compute_copies, "half copies (mixed precision)");
   line("gradients", r.gradients, "fp32");
   line("optimizer state", r.optimizer_state, "");
+  if (r.optimizer_state_host > 0)
+    out += core::detail::str("  optimizer state offloaded to host memory ",
+                             core::format_bytes(r.optimizer_state_host),
+                             " (not on the device; its pinned copies of values and gradients are "
+                             "in the pinned bytes below)\n");
   line("input batch", r.input_batch, "last batch on the device");
   const int64_t rest = r.unattributed();
   line("unattributed", static_cast<size_t>(std::max<int64_t>(0, rest)),
@@ -58,7 +63,8 @@ std::string format_memory_report(const MemoryReport& r) {
   out += core::detail::str("  allocator: current ", core::format_bytes(r.allocator.current_bytes),
                            ", peak ", core::format_bytes(r.allocator.peak_bytes), ", reserved ",
                            core::format_bytes(r.allocator.reserved_bytes), "\n");
-  out += core::detail::str("  loader pinned host memory ", core::format_bytes(r.loader_pinned),
+  out += core::detail::str("  pinned host memory (loader ring, optimizer offload) ",
+                           core::format_bytes(r.loader_pinned),
                            "; library workspaces (cuBLASLt, cuDNN) not tracked\n");
   return out;
 }

@@ -137,7 +137,9 @@ MemoryReport Trainer::memory_report() const {
     // The gradient is f32 of the value's shape (read without grad(), which may clear it).
     if (p->requires_grad) r.gradients += p->value().nbytes();
   }
-  r.optimizer_state = optimizer_.state_bytes();
+  // By where the state lives: an offloaded optimizer's is host memory, not the device's.
+  for (const auto& [name, t] : optimizer_.state())
+    (t.device() == r.device ? r.optimizer_state : r.optimizer_state_host) += t.nbytes();
   r.input_batch = last_batch_bytes_;
   r.activations_peak = activations_peak_;
   r.loader_pinned = core::pinned_memory_stats().current_bytes;

@@ -13,6 +13,8 @@
 #include "stoker/ops/copy.h"
 #include "stoker/ops/random.h"
 #include "stoker/optim/offloaded_optimizer.h"
+#include "stoker/train/memory_report.h"
+#include "stoker/train/trainer.h"
 #include "test_util.h"
 
 using stoker::Device;
@@ -141,6 +143,30 @@ TEST(OffloadedOptimizerGpuTest, GpuCheckpointResumesOffloaded) {
   }
   for (size_t i = 0; i < a.ps.size(); ++i)
     expect_same_bits(ref.ps[i]->value(), a.ps[i]->value(), "parameter p" + std::to_string(i));
+}
+
+// The Trainer's memory report counts offloaded state as host memory, not as device memory.
+TEST(OffloadedOptimizerGpuTest, MemoryReportShowsOffloadedStateAsHostMemory) {
+  STOKER_REQUIRE_GPU();
+  namespace nn = stoker::nn;
+  nn::Sequential model(nn::make<nn::Linear>(64, 128), nn::make<nn::ReLU>(),
+                       nn::make<nn::Linear>(128, 32));
+  model.to(Device::cuda(0));
+  nn::MSELoss loss;
+  OffloadedOptimizer off(model.named_parameters(), adamw_factory({}));
+  stoker::train::Trainer trainer(model, loss, off, {.progress_bar = false, .quiet = true});
+  const stoker::train::MemoryReport r = trainer.memory_report();
+  EXPECT_EQ(r.optimizer_state, 0u);
+  EXPECT_EQ(r.optimizer_state_host, off.state_bytes());
+  EXPECT_GT(r.optimizer_state_host, 2u * 4u * (64 * 128 + 128 * 32));
+  const std::string text = stoker::train::format_memory_report(r);
+  EXPECT_NE(text.find("offloaded to host memory"), std::string::npos) << text;
+
+  AdamW plain(model.named_parameters(), {});
+  stoker::train::Trainer on_device(model, loss, plain, {.progress_bar = false, .quiet = true});
+  const stoker::train::MemoryReport d = on_device.memory_report();
+  EXPECT_EQ(d.optimizer_state, plain.state_bytes());
+  EXPECT_EQ(d.optimizer_state_host, 0u);
 }
 
 }  // namespace

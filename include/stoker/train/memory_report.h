@@ -8,7 +8,9 @@
 //   parameters       fp32 master values
 //   compute_copies   their half copies under mixed precision
 //   gradients        fp32 gradients (bucket views under data parallelism count once)
-//   optimizer_state  Optimizer::state_bytes (moments, momentum, 8-bit codes and scales)
+//   optimizer_state  Optimizer::state_bytes (moments, momentum, 8-bit codes and scales) held
+//                    on the device; state elsewhere (optim::OffloadedOptimizer keeps it in host
+//                    memory) is optimizer_state_host, shown but not counted
 //   input_batch      the last micro-batch the Trainer consumed (input and target; shown for
 //                    scale, not counted in persistent(): it may be a view of a dataset)
 //   activations_peak the first step's peak above what was still held after it: activations
@@ -38,6 +40,7 @@ struct MemoryReport {
   size_t compute_copies = 0;
   size_t gradients = 0;
   size_t optimizer_state = 0;
+  size_t optimizer_state_host = 0;  // offloaded optimizer state (host memory; not in persistent())
   size_t input_batch = 0;
   size_t activations_peak = 0;
   size_t loader_pinned = 0;
