@@ -30,6 +30,12 @@ std::vector<MemoryAdvice> memory_advice(const MemoryReport& r, const MemorySetti
         {"store optimizer state in 8 bits (AdamWOptions::state = {.dtype = "
          "StateDType::int8_blockwise}; bf16 halves it instead)",
          r.optimizer_state / 100 * 72});
+  // On a GPU the whole state can leave the device (for step time: host copies, a CPU update).
+  if (r.device.is_cuda() && r.optimizer_state > 0)
+    out.push_back(
+        {"offload the optimizer state and update to the CPU (optim::OffloadedOptimizer around "
+         "the optimizer; costs step time for the copies and the CPU update)",
+         r.optimizer_state});
   std::stable_sort(out.begin(), out.end(), [](const MemoryAdvice& a, const MemoryAdvice& b) {
     return a.saves_bytes > b.saves_bytes;
   });

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "stoker/ops/copy.h"
+#include "stoker/train/memory_report.h"
 #include "test_util.h"
 
 using stoker::DType;
@@ -280,6 +281,24 @@ TEST(OffloadedOptimizerTest, RejectsBadInput) {
   EXPECT_THROW(OffloadedOptimizer(b.named(), adamw_factory({}), {.group_bytes = 0}), stoker::Error);
   b.ps[0]->requires_grad = false;
   EXPECT_THROW(OffloadedOptimizer(b.named(), adamw_factory({})), stoker::Error);
+}
+
+// Memory advice: offloading is advised for device-resident optimizer state on a GPU only.
+TEST(OffloadedOptimizerTest, MemoryAdviceOffersOffloadOnAGpu) {
+  stoker::train::MemoryReport r;
+  r.optimizer_state = 8000;
+  auto has_offload = [](const std::vector<stoker::train::MemoryAdvice>& a) {
+    for (const auto& x : a)
+      if (x.action.find("OffloadedOptimizer") != std::string::npos) return x.saves_bytes == 8000;
+    return false;
+  };
+  r.device = stoker::Device::cpu();
+  EXPECT_FALSE(has_offload(stoker::train::memory_advice(r, {})));
+  r.device = stoker::Device::cuda(0);
+  EXPECT_TRUE(has_offload(stoker::train::memory_advice(r, {})));
+  r.optimizer_state = 0;  // already offloaded
+  r.optimizer_state_host = 8000;
+  EXPECT_FALSE(has_offload(stoker::train::memory_advice(r, {})));
 }
 
 }  // namespace

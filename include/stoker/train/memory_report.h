@@ -72,7 +72,8 @@ struct MemorySettings {
 
 // Advice ranked by estimated savings, largest first: activation checkpointing (about half the
 // activations), halving the micro-batch with twice the accumulation (half the activations and
-// batch), bf16 compute (half the activations), 8-bit optimizer state (about 72 % of it).
+// batch), bf16 compute (half the activations), 8-bit optimizer state (about 72 % of it), on a
+// GPU offloading the optimizer state to the CPU (all of it, for step time).
 std::vector<MemoryAdvice> memory_advice(const MemoryReport& r, const MemorySettings& s);
 
 // A multi-line table: one line per category with bytes and share of the allocator's current
