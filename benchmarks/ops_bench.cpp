@@ -6,12 +6,14 @@
 // (Google Benchmark prints it scaled: G = 1e9, T = 1e12); the H200's device-to-device copy
 // reaches ~4.2 TB/s (docs/benchmarks.md). Times come from CUDA events around 10 back-to-back
 // calls after warm-up (manual time, per call). Each benchmark checks a slice of what it timed
-// against the CPU reference and fails loudly on a mismatch.
+// against the CPU reference and fails loudly on a mismatch. BM_AdamWStateFormat/state:0|1|2 is
+// the AdamW update of the MLP's weights with f32 / bf16 / 8-bit moments.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -224,6 +226,87 @@ void BM_CastMultiRefresh(benchmark::State& state) {
   check(state, worst(dst[7], want, n, 0.0, 1e-30));
 }
 
+// AdamW over the MLP benchmark's weights (8 x [4096, 4096] = 134M values, f32 masters and
+// gradients) with the moments in f32 (the f32 kernel the optimizer uses for f32 state), bf16
+// and 8-bit (block 2048), as optim::AdamW runs it (step state on the device). bytes per value:
+// p read + written, g read, and each moment read + written: 28 / 20 / 16 (+ 16 per 2048 for
+// the 8-bit absmax scales). Checked: one more step of the last tensor against the CPU (state
+// forms other than f32 must match it bit for bit: parameters, bf16 bits, codes, absmax).
+void BM_AdamWStateFormat(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0), cpu = Device::cpu();
+  const int form = static_cast<int>(state.range(0));  // 0 f32, 1 bf16, 2 8-bit
+  const DType dtype = form == 0 ? DType::f32 : form == 1 ? DType::bf16 : DType::u8;
+  constexpr int64_t kBlockQ8 = 2048;
+  std::vector<Tensor> p, g;
+  std::vector<ops::StateTensor> m, v;
+  double bytes = 0;
+  for (int i = 0; i < 8; ++i) {
+    p.push_back(random_tensor({kWidthMlp, kWidthMlp}, DType::f32, gpu, 20 + i, 0.02f));
+    g.push_back(random_tensor({kWidthMlp, kWidthMlp}, DType::f32, gpu, 30 + i, 1e-3f));
+    for (int k = 0; k < 2; ++k) {
+      Tensor f = random_tensor({kWidthMlp, kWidthMlp}, DType::f32, gpu, 40 + 2 * i + k, 1e-3f);
+      if (k == 1) ops::mul(f, f, f);
+      ops::StateTensor st;
+      if (form == 0) {
+        st.values = f;
+      } else if (form == 1) {
+        st.values = Tensor::empty(f.shape(), DType::bf16, gpu);
+        ops::cast(st.values, f);
+      } else {
+        st.values = Tensor::empty(f.shape(), DType::u8, gpu);
+        st.absmax = Tensor::empty({ops::quantization_blocks(f.numel(), kBlockQ8)}, DType::f32, gpu);
+        ops::quantize_blockwise(st.values, st.absmax, f, k == 0, kBlockQ8);
+      }
+      (k == 0 ? m : v).push_back(st);
+    }
+    const double per_value = form == 0 ? 28.0 : form == 1 ? 20.0 : 16.0;
+    bytes += per_value * static_cast<double>(p.back().numel()) +
+             (form == 2 ? 16.0 * ops::quantization_blocks(p.back().numel(), kBlockQ8) : 0.0);
+  }
+  const ops::AdamWHyper h{.lr = 1e-3f, .weight_decay = 0.01f};
+  const ops::StateStorage storage{.block = kBlockQ8};
+  const Tensor step_state = ops::adamw_step_state_create(gpu);
+  const auto values = [](const std::vector<ops::StateTensor>& s) {
+    std::vector<Tensor> out;
+    for (const auto& x : s) out.push_back(x.values);
+    return out;
+  };
+  const auto step = [&](std::vector<Tensor>& ps, std::vector<Tensor>& gs,
+                        std::vector<ops::StateTensor>& ms, std::vector<ops::StateTensor>& vs,
+                        const Tensor& st) {
+    if (form == 0)
+      ops::adamw_step(ps, gs, values(ms), values(vs), h, Tensor(), st);
+    else
+      ops::adamw_step(ps, gs, ms, vs, h, storage, Tensor(), st);
+  };
+  time_calls(state, bytes, [&] { step(p, g, m, v, step_state); });
+  state.counters["values/s"] = benchmark::Counter(
+      static_cast<double>(8 * kWidthMlp * kWidthMlp) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+  // One more step of the last tensor on both devices from the same state.
+  const auto host = [&](const ops::StateTensor& s) {
+    return ops::StateTensor{s.values.to(cpu), s.absmax.defined() ? s.absmax.to(cpu) : Tensor()};
+  };
+  std::vector<Tensor> pc{p[7].to(cpu)}, gc{g[7].to(cpu)}, pg{p[7]}, gg{g[7]};
+  std::vector<ops::StateTensor> mc{host(m[7])}, vc{host(v[7])}, mg{m[7]}, vg{v[7]};
+  const Tensor sc = ops::adamw_step_state_create(cpu), sg = ops::adamw_step_state_create(gpu);
+  step(pc, gc, mc, vc, sc);
+  step(pg, gg, mg, vg, sg);
+  const auto same = [](const Tensor& a, const Tensor& b) {
+    const Tensor h = b.to(Device::cpu());
+    return a.nbytes() == h.nbytes() && std::memcmp(a.data(), h.data(), a.nbytes()) == 0;
+  };
+  if (form == 0) {  // f32 kernel: not required to match the CPU bit for bit
+    check(state, worst(pg[0], pc[0], pc[0].numel(), 1e-5, 1e-7));
+    return;
+  }
+  bool ok =
+      same(pc[0], pg[0]) && same(mc[0].values, mg[0].values) && same(vc[0].values, vg[0].values);
+  if (form == 2) ok = ok && same(mc[0].absmax, mg[0].absmax) && same(vc[0].absmax, vg[0].absmax);
+  check(state, ok ? 0.0 : 2.0);
+}
+
 }  // namespace
 
 BENCHMARK(BM_GeluForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
@@ -233,6 +316,13 @@ BENCHMARK(BM_CrossEntropyBackward)->UseManualTime()->Unit(benchmark::kMicrosecon
 BENCHMARK(BM_LayerNormForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LayerNormBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CastMultiRefresh)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamWStateFormat)
+    ->ArgName("state")
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

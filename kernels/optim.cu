@@ -163,19 +163,33 @@ struct CastToHalfOp {
 // ---- updates over compact state (bf16, block-wise 8-bit; ops/optim.h) ----
 //
 // One launch over the list, like `launch` above, but a tensor's chunk depends on how its state
-// is stored: kChunk elements for f32 and bf16 state (grid-stride within the chunk), one
-// quantization block for 8-bit state. An 8-bit block is handled by one CUDA block: each thread
-// decodes, updates and keeps up to 16 values in registers, the block reduces the new absmax,
-// then each thread encodes its values. The tensor (and so the branch) is uniform in a block,
+// is stored: kChunk elements for f32 and bf16 state (grid-stride within the chunk), one tile of
+// quantization blocks for 8-bit state. The tensor (and so the branch) is uniform in a block,
 // which makes the __syncthreads of the reduction legal.
+//
+// 8-bit tiles: a tile is one quantization block, or 1024 / block of them when the block
+// divides 1024 (so that a block of 256 keeps every thread busy). Each thread owns quads, 4
+// consecutive values: with 256 threads a tile of T values is ceil(T / 1024) passes
+// (kPasses, a template parameter: 2 for the default block of 2048). A thread first issues all
+// its loads (p and g as float4, each state's 4 codes as one u32, when the tensor's pointers
+// allow it; scalar loads otherwise and at the tensor's end), so that many bytes are in flight;
+// then decodes (map in shared memory), updates and stores p, keeping the new states in
+// registers; the CUDA block reduces each quantization block's new absmax (a warp's 32 quads,
+// 128 values, never straddle two quantization blocks: block is a multiple of 256); then each
+// thread encodes its values (quant_math.h's table, in shared memory) and stores 4 codes as one
+// u32. Per value this moves p (read, written), g, and a code per state (read, written): 16
+// bytes for AdamW against 28 with f32 state.
 constexpr int kMaxCompactTensors = 256;
-constexpr int kMaxQ8PerThread = 4096 / kOptimBlock;
+constexpr int kQuad = 4;
+constexpr int kMaxQ8Passes = 4096 / (kOptimBlock * kQuad);
 
 struct CompactArgs {
   const float* found_inf;
-  float maps[2][256];               // the 8-bit map of each state (decoding)
+  alignas(16) float maps[2][256];   // the 8-bit map of each state (decoding)
   detail::EncodeTable encoders[2];  // its encode table (quant_math.h)
-  int64_t block;
+  int64_t block;                    // values per absmax (8-bit state)
+  int64_t tile;                     // values per 8-bit chunk: a multiple of block
+  int32_t has_q8;                   // any 8-bit tensor in this launch (else: no tables needed)
   int32_t stochastic;
   uint64_t seed, offset;
   int32_t count;
@@ -187,6 +201,7 @@ struct CompactArgs {
   void* s[2][kMaxCompactTensors];
   float* absmax[2][kMaxCompactTensors];
   uint8_t form[kMaxCompactTensors];
+  uint8_t vec[kMaxCompactTensors];  // 8-bit: p, g 16-byte and codes 4-byte aligned (quad loads)
 };
 static_assert(sizeof(CompactArgs) <= 32764, "compact optimizer kernel parameters too large");
 
@@ -202,22 +217,158 @@ __device__ STOKER_FORCEINLINE int find_compact_tensor(const CompactArgs& a, int6
   return lo;
 }
 
+// Copies `bytes` (a multiple of 16) from the kernel parameters to shared memory, 16 bytes per
+// thread and step (parameter space serves distinct addresses one at a time: wide words, fewer
+// of them).
+__device__ STOKER_FORCEINLINE void copy_to_shared(void* dst, const void* src, int bytes) {
+  const auto* s = static_cast<const uint4*>(src);
+  auto* d = static_cast<uint4*>(dst);
+  for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x) d[i] = s[i];
+}
+
+// One 8-bit tile (see above) of tensor t starting at value `tile_begin`.
+template <int K, int kPasses, typename Op>
+__device__ STOKER_FORCEINLINE void q8_tile(const CompactArgs& a, const Op& op, int t,
+                                           int64_t tile_begin, const float (*maps)[256],
+                                           const detail::EncodeTable* encoders,
+                                           float (*scratch)[kOptimBlock / 32]) {
+  const int64_t numel = a.numel[t];
+  const int64_t block = a.block;
+  const int tile = static_cast<int>(min(a.tile, numel - tile_begin));  // values in this tile
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float* p = a.p[t];
+  const float* g = a.g[t];
+  uint8_t* codes[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) codes[k] = static_cast<uint8_t*>(a.s[k][t]);
+  const bool vec = a.vec[t] != 0;
+  // This thread's quantization block (one per thread: several passes only when tile == block).
+  const bool active = tid * kQuad < tile;
+  const int64_t qb = (tile_begin + (kPasses == 1 ? tid * kQuad : 0)) / block;
+  float scale[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) scale[k] = active ? a.absmax[k][t][qb] : 0.0f;
+
+  // Loads first, all passes.
+  float pv[kPasses][kQuad], gv[kPasses][kQuad];
+  uint32_t cw[K][kPasses];
+#pragma unroll
+  for (int j = 0; j < kPasses; ++j) {
+    const int o = (tid + j * kOptimBlock) * kQuad;  // offset in the tile
+    const int64_t i = tile_begin + o;
+#pragma unroll
+    for (int e = 0; e < kQuad; ++e) pv[j][e] = gv[j][e] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) cw[k][j] = 0;
+    if (vec && o + kQuad <= tile) {
+      const float4 pq = *reinterpret_cast<const float4*>(p + i);
+      const float4 gq = __ldg(reinterpret_cast<const float4*>(g + i));
+      pv[j][0] = pq.x, pv[j][1] = pq.y, pv[j][2] = pq.z, pv[j][3] = pq.w;
+      gv[j][0] = gq.x, gv[j][1] = gq.y, gv[j][2] = gq.z, gv[j][3] = gq.w;
+#pragma unroll
+      for (int k = 0; k < K; ++k) cw[k][j] = *reinterpret_cast<const uint32_t*>(codes[k] + i);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kQuad; ++e)
+        if (o + e < tile) {
+          pv[j][e] = p[i + e];
+          gv[j][e] = g[i + e];
+#pragma unroll
+          for (int k = 0; k < K; ++k) cw[k][j] |= static_cast<uint32_t>(codes[k][i + e]) << (8 * e);
+        }
+    }
+  }
+
+  // Decode, update, store p; keep the new states.
+  float vals[K][kPasses][kQuad], local[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) local[k] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPasses; ++j) {
+    const int o = (tid + j * kOptimBlock) * kQuad;
+    const int64_t i = tile_begin + o;
+#pragma unroll
+    for (int e = 0; e < kQuad; ++e) {
+      float v[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) v[k] = maps[k][(cw[k][j] >> (8 * e)) & 0xffu] * scale[k];
+      op(pv[j][e], gv[j][e], v);
+      const bool in = o + e < tile;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        vals[k][j][e] = v[k];
+        if (in) local[k] = fmaxf(local[k], fabsf(v[k]));
+      }
+    }
+    if (vec && o + kQuad <= tile) {
+      *reinterpret_cast<float4*>(p + i) = make_float4(pv[j][0], pv[j][1], pv[j][2], pv[j][3]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kQuad; ++e)
+        if (o + e < tile) p[i + e] = pv[j][e];
+    }
+  }
+
+  // The new absmax of each state over each quantization block (exact: max is order-free).
+  // Warps w0 .. w0 + wpb - 1 hold this thread's quantization block.
+  const int64_t block_warps = block / (32 * kQuad);
+  const int wpb = block_warps < kOptimBlock / 32 ? static_cast<int>(block_warps) : kOptimBlock / 32;
+  const int w0 = warp / wpb * wpb;
+  float next[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float m = local[k];
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+    if (lane == 0) scratch[k][warp] = m;
+  }
+  __syncthreads();  // every thread has read the old absmax before it is overwritten
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    next[k] = 0.0f;
+    for (int w = w0; w < w0 + wpb && w < kOptimBlock / 32; ++w)
+      next[k] = fmaxf(next[k], scratch[k][w]);
+    if (active && lane == 0 && warp == w0) a.absmax[k][t][qb] = next[k];
+  }
+  __syncthreads();  // scratch is reused by the next tile
+
+  // Encode and store 4 codes per state as one word.
+#pragma unroll
+  for (int j = 0; j < kPasses; ++j) {
+    const int o = (tid + j * kOptimBlock) * kQuad;
+    const int64_t i = tile_begin + o;
+    if (o >= tile) continue;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      uint32_t w = 0;
+#pragma unroll
+      for (int e = 0; e < kQuad; ++e)
+        w |= static_cast<uint32_t>(
+                 detail::encode_nearest(encoders[k], detail::normalize_by(vals[k][j][e], next[k])))
+             << (8 * e);
+      if (vec && o + kQuad <= tile) {
+        *reinterpret_cast<uint32_t*>(codes[k] + i) = w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < kQuad; ++e)
+          if (o + e < tile) codes[k][i + e] = static_cast<uint8_t>(w >> (8 * e));
+      }
+    }
+  }
+}
+
 // Op: K (states) and operator()(float& p, float g, float* s).
-template <int K, typename Op>
+template <int K, int kPasses, typename Op>
 __global__ void __launch_bounds__(kOptimBlock)
     compact_kernel(const __grid_constant__ CompactArgs a, Op op) {
   if (a.found_inf && *a.found_inf != 0.0f) return;
-  __shared__ float maps[K][256];
+  __shared__ alignas(16) float maps[K][256];
   __shared__ detail::EncodeTable encoders[K];
   __shared__ float scratch[K][kOptimBlock / 32];
-  for (int i = threadIdx.x; i < K * 256; i += blockDim.x)
-    maps[i / 256][i % 256] = a.maps[i / 256][i % 256];
-  static_assert(sizeof(detail::EncodeTable) % 4 == 0, "the table is copied in 4-byte words");
-  constexpr int kTableWords = sizeof(detail::EncodeTable) / 4;
-  for (int i = threadIdx.x; i < K * kTableWords; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(&encoders[i / kTableWords])[i % kTableWords] =
-        reinterpret_cast<const uint32_t*>(&a.encoders[i / kTableWords])[i % kTableWords];
-  __syncthreads();
+  if (a.has_q8) {
+    copy_to_shared(maps, a.maps, sizeof(maps));
+    copy_to_shared(encoders, a.encoders, sizeof(encoders));
+    __syncthreads();
+  }
   const int64_t chunks = a.chunk_begin[a.count];
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const int t = find_compact_tensor(a, c);
@@ -225,56 +376,7 @@ __global__ void __launch_bounds__(kOptimBlock)
     float* p = a.p[t];
     const float* g = a.g[t];
     if (form == detail::kStateQ8) {
-      const int64_t qb = c - a.chunk_begin[t];
-      const int64_t begin = qb * a.block;
-      const int64_t end = min(begin + a.block, a.numel[t]);
-      float scale[K], local[K], vals[K][kMaxQ8PerThread];
-#pragma unroll
-      for (int k = 0; k < K; ++k) scale[k] = a.absmax[k][t][qb], local[k] = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kMaxQ8PerThread; ++j) {
-        const int64_t i = begin + threadIdx.x + static_cast<int64_t>(j) * kOptimBlock;
-        if (j * kOptimBlock < a.block && i < end) {
-          float v[K];
-#pragma unroll
-          for (int k = 0; k < K; ++k)
-            v[k] = maps[k][static_cast<const uint8_t*>(a.s[k][t])[i]] * scale[k];
-          float pi = p[i];
-          op(pi, g[i], v);
-          p[i] = pi;
-#pragma unroll
-          for (int k = 0; k < K; ++k) {
-            vals[k][j] = v[k];
-            local[k] = fmaxf(local[k], fabsf(v[k]));
-          }
-        }
-      }
-      // The new absmax of each state over the block (exact: max does not depend on order).
-      float next[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        float m = local[k];
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
-        if ((threadIdx.x & 31) == 0) scratch[k][threadIdx.x / 32] = m;
-      }
-      __syncthreads();  // every thread has read the old absmax before thread 0 writes it
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        next[k] = 0.0f;
-        for (int w = 0; w < kOptimBlock / 32; ++w) next[k] = fmaxf(next[k], scratch[k][w]);
-        if (threadIdx.x == 0) a.absmax[k][t][qb] = next[k];
-      }
-      __syncthreads();  // scratch is reused by the next chunk
-#pragma unroll
-      for (int j = 0; j < kMaxQ8PerThread; ++j) {
-        const int64_t i = begin + threadIdx.x + static_cast<int64_t>(j) * kOptimBlock;
-        if (j * kOptimBlock < a.block && i < end) {
-#pragma unroll
-          for (int k = 0; k < K; ++k)
-            static_cast<uint8_t*>(a.s[k][t])[i] =
-                detail::encode_nearest(encoders[k], detail::normalize_by(vals[k][j], next[k]));
-        }
-      }
+      q8_tile<K, kPasses>(a, op, t, (c - a.chunk_begin[t]) * a.tile, maps, encoders, scratch);
     } else {
       const int64_t begin = (c - a.chunk_begin[t]) * kChunk;
       const int64_t end = min(begin + kChunk, a.numel[t]);
@@ -337,6 +439,9 @@ void launch_compact(std::span<const Tensor> params, std::span<const Tensor> grad
       a->encoders[k] = detail::encode_table(is_signed[k]);
     }
     a->block = st.block;
+    // A tile of 1024 / block quantization blocks when block divides 1024, else one.
+    const int64_t per_tile = st.block <= 1024 && 1024 % st.block == 0 ? 1024 / st.block : 1;
+    a->tile = st.block * per_tile;
     a->stochastic = st.stochastic_rounding ? 1 : 0;
     a->seed = st.seed;
     a->offset = st.offset;
@@ -354,12 +459,19 @@ void launch_compact(std::span<const Tensor> params, std::span<const Tensor> grad
       a->p[n] = static_cast<float*>(params[t].data());
       a->g[n] = static_cast<const float*>(grads[t].data());
       a->form[n] = form;
+      const auto aligned = [](const void* ptr, uintptr_t bytes) {
+        return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+      };
+      bool vec = aligned(a->p[n], 16) && aligned(a->g[n], 16);
+      for (int k = 0; k < K; ++k) vec = vec && aligned(states[k][t].values.data(), 4);
+      a->vec[n] = vec ? 1 : 0;
+      if (form == detail::kStateQ8) a->has_q8 = 1;
       for (int k = 0; k < K; ++k) {
         a->s[k][n] = states[k][t].values.data();
         a->absmax[k][n] =
             form == detail::kStateQ8 ? static_cast<float*>(states[k][t].absmax.data()) : nullptr;
       }
-      const int64_t per_chunk = form == detail::kStateQ8 ? st.block : kChunk;
+      const int64_t per_chunk = form == detail::kStateQ8 ? a->tile : kChunk;
       chunks += (numel + per_chunk - 1) / per_chunk;
       ++n;
     }
@@ -368,7 +480,22 @@ void launch_compact(std::span<const Tensor> params, std::span<const Tensor> grad
     a->chunk_begin[n] = chunks;
     const unsigned grid = static_cast<unsigned>(
         std::min<int64_t>(chunks, static_cast<int64_t>(sm_count(device.index)) * 8));
-    compact_kernel<K><<<grid, kOptimBlock, 0, core::cuda_stream(device)>>>(*a, op);
+    const cudaStream_t stream = core::cuda_stream(device);
+    const int64_t passes = (a->tile + kOptimBlock * kQuad - 1) / (kOptimBlock * kQuad);
+    switch (passes) {
+      case 1:
+        compact_kernel<K, 1><<<grid, kOptimBlock, 0, stream>>>(*a, op);
+        break;
+      case 2:
+        compact_kernel<K, 2><<<grid, kOptimBlock, 0, stream>>>(*a, op);
+        break;
+      case 3:
+        compact_kernel<K, 3><<<grid, kOptimBlock, 0, stream>>>(*a, op);
+        break;
+      default:
+        static_assert(kMaxQ8Passes == 4, "one kernel per number of passes");
+        compact_kernel<K, 4><<<grid, kOptimBlock, 0, stream>>>(*a, op);
+    }
     STOKER_CUDA_CHECK(cudaGetLastError());
   }
 }

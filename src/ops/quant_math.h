@@ -38,7 +38,7 @@ constexpr uint32_t kEncodeLowKey = 0x33800000u >> kEncodeShift;  // 2^-24 and be
 constexpr uint32_t kEncodeOneKey = 0x3f800000u >> kEncodeShift;  // 1.0 and above: last bucket
 constexpr int kEncodeBuckets = static_cast<int>(kEncodeOneKey - kEncodeLowKey) + 1;  // per sign
 
-struct EncodeTable {
+struct alignas(16) EncodeTable {  // 16-byte aligned: kernels copy it in 16-byte words
   // above[j]: the largest float encoded as j or lower; +Inf from codes - 1 on (never exceeded).
   float above[256 + kEncodeSteps];
   // first[b]: the code of the lowest value of bucket b (positive x: b = magnitude bucket;

@@ -13,11 +13,15 @@
 #include <limits>
 #include <vector>
 
+#include "ops/quantize_test_util.h"
 #include "test_util.h"
 
 using stoker::DType;
 using stoker::Tensor;
 namespace ops = stoker::ops;
+using stoker::test::encoder_probes;
+using stoker::test::nearest_by_search;
+using stoker::test::to_bits;
 
 namespace {
 
@@ -32,84 +36,6 @@ std::vector<float> moment_like(size_t n, uint32_t seed, bool non_negative) {
     v[i] = non_negative ? mag : (u[i] < 0 ? -mag : mag);
   }
   for (size_t i = 256; i < std::min<size_t>(n, 512); ++i) v[i] = 0.0f;  // a zero block (256)
-  return v;
-}
-
-// The definition of a code (the binary search the library used before its lookup table): the
-// entry nearest to x, the distances computed in f32, ties to the lower entry; beyond either end
-// the end's code; NaN code 0.
-uint8_t nearest_by_search(const std::array<float, 256>& map, int codes, float x) {
-  if (!(x > map[0])) return 0;
-  if (x >= map[codes - 1]) return static_cast<uint8_t>(codes - 1);
-  int lo = 0, hi = codes - 1;  // map[lo] <= x < map[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (map[mid] <= x)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return static_cast<uint8_t>(map[hi] - x < x - map[lo] ? hi : lo);
-}
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-uint32_t to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-// x and its `ulps` float neighbours on each side.
-void add_with_neighbours(std::vector<float>& out, float x, int ulps) {
-  out.push_back(x);
-  float up = x, down = x;
-  for (int i = 0; i < ulps; ++i) {
-    up = std::nextafter(up, std::numeric_limits<float>::infinity());
-    down = std::nextafter(down, -std::numeric_limits<float>::infinity());
-    out.push_back(up);
-    out.push_back(down);
-  }
-}
-
-// The values where an encoder could go wrong: every map entry, every midpoint between
-// neighbours (in f32 and in double) with 16 floats either side, both boundaries of every
-// power-of-two-and-64th interval of magnitudes in [2^-26, 2] with both signs (where a table
-// over exponent and top mantissa bits switches buckets), the ends, zeros, denormals, infinities
-// and NaNs, and every float of [-2, 2] whose bits step by a stride (one float in 2^9).
-std::vector<float> encoder_probes(bool is_signed) {
-  const auto& m = ops::dynamic_map(is_signed);
-  const int codes = ops::dynamic_map_codes(is_signed);
-  std::vector<float> v;
-  for (int i = 0; i < codes; ++i) add_with_neighbours(v, m[i], 4);
-  for (int i = 0; i + 1 < codes; ++i) {
-    add_with_neighbours(v, (m[i] + m[i + 1]) / 2.0f, 16);
-    add_with_neighbours(v, static_cast<float>((double(m[i]) + double(m[i + 1])) / 2.0), 16);
-  }
-  for (uint32_t u = to_bits(0x1p-26f); u <= to_bits(2.0f); u += 1u << 17)
-    for (const uint32_t b : {u, u - 1, u + 1})
-      for (const uint32_t sign : {0u, 0x80000000u}) v.push_back(from_bits(b | sign));
-  for (const float x :
-       {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -2.0f, std::numeric_limits<float>::max(),
-        -std::numeric_limits<float>::max(), std::numeric_limits<float>::min(),
-        -std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(),
-        -std::numeric_limits<float>::denorm_min(), 1e-40f, -1e-40f})
-    add_with_neighbours(v, x, 2);
-  for (const float x :
-       {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-        std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
-        from_bits(0x7f800001u), from_bits(0xffbfffffu)})
-    v.push_back(x);
-  // Every 2^9-th float of [-2, 2]: 2^31 floats / 2^9 = 2^22 probes, low bits varied by the
-  // odd stride.
-  constexpr uint32_t kStride = (1u << 9) + 1;
-  for (uint32_t u = 0; u <= to_bits(2.0f); u += kStride) {
-    v.push_back(from_bits(u));
-    v.push_back(from_bits(u | 0x80000000u));
-  }
   return v;
 }
 
@@ -145,12 +71,7 @@ TEST(QuantizeTest, QuantizeBlockwiseEncodesLikeTheSearch) {
     SCOPED_TRACE(is_signed ? "signed" : "unsigned");
     const auto& m = ops::dynamic_map(is_signed);
     const int codes = ops::dynamic_map_codes(is_signed);
-    std::vector<float> v;
-    for (const float x : encoder_probes(is_signed)) {
-      if (!(std::fabs(x) < 1.0f)) continue;           // NaN and the ends: covered above
-      if (v.size() % kBlock == 0) v.push_back(1.0f);  // each block's absmax
-      v.push_back(x);
-    }
+    const std::vector<float> v = stoker::test::probe_blocks(is_signed, kBlock);
     const int64_t n = static_cast<int64_t>(v.size());
     const Tensor x = Tensor::from_floats(v, {n});
     Tensor c = Tensor::empty({n}, DType::u8);
