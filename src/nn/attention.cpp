@@ -1,12 +1,32 @@
 #include "stoker/nn/attention.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include "stoker/core/error.h"
 #include "stoker/ops/attention.h"
+#include "stoker/ops/flash_attention.h"
 
 namespace stoker::nn {
 
-CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t heads)
-    : d_model_(d_model), heads_(heads) {
+namespace {
+
+// STOKER_ATTENTION: unset, "" or "math" -> math; "fused" -> fused.
+AttentionKernel kernel_from_env() {
+  const char* v = std::getenv("STOKER_ATTENTION");
+  const std::string_view s = v ? v : "";
+  if (s.empty() || s == "math") return AttentionKernel::math;
+  if (s == "fused") return AttentionKernel::fused;
+  STOKER_CHECK_HINT(false, "set STOKER_ATTENTION=fused or math, or unset it",
+                    "CausalSelfAttention: environment variable STOKER_ATTENTION is '", s,
+                    "'; expected 'fused' or 'math'");
+  return AttentionKernel::math;
+}
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t heads, AttentionKernel kernel)
+    : d_model_(d_model), heads_(heads), kernel_(kernel) {
   STOKER_CHECK(d_model > 0 && heads > 0 && d_model % heads == 0,
                "CausalSelfAttention(d_model=", d_model, ", heads=", heads,
                "): d_model must be a positive multiple of the (positive) head count");
@@ -22,6 +42,17 @@ Tensor CausalSelfAttention::attention(const Tensor& x) {
   const Tensor qkv = qkv_->forward(x);
   const int64_t b = x.size(0), t = x.size(1), d = d_model_ / heads_;
   Tensor a = Tensor::empty({b, t, d_model_}, x.dtype(), device_);
+  qkv_heads_ = probs_ = qkv_out_ = attn_out_ = lse_ = Tensor();
+  if (use_fused(qkv)) {
+    Tensor lse = Tensor::empty({b, heads_, t}, DType::f32, device_);
+    ops::flash_attention_forward(a, lse, qkv, heads_);
+    if (saving_activations()) {  // else inside a Checkpoint's forward: keep nothing
+      qkv_out_ = qkv;
+      attn_out_ = a;
+      lse_ = std::move(lse);
+    }
+    return a;
+  }
   Tensor heads = Tensor::empty({3, b, heads_, t, d}, x.dtype(), device_);
   Tensor probs = Tensor::empty({b, heads_, t, t}, x.dtype(), device_);
   ops::attention_forward(a, heads, probs, qkv, heads_);
@@ -35,6 +66,11 @@ Tensor CausalSelfAttention::attention(const Tensor& x) {
   return a;
 }
 
+bool CausalSelfAttention::use_fused(const Tensor& qkv) const {
+  const AttentionKernel k = kernel_ == AttentionKernel::from_env ? kernel_from_env() : kernel_;
+  return k == AttentionKernel::fused && ops::flash_attention_supported(qkv, heads_);
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x) { return proj_->forward(attention(x)); }
 
 void CausalSelfAttention::forward_for_backward(const Tensor& x) {
@@ -43,6 +79,13 @@ void CausalSelfAttention::forward_for_backward(const Tensor& x) {
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& dy) {
+  if (lse_.defined()) {  // the forward ran the fused kernels
+    const Tensor da = proj_->backward(dy);
+    Tensor dqkv = Tensor::empty(qkv_out_.shape(), da.dtype(), device_);
+    ops::flash_attention_backward(dqkv, da, qkv_out_, attn_out_, lse_, heads_);
+    qkv_out_ = attn_out_ = lse_ = Tensor();
+    return qkv_->backward(dqkv);
+  }
   STOKER_CHECK(qkv_heads_.defined() && probs_.defined(), describe(),
                ": backward called before forward (or after a forward that saved nothing)");
   const Tensor da = proj_->backward(dy);

@@ -20,7 +20,17 @@
 // P [B, H, T, T], both in x's dtype (P dominates at long sequences: 12 heads × 1024² × 2 bytes
 // = 24 MiB per sample in bf16). All are released by backward.
 // Inside a Checkpoint's first forward nothing is kept; forward_for_backward runs the whole
-// attention (P is needed) but skips proj's GEMM.
+// attention (P, or lse, is needed) but skips proj's GEMM.
+//
+// Attention core (AttentionKernel; default from_env): `math` is the unfused path above;
+// `fused` runs ops/flash_attention.h (FlashAttention-2 style kernels) where it is supported —
+// CUDA, bf16/f16, head dim 64 — and the math path elsewhere. The fused path saves the qkv
+// Linear's output (3BTC, which replaces the per-head copy), the attention output a (already
+// kept by proj, so shared) and lse [B, H, T] f32, instead of the per-head copy and P: at GPT-2
+// 124M's B 16, T 1024, H 12 that drops P's 384 MiB per layer in bf16 (plus the backward's dP
+// scratch of the same size). from_env reads the environment variable STOKER_ATTENTION at each
+// forward: unset, empty or "math" selects math (the default while the fused kernels await
+// verification on more GPUs), "fused" selects fused; any other value is an error.
 //
 // No attention dropout. Work runs on the current stream of the module's device. Not
 // thread-safe.
@@ -33,10 +43,14 @@
 
 namespace stoker::nn {
 
+// Which attention core CausalSelfAttention runs (see above).
+enum class AttentionKernel { from_env, math, fused };
+
 class CausalSelfAttention : public Module {
  public:
   // d_model = C, divisible by heads.
-  CausalSelfAttention(int64_t d_model, int64_t heads);
+  CausalSelfAttention(int64_t d_model, int64_t heads,
+                      AttentionKernel kernel = AttentionKernel::from_env);
 
   // x [B, T, C] → y [B, T, C] in x's dtype.
   Tensor forward(const Tensor& x) override;
@@ -55,12 +69,18 @@ class CausalSelfAttention : public Module {
   Linear& proj() { return *proj_; }
   int64_t d_model() const { return d_model_; }
   int64_t heads() const { return heads_; }
+  AttentionKernel attention_kernel() const { return kernel_; }
+  // Takes effect at the next forward (a pending backward uses what its forward saved).
+  void set_attention_kernel(AttentionKernel kernel) { kernel_ = kernel; }
 
  private:
   int64_t d_model_, heads_;
+  AttentionKernel kernel_;
   std::unique_ptr<Linear> qkv_, proj_;
-  Tensor qkv_heads_;                  // saved q, k, v per head [3, B, H, T, D]
-  Tensor probs_;                      // saved P [B, H, T, T]
+  Tensor qkv_heads_;                  // math: saved q, k, v per head [3, B, H, T, D]
+  Tensor probs_;                      // math: saved P [B, H, T, T]
+  Tensor qkv_out_, attn_out_, lse_;   // fused: saved qkv [B, T, 3C], a [B, T, C], lse [B, H, T]
+  bool use_fused(const Tensor& qkv) const;
   Tensor attention(const Tensor& x);  // qkv Linear + attention core; saves when saving
 };
 
