@@ -73,6 +73,7 @@ OffloadedOptimizer::OffloadedOptimizer(NamedParameters params, const Factory& ma
     host_found_inf_ = Tensor::empty_pinned({}, DType::f32);
     ready_ = core::Event::create(dev);
     uploaded_ = core::Event::create(dev);
+    upload_stream_ = core::Stream::create(dev);
   }
 }
 
@@ -123,6 +124,10 @@ void OffloadedOptimizer::update() {
     copy = core::copy_stream(dev);
     ready_.record(current);
     ready_.block(copy);
+    // Uploads run on their own stream, so they overlap the downloads still in flight (separate
+    // copy engines). They too wait for the work before the step (the backward reads the values
+    // they overwrite); host waits on the downloads imply that already, the event makes it plain.
+    ready_.block(upload_stream_);
     core::StreamGuard on_copy(copy);
     if (found_inf_.defined()) {
       core::detail::copy_bytes(host_found_inf_, found_inf_);
@@ -148,7 +153,7 @@ void OffloadedOptimizer::update() {
     g.inner->step();        // the shadows have no compute copies: nothing refreshed here
     if (skipped) continue;  // values unchanged: nothing to upload
     if (cuda) {
-      core::StreamGuard on_copy(copy);
+      core::StreamGuard on_upload(upload_stream_);
       for (size_t i : g.members)
         core::detail::copy_bytes(device_[i]->value(), shadows_[i]->value());
     } else {
@@ -157,7 +162,7 @@ void OffloadedOptimizer::update() {
     }
   }
   if (cuda) {
-    uploaded_.record(copy);
+    uploaded_.record(upload_stream_);
     uploaded_.block(core::current_stream(dev));
   }
   ++steps_;

@@ -10,10 +10,14 @@
 //      found_inf and every gradient down (device -> pinned), group by group, one event each;
 //   2. for each group in parameter order: the host waits for that group's event, the group's
 //      inner optimizer updates its shadows, and the updated values are queued up (pinned ->
-//      device) on the copy stream at once — so group i's upload and group i+1's download run
-//      while the host updates group i+1;
+//      device) at once on the optimizer's upload stream — so group i's upload and the later
+//      groups' downloads run while the host updates group i+1 (downloads and uploads on two
+//      streams: the GPU's two copy engines work at the same time);
 //   3. the current stream waits on an event after the last upload, and the parameters' half
 //      compute copies are refreshed as after any step (on the current stream).
+// Why the shadows are safe to reuse: the next step's downloads wait for an event recorded on
+// the current stream after it waited for this step's uploads, so when the host has waited for
+// a group's download, that group's previous upload (which read the shadow values) is done.
 // Groups hold consecutive parameters up to OffloadOptions::group_bytes of fp32 values (a larger
 // parameter is a group of its own); each has its own inner optimizer.
 //
@@ -27,11 +31,13 @@
 // seed in every group: the same statistics, other bits).
 //
 // Limits (honest): the host waits for each group's download (a host sync per group per step,
-// counted by core::host_sync_count); the current stream waits for all uploads before anything
-// that follows step(), so the next forward does not start while late groups are still
-// uploading (no per-layer waits). Host memory: per parameter 8 bytes of pinned shadow (value
-// and gradient) plus the inner state. The device keeps the fp32 values, gradients and compute
-// copies as before.
+// counted by core::host_sync_count), so a step with an offloaded optimizer cannot be captured
+// in a CUDA graph; the current stream waits for all uploads before anything that follows
+// step(), so the next forward does not start while late groups are still uploading (no
+// per-layer waits), and the host is inside step() until the last group is updated, so the
+// next forward is launched only then. Host memory: per parameter 8 bytes of pinned shadow
+// (value and gradient) plus the inner state. The device keeps the fp32 values, gradients and
+// compute copies as before.
 //
 // Checkpoints: state() and checkpoint_state() use the names of the non-offloaded optimizer
 // ("<param>.exp_avg", ..., AdamW's "step_state" once), so an offloaded checkpoint resumes a
@@ -99,6 +105,7 @@ class OffloadedOptimizer : public Optimizer {
   std::vector<std::pair<Tensor, Tensor>> shared_state_;  // (group g's copy, group 0's)
   Tensor host_found_inf_;                                // CUDA: pinned copy of found_inf
   core::Event ready_, uploaded_;                         // CUDA: step start, last upload
+  core::Stream upload_stream_;                           // CUDA: pinned -> device values
 };
 
 }  // namespace stoker::optim
