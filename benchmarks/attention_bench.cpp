@@ -9,6 +9,12 @@
 // call's time, for comparison with the ~4.8 TB/s of an H200's HBM. Correctness: batch element 0
 // is compared with the CPU reference (relative L2 error of out and dqkv reported, the run fails
 // above 3e-2 / bf16).
+//
+// BM_CudaFlashAttention: the fused kernels (ops/flash_attention.h, bf16/f16, D 64) on the same
+// shapes. FLOP/s uses the same nominal count as above (2 or 4 full T x T GEMMs), so the two
+// rows compare as inverse times; the fused backward really runs 5 half-size (causal) products,
+// recomputing S. No bytes/s column: nothing of size T x T is read or written. Correctness:
+// batch element 0 against the CPU reference (f32 math path on the same rounded inputs).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -17,6 +23,7 @@
 
 #include "bench_context.h"
 #include "stoker/ops/attention.h"
+#include "stoker/ops/flash_attention.h"
 #include "stoker/stoker.h"
 
 namespace {
@@ -109,7 +116,93 @@ void BM_CudaAttention(benchmark::State& state) {
     state.SkipWithError("attention does not match the CPU reference");
 }
 
+struct FlashProblem {
+  int64_t b, t, h;
+  Tensor qkv, dout, out, lse, dqkv;
+  FlashProblem(int64_t b_, int64_t t_, int64_t h_, DType dt, Device dev) : b(b_), t(t_), h(h_) {
+    const int64_t c = h * ops::kFlashAttentionHeadDim;
+    qkv = Tensor::empty({b, t, 3 * c}, dt, dev);
+    ops::random_normal(qkv, 0.0f, 1.0f, 1, 0);
+    dout = Tensor::empty({b, t, c}, dt, dev);
+    ops::random_normal(dout, 0.0f, 1.0f, 2, 0);
+    out = Tensor::empty({b, t, c}, dt, dev);
+    lse = Tensor::empty({b, h, t}, DType::f32, dev);
+    dqkv = Tensor::empty({b, t, 3 * c}, dt, dev);
+  }
+  void forward() { ops::flash_attention_forward(out, lse, qkv, h); }
+  void backward() { ops::flash_attention_backward(dqkv, dout, qkv, out, lse, h); }
+};
+
+Tensor as_f32(const Tensor& t) {
+  const Tensor host = t.to(Device::cpu());
+  Tensor f = Tensor::empty(host.shape(), DType::f32);
+  ops::cast(f, host);
+  return f;
+}
+
+// args: {B, T, H, D (must be 64), dtype (1 f16, 2 bf16), backward (0: forward only)}
+void BM_CudaFlashAttention(benchmark::State& state) {
+  if (stoker::core::cuda_device_count() == 0) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const int64_t b = state.range(0), t = state.range(1), h = state.range(2), d = state.range(3);
+  const DType dt = dtype_arg(state.range(4));
+  const bool bwd = state.range(5) != 0;
+  const Device gpu = Device::cuda(0);
+  FlashProblem p(b, t, h, dt, gpu);
+  if (d != ops::kFlashAttentionHeadDim || !ops::flash_attention_supported(p.qkv, h)) {
+    state.SkipWithError("shape or dtype not supported by the fused kernels");
+    return;
+  }
+  const stoker::Stream stream = stoker::core::current_stream(gpu);
+  p.forward();  // the backward reads out and lse
+  for (int i = 0; i < 3; ++i) bwd ? p.backward() : p.forward();
+  stream.synchronize();
+  constexpr int kCalls = 10;
+  auto start = stoker::Event::create(gpu, true), stop = stoker::Event::create(gpu, true);
+  for (auto _ : state) {
+    start.record(stream);
+    for (int i = 0; i < kCalls; ++i) bwd ? p.backward() : p.forward();
+    stop.record(stream);
+    stop.synchronize();
+    state.SetIterationTime(stoker::Event::elapsed_ms(start, stop) / 1e3 / kCalls);
+  }
+  const double gemm = 2.0 * b * h * t * t * d;
+  state.counters["FLOP/s"] =
+      benchmark::Counter((bwd ? 4 : 2) * gemm * state.iterations(), benchmark::Counter::kIsRate);
+
+  // Batch element 0 against the CPU reference (the math path in f32 on the same inputs).
+  FlashProblem one(1, t, h, dt, gpu);
+  ops::copy(one.qkv, p.qkv.slice(0, 1));
+  ops::copy(one.dout, p.dout.slice(0, 1));
+  one.forward();
+  one.backward();
+  Problem ref(1, t, h, d, DType::f32, Device::cpu());
+  ops::cast(ref.qkv, one.qkv.to(Device::cpu()));
+  ops::cast(ref.dout, one.dout.to(Device::cpu()));
+  ref.forward();
+  ref.backward();
+  const double err_out = rel_l2(as_f32(one.out), ref.out);
+  const double err_grad = rel_l2(as_f32(one.dqkv), ref.dqkv);
+  state.counters["err_out"] = err_out;
+  state.counters["err_dqkv"] = err_grad;
+  if (!(err_out < 3e-2 && err_grad < 3e-2))
+    state.SkipWithError("fused attention does not match the CPU reference");
+}
+
 }  // namespace
+
+BENCHMARK(BM_CudaFlashAttention)
+    ->ArgNames({"B", "T", "H", "D", "dtype", "bwd"})
+    ->Args({16, 1024, 12, 64, 2, 0})
+    ->Args({16, 1024, 12, 64, 2, 1})
+    ->Args({16, 1024, 12, 64, 1, 0})
+    ->Args({16, 1024, 12, 64, 1, 1})
+    ->Args({8, 2048, 12, 64, 2, 0})
+    ->Args({8, 2048, 12, 64, 2, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_CudaAttention)
     ->ArgNames({"B", "T", "H", "D", "dtype", "bwd"})

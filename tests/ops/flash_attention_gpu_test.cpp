@@ -1,0 +1,286 @@
+// Fused attention (ops/flash_attention.h) on the GPU, bf16 and f16, D = 64, against
+//   - the CPU reference: ops::attention_forward/backward on the CPU in f32 over the same
+//     (already rounded) inputs; lse against a double-precision loop in this file;
+//   - the unfused GPU path (ops::attention_forward/backward in the same dtype);
+// outputs (out, lse, dqkv) NaN-poisoned first, so an unwritten element fails. Shapes (B, T, H):
+// (2,64,2) one tile, (1,77,3) a tail tile, (2,256,4) several tiles, (1,1,1), (2,1024,12) GPT-2.
+// Tolerances, relative to the largest magnitude of the reference tensor (max |got - want| <=
+// tol * max |want|), and a relative L2 error bound:
+//   bf16: out 1e-2, dqkv 2e-2; L2 1e-2 / 2e-2.   f16: out 2e-3, dqkv 5e-3; L2 2e-3 / 5e-3.
+//   lse (f32 math on both sides): 1e-4 relative to max |lse| (+1e-5).
+// Against the unfused GPU path the bounds are 1.5x (both sides carry rounding errors).
+// Also: the backward is deterministic (two runs, same bits); unsupported inputs are reported
+// by flash_attention_supported and refused with an error; nn::CausalSelfAttention with the
+// fused kernel (by option and by STOKER_ATTENTION=fused) equals the math path within tolerance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "stoker/nn/attention.h"
+#include "stoker/ops/attention.h"
+#include "stoker/ops/copy.h"
+#include "stoker/ops/flash_attention.h"
+#include "test_util.h"
+
+namespace stoker::ops {
+namespace {
+
+using test::gpu;
+
+constexpr int64_t kD = 64;
+
+struct Dims {
+  int64_t b, t, h;
+  int64_t c() const { return h * kD; }
+};
+
+struct Tol {
+  double out, grad;
+};
+
+Tol tolerance(DType dt) { return dt == DType::bf16 ? Tol{1e-2, 2e-2} : Tol{2e-3, 5e-3}; }
+
+// max |got - want| <= tol * max |want|, and relative L2 error <= tol; NaN fails.
+::testing::AssertionResult close_rel(const Tensor& got_t, const Tensor& want_t, double tol,
+                                     const char* what, double* worst = nullptr) {
+  const std::vector<float> got = got_t.to_floats(), want = want_t.to_floats();
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  double scale = 0.0, err2 = 0.0, norm2 = 0.0, max_err = 0.0;
+  size_t at = 0;
+  for (float w : want) scale = std::max(scale, std::fabs(double(w)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i]))
+      return ::testing::AssertionFailure() << what << "[" << i << "] = " << got[i]
+                                           << " (unwritten?)";
+    const double e = std::fabs(double(got[i]) - want[i]);
+    if (e > max_err) max_err = e, at = i;
+    err2 += e * e;
+    norm2 += double(want[i]) * want[i];
+  }
+  const double rel_max = max_err / std::max(scale, 1e-30);
+  const double rel_l2 = std::sqrt(err2 / std::max(norm2, 1e-30));
+  if (worst) *worst = std::max(rel_max, rel_l2);
+  if (rel_max <= tol && rel_l2 <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << what << ": max error " << max_err << " at [" << at << "] (got " << got[at]
+         << ", want " << want[at] << ") = " << rel_max << " of max |want| " << scale
+         << ", relative L2 " << rel_l2 << "; tolerance " << tol;
+}
+
+// lse[b, h, i] = ln sum_{j <= i} exp(q_i . k_j / 8), in double, from qkv's values.
+std::vector<double> reference_lse(const Tensor& qkv, const Dims& s) {
+  const std::vector<float> x = qkv.to_floats();
+  const int64_t c = s.c(), ld = 3 * c;
+  std::vector<double> lse(s.b * s.h * s.t), row(s.t);
+  for (int64_t b = 0; b < s.b; ++b)
+    for (int64_t h = 0; h < s.h; ++h)
+      for (int64_t i = 0; i < s.t; ++i) {
+        const float* q = &x[(b * s.t + i) * ld + h * kD];
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          const float* k = &x[(b * s.t + j) * ld + c + h * kD];
+          double dot = 0.0;
+          for (int64_t d = 0; d < kD; ++d) dot += double(q[d]) * k[d];
+          row[j] = dot / std::sqrt(double(kD));
+          mx = std::max(mx, row[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(row[j] - mx);
+        lse[(b * s.h + h) * s.t + i] = mx + std::log(sum);
+      }
+  return lse;
+}
+
+struct Fused {
+  Tensor out, lse, dqkv;
+};
+
+Fused run_fused(const Tensor& qkv_gpu, const Tensor& dout_gpu, const Dims& s) {
+  const DType dt = qkv_gpu.dtype();
+  Fused r;
+  r.out = test::poisoned({s.b, s.t, s.c()}, dt, gpu());
+  r.lse = test::poisoned({s.b, s.h, s.t}, DType::f32, gpu());
+  flash_attention_forward(r.out, r.lse, qkv_gpu, s.h);
+  r.dqkv = test::poisoned({s.b, s.t, 3 * s.c()}, dt, gpu());
+  flash_attention_backward(r.dqkv, dout_gpu, qkv_gpu, r.out, r.lse, s.h);
+  return r;
+}
+
+// The math path (ops/attention.h) on `dev` in qkv's dtype: out and dqkv.
+std::pair<Tensor, Tensor> run_math(const Tensor& qkv, const Tensor& dout, const Dims& s,
+                                   Device dev) {
+  const DType dt = qkv.dtype();
+  const Tensor q = qkv.to(dev), g = dout.to(dev);
+  Tensor out = test::poisoned({s.b, s.t, s.c()}, dt, dev);
+  const Tensor heads = Tensor::empty({3, s.b, s.h, s.t, kD}, dt, dev);
+  const Tensor probs = Tensor::empty({s.b, s.h, s.t, s.t}, dt, dev);
+  attention_forward(out, heads, probs, q, s.h);
+  Tensor dqkv = test::poisoned({s.b, s.t, 3 * s.c()}, dt, dev);
+  attention_backward(dqkv, g, heads, probs);
+  return {out, dqkv};
+}
+
+Tensor to_f32(const Tensor& t) {
+  const Tensor host = t.to(Device::cpu());
+  Tensor f = Tensor::empty(host.shape(), DType::f32);
+  ops::cast(f, host);
+  return f;
+}
+
+TEST(FlashAttentionGpu, MatchesCpuReferenceAndUnfusedGpu) {
+  STOKER_REQUIRE_GPU();
+  const Dims shapes[] = {{2, 64, 2}, {1, 77, 3}, {2, 256, 4}, {1, 1, 1}, {2, 1024, 12}};
+  uint32_t seed = 11;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const Tol tol = tolerance(dt);
+    for (const Dims& s : shapes) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " B=" << s.b << " T=" << s.t
+                                      << " H=" << s.h << " D=64");
+      ASSERT_TRUE(flash_attention_supported(
+          Tensor::empty({s.b, s.t, 3 * s.c()}, dt, gpu()), s.h));
+      // Scores q.k/8 of standard deviation ~0.9: peaked enough that P is far from uniform.
+      const Tensor qkv = test::random_tensor({s.b, s.t, 3 * s.c()}, dt, seed++, -1.5f, 1.5f);
+      const Tensor dout = test::random_tensor({s.b, s.t, s.c()}, dt, seed++);
+      const Fused f = run_fused(qkv.to(gpu()), dout.to(gpu()), s);
+
+      // CPU reference in f32 on the same rounded inputs.
+      const auto [ref_out, ref_dqkv] = run_math(to_f32(qkv), to_f32(dout), s, Device::cpu());
+      double e_out = 0, e_grad = 0, e_out_u = 0, e_grad_u = 0;
+      EXPECT_TRUE(close_rel(to_f32(f.out), ref_out, tol.out, "out vs cpu", &e_out));
+      EXPECT_TRUE(close_rel(to_f32(f.dqkv), ref_dqkv, tol.grad, "dqkv vs cpu", &e_grad));
+      const std::vector<double> want_lse = reference_lse(qkv, s);
+      const std::vector<float> got_lse = f.lse.to_floats();
+      double lse_scale = 0.0;
+      for (double v : want_lse) lse_scale = std::max(lse_scale, std::fabs(v));
+      for (size_t i = 0; i < got_lse.size(); ++i)
+        ASSERT_LE(std::fabs(got_lse[i] - want_lse[i]), 1e-4 * lse_scale + 1e-5)
+            << "lse[" << i << "]: gpu " << got_lse[i] << ", reference " << want_lse[i];
+
+      // The unfused GPU path in the same dtype.
+      const auto [u_out, u_dqkv] = run_math(qkv, dout, s, gpu());
+      EXPECT_TRUE(close_rel(to_f32(f.out), to_f32(u_out), 1.5 * tol.out, "out vs unfused gpu",
+                            &e_out_u));
+      EXPECT_TRUE(close_rel(to_f32(f.dqkv), to_f32(u_dqkv), 1.5 * tol.grad,
+                            "dqkv vs unfused gpu", &e_grad_u));
+      std::printf("[ flash    ] %s B=%lld T=%lld H=%lld: error/max out %.2e dqkv %.2e (cpu), "
+                  "out %.2e dqkv %.2e (unfused gpu)\n",
+                  std::string(dtype_name(dt)).c_str(), (long long)s.b, (long long)s.t,
+                  (long long)s.h, e_out, e_grad, e_out_u, e_grad_u);
+    }
+  }
+}
+
+TEST(FlashAttentionGpu, BackwardIsDeterministic) {
+  STOKER_REQUIRE_GPU();
+  const Dims s{2, 300, 3};
+  const Tensor qkv = test::random_tensor({s.b, s.t, 3 * s.c()}, DType::bf16, 3).to(gpu());
+  const Tensor dout = test::random_tensor({s.b, s.t, s.c()}, DType::bf16, 4).to(gpu());
+  const Fused a = run_fused(qkv, dout, s), b = run_fused(qkv, dout, s);
+  EXPECT_TRUE(test::bit_identical(a.out, b.out));
+  EXPECT_TRUE(test::bit_identical(a.lse, b.lse));
+  EXPECT_TRUE(test::bit_identical(a.dqkv, b.dqkv));
+}
+
+TEST(FlashAttentionGpu, ReportsAndRefusesUnsupportedInputs) {
+  STOKER_REQUIRE_GPU();
+  EXPECT_TRUE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::bf16, gpu()), 2));
+  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::bf16, gpu()), 4))
+      << "D = 32";
+  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::f32, gpu()), 2));
+  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::bf16), 2))
+      << "CPU";
+  const Tensor qkv = Tensor::empty({1, 5, 3 * 128}, DType::bf16, gpu());
+  const Tensor out = Tensor::empty({1, 5, 128}, DType::bf16, gpu());
+  const Tensor lse = Tensor::empty({1, 4, 5}, DType::f32, gpu());
+  EXPECT_TRUE(test::throws_error_with([&] { flash_attention_forward(out, lse, qkv, 4); },
+                                      {"flash_attention_forward", "head dim"}));
+  const Tensor lse_bad = Tensor::empty({1, 2, 5}, DType::bf16, gpu());
+  EXPECT_TRUE(test::throws_error_with([&] { flash_attention_forward(out, lse_bad, qkv, 2); },
+                                      {"lse", "f32"}));
+}
+
+// ---- nn::CausalSelfAttention: fused vs math ----
+
+struct ModulePass {
+  Tensor y, dx;
+  std::vector<Tensor> grads;
+};
+
+ModulePass module_pass(nn::AttentionKernel kernel, DType dt, bool checkpoint_like) {
+  nn::manual_seed(7);
+  nn::CausalSelfAttention attn(128, 2, kernel);  // D = 64
+  attn.to(gpu());
+  for (nn::Parameter* p : attn.parameters()) p->zero_grad();
+  const Tensor x = test::random_tensor({2, 200, 128}, dt, 70).to(gpu());
+  const Tensor dy = test::random_tensor({2, 200, 128}, dt, 71).to(gpu());
+  ModulePass r;
+  if (checkpoint_like) {  // what nn::Checkpoint does: a no-save forward, then recompute
+    {
+      nn::NoSaveScope no_save;
+      r.y = attn.forward(x);
+    }
+    attn.forward_for_backward(x);
+  } else {
+    r.y = attn.forward(x);
+  }
+  r.dx = attn.backward(dy);
+  for (nn::Parameter* p : attn.parameters()) r.grads.push_back(p->grad().to(Device::cpu()));
+  return r;
+}
+
+void expect_module_close(const ModulePass& got, const ModulePass& want, DType dt) {
+  const Tol tol = tolerance(dt);
+  EXPECT_TRUE(close_rel(to_f32(got.y), to_f32(want.y), 1.5 * tol.out, "y"));
+  EXPECT_TRUE(close_rel(to_f32(got.dx), to_f32(want.dx), 1.5 * tol.grad, "dx"));
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  for (size_t i = 0; i < got.grads.size(); ++i)
+    EXPECT_TRUE(close_rel(to_f32(got.grads[i]), to_f32(want.grads[i]), 1.5 * tol.grad,
+                          ("parameter gradient " + std::to_string(i)).c_str()));
+}
+
+TEST(FlashAttentionGpu, ModuleFusedEqualsMathPath) {
+  STOKER_REQUIRE_GPU();
+  for (DType dt : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const ModulePass math = module_pass(nn::AttentionKernel::math, dt, false);
+    const ModulePass fused = module_pass(nn::AttentionKernel::fused, dt, false);
+    expect_module_close(fused, math, dt);
+    // The fused path really ran: its output differs from the math path's in some bits.
+    EXPECT_FALSE(test::bit_identical(fused.y, math.y));
+    const ModulePass fused_ckpt = module_pass(nn::AttentionKernel::fused, dt, true);
+    EXPECT_TRUE(test::bit_identical(fused_ckpt.y, fused.y));
+    EXPECT_TRUE(test::bit_identical(fused_ckpt.dx, fused.dx));
+  }
+}
+
+TEST(FlashAttentionGpu, ModuleFollowsTheEnvironmentVariable) {
+  STOKER_REQUIRE_GPU();
+  const DType dt = DType::bf16;
+  const char* old = std::getenv("STOKER_ATTENTION");
+  const std::string saved = old ? old : "";
+  ::unsetenv("STOKER_ATTENTION");
+  const ModulePass unset = module_pass(nn::AttentionKernel::from_env, dt, false);
+  const ModulePass math = module_pass(nn::AttentionKernel::math, dt, false);
+  ::setenv("STOKER_ATTENTION", "fused", 1);
+  const ModulePass env_fused = module_pass(nn::AttentionKernel::from_env, dt, false);
+  ::setenv("STOKER_ATTENTION", "flash", 1);
+  EXPECT_TRUE(test::throws_error_with(
+      [&] { module_pass(nn::AttentionKernel::from_env, dt, false); }, {"STOKER_ATTENTION"}));
+  if (old)
+    ::setenv("STOKER_ATTENTION", saved.c_str(), 1);
+  else
+    ::unsetenv("STOKER_ATTENTION");
+  const ModulePass fused = module_pass(nn::AttentionKernel::fused, dt, false);
+  EXPECT_TRUE(test::bit_identical(unset.y, math.y)) << "unset means math";
+  EXPECT_TRUE(test::bit_identical(unset.dx, math.dx));
+  EXPECT_TRUE(test::bit_identical(env_fused.y, fused.y)) << "fused from the environment";
+  EXPECT_TRUE(test::bit_identical(env_fused.dx, fused.dx));
+  expect_module_close(env_fused, math, dt);
+}
+
+}  // namespace
+}  // namespace stoker::ops
