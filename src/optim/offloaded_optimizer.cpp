@@ -95,6 +95,15 @@ std::vector<std::pair<std::string, Tensor>> OffloadedOptimizer::state() {
 
 void OffloadedOptimizer::load_checkpoint_state(const TensorLoader& load) {
   for (Group& g : groups_) g.inner->load_checkpoint_state(load);
+  // A resume loads the weights too (the Trainer: before the optimizer state).
+  reload_values();
+}
+
+void OffloadedOptimizer::reload_values() {
+  for (size_t i = 0; i < device_.size(); ++i)
+    core::detail::copy_bytes(shadows_[i]->value(), device_[i]->value());
+  const Device dev = device_[0]->device();
+  if (dev.is_cuda()) core::current_stream(dev).synchronize();
 }
 
 size_t OffloadedOptimizer::host_bytes() {

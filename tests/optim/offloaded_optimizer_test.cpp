@@ -6,14 +6,23 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "stoker/data/tensor_batches.h"
+#include "stoker/nn/activation.h"
+#include "stoker/nn/containers.h"
+#include "stoker/nn/linear.h"
+#include "stoker/nn/loss.h"
 #include "stoker/ops/copy.h"
 #include "stoker/train/memory_report.h"
+#include "stoker/train/trainer.h"
 #include "test_util.h"
 
 using stoker::DType;
@@ -299,6 +308,71 @@ TEST(OffloadedOptimizerTest, MemoryAdviceOffersOffloadOnAGpu) {
   r.optimizer_state = 0;  // already offloaded
   r.optimizer_state_host = 8000;
   EXPECT_FALSE(has_offload(stoker::train::memory_advice(r, {})));
+}
+
+// Through the Trainer (clipping on the parameters' gradients before step()): offloaded training
+// equals plain training bit for bit, and a Trainer checkpoint resumes across the two (the
+// resume writes the weights into the model, the offload's shadows must follow).
+TEST(OffloadedOptimizerTest, TrainerRunsAndResumesAcrossOffloadedAndPlain) {
+  namespace fs = std::filesystem;
+  namespace nn = stoker::nn;
+  const fs::path dir =
+      fs::temp_directory_path() / ("stoker_offload_resume_" + std::to_string(::getpid()));
+  const Tensor x = stoker::test::random_tensor({96, 16}, DType::f32, 1);
+  const Tensor y = stoker::test::random_tensor({96, 4}, DType::f32, 2);
+  const AdamWOptions o{.lr = 1e-2f, .state = {.dtype = StateDType::bf16}};
+  // Trains until step `stop_at` (resuming from `from` if given), offloaded or not.
+  auto run = [&](bool offload, int64_t stop_at, const fs::path& from) {
+    nn::manual_seed(7);
+    nn::Sequential model(nn::make<nn::Linear>(16, 64), nn::make<nn::ReLU>(),
+                         nn::make<nn::Linear>(64, 4));
+    std::unique_ptr<Optimizer> opt;
+    if (offload)
+      opt = std::make_unique<OffloadedOptimizer>(model.named_parameters(), adamw_factory(o),
+                                                 OffloadOptions{.group_bytes = 2 << 10});
+    else
+      opt = std::make_unique<AdamW>(model.named_parameters(), o);
+    nn::MSELoss loss;
+    stoker::train::Trainer t(model, loss, *opt,
+                             {.clip_grad_norm = 0.5f,
+                              .progress_bar = false,
+                              .checkpoint_dir = dir,
+                              .max_steps = stop_at,
+                              .quiet = true});
+    if (!from.empty()) t.resume(from);
+    stoker::data::TensorBatches b(x, y, {.batch_size = 16, .seed = 3});
+    t.fit(b, 100);
+    std::vector<std::vector<uint8_t>> out;
+    for (auto* p : model.parameters()) out.push_back(stoker::test::raw_bytes(p->value()));
+    return out;
+  };
+  fs::remove_all(dir);
+  const auto plain = run(false, 12, {});
+  EXPECT_EQ(plain, run(true, 12, {})) << "offloaded training differs from plain";
+  for (const bool first_offloaded : {true, false}) {
+    SCOPED_TRACE(first_offloaded ? "offloaded, then plain" : "plain, then offloaded");
+    fs::remove_all(dir);
+    run(first_offloaded, 6, {});
+    ASSERT_TRUE(fs::exists(dir / "last.safetensors"));
+    EXPECT_EQ(plain, run(!first_offloaded, 12, dir / "last.safetensors"));
+  }
+  fs::remove_all(dir);
+}
+
+// Weights written into the model after the optimizer exists reach the shadows on request.
+TEST(OffloadedOptimizerTest, ReloadValuesPicksUpWeightsWrittenOutside) {
+  Params a({100}, 1), b({100}, 1);
+  AdamW plain(a.named(), {});
+  OffloadedOptimizer off(b.named(), adamw_factory({}));
+  const Tensor w = stoker::test::random_tensor({100}, DType::f32, 99);
+  a.ps[0]->set_value(w);
+  b.ps[0]->set_value(w);
+  off.reload_values();
+  a.set_grads(0);
+  b.set_grads(0);
+  plain.step();
+  off.step();
+  expect_same_params(a, b);
 }
 
 }  // namespace

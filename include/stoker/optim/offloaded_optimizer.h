@@ -39,6 +39,10 @@
 // (value and gradient) plus the inner state. The device keeps the fp32 values, gradients and
 // compute copies as before.
 //
+// The shadows are copies: weights written into the parameters after construction (loading a
+// checkpoint or weights) reach them through reload_values(), which load_checkpoint_state()
+// calls (a Trainer resume loads the weights first, then the optimizer state).
+//
 // Checkpoints: state() and checkpoint_state() use the names of the non-offloaded optimizer
 // ("<param>.exp_avg", ..., AdamW's "step_state" once), so an offloaded checkpoint resumes a
 // run on the GPU and the reverse. state() tensors are host tensors; state_bytes() counts host
@@ -77,7 +81,12 @@ class OffloadedOptimizer : public Optimizer {
   std::string describe() const override;
   // The inner states under the non-offloaded names (host tensors, shared, not copies).
   std::vector<std::pair<std::string, Tensor>> state() override;
+  // Also reloads the shadows from the parameters (a resume has just loaded the weights).
   void load_checkpoint_state(const TensorLoader& load) override;
+  // Copies the parameters' current values into the host shadows (waits for the copies). Call it
+  // after writing parameter values outside step() (loading weights into a model whose
+  // optimizer exists already): otherwise the next step would update the old values.
+  void reload_values();
 
   size_t groups() const { return groups_.size(); }
   Optimizer& inner(size_t group) { return *groups_[group].inner; }
