@@ -8,10 +8,13 @@
 // tol * max |want|), and a relative L2 error bound:
 //   bf16: out 1e-2, dqkv 2e-2; L2 1e-2 / 2e-2.   f16: out 2e-3, dqkv 5e-3; L2 2e-3 / 5e-3.
 //   lse (f32 math on both sides): 1e-4 relative to max |lse| (+1e-5).
-// Against the unfused GPU path the bounds are 1.5x (both sides carry rounding errors).
+// Against the unfused GPU path the bounds are 3x those (bf16: out 3e-2, dqkv 6e-2), since that
+// path carries its own rounding of S, P, dP and dS to the dtype (AttentionGpu allows it a
+// relative L2 error of 3e-2 in bf16); the test prints every measured error, for the margins.
 // Also: the backward is deterministic (two runs, same bits); unsupported inputs are reported
 // by flash_attention_supported and refused with an error; nn::CausalSelfAttention with the
-// fused kernel (by option and by STOKER_ATTENTION=fused) equals the math path within tolerance.
+// fused kernel (by option and by STOKER_ATTENTION=fused) equals the math path within the bounds
+// used against the unfused GPU path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,9 +165,9 @@ TEST(FlashAttentionGpu, MatchesCpuReferenceAndUnfusedGpu) {
 
       // The unfused GPU path in the same dtype.
       const auto [u_out, u_dqkv] = run_math(qkv, dout, s, gpu());
-      EXPECT_TRUE(close_rel(to_f32(f.out), to_f32(u_out), 1.5 * tol.out, "out vs unfused gpu",
+      EXPECT_TRUE(close_rel(to_f32(f.out), to_f32(u_out), 3 * tol.out, "out vs unfused gpu",
                             &e_out_u));
-      EXPECT_TRUE(close_rel(to_f32(f.dqkv), to_f32(u_dqkv), 1.5 * tol.grad,
+      EXPECT_TRUE(close_rel(to_f32(f.dqkv), to_f32(u_dqkv), 3 * tol.grad,
                             "dqkv vs unfused gpu", &e_grad_u));
       std::printf("[ flash    ] %s B=%lld T=%lld H=%lld: error/max out %.2e dqkv %.2e (cpu), "
                   "out %.2e dqkv %.2e (unfused gpu)\n",
@@ -234,11 +237,11 @@ ModulePass module_pass(nn::AttentionKernel kernel, DType dt, bool checkpoint_lik
 
 void expect_module_close(const ModulePass& got, const ModulePass& want, DType dt) {
   const Tol tol = tolerance(dt);
-  EXPECT_TRUE(close_rel(to_f32(got.y), to_f32(want.y), 1.5 * tol.out, "y"));
-  EXPECT_TRUE(close_rel(to_f32(got.dx), to_f32(want.dx), 1.5 * tol.grad, "dx"));
+  EXPECT_TRUE(close_rel(to_f32(got.y), to_f32(want.y), 3 * tol.out, "y"));
+  EXPECT_TRUE(close_rel(to_f32(got.dx), to_f32(want.dx), 3 * tol.grad, "dx"));
   ASSERT_EQ(got.grads.size(), want.grads.size());
   for (size_t i = 0; i < got.grads.size(); ++i)
-    EXPECT_TRUE(close_rel(to_f32(got.grads[i]), to_f32(want.grads[i]), 1.5 * tol.grad,
+    EXPECT_TRUE(close_rel(to_f32(got.grads[i]), to_f32(want.grads[i]), 3 * tol.grad,
                           ("parameter gradient " + std::to_string(i)).c_str()));
 }
 
