@@ -10,6 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "stoker/data/batch_source.h"
+#include "stoker/nn/activation.h"
+#include "stoker/nn/containers.h"
+#include "stoker/nn/linear.h"
+#include "stoker/nn/loss.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/random.h"
 #include "stoker/optim/offloaded_optimizer.h"
@@ -167,6 +172,63 @@ TEST(OffloadedOptimizerGpuTest, MemoryReportShowsOffloadedStateAsHostMemory) {
   const stoker::train::MemoryReport d = on_device.memory_report();
   EXPECT_EQ(d.optimizer_state, plain.state_bytes());
   EXPECT_EQ(d.optimizer_state_host, 0u);
+}
+
+// A real fp16 Trainer step (GradScaler found_inf on the device, clipping of the device
+// gradients): the first steps overflow at an initial scale of 2^28 and are skipped; offloaded
+// training equals training with AdamW on the GPU bit for bit, skips included.
+TEST(OffloadedOptimizerGpuTest, Fp16TrainerWithOverflowsEqualsOnGpuAdamW) {
+  STOKER_REQUIRE_GPU();
+  namespace nn = stoker::nn;
+  const Device gpu = Device::cuda(0);
+  Tensor x = Tensor::empty({128, 64}, DType::f32, gpu);
+  Tensor y = Tensor::empty({128, 16}, DType::f32, gpu);
+  stoker::ops::random_normal(x, 0.0f, 1.0f, 11, 0);
+  stoker::ops::random_normal(y, 0.0f, 1.0f, 12, 0);
+  const std::vector<stoker::data::Batch> batches{{.input = x, .target = y, .size = 128}};
+  struct Run {
+    std::vector<std::vector<uint8_t>> weights;
+    int64_t applied = 0;
+    float scale = 0;
+  };
+  auto run = [&](bool offload) {
+    nn::manual_seed(7);
+    nn::Sequential model(nn::make<nn::Linear>(64, 256), nn::make<nn::GELU>(),
+                         nn::make<nn::Linear>(256, 16));
+    model.to(gpu);
+    const AdamWOptions o{.lr = 1e-3f};
+    std::unique_ptr<Optimizer> opt;
+    if (offload)
+      opt = std::make_unique<OffloadedOptimizer>(model.named_parameters(), adamw_factory(o),
+                                                 OffloadOptions{.group_bytes = 16 << 10});
+    else
+      opt = std::make_unique<AdamW>(model.named_parameters(), o);
+    nn::MSELoss loss;
+    stoker::train::Trainer t(model, loss, *opt,
+                             {.precision = stoker::amp::Precision::fp16,
+                              .scaler = {.init_scale = 268435456.0f, .growth_interval = 1000},
+                              .clip_grad_norm = 0.5f,
+                              .progress_bar = false,
+                              .quiet = true});
+    for (int s = 0; s < 12; ++s) t.train_step(batches);
+    Run r;
+    for (nn::Parameter* p : model.parameters())
+      r.weights.push_back(stoker::test::raw_bytes(p->value()));
+    r.applied =
+        offload
+            ? dynamic_cast<AdamW&>(dynamic_cast<OffloadedOptimizer&>(*opt).inner(0)).applied_steps()
+            : dynamic_cast<AdamW&>(*opt).applied_steps();
+    r.scale = t.scaler()->scale_value();
+    return r;
+  };
+  const Run plain = run(false), off = run(true);
+  EXPECT_LT(plain.applied, 12) << "no step overflowed: raise init_scale";
+  EXPECT_GT(plain.applied, 0);
+  EXPECT_EQ(plain.applied, off.applied);
+  EXPECT_EQ(plain.scale, off.scale);
+  ASSERT_EQ(plain.weights.size(), off.weights.size());
+  for (size_t i = 0; i < plain.weights.size(); ++i)
+    EXPECT_TRUE(plain.weights[i] == off.weights[i]) << "parameter " << i;
 }
 
 }  // namespace
