@@ -178,7 +178,8 @@ struct CastToHalfOp {
 // 128 values, never straddle two quantization blocks: block is a multiple of 256); then each
 // thread encodes its values (quant_math.h's table, in shared memory) and stores 4 codes as one
 // u32. Per value this moves p (read, written), g, and a code per state (read, written): 16
-// bytes for AdamW against 28 with f32 state.
+// bytes for AdamW against 28 with f32 state. bf16 chunks of aligned tensors also run as quads
+// (bf16_quads); f32 chunks (small parameters) stay scalar.
 constexpr int kMaxCompactTensors = 256;
 constexpr int kQuad = 4;
 constexpr int kMaxQ8Passes = 4096 / (kOptimBlock * kQuad);
@@ -201,7 +202,7 @@ struct CompactArgs {
   void* s[2][kMaxCompactTensors];
   float* absmax[2][kMaxCompactTensors];
   uint8_t form[kMaxCompactTensors];
-  uint8_t vec[kMaxCompactTensors];  // 8-bit: p, g 16-byte and codes 4-byte aligned (quad loads)
+  uint8_t vec[kMaxCompactTensors];  // p, g and the states aligned for quads (see launch)
 };
 static_assert(sizeof(CompactArgs) <= 32764, "compact optimizer kernel parameters too large");
 
@@ -356,6 +357,67 @@ __device__ STOKER_FORCEINLINE void q8_tile(const CompactArgs& a, const Op& op, i
   }
 }
 
+// bf16 state of a tensor whose pointers allow it: values [begin, end) (end - begin a multiple of
+// 4) as quads per thread and step, p and g as float4 and each state's 4 bf16 as one 8-byte
+// word: the scalar loop's per-element math and rounding draws, fewer and wider accesses. With
+// stochastic rounding, a quad whose list-wide index gi is a multiple of 4 takes its 4 draws
+// from one Philox block (lanes 0..3 of block offset + gi / 4, as state_rounding_bits would).
+template <int K, typename Op>
+__device__ STOKER_FORCEINLINE void bf16_quads(const CompactArgs& a, const Op& op, int t,
+                                              int64_t begin, int64_t end) {
+  float* p = a.p[t];
+  const float* g = a.g[t];
+  for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * kQuad; i < end;
+       i += static_cast<int64_t>(blockDim.x) * kQuad) {
+    const float4 pq = *reinterpret_cast<const float4*>(p + i);
+    const float4 gq = __ldg(reinterpret_cast<const float4*>(g + i));
+    uint2 sw[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      sw[k] = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(a.s[k][t]) + i);
+    float pv[kQuad] = {pq.x, pq.y, pq.z, pq.w};
+    const float gv[kQuad] = {gq.x, gq.y, gq.z, gq.w};
+    uint32_t r[kQuad] = {0u, 0u, 0u, 0u};
+    if (a.stochastic) {
+      const uint64_t gi = static_cast<uint64_t>(a.base[t] + i);
+      if (gi % 4 == 0) {
+        const core::Philox4 b =
+            core::philox_block(a.seed, detail::kStateRoundingStream, a.offset + gi / 4);
+#pragma unroll
+        for (int e = 0; e < kQuad; ++e) r[e] = b.v[e];
+      } else {
+#pragma unroll
+        for (int e = 0; e < kQuad; ++e)
+          r[e] = detail::state_rounding_bits(a.seed, a.offset, gi + e);
+      }
+    }
+    uint32_t out[K][2];
+#pragma unroll
+    for (int k = 0; k < K; ++k) out[k][0] = out[k][1] = 0u;
+#pragma unroll
+    for (int e = 0; e < kQuad; ++e) {
+      float v[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const uint32_t w = e < 2 ? sw[k].x : sw[k].y;
+        v[k] = core::bf16_bits_to_float(static_cast<uint16_t>(w >> (16 * (e % 2))));
+      }
+      op(pv[e], gv[e], v);
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const uint16_t b = a.stochastic ? detail::float_to_bf16_stochastic(v[k], r[e] >> (16 * k))
+                                        : core::float_to_bf16_bits(v[k]);
+        out[k][e / 2] |= static_cast<uint32_t>(b) << (16 * (e % 2));
+      }
+    }
+    *reinterpret_cast<float4*>(p + i) = make_float4(pv[0], pv[1], pv[2], pv[3]);
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(a.s[k][t]) + i) =
+          make_uint2(out[k][0], out[k][1]);
+  }
+}
+
 // Op: K (states) and operator()(float& p, float g, float* s).
 template <int K, int kPasses, typename Op>
 __global__ void __launch_bounds__(kOptimBlock)
@@ -380,7 +442,12 @@ __global__ void __launch_bounds__(kOptimBlock)
     } else {
       const int64_t begin = (c - a.chunk_begin[t]) * kChunk;
       const int64_t end = min(begin + kChunk, a.numel[t]);
-      for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      int64_t scalar_begin = begin;  // the quads' tail, or everything
+      if (form == detail::kStateBF16 && a.vec[t]) {
+        scalar_begin = begin + (end - begin) / kQuad * kQuad;
+        bf16_quads<K>(a, op, t, begin, scalar_begin);
+      }
+      for (int64_t i = scalar_begin + threadIdx.x; i < end; i += blockDim.x) {
         float v[K];
         float pi = p[i];
         if (form == detail::kStateF32) {
@@ -462,8 +529,10 @@ void launch_compact(std::span<const Tensor> params, std::span<const Tensor> grad
       const auto aligned = [](const void* ptr, uintptr_t bytes) {
         return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
       };
+      // Quads: p and g as float4; 4 codes (u32) or 4 bf16 (8 bytes) per state.
       bool vec = aligned(a->p[n], 16) && aligned(a->g[n], 16);
-      for (int k = 0; k < K; ++k) vec = vec && aligned(states[k][t].values.data(), 4);
+      for (int k = 0; k < K; ++k)
+        vec = vec && aligned(states[k][t].values.data(), form == detail::kStateBF16 ? 8 : 4);
       a->vec[n] = vec ? 1 : 0;
       if (form == detail::kStateQ8) a->has_q8 = 1;
       for (int k = 0; k < K; ++k) {
@@ -481,7 +550,9 @@ void launch_compact(std::span<const Tensor> params, std::span<const Tensor> grad
     const unsigned grid = static_cast<unsigned>(
         std::min<int64_t>(chunks, static_cast<int64_t>(sm_count(device.index)) * 8));
     const cudaStream_t stream = core::cuda_stream(device);
-    const int64_t passes = (a->tile + kOptimBlock * kQuad - 1) / (kOptimBlock * kQuad);
+    // Without 8-bit tensors the passes do not matter: the 1-pass kernel uses fewest registers.
+    const int64_t passes =
+        a->has_q8 ? (a->tile + kOptimBlock * kQuad - 1) / (kOptimBlock * kQuad) : 1;
     switch (passes) {
       case 1:
         compact_kernel<K, 1><<<grid, kOptimBlock, 0, stream>>>(*a, op);

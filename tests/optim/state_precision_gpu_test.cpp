@@ -144,6 +144,53 @@ TEST(StatePrecisionGpuTest, AdamWCompactStateMatchesCpuBitForBit) {
   }
 }
 
+// The compact kernel reads aligned tensors in quads (float4 p and g, 4 bf16 or 4 codes per
+// state) and the rest element by element: every other tensor here starts one element into its
+// allocation, so one launch mixes both paths (and list offsets that are not multiples of 4,
+// which pick the per-element rounding draws).
+TEST(StatePrecisionGpuTest, MisalignedTensorsMatchCpuBitForBit) {
+  STOKER_REQUIRE_GPU();
+  for (const DType form : {DType::bf16, DType::u8})
+    for (const bool stochastic : {false, true}) {
+      if (form == DType::u8 && stochastic) continue;
+      SCOPED_TRACE(testing::Message() << form << " sr " << stochastic);
+      std::vector<Tensor> pc, gc, pg, gg;
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        pc.push_back(normal(kSizes[i], 800 + i));
+        gc.push_back(normal(kSizes[i], 900 + i));
+      }
+      auto mc = states(kSizes, form, true, 2048, 4096, 1000);
+      auto vc = states(kSizes, form, false, 2048, 4096, 1100);
+      std::vector<StateTensor> mg, vg;
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        const int64_t off = i % 2;
+        const auto at = [&](const Tensor& t) {  // a copy `off` elements into its block
+          return t.numel() == 0 ? t.to(kGpu) : stoker::test::copy_at_offset(t, kGpu, off);
+        };
+        pg.push_back(at(pc[i]));
+        gg.push_back(at(gc[i]));
+        for (int k = 0; k < 2; ++k) {
+          const StateTensor& s = k == 0 ? mc[i] : vc[i];
+          (k == 0 ? mg : vg)
+              .push_back({at(s.values), s.absmax.defined() ? s.absmax.to(kGpu) : Tensor()});
+        }
+      }
+      for (int s = 1; s <= 3; ++s) {
+        const ops::AdamWHyper h{.lr = 1e-2f, .weight_decay = 0.05f, .step = s};
+        const ops::StateStorage st{.block = 2048,
+                                   .stochastic_rounding = stochastic,
+                                   .seed = 11,
+                                   .offset = static_cast<uint64_t>(s) * 999983};
+        ops::adamw_step(pc, gc, mc, vc, h, st);
+        ops::adamw_step(pg, gg, mg, vg, h, st);
+      }
+      for (size_t i = 0; i < pc.size(); ++i)
+        expect_same(pc[i], pg[i], "param " + std::to_string(i));
+      expect_same(mc, mg, "exp_avg");
+      expect_same(vc, vg, "exp_avg_sq");
+    }
+}
+
 TEST(StatePrecisionGpuTest, SgdCompactMomentumMatchesCpuBitForBit) {
   STOKER_REQUIRE_GPU();
   for (const DType form : {DType::bf16, DType::u8}) {
