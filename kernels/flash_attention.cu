@@ -60,8 +60,17 @@ __device__ STOKER_FORCEINLINE void cp_async16(void* dst, const void* src, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                "r"(valid ? 16 : 0));
 }
+__device__ STOKER_FORCEINLINE void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ STOKER_FORCEINLINE void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 __device__ STOKER_FORCEINLINE void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+  cp_async_commit();
+  cp_async_wait<0>();
 }
 
 __device__ STOKER_FORCEINLINE void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
@@ -216,12 +225,13 @@ __device__ STOKER_FORCEINLINE float quad_sum(float v) {
 // ---- forward: grid (B*H, query tiles), the last (longest) query tiles first ----
 
 template <bool kBf16>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     flash_forward_kernel(uint16_t* __restrict__ out, float* __restrict__ lse,
                          const uint16_t* __restrict__ qkv, int seq, int heads, float scale_log2) {
+  // K and V double-buffered: tile kt + 1 is copied while tile kt is computed on.
   __shared__ alignas(16) uint16_t sq[kTile * kLds];
-  __shared__ alignas(16) uint16_t sk[kTile * kLds];
-  __shared__ alignas(16) uint16_t sv[kTile * kLds];
+  __shared__ alignas(16) uint16_t sk[2][kTile * kLds];
+  __shared__ alignas(16) uint16_t sv[2][kTile * kLds];
   const int bh = blockIdx.x, b = bh / heads, h = bh % heads;
   const int qt = gridDim.y - 1 - blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -231,7 +241,11 @@ __global__ void __launch_bounds__(kThreads)
   const uint16_t* v = q + 2 * c;
 
   load_tile(sq, q, ld, qt * kTile, seq);
-  cp_async_wait_all();
+  cp_async_commit();
+  load_tile(sk[0], k, ld, 0, seq);
+  load_tile(sv[0], v, ld, 0, seq);
+  cp_async_commit();
+  cp_async_wait<1>();  // q has landed; K/V tile 0 may still be in flight
   __syncthreads();
   uint32_t qf[4][4];
   load_a(qf, sq, warp * 16);
@@ -241,13 +255,21 @@ __global__ void __launch_bounds__(kThreads)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int qrow0 = qt * kTile + warp * 16 + lane / 4;  // this thread's rows: qrow0, qrow0 + 8
   for (int kt = 0; kt <= qt; ++kt) {
-    load_tile(sk, k, ld, kt * kTile, seq);
-    load_tile(sv, v, ld, kt * kTile, seq);
-    cp_async_wait_all();
+    const int buf = kt & 1;
+    if (kt < qt) {  // prefetch into the other buffer (released by the last iteration's barrier)
+      load_tile(sk[buf ^ 1], k, ld, (kt + 1) * kTile, seq);
+      load_tile(sv[buf ^ 1], v, ld, (kt + 1) * kTile, seq);
+      cp_async_commit();
+      cp_async_wait<1>();  // tile kt has landed
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
+    const uint16_t* skt = sk[buf];
+    const uint16_t* svt = sv[buf];
     float s[8][4];
     zero(s);
-    mma_abt<kBf16>(s, qf, sk);
+    mma_abt<kBf16>(s, qf, skt);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < 8; ++n)
@@ -276,8 +298,8 @@ __global__ void __launch_bounds__(kThreads)
         l[e / 2] += p;
         o[n][e] *= alpha[e / 2];
       }
-    mma_pm<kBf16>(o, s, sv);
-    __syncthreads();  // sk, sv are overwritten next
+    mma_pm<kBf16>(o, s, svt);
+    __syncthreads();  // buffer `buf` is refilled by the next iteration
   }
   const float l0 = quad_sum(l[0]), l1 = quad_sum(l[1]);
   const int64_t obase = static_cast<int64_t>(b) * seq * c + h * kD;
