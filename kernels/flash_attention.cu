@@ -68,10 +68,6 @@ template <int kPending>
 __device__ STOKER_FORCEINLINE void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
-__device__ STOKER_FORCEINLINE void cp_async_wait_all() {
-  cp_async_commit();
-  cp_async_wait<0>();
-}
 
 __device__ STOKER_FORCEINLINE void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -334,19 +330,31 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Dynamic shared memory of the backward kernels (above the 48 KiB static limit, so the launcher
+// raises the kernels' limit): six 64-row tiles, two of them double-buffered streams, plus the
+// dK/dV kernel's lse and delta rows.
+constexpr int kTileBytes = kTile * kLds * 2;
+constexpr int kDkdvSmem = 6 * kTileBytes + 4 * kTile * 4;
+constexpr int kDqSmem = 6 * kTileBytes;
+
 // dK, dV of one key tile: grid (B*H, key tiles), key tile 0 (the longest) first. Each warp owns
 // 16 keys and computes, per query tile, the transposed products S^T = K Q^T, dP^T = V dO^T.
+// Query tiles (q, dO, lse, delta) are double-buffered: tile qt + 1 is copied during tile qt.
 template <bool kBf16>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     flash_dkdv_kernel(uint16_t* __restrict__ dqkv, const uint16_t* __restrict__ dout,
                       const uint16_t* __restrict__ qkv, const float* __restrict__ lse,
                       const float* __restrict__ delta, int seq, int heads, float scale,
                       float scale_log2) {
-  __shared__ alignas(16) uint16_t sk[kTile * kLds];
-  __shared__ alignas(16) uint16_t sv[kTile * kLds];
-  __shared__ alignas(16) uint16_t sq[kTile * kLds];
-  __shared__ alignas(16) uint16_t sdo[kTile * kLds];
-  __shared__ float slse[kTile], sdelta[kTile];
+  extern __shared__ __align__(16) unsigned char flash_smem[];
+  // Buffers b = 0, 1 of a stream lie one tile (or row) apart: sq + b * kTileElems, ...
+  constexpr int kTileElems = kTile * kLds;
+  uint16_t* sk = reinterpret_cast<uint16_t*>(flash_smem);
+  uint16_t* sv = sk + kTileElems;
+  uint16_t* sq = sk + 2 * kTileElems;
+  uint16_t* sdo = sk + 4 * kTileElems;
+  float* slse = reinterpret_cast<float*>(sk + 6 * kTileElems);
+  float* sdelta = slse + 2 * kTile;
   const int bh = blockIdx.x, b = bh / heads, h = bh % heads;
   const int kt = blockIdx.y, nq = gridDim.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -357,10 +365,25 @@ __global__ void __launch_bounds__(kThreads)
   const uint16_t* d_o = dout + static_cast<int64_t>(b) * seq * c + h * kD;
   const float* lrow = lse + static_cast<int64_t>(bh) * seq;
   const float* drow = delta + static_cast<int64_t>(bh) * seq;
+  // Query tile qt into buffer `buf`: q and dO by cp.async (the caller commits), lse and delta by
+  // plain stores (visible after the caller's next barrier).
+  auto load_query_tile = [&](int qt, int buf) {
+    load_tile(sq + buf * kTileElems, q, ld, qt * kTile, seq);
+    load_tile(sdo + buf * kTileElems, d_o, c, qt * kTile, seq);
+    if (threadIdx.x < kTile) {
+      const int row = qt * kTile + threadIdx.x;
+      // Rows past T: P = exp2(.. - inf) = 0, so they add nothing (their q and dO are zeros too).
+      slse[buf * kTile + threadIdx.x] = row < seq ? lrow[row] * kLog2e : INFINITY;
+      sdelta[buf * kTile + threadIdx.x] = row < seq ? drow[row] : 0.0f;
+    }
+  };
 
   load_tile(sk, k, ld, kt * kTile, seq);
   load_tile(sv, v, ld, kt * kTile, seq);
-  cp_async_wait_all();
+  cp_async_commit();
+  load_query_tile(kt, 0);
+  cp_async_commit();
+  cp_async_wait<1>();  // k and v have landed
   __syncthreads();
   uint32_t kf[4][4], vf[4][4];
   load_a(kf, sk, warp * 16);
@@ -371,39 +394,42 @@ __global__ void __launch_bounds__(kThreads)
   zero(dv);
   const int key0 = kt * kTile + warp * 16 + lane / 4;  // this thread's keys: key0, key0 + 8
   for (int qt = kt; qt < nq; ++qt) {
-    load_tile(sq, q, ld, qt * kTile, seq);
-    load_tile(sdo, d_o, c, qt * kTile, seq);
-    if (threadIdx.x < kTile) {
-      const int row = qt * kTile + threadIdx.x;
-      // Rows past T: P = exp2(.. - inf) = 0, so they add nothing (their q and dO are zeros too).
-      slse[threadIdx.x] = row < seq ? lrow[row] * kLog2e : INFINITY;
-      sdelta[threadIdx.x] = row < seq ? drow[row] : 0.0f;
+    const int buf = (qt - kt) & 1;
+    if (qt + 1 < nq) {  // prefetch into the other buffer (released by the last iteration's barrier)
+      load_query_tile(qt + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // tile qt has landed
+    } else {
+      cp_async_wait<0>();
     }
-    cp_async_wait_all();
     __syncthreads();
+    const uint16_t* sqt = sq + buf * kTileElems;
+    const uint16_t* sdot = sdo + buf * kTileElems;
+    const float* lse_t = slse + buf * kTile;
+    const float* delta_t = sdelta + buf * kTile;
     float p[8][4], dp[8][4];
     zero(p);
-    mma_abt<kBf16>(p, kf, sq);  // S^T [16 keys x 64 queries]
+    mma_abt<kBf16>(p, kf, sqt);  // S^T [16 keys x 64 queries]
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = n * 8 + (lane % 4) * 2 + (e & 1);
         const bool masked = qt == kt && key0 + (e / 2) * 8 > qt * kTile + col;
-        p[n][e] = masked ? 0.0f : exp2f(p[n][e] * scale_log2 - slse[col]);
+        p[n][e] = masked ? 0.0f : exp2f(p[n][e] * scale_log2 - lse_t[col]);
       }
-    mma_pm<kBf16>(dv, p, sdo);  // dV += P^T dO
+    mma_pm<kBf16>(dv, p, sdot);  // dV += P^T dO
     zero(dp);
-    mma_abt<kBf16>(dp, vf, sdo);  // dP^T = V dO^T
+    mma_abt<kBf16>(dp, vf, sdot);  // dP^T = V dO^T
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = n * 8 + (lane % 4) * 2 + (e & 1);
-        dp[n][e] = p[n][e] * (dp[n][e] - sdelta[col]);  // dS^T (unscaled)
+        dp[n][e] = p[n][e] * (dp[n][e] - delta_t[col]);  // dS^T (unscaled)
       }
-    mma_pm<kBf16>(dk, dp, sq);  // dK += dS^T Q
-    __syncthreads();            // sq, sdo, slse, sdelta are overwritten next
+    mma_pm<kBf16>(dk, dp, sqt);  // dK += dS^T Q
+    __syncthreads();             // buffer `buf` is refilled by the next iteration
   }
   uint16_t* dst = dqkv + static_cast<int64_t>(b) * seq * ld + h * kD;
   store_rows<kBf16>(dst + c, ld, kt * kTile + warp * 16, seq, dk, scale, scale);
@@ -411,17 +437,19 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dQ of one query tile: grid (B*H, query tiles), the longest first; recomputes P and dP per key
-// tile as the forward does.
+// tile as the forward does. Key tiles (k, v) are double-buffered.
 template <bool kBf16>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     flash_dq_kernel(uint16_t* __restrict__ dqkv, const uint16_t* __restrict__ dout,
                     const uint16_t* __restrict__ qkv, const float* __restrict__ lse,
                     const float* __restrict__ delta, int seq, int heads, float scale,
                     float scale_log2) {
-  __shared__ alignas(16) uint16_t sq[kTile * kLds];
-  __shared__ alignas(16) uint16_t sdo[kTile * kLds];
-  __shared__ alignas(16) uint16_t sk[kTile * kLds];
-  __shared__ alignas(16) uint16_t sv[kTile * kLds];
+  extern __shared__ __align__(16) unsigned char flash_smem[];
+  constexpr int kTileElems = kTile * kLds;  // buffer b of k (v) at sk + b * kTileElems
+  uint16_t* sq = reinterpret_cast<uint16_t*>(flash_smem);
+  uint16_t* sdo = sq + kTileElems;
+  uint16_t* sk = sq + 2 * kTileElems;
+  uint16_t* sv = sq + 4 * kTileElems;
   const int bh = blockIdx.x, b = bh / heads, h = bh % heads;
   const int qt = gridDim.y - 1 - blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -433,7 +461,11 @@ __global__ void __launch_bounds__(kThreads)
 
   load_tile(sq, q, ld, qt * kTile, seq);
   load_tile(sdo, d_o, c, qt * kTile, seq);
-  cp_async_wait_all();
+  cp_async_commit();
+  load_tile(sk, k, ld, 0, seq);
+  load_tile(sv, v, ld, 0, seq);
+  cp_async_commit();
+  cp_async_wait<1>();  // q and dO have landed
   __syncthreads();
   uint32_t qf[4][4], dof[4][4];
   load_a(qf, sq, warp * 16);
@@ -451,15 +483,22 @@ __global__ void __launch_bounds__(kThreads)
   float dq[8][4];
   zero(dq);
   for (int kt = 0; kt <= qt; ++kt) {
-    load_tile(sk, k, ld, kt * kTile, seq);
-    load_tile(sv, v, ld, kt * kTile, seq);
-    cp_async_wait_all();
+    const int buf = kt & 1;
+    if (kt < qt) {  // prefetch into the other buffer (released by the last iteration's barrier)
+      load_tile(sk + (buf ^ 1) * kTileElems, k, ld, (kt + 1) * kTile, seq);
+      load_tile(sv + (buf ^ 1) * kTileElems, v, ld, (kt + 1) * kTile, seq);
+      cp_async_commit();
+      cp_async_wait<1>();  // tile kt has landed
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
+    const uint16_t* skt = sk + buf * kTileElems;
     float p[8][4], dp[8][4];
     zero(p);
-    mma_abt<kBf16>(p, qf, sk);  // S
+    mma_abt<kBf16>(p, qf, skt);  // S
     zero(dp);
-    mma_abt<kBf16>(dp, dof, sv);  // dP = dO V^T
+    mma_abt<kBf16>(dp, dof, sv + buf * kTileElems);  // dP = dO V^T
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -469,11 +508,22 @@ __global__ void __launch_bounds__(kThreads)
         const float pv = masked ? 0.0f : exp2f(p[n][e] * scale_log2 - row_lse[e / 2]);
         dp[n][e] = pv * (dp[n][e] - row_delta[e / 2]);  // dS (unscaled)
       }
-    mma_pm<kBf16>(dq, dp, sk);  // dQ += dS K
-    __syncthreads();
+    mma_pm<kBf16>(dq, dp, skt);  // dQ += dS K
+    __syncthreads();             // buffer `buf` is refilled by the next iteration
   }
   uint16_t* dst = dqkv + static_cast<int64_t>(b) * seq * ld + h * kD;
   store_rows<kBf16>(dst, ld, qt * kTile + warp * 16, seq, dq, scale, scale);
+}
+
+// Raises kKernel's dynamic shared memory limit to `bytes`, once per kernel and device (the
+// attribute is per device; the current device is `device`).
+template <auto kKernel>
+void allow_smem(int bytes, int device) {
+  static std::array<std::atomic<bool>, 64> done{};
+  if (device < 0 || device >= 64 || done[device].load(std::memory_order_acquire)) return;
+  STOKER_CUDA_CHECK(
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done[device].store(true, std::memory_order_release);
 }
 
 template <typename F>
@@ -522,11 +572,13 @@ void flash_attention_backward(const Tensor& dqkv, const Tensor& dout, const Tens
     STOKER_CUDA_CHECK(cudaGetLastError());
     const float* l = static_cast<const float*>(lse.data());
     const float* d = static_cast<const float*>(delta.data());
-    flash_dkdv_kernel<kBf16><<<grid, kThreads, 0, stream>>>(mptr(dqkv), cptr(dout), cptr(qkv), l,
-                                                            d, s, h, scale, scale * kLog2e);
+    allow_smem<flash_dkdv_kernel<kBf16>>(kDkdvSmem, qkv.device().index);
+    flash_dkdv_kernel<kBf16><<<grid, kThreads, kDkdvSmem, stream>>>(
+        mptr(dqkv), cptr(dout), cptr(qkv), l, d, s, h, scale, scale * kLog2e);
     STOKER_CUDA_CHECK(cudaGetLastError());
-    flash_dq_kernel<kBf16><<<grid, kThreads, 0, stream>>>(mptr(dqkv), cptr(dout), cptr(qkv), l, d,
-                                                          s, h, scale, scale * kLog2e);
+    allow_smem<flash_dq_kernel<kBf16>>(kDqSmem, qkv.device().index);
+    flash_dq_kernel<kBf16><<<grid, kThreads, kDqSmem, stream>>>(
+        mptr(dqkv), cptr(dout), cptr(qkv), l, d, s, h, scale, scale * kLog2e);
     STOKER_CUDA_CHECK(cudaGetLastError());
   });
 }
