@@ -1,5 +1,6 @@
 #include "stoker/optim/offloaded_optimizer.h"
 
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -151,15 +152,24 @@ void OffloadedOptimizer::update() {
       core::detail::copy_bytes(shadows_[i]->grad(), grads[i]);
   }
 
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  timing_ = {};
   bool skipped = false;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     Group& g = groups_[gi];
+    const auto t0 = Clock::now();
     if (cuda) g.downloaded.synchronize();
+    const auto t1 = Clock::now();
+    timing_.download_wait_ms += ms(t0, t1);
     if (gi == 0) skipped = flag.defined() && *flag.data<float>() != 0.0f;
     g.inner->set_lr(lr_);
     g.inner->set_found_inf(flag);
     g.inner->set_steps(steps_);
-    g.inner->step();        // the shadows have no compute copies: nothing refreshed here
+    g.inner->step();  // the shadows have no compute copies: nothing refreshed here
+    timing_.update_ms += ms(t1, Clock::now());
     if (skipped) continue;  // values unchanged: nothing to upload
     if (cuda) {
       core::StreamGuard on_upload(upload_stream_);

@@ -188,6 +188,7 @@ TEST(OffloadedOptimizerTest, GroupsSplitAtTheByteLimitInParameterOrder) {
   EXPECT_EQ(off.inner(1).parameters()[0].first, "p100");
   EXPECT_EQ(off.inner(2).parameters().size(), 1u);
   run_and_compare(plain, a, off, b, 3);
+  EXPECT_GT(off.last_step_timing().update_ms, 0.0);
   // One group when everything fits.
   Params c(sizes, 21);
   OffloadedOptimizer one(c.named(), adamw_factory(o));

@@ -88,6 +88,14 @@ class OffloadedOptimizer : public Optimizer {
   // optimizer exists already): otherwise the next step would update the old values.
   void reload_values();
 
+  // Where the host spent the last step (wall-clock ms): waiting for gradients to arrive, and
+  // updating on the CPU. Their sum is about the step's host time.
+  struct StepTiming {
+    double download_wait_ms = 0;
+    double update_ms = 0;
+  };
+  const StepTiming& last_step_timing() const { return timing_; }
+
   size_t groups() const { return groups_.size(); }
   Optimizer& inner(size_t group) { return *groups_[group].inner; }
   // Host bytes held for the offload: the inner states plus the pinned shadow values and
@@ -114,7 +122,8 @@ class OffloadedOptimizer : public Optimizer {
   std::vector<std::pair<Tensor, Tensor>> shared_state_;  // (group g's copy, group 0's)
   Tensor host_found_inf_;                                // CUDA: pinned copy of found_inf
   core::Event ready_, uploaded_;                         // CUDA: step start, last upload
-  core::Stream upload_stream_;                           // CUDA: pinned -> device values
+  StepTiming timing_;
+  core::Stream upload_stream_;  // CUDA: pinned -> device values
 };
 
 }  // namespace stoker::optim
