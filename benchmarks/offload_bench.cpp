@@ -20,6 +20,8 @@
 //
 //   stoker_offload_bench                           # 124M parameters, all threads, GPU if any
 //   stoker_offload_bench --params 10M --bw-mib 256 --cpu --json out.json
+// Google Benchmark's --benchmark_* flags (scripts/gpu-check.sh passes them to every benchmark)
+// are ignored, except --benchmark_out=FILE, which writes the JSON line there.
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/parallel_for.h>
 
@@ -188,7 +190,22 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "oneTBB threads (0: all)")->capture_default_str();
   app.add_flag("--cpu", o.cpu, "skip the GPU comparison even when a GPU is present");
   app.add_option("--json", o.json, "also write the results to this JSON file");
-  CLI11_PARSE(app, argc, argv);
+  // scripts/gpu-check.sh runs every benchmark binary with Google Benchmark's flags: ignore them,
+  // except that --benchmark_out=FILE writes the JSON there (unless --json is given).
+  app.name("stoker_offload_bench");
+  std::vector<std::string> args;
+  std::string benchmark_out;
+  for (int i = argc - 1; i >= 1; --i) {
+    const std::string a = argv[i];
+    if (a.rfind("--benchmark_out=", 0) == 0) benchmark_out = a.substr(16);
+    if (a.rfind("--benchmark_", 0) != 0) args.push_back(a);
+  }
+  try {
+    app.parse(args);  // CLI11 takes the arguments in reverse order
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (o.json.empty()) o.json = benchmark_out;
 
   try {
     const int threads =
