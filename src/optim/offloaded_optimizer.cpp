@@ -1,5 +1,7 @@
 #include "stoker/optim/offloaded_optimizer.h"
 
+#include <oneapi/tbb/task_arena.h>
+
 #include <chrono>
 #include <map>
 #include <set>
@@ -8,12 +10,22 @@
 
 namespace stoker::optim {
 
+struct OffloadedOptimizer::Arena {
+  explicit Arena(int threads) : arena(threads) {}
+  tbb::task_arena arena;
+};
+
+OffloadedOptimizer::~OffloadedOptimizer() = default;
+
 OffloadedOptimizer::OffloadedOptimizer(NamedParameters params, const Factory& make,
                                        OffloadOptions options)
     : Optimizer(std::move(params)), options_(options) {
   STOKER_CHECK(make != nullptr, "OffloadedOptimizer: no factory for the inner optimizer");
   STOKER_CHECK(options_.group_bytes > 0, "OffloadedOptimizer: OffloadOptions::group_bytes ",
                options_.group_bytes, " must be > 0 (32 MiB is a good default)");
+  STOKER_CHECK(options_.threads >= 0, "OffloadedOptimizer: OffloadOptions::threads ",
+               options_.threads, " must be >= 0 (0: every core)");
+  if (options_.threads > 0) arena_ = std::make_unique<Arena>(options_.threads);
   const Device dev = params_[0].second->device();
   const bool cuda = dev.is_cuda();
   NamedParameters group_params;
@@ -168,7 +180,11 @@ void OffloadedOptimizer::update() {
     g.inner->set_lr(lr_);
     g.inner->set_found_inf(flag);
     g.inner->set_steps(steps_);
-    g.inner->step();  // the shadows have no compute copies: nothing refreshed here
+    // The shadows have no compute copies: nothing refreshed by the inner step.
+    if (arena_)
+      arena_->arena.execute([&] { g.inner->step(); });
+    else
+      g.inner->step();
     timing_.update_ms += ms(t1, Clock::now());
     if (skipped) continue;  // values unchanged: nothing to upload
     if (cuda) {

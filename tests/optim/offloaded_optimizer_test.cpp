@@ -128,6 +128,15 @@ TEST(OffloadedOptimizerTest, AdamWEqualsPlainAdamWForEveryStateFormat) {
   }
 }
 
+TEST(OffloadedOptimizerTest, OwnThreadCountGivesTheSameBits) {
+  const AdamWOptions o{.lr = 1e-2f};
+  Params a(kSizes, 13), b(kSizes, 13);
+  AdamW plain(a.named(), o);
+  OffloadedOptimizer off(b.named(), adamw_factory(o), {.group_bytes = 8 << 10, .threads = 1});
+  run_and_compare(plain, a, off, b, 3);
+  EXPECT_THROW(OffloadedOptimizer(b.named(), adamw_factory(o), {.threads = -1}), stoker::Error);
+}
+
 TEST(OffloadedOptimizerTest, SgdMomentumEqualsPlainSgd) {
   for (const StateDType dt : {StateDType::f32, StateDType::bf16}) {
     const SgdOptions o{.lr = 0.05f,

@@ -69,6 +69,9 @@ struct OffloadOptions {
   // fp32 value bytes per group of parameters (pipelining granularity: smaller groups start
   // uploading sooner, larger ones cost fewer host waits).
   int64_t group_bytes = int64_t{32} << 20;
+  // CPU threads of the update (a oneTBB arena of its own); 0: oneTBB's default (every core).
+  // Fewer leave cores to a data loader's decode threads.
+  int threads = 0;
 };
 
 class OffloadedOptimizer : public Optimizer {
@@ -77,6 +80,7 @@ class OffloadedOptimizer : public Optimizer {
   //   [&](optim::NamedParameters p) { return std::make_unique<optim::AdamW>(p, opts); }
   using Factory = std::function<std::unique_ptr<Optimizer>(NamedParameters)>;
   OffloadedOptimizer(NamedParameters params, const Factory& make, OffloadOptions options = {});
+  ~OffloadedOptimizer() override;
 
   std::string describe() const override;
   // The inner states under the non-offloaded names (host tensors, shared, not copies).
@@ -123,7 +127,9 @@ class OffloadedOptimizer : public Optimizer {
   Tensor host_found_inf_;                                // CUDA: pinned copy of found_inf
   core::Event ready_, uploaded_;                         // CUDA: step start, last upload
   StepTiming timing_;
-  core::Stream upload_stream_;  // CUDA: pinned -> device values
+  struct Arena;                   // a oneTBB task arena (kept out of this header)
+  std::unique_ptr<Arena> arena_;  // OffloadOptions::threads > 0
+  core::Stream upload_stream_;    // CUDA: pinned -> device values
 };
 
 }  // namespace stoker::optim
