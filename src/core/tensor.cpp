@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "core/cuda_util.h"
+#include "core/tensor_copy.h"
 #include "stoker/core/stream.h"
 
 namespace stoker::core {
@@ -241,7 +242,8 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str
 
 namespace detail {
 
-void copy_bytes(const Tensor& dst, const Tensor& src) {
+namespace {
+void copy_bytes_impl(const Tensor& dst, const Tensor& src, bool keep_alive) {
   STOKER_CHECK(dst.nbytes() == src.nbytes(), "copy: ", src.str(), " into ", dst.str(),
                ": byte sizes differ");
   const size_t n = dst.nbytes();
@@ -264,15 +266,21 @@ void copy_bytes(const Tensor& dst, const Tensor& src) {
     // Pageable destination: the caller will read it right away, so wait for the copy.
     note_host_sync();
     STOKER_CUDA_CHECK(cudaStreamSynchronize(stream));
-  } else if (dst.is_pinned() || src.is_pinned()) {
+  } else if (keep_alive && (dst.is_pinned() || src.is_pinned())) {
     // Asynchronous with respect to the host: hold both buffers until the stream gets there, so
     // a pinned block is not handed out again while the DMA still reads or writes it.
     keep_alive_until_stream_passes(stream, dst.storage(), src.storage());
   }
 #else
+  (void)keep_alive;
   STOKER_THROW("copy between ", src.str(), " and ", dst.str(), ": stoker was built without CUDA");
 #endif
 }
+}  // namespace
+
+void copy_bytes(const Tensor& dst, const Tensor& src) { copy_bytes_impl(dst, src, true); }
+
+void copy_bytes_unowned(const Tensor& dst, const Tensor& src) { copy_bytes_impl(dst, src, false); }
 
 }  // namespace detail
 }  // namespace stoker::core

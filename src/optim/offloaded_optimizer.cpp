@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "core/tensor_copy.h"
 #include "stoker/core/error.h"
 
 namespace stoker::optim {
@@ -15,7 +16,18 @@ struct OffloadedOptimizer::Arena {
   tbb::task_arena arena;
 };
 
-OffloadedOptimizer::~OffloadedOptimizer() = default;
+OffloadedOptimizer::~OffloadedOptimizer() {
+  // The step's copies do not hold the pinned buffers (copy_bytes_unowned): let them finish
+  // before the buffers go back to the pool. Downloads: the host waited for them, unless a step
+  // threw midway.
+  if (!device_.empty() && device_[0]->device().is_cuda()) {
+    try {
+      for (Group& g : groups_) g.downloaded.synchronize();
+      upload_stream_.synchronize();
+    } catch (...) {  // a destructor must not throw; a failed device is reported elsewhere
+    }
+  }
+}
 
 OffloadedOptimizer::OffloadedOptimizer(NamedParameters params, const Factory& make,
                                        OffloadOptions options)
@@ -152,11 +164,12 @@ void OffloadedOptimizer::update() {
     ready_.block(upload_stream_);
     core::StreamGuard on_copy(copy);
     if (found_inf_.defined()) {
-      core::detail::copy_bytes(host_found_inf_, found_inf_);
+      core::detail::copy_bytes_unowned(host_found_inf_, found_inf_);
       flag = host_found_inf_;
     }
     for (Group& g : groups_) {
-      for (size_t i : g.members) core::detail::copy_bytes(shadows_[i]->grad(), grads[i]);
+      // Unowned: the shadows live as long as this, and the destructor waits for the copies.
+      for (size_t i : g.members) core::detail::copy_bytes_unowned(shadows_[i]->grad(), grads[i]);
       g.downloaded.record(copy);
     }
   } else {
@@ -190,7 +203,7 @@ void OffloadedOptimizer::update() {
     if (cuda) {
       core::StreamGuard on_upload(upload_stream_);
       for (size_t i : g.members)
-        core::detail::copy_bytes(device_[i]->value(), shadows_[i]->value());
+        core::detail::copy_bytes_unowned(device_[i]->value(), shadows_[i]->value());
     } else {
       for (size_t i : g.members)
         core::detail::copy_bytes(device_[i]->value(), shadows_[i]->value());
