@@ -83,6 +83,11 @@ class Optimizer {
   using TensorLoader = std::function<Tensor(const std::string& name, Device device)>;
   virtual void load_checkpoint_state(const TensorLoader& load);
 
+  // Completes any update still running in the background and applies it to the parameters;
+  // the Trainer calls it before checkpoints, evaluation and at the end of fit(). A no-op for
+  // optimizers that update synchronously (all but OffloadedOptimizer with delayed_update).
+  virtual void flush() {}
+
   const NamedParameters& parameters() const { return params_; }
   virtual std::string describe() const = 0;
 
