@@ -11,16 +11,16 @@ namespace stoker::nn {
 
 namespace {
 
-// STOKER_ATTENTION: unset, "" or "math" -> math; "fused" -> fused.
+// STOKER_ATTENTION: unset, "" or "fused" -> fused (where supported); "math" -> math.
 AttentionKernel kernel_from_env() {
   const char* v = std::getenv("STOKER_ATTENTION");
   const std::string_view s = v ? v : "";
-  if (s.empty() || s == "math") return AttentionKernel::math;
-  if (s == "fused") return AttentionKernel::fused;
+  if (s.empty() || s == "fused") return AttentionKernel::fused;
+  if (s == "math") return AttentionKernel::math;
   STOKER_CHECK_HINT(false, "set STOKER_ATTENTION=fused or math, or unset it",
                     "CausalSelfAttention: environment variable STOKER_ATTENTION is '", s,
                     "'; expected 'fused' or 'math'");
-  return AttentionKernel::math;
+  return AttentionKernel::fused;
 }
 
 }  // namespace

@@ -57,8 +57,8 @@ Tol tolerance(DType dt) { return dt == DType::bf16 ? Tol{1e-2, 2e-2} : Tol{2e-3,
   for (float w : want) scale = std::max(scale, std::fabs(double(w)));
   for (size_t i = 0; i < got.size(); ++i) {
     if (!std::isfinite(got[i]))
-      return ::testing::AssertionFailure() << what << "[" << i << "] = " << got[i]
-                                           << " (unwritten?)";
+      return ::testing::AssertionFailure()
+             << what << "[" << i << "] = " << got[i] << " (unwritten?)";
     const double e = std::fabs(double(got[i]) - want[i]);
     if (e > max_err) max_err = e, at = i;
     err2 += e * e;
@@ -69,9 +69,9 @@ Tol tolerance(DType dt) { return dt == DType::bf16 ? Tol{1e-2, 2e-2} : Tol{2e-3,
   if (worst) *worst = std::max(rel_max, rel_l2);
   if (rel_max <= tol && rel_l2 <= tol) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
-         << what << ": max error " << max_err << " at [" << at << "] (got " << got[at]
-         << ", want " << want[at] << ") = " << rel_max << " of max |want| " << scale
-         << ", relative L2 " << rel_l2 << "; tolerance " << tol;
+         << what << ": max error " << max_err << " at [" << at << "] (got " << got[at] << ", want "
+         << want[at] << ") = " << rel_max << " of max |want| " << scale << ", relative L2 "
+         << rel_l2 << "; tolerance " << tol;
 }
 
 // lse[b, h, i] = ln sum_{j <= i} exp(q_i . k_j / 8), in double, from qkv's values.
@@ -141,10 +141,9 @@ TEST(FlashAttentionGpu, MatchesCpuReferenceAndUnfusedGpu) {
   for (DType dt : {DType::bf16, DType::f16}) {
     const Tol tol = tolerance(dt);
     for (const Dims& s : shapes) {
-      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " B=" << s.b << " T=" << s.t
-                                      << " H=" << s.h << " D=64");
-      ASSERT_TRUE(flash_attention_supported(
-          Tensor::empty({s.b, s.t, 3 * s.c()}, dt, gpu()), s.h));
+      SCOPED_TRACE(testing::Message()
+                   << dtype_name(dt) << " B=" << s.b << " T=" << s.t << " H=" << s.h << " D=64");
+      ASSERT_TRUE(flash_attention_supported(Tensor::empty({s.b, s.t, 3 * s.c()}, dt, gpu()), s.h));
       // Scores q.k/8 of standard deviation ~0.9: peaked enough that P is far from uniform.
       const Tensor qkv = test::random_tensor({s.b, s.t, 3 * s.c()}, dt, seed++, -1.5f, 1.5f);
       const Tensor dout = test::random_tensor({s.b, s.t, s.c()}, dt, seed++);
@@ -165,14 +164,15 @@ TEST(FlashAttentionGpu, MatchesCpuReferenceAndUnfusedGpu) {
 
       // The unfused GPU path in the same dtype.
       const auto [u_out, u_dqkv] = run_math(qkv, dout, s, gpu());
-      EXPECT_TRUE(close_rel(to_f32(f.out), to_f32(u_out), 3 * tol.out, "out vs unfused gpu",
-                            &e_out_u));
-      EXPECT_TRUE(close_rel(to_f32(f.dqkv), to_f32(u_dqkv), 3 * tol.grad,
-                            "dqkv vs unfused gpu", &e_grad_u));
-      std::printf("[ flash    ] %s B=%lld T=%lld H=%lld: error/max out %.2e dqkv %.2e (cpu), "
-                  "out %.2e dqkv %.2e (unfused gpu)\n",
-                  std::string(dtype_name(dt)).c_str(), (long long)s.b, (long long)s.t,
-                  (long long)s.h, e_out, e_grad, e_out_u, e_grad_u);
+      EXPECT_TRUE(
+          close_rel(to_f32(f.out), to_f32(u_out), 3 * tol.out, "out vs unfused gpu", &e_out_u));
+      EXPECT_TRUE(close_rel(to_f32(f.dqkv), to_f32(u_dqkv), 3 * tol.grad, "dqkv vs unfused gpu",
+                            &e_grad_u));
+      std::printf(
+          "[ flash    ] %s B=%lld T=%lld H=%lld: error/max out %.2e dqkv %.2e (cpu), "
+          "out %.2e dqkv %.2e (unfused gpu)\n",
+          std::string(dtype_name(dt)).c_str(), (long long)s.b, (long long)s.t, (long long)s.h,
+          e_out, e_grad, e_out_u, e_grad_u);
     }
   }
 }
@@ -194,8 +194,7 @@ TEST(FlashAttentionGpu, ReportsAndRefusesUnsupportedInputs) {
   EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::bf16, gpu()), 4))
       << "D = 32";
   EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::f32, gpu()), 2));
-  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::bf16), 2))
-      << "CPU";
+  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::bf16), 2)) << "CPU";
   const Tensor qkv = Tensor::empty({1, 5, 3 * 128}, DType::bf16, gpu());
   const Tensor out = Tensor::empty({1, 5, 128}, DType::bf16, gpu());
   const Tensor lse = Tensor::empty({1, 4, 5}, DType::f32, gpu());
@@ -268,6 +267,8 @@ TEST(FlashAttentionGpu, ModuleFollowsTheEnvironmentVariable) {
   ::unsetenv("STOKER_ATTENTION");
   const ModulePass unset = module_pass(nn::AttentionKernel::from_env, dt, false);
   const ModulePass math = module_pass(nn::AttentionKernel::math, dt, false);
+  ::setenv("STOKER_ATTENTION", "math", 1);
+  const ModulePass env_math = module_pass(nn::AttentionKernel::from_env, dt, false);
   ::setenv("STOKER_ATTENTION", "fused", 1);
   const ModulePass env_fused = module_pass(nn::AttentionKernel::from_env, dt, false);
   ::setenv("STOKER_ATTENTION", "flash", 1);
@@ -278,8 +279,10 @@ TEST(FlashAttentionGpu, ModuleFollowsTheEnvironmentVariable) {
   else
     ::unsetenv("STOKER_ATTENTION");
   const ModulePass fused = module_pass(nn::AttentionKernel::fused, dt, false);
-  EXPECT_TRUE(test::bit_identical(unset.y, math.y)) << "unset means math";
-  EXPECT_TRUE(test::bit_identical(unset.dx, math.dx));
+  EXPECT_TRUE(test::bit_identical(unset.y, fused.y)) << "unset means fused";
+  EXPECT_TRUE(test::bit_identical(unset.dx, fused.dx));
+  EXPECT_TRUE(test::bit_identical(env_math.y, math.y)) << "math from the environment";
+  EXPECT_TRUE(test::bit_identical(env_math.dx, math.dx));
   EXPECT_TRUE(test::bit_identical(env_fused.y, fused.y)) << "fused from the environment";
   EXPECT_TRUE(test::bit_identical(env_fused.dx, fused.dx));
   expect_module_close(env_fused, math, dt);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -29,9 +30,20 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
+// Identical bytes; for f32 tensors a NaN matches any NaN (the GPU's arithmetic returns the
+// canonical NaN 0x7fffffff where the CPU's propagates the input's payload, 0x7fc00000 here).
 void expect_same(const Tensor& a, const Tensor& b, const std::string& what) {
   const auto ra = stoker::test::raw_bytes(a), rb = stoker::test::raw_bytes(b);
   ASSERT_EQ(ra.size(), rb.size()) << what;
+  if (a.dtype() == DType::f32) {
+    const auto fa = a.to_vector<float>(), fb = b.to_vector<float>();
+    for (size_t i = 0; i < fa.size(); ++i) {
+      if (std::isnan(fa[i]) && std::isnan(fb[i])) continue;
+      ASSERT_EQ(0, std::memcmp(&fa[i], &fb[i], sizeof(float)))
+          << what << " element " << i << ": " << fa[i] << " vs " << fb[i];
+    }
+    return;
+  }
   for (size_t i = 0; i < ra.size(); ++i) ASSERT_EQ(ra[i], rb[i]) << what << " byte " << i;
 }
 

@@ -225,6 +225,12 @@ class Cache {
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+    // Split-K partial sums only in the compute type (fp32): the in-place and output-type
+    // reduction schemes add the partial products in the output dtype, which for a bf16/f16 C
+    // loses several ulps (seen: a candidate the autotuner timed fastest put 3 % of a
+    // bf16 [1023, 257] product 8 ulps off).
+    const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    set_pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
 
     std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
     int found = 0;
