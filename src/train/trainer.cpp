@@ -138,6 +138,7 @@ MemoryReport Trainer::memory_report() const {
     if (p->requires_grad) r.gradients += p->value().nbytes();
   }
   // By where the state lives: an offloaded optimizer's is host memory, not the device's.
+  optimizer_.flush();  // nothing may still be writing the state read below
   for (const auto& [name, t] : optimizer_.state())
     (t.device() == r.device ? r.optimizer_state : r.optimizer_state_host) += t.nbytes();
   r.input_batch = last_batch_bytes_;
@@ -426,6 +427,7 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
     }
   }
   bar.clear();
+  optimizer_.flush();  // a delayed (background) update reaches the weights before fit() returns
   if (diag_) result.diagnosis = diag_->end_fit();
   if (!options_.checkpoint_dir.empty() && (main_rank() || optimizer_.checkpoint_is_collective()))
     save_checkpoint(options_.checkpoint_dir / "last.safetensors", &train);
@@ -436,6 +438,7 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
 }
 
 EvalResult Trainer::evaluate(data::BatchSource& data) {
+  optimizer_.flush();  // evaluate the weights after the last step's update
   const bool was_training = model_.training();
   model_.set_training(false);
   nn::NoSaveScope no_save;  // no backward follows: keep no activations
@@ -474,6 +477,7 @@ EvalResult Trainer::evaluate(data::BatchSource& data) {
 
 void Trainer::save_checkpoint(const std::filesystem::path& path,
                               const data::BatchSource* source) const {
+  optimizer_.flush();  // weights and optimizer state of the same step
   std::vector<NamedTensor> tensors;
   model_.visit_parameters("", [&](const std::string& n, nn::Parameter& p) {
     tensors.push_back({"model." + n, p.value()});

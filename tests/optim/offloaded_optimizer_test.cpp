@@ -8,13 +8,19 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "stoker/core/allocator.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
@@ -383,6 +389,292 @@ TEST(OffloadedOptimizerTest, ReloadValuesPicksUpWeightsWrittenOutside) {
   plain.step();
   off.step();
   expect_same_params(a, b);
+}
+
+// ---- Delayed parameter update (OffloadOptions::delayed_update) ----
+
+// The gradient of a quadratic loss 0.5 w'Aw - b'w at w, computed on the host: A is tridiagonal
+// (diagonal 1 + j % 7 / 4, off-diagonals 0.25), b_j = sin(j). Written into each parameter's
+// gradient from its current value; equal value bits give equal gradient bits.
+void set_quadratic_grads(Params& p) {
+  for (auto& param : p.ps) {
+    const int64_t n = param->value().numel();
+    const float* w = param->value().data<float>();
+    std::vector<float> g(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      float v = (1.0f + static_cast<float>(j % 7) * 0.25f) * w[j] - std::sin(static_cast<float>(j));
+      if (j > 0) v += 0.25f * w[j - 1];
+      if (j + 1 < n) v += 0.25f * w[j + 1];
+      g[static_cast<size_t>(j)] = v;
+    }
+    if (n > 0) std::memcpy(param->grad().data<float>(), g.data(), g.size() * sizeof(float));
+  }
+}
+
+float lr_at(int t) { return 1e-2f * (1.0f - 0.05f * static_cast<float>(t)); }
+
+std::vector<Tensor> values_of(Params& p) {
+  std::vector<Tensor> out;
+  for (auto& param : p.ps) out.push_back(param->value().clone());
+  return out;
+}
+
+// Plain AdamW where the gradient of step t is taken at the weights after update t-2 (the
+// initial weights for t <= 2): what the delayed mode computes. Returns the weights after each
+// update (w[0]: initial, w[t]: after update t). Update `skip` is skipped (found_inf).
+std::vector<std::vector<Tensor>> delayed_reference(const std::vector<int64_t>& sizes, uint32_t seed,
+                                                   const AdamWOptions& o, int n, int skip) {
+  Params at(sizes, seed), ref(sizes, seed);  // `at`: where gradients are taken
+  AdamW plain(ref.named(), o);
+  Tensor flag = Tensor::zeros({}, DType::f32);
+  plain.set_found_inf(flag);
+  std::vector<std::vector<Tensor>> w{values_of(ref)};
+  for (int t = 1; t <= n; ++t) {
+    const std::vector<Tensor>& stale = w[static_cast<size_t>(std::max(0, t - 2))];
+    for (size_t i = 0; i < at.ps.size(); ++i) stoker::ops::copy(at.ps[i]->value(), stale[i]);
+    set_quadratic_grads(at);
+    for (size_t i = 0; i < at.ps.size(); ++i)
+      stoker::ops::copy(ref.ps[i]->grad(), at.ps[i]->grad());
+    stoker::ops::fill(flag, t == skip ? 1.0 : 0.0);
+    plain.set_lr(lr_at(t));
+    plain.step();
+    plain.zero_grad();
+    w.push_back(values_of(ref));
+  }
+  return w;
+}
+
+void expect_values(Params& p, const std::vector<Tensor>& w, const std::string& what) {
+  for (size_t i = 0; i < p.ps.size(); ++i)
+    expect_same_bits(p.ps[i]->value(), w[i], what + ", parameter p" + std::to_string(i));
+}
+
+TEST(OffloadedOptimizerDelayedTest, EqualsAdamWWithOneStepStaleGradients) {
+  constexpr int kSteps = 8, kSkip = 4;
+  for (const StateDType dt : {StateDType::f32, StateDType::bf16}) {
+    SCOPED_TRACE(testing::Message() << "state dtype " << static_cast<int>(dt));
+    const AdamWOptions o{.lr = 1e-2f, .weight_decay = 0.1f, .state = {.dtype = dt}};
+    const auto w = delayed_reference(kSizes, 21, o, kSteps, kSkip);
+    Params b(kSizes, 21);
+    OffloadedOptimizer off(b.named(), adamw_factory(o),
+                           {.group_bytes = 8 << 10, .delayed_update = true});
+    EXPECT_GT(off.groups(), 2u);
+    Tensor flag = Tensor::zeros({}, DType::f32);
+    off.set_found_inf(flag);
+    for (int t = 1; t <= kSteps; ++t) {
+      // Before step t the weights are those after update t-2: one step stale.
+      expect_values(b, w[static_cast<size_t>(std::max(0, t - 2))],
+                    "before step " + std::to_string(t));
+      set_quadratic_grads(b);
+      stoker::ops::fill(flag, t == kSkip ? 1.0 : 0.0);
+      off.set_lr(lr_at(t));
+      off.step();
+      // Update t runs in the background: what it uses was captured at step t.
+      stoker::ops::fill(flag, t == kSkip ? 0.0 : 1.0);
+      off.set_lr(123.0f);
+      off.zero_grad();
+      set_quadratic_grads(b);  // the next backward overwrites the gradients at once
+    }
+    EXPECT_EQ(off.steps(), kSteps);
+    off.flush();
+    expect_values(b, w[kSteps], "after flush");
+    // The inner AdamW counted every update but the skipped one.
+    EXPECT_EQ(dynamic_cast<AdamW&>(off.inner(0)).applied_steps(), kSteps - 1);
+  }
+}
+
+TEST(OffloadedOptimizerDelayedTest, FlushIsIdempotentAndNoOpWhenNothingPending) {
+  const AdamWOptions o{.lr = 1e-2f};
+  Params b(kSizes, 5);
+  OffloadedOptimizer off(b.named(), adamw_factory(o), {.delayed_update = true});
+  EXPECT_TRUE(off.delayed());
+  EXPECT_NE(off.describe().find("one step stale"), std::string::npos) << off.describe();
+  const auto initial = values_of(b);
+  off.flush();  // nothing pending
+  expect_values(b, initial, "flush before any step");
+  set_quadratic_grads(b);
+  off.step();
+  expect_values(b, initial, "after step 1, before flush");
+  off.flush();
+  const auto flushed = values_of(b);
+  bool changed = false;
+  for (size_t i = 0; i < flushed.size(); ++i)
+    changed = changed || stoker::test::raw_bytes(flushed[i]) != stoker::test::raw_bytes(initial[i]);
+  EXPECT_TRUE(changed) << "flush did not apply the pending update";
+  off.flush();
+  expect_values(b, flushed, "second flush");
+  // A step after a flush has nothing to apply: its gradients are taken at the flushed weights.
+  off.zero_grad();
+  set_quadratic_grads(b);
+  off.step();
+  expect_values(b, flushed, "step after flush");
+}
+
+TEST(OffloadedOptimizerDelayedTest, CheckpointAfterFlushRoundTrips) {
+  const AdamWOptions o{.lr = 1e-2f, .weight_decay = 0.05f};
+  const OffloadOptions d{.group_bytes = 8 << 10, .delayed_update = true};
+  Params a(kSizes, 9);
+  OffloadedOptimizer off(a.named(), adamw_factory(o), d);
+  for (int t = 1; t <= 3; ++t) {
+    set_quadratic_grads(a);
+    off.step();
+    off.zero_grad();
+  }
+  // checkpoint_state() flushes: weights and state of the same step.
+  std::map<std::string, Tensor> saved;
+  for (auto& [n, t] : off.checkpoint_state()) saved.emplace(n, t.clone());
+  const auto weights = values_of(a);
+  const int64_t steps = off.steps();
+
+  Params b(kSizes, 1234);  // other weights, overwritten by the "checkpoint"
+  for (size_t i = 0; i < b.ps.size(); ++i) stoker::ops::copy(b.ps[i]->value(), weights[i]);
+  OffloadedOptimizer resumed(b.named(), adamw_factory(o), d);
+  resumed.set_steps(steps);
+  resumed.load_checkpoint_state([&](const std::string& n, stoker::Device) {
+    EXPECT_TRUE(saved.count(n)) << n;
+    return saved.at(n);
+  });
+  for (int t = 4; t <= 7; ++t) {
+    set_quadratic_grads(a);
+    set_quadratic_grads(b);
+    off.set_lr(lr_at(t));
+    resumed.set_lr(lr_at(t));
+    off.step();
+    resumed.step();
+    off.zero_grad();
+    resumed.zero_grad();
+  }
+  off.flush();
+  resumed.flush();
+  expect_same_params(a, b);
+  expect_same_state(off, resumed);
+}
+
+// An inner optimizer whose update number `fail_at` throws (counted from 1, over all calls) and
+// whose updates take `sleep_ms`, to test the background's error path and the destructor.
+struct Inject {
+  std::atomic<int> fail_at{0}, sleep_ms{0}, calls{0}, done{0};
+};
+class FailingOptimizer : public Optimizer {
+ public:
+  FailingOptimizer(NamedParameters p, std::shared_ptr<Inject> inject)
+      : Optimizer(std::move(p)), inject_(std::move(inject)) {}
+  std::string describe() const override { return "FailingOptimizer"; }
+
+ protected:
+  void update() override {
+    if (++inject_->calls == inject_->fail_at) throw std::runtime_error("injected failure");
+    std::this_thread::sleep_for(std::chrono::milliseconds(inject_->sleep_ms.load()));
+    ++inject_->done;
+  }
+
+ private:
+  std::shared_ptr<Inject> inject_;
+};
+
+OffloadedOptimizer::Factory failing_factory(std::shared_ptr<Inject> inject) {
+  return [inject](NamedParameters p) { return std::make_unique<FailingOptimizer>(p, inject); };
+}
+
+TEST(OffloadedOptimizerDelayedTest, BackgroundErrorIsRethrownByTheNextStepAndFlush) {
+  auto inject = std::make_shared<Inject>();
+  inject->fail_at = 2;
+  Params b({100}, 3);  // one group: one inner update per step
+  OffloadedOptimizer off(b.named(), failing_factory(inject), {.delayed_update = true});
+  off.step();                   // update 1: fine
+  EXPECT_NO_THROW(off.step());  // update 2 fails in the background: step() does not wait for it
+  try {
+    off.step();
+    FAIL() << "the background failure was not rethrown";
+  } catch (const stoker::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("offloaded"), std::string::npos) << what;
+    EXPECT_NE(what.find("step 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("injected failure"), std::string::npos) << what;
+  }
+  // Reported once; the optimizer goes on (the throwing step() handed no update over).
+  EXPECT_NO_THROW(off.step());  // update 3
+  EXPECT_NO_THROW(off.flush());
+  EXPECT_EQ(inject->done, 2);
+  EXPECT_EQ(off.steps(), 3);
+  // flush() rethrows too, once.
+  inject->fail_at = 4;
+  off.step();
+  EXPECT_THROW(off.flush(), stoker::Error);
+  EXPECT_NO_THROW(off.flush());
+}
+
+TEST(OffloadedOptimizerDelayedTest, DestructorWaitsForThePendingUpdateAndFreesEverything) {
+  const auto before = stoker::core::pinned_memory_stats().current_bytes;
+  auto inject = std::make_shared<Inject>();
+  inject->sleep_ms = 200;
+  {
+    Params b(kSizes, 3);
+    OffloadedOptimizer off(b.named(), failing_factory(inject), {.delayed_update = true});
+    EXPECT_GT(stoker::core::pinned_memory_stats().current_bytes, before);
+    off.step();
+    EXPECT_EQ(inject->done, 0) << "step() waited for the update";
+  }  // destroyed with update 1 pending
+  EXPECT_EQ(inject->done, 1) << "the destructor did not wait for the pending update";
+  EXPECT_EQ(stoker::core::pinned_memory_stats().current_bytes, before);
+}
+
+// fit() with a delayed offloaded optimizer ends with the weights flushed: equal to AdamW fed,
+// at step t, the gradient of the model at the weights after update t-2.
+TEST(OffloadedOptimizerDelayedTest, TrainerFitEndsWithFlushedWeights) {
+  namespace nn = stoker::nn;
+  constexpr int64_t kSteps = 9;
+  const Tensor x = stoker::test::random_tensor({96, 16}, DType::f32, 1);
+  const Tensor y = stoker::test::random_tensor({96, 4}, DType::f32, 2);
+  const AdamWOptions o{.lr = 1e-2f};
+  auto make_model = [] {
+    nn::manual_seed(7);
+    return std::make_unique<nn::Sequential>(nn::make<nn::Linear>(16, 32), nn::make<nn::ReLU>(),
+                                            nn::make<nn::Linear>(32, 4));
+  };
+  // The trainer.
+  auto model = make_model();
+  OffloadedOptimizer off(model->named_parameters(), adamw_factory(o),
+                         {.group_bytes = 1 << 10, .delayed_update = true});
+  nn::MSELoss loss;
+  stoker::train::Trainer trainer(*model, loss, off,
+                                 {.progress_bar = false, .max_steps = kSteps, .quiet = true});
+  stoker::data::TensorBatches batches(x, y, {.batch_size = 16, .seed = 3});
+  trainer.fit(batches, 100);
+
+  // The reference: `at` holds the weights after update t-2, `ref` those after update t-1.
+  auto at = make_model(), ref = make_model();
+  AdamW plain(ref->named_parameters(), o);
+  nn::MSELoss ref_loss;
+  stoker::data::TensorBatches ref_batches(x, y, {.batch_size = 16, .seed = 3});
+  const auto pa = at->parameters(), pr = ref->parameters();
+  int64_t t = 0;
+  for (int64_t epoch = 0; t < kSteps; ++epoch) {
+    ref_batches.start_epoch(epoch);
+    stoker::data::Batch batch;
+    while (t < kSteps && ref_batches.next(batch)) {
+      const Tensor out = at->forward(batch.input);
+      ref_loss.forward(out, batch.target);
+      at->backward(ref_loss.backward(1.0f));
+      std::vector<Tensor> before;
+      for (size_t i = 0; i < pr.size(); ++i) {
+        stoker::ops::copy(pr[i]->grad(), pa[i]->grad());
+        before.push_back(pr[i]->value().clone());
+      }
+      plain.step();
+      plain.zero_grad();
+      for (size_t i = 0; i < pa.size(); ++i) {
+        pa[i]->zero_grad();
+        stoker::ops::copy(pa[i]->value(), before[i]);
+        pa[i]->value_changed();
+      }
+      ++t;
+    }
+  }
+  const auto pm = model->parameters();
+  ASSERT_EQ(pm.size(), pr.size());
+  for (size_t i = 0; i < pm.size(); ++i)
+    expect_same_bits(pm[i]->value(), pr[i]->value(), "parameter " + std::to_string(i));
 }
 
 }  // namespace

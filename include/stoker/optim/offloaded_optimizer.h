@@ -39,6 +39,30 @@
 // (value and gradient) plus the inner state. The device keeps the fp32 values, gradients and
 // compute copies as before.
 //
+// DELAYED PARAMETER UPDATE (OffloadOptions::delayed_update, off by default): THE WEIGHTS ARE ONE
+// STEP STALE. The forward of step t+1 reads the weights after update t-1, not t, as in the
+// ZeRO-Offload paper's "delayed parameter update" (DeepSpeed's delay). In exchange, step() does
+// not wait for the CPU update: at step t it
+//   1. waits (host) for the background update of step t-1, makes the current stream wait for its
+//      last upload and applies it (device copy into the parameters; half copies refreshed);
+//   2. copies this step's gradients and found_inf into a flat device staging buffer on the
+//      current stream (the next backward may overwrite the gradients at once);
+//   3. hands update t to a worker thread owned by this object: the copy stream downloads the
+//      staging buffer group by group, the worker updates each group on the CPU as it arrives and
+//      uploads it (upload stream) into the group's part of the same staging buffer, which it has
+//      just finished reading (so the mode costs 4 bytes per parameter of device memory);
+//   4. returns. lr, found_inf and the step count of update t are those given at step t.
+// So the update (download, CPU update, upload) runs while the next forward and backward run.
+// flush() completes and applies the pending update (idempotent); state(), checkpoint_state(),
+// state_bytes() and host_bytes() flush first, so checkpoints hold consistent weights and state.
+// load_checkpoint_state() and reload_values() wait for the pending update and drop it (the
+// weights just written win). Training with a flush in between (a checkpoint, an evaluation, the
+// Trainer's first-step memory report) applies one update a step early: results depend on where
+// flushes happen, and a resumed run matches a run that flushed at the checkpoint. An exception
+// inside the background update (CUDA or CPU) is kept and rethrown by the next step() or flush()
+// as an stoker::Error naming the offloaded update; that update is then lost (reload a
+// checkpoint). The destructor waits for a pending update (and applies nothing).
+//
 // The shadows are copies: weights written into the parameters after construction (loading a
 // checkpoint or weights) reach them through reload_values(), which load_checkpoint_state()
 // calls (a Trainer resume loads the weights first, then the optimizer state).
@@ -50,7 +74,8 @@
 // between devices (the shadows are still separate buffers).
 //
 // Ownership: holds pointers to the parameters (the model outlives this); owns the shadows and
-// the inner optimizers. Not thread-safe.
+// the inner optimizers (and, delayed, the worker thread). Not thread-safe: call it from one
+// thread (the worker is internal).
 #pragma once
 
 #include <cstdint>
@@ -72,6 +97,9 @@ struct OffloadOptions {
   // CPU threads of the update (a oneTBB arena of its own); 0: oneTBB's default (every core).
   // Fewer leave cores to a data loader's decode threads.
   int threads = 0;
+  // Delayed parameter update (see above): step() returns before the CPU update, which runs in the
+  // background during the next forward/backward; the weights are one step stale.
+  bool delayed_update = false;
 };
 
 class OffloadedOptimizer : public Optimizer {
@@ -91,12 +119,18 @@ class OffloadedOptimizer : public Optimizer {
   // after writing parameter values outside step() (loading weights into a model whose
   // optimizer exists already): otherwise the next step would update the old values.
   void reload_values();
+  // Delayed mode: waits for the background update and applies it (then refreshes the half
+  // compute copies); rethrows its error. Idempotent; a no-op in the exact mode.
+  void flush() override;
 
   // Where the host spent the last step (wall-clock ms): waiting for gradients to arrive, and
   // updating on the CPU. Their sum is about the step's host time.
+  // Delayed mode: the last completed background update's, plus how long the last step() waited
+  // for it (background_wait_ms; 0 when it was done already).
   struct StepTiming {
     double download_wait_ms = 0;
     double update_ms = 0;
+    double background_wait_ms = 0;
   };
   const StepTiming& last_step_timing() const { return timing_; }
 
@@ -105,6 +139,7 @@ class OffloadedOptimizer : public Optimizer {
   // Host bytes held for the offload: the inner states plus the pinned shadow values and
   // gradients.
   size_t host_bytes();
+  bool delayed() const { return options_.delayed_update; }
 
  protected:
   void update() override;
@@ -118,6 +153,15 @@ class OffloadedOptimizer : public Optimizer {
   // Non-parameter state every inner holds its own copy of (AdamW's step_state): group 0's is
   // the one reported and loaded; the others are set from it before each step.
   void sync_shared_state();
+  // Delayed mode: stage step t's gradients and hand update t to the worker.
+  void update_delayed();
+  // The CPU update of every group (host waits for each group's download); uploads into
+  // `upload_to` (per parameter) unless the step is skipped. Returns true when skipped.
+  bool update_groups(const Tensor& flag, float lr, int64_t steps,
+                     const std::vector<Tensor>& upload_to, StepTiming& timing);
+  // Delayed mode: waits for the background update; applies it to the parameters when `apply`
+  // (returns true then), otherwise drops it. Rethrows the background error.
+  bool finish_pending(bool apply);
 
   OffloadOptions options_;
   std::vector<nn::Parameter*> device_;                   // trainable parameters, in order
@@ -130,6 +174,11 @@ class OffloadedOptimizer : public Optimizer {
   struct Arena;                   // a oneTBB task arena (kept out of this header)
   std::unique_ptr<Arena> arena_;  // OffloadOptions::threads > 0
   core::Stream upload_stream_;    // CUDA: pinned -> device values
+  // Delayed mode.
+  struct Background;  // the worker thread and its hand-off
+  std::unique_ptr<Background> background_;
+  std::vector<Tensor> staging_;  // CUDA: per parameter, views of one flat device f32 buffer
+  Tensor staged_found_inf_;      // CUDA: device copy of found_inf at step time
 };
 
 }  // namespace stoker::optim
