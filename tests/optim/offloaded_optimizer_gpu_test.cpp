@@ -4,12 +4,14 @@
 // rate changes; compute copies are refreshed; the host waits once per group per step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "stoker/core/allocator.h"
 #include "stoker/data/batch_source.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
@@ -229,6 +231,162 @@ TEST(OffloadedOptimizerGpuTest, Fp16TrainerWithOverflowsEqualsOnGpuAdamW) {
   ASSERT_EQ(plain.weights.size(), off.weights.size());
   for (size_t i = 0; i < plain.weights.size(); ++i)
     EXPECT_TRUE(plain.weights[i] == off.weights[i]) << "parameter " << i;
+}
+
+// ---- Delayed parameter update (OffloadOptions::delayed_update) ----
+
+// The gradient of a quadratic loss at the parameters' current values, on the device (current
+// stream, no host sync): g = 1.5 w - c with a fixed random c per parameter.
+struct Quadratic {
+  std::vector<Tensor> c;
+  explicit Quadratic(GpuParams& p) {
+    for (size_t i = 0; i < p.ps.size(); ++i) {
+      c.push_back(Tensor::empty(p.ps[i]->shape(), DType::f32, Device::cuda(0)));
+      stoker::ops::random_normal(c.back(), 0.0f, 1.0f, 4242, i * 1000000);
+    }
+  }
+  void set_grads(GpuParams& p) const {
+    for (size_t i = 0; i < p.ps.size(); ++i) {
+      const Tensor& g = p.ps[i]->grad();
+      stoker::ops::copy(g, p.ps[i]->value());
+      stoker::ops::scale(g, 1.5f);
+      stoker::ops::axpy(g, -1.0f, c[i]);
+    }
+  }
+};
+
+float delayed_lr(int t) { return 1e-2f * (1.0f - 0.05f * static_cast<float>(t)); }
+
+std::vector<std::vector<uint8_t>> bytes_of(GpuParams& p) {
+  std::vector<std::vector<uint8_t>> out;
+  for (auto& q : p.ps) out.push_back(stoker::test::raw_bytes(q->value()));
+  return out;
+}
+
+// Delayed offload on the GPU equals AdamW on the GPU fed, at step t, the gradient at the weights
+// after update t-2, bit for bit; the found_inf flag and lr are those of step t even though they
+// change right after step() returns; after flush() the half compute copies match the weights.
+TEST(OffloadedOptimizerGpuTest, DelayedEqualsAdamWWithOneStepStaleGradients) {
+  STOKER_REQUIRE_GPU();
+  constexpr int kSteps = 7, kSkip = 3;
+  const Device gpu = Device::cuda(0);
+  for (const bool check_every_step : {true, false}) {
+    for (const StateDType dt : {StateDType::f32, StateDType::bf16}) {
+      SCOPED_TRACE(testing::Message() << "state dtype " << static_cast<int>(dt)
+                                      << (check_every_step ? ", checked every step" : ""));
+      const AdamWOptions o{.lr = 1e-2f, .weight_decay = 0.1f, .state = {.dtype = dt}};
+      // Reference: `at` holds the weights after update t-2, `ref` after update t-1.
+      GpuParams at(5), ref(5);
+      const Quadratic q(ref);
+      AdamW plain(ref.named(), o);
+      Tensor fr = Tensor::zeros({}, DType::f32, gpu);
+      plain.set_found_inf(fr);
+      std::vector<std::vector<std::vector<uint8_t>>> w{bytes_of(ref)};
+      for (int t = 1; t <= kSteps; ++t) {
+        q.set_grads(at);
+        for (size_t i = 0; i < at.ps.size(); ++i) {
+          stoker::ops::copy(ref.ps[i]->grad(), at.ps[i]->grad());
+          stoker::ops::copy(at.ps[i]->value(), ref.ps[i]->value());
+        }
+        stoker::ops::fill(fr, t == kSkip ? 1.0 : 0.0);
+        plain.set_lr(delayed_lr(t));
+        plain.step();
+        plain.zero_grad();
+        w.push_back(bytes_of(ref));
+      }
+
+      GpuParams b(5);
+      for (auto& p : b.ps) p->compute_value(DType::bf16);  // mixed precision: half copies
+      OffloadedOptimizer off(b.named(), adamw_factory(o),
+                             {.group_bytes = 64 << 10, .delayed_update = true});
+      ASSERT_GT(off.groups(), 2u);
+      Tensor fb = Tensor::zeros({}, DType::f32, gpu);
+      off.set_found_inf(fb);
+      for (int t = 1; t <= kSteps; ++t) {
+        if (check_every_step) {
+          EXPECT_TRUE(bytes_of(b) == w[static_cast<size_t>(std::max(0, t - 2))])
+              << "before step " << t << ": not the weights after update " << t - 2;
+        }
+        q.set_grads(b);
+        stoker::ops::fill(fb, t == kSkip ? 1.0 : 0.0);
+        off.set_lr(delayed_lr(t));
+        off.step();
+        // Stream-ordered after step(): update t must not see these.
+        stoker::ops::fill(fb, t == kSkip ? 0.0 : 1.0);
+        off.set_lr(123.0f);
+        off.zero_grad();
+        b.set_grads(100 + t);  // the next backward writes the gradients at once
+      }
+      off.flush();
+      off.flush();  // idempotent
+      EXPECT_TRUE(bytes_of(b) == w[kSteps]) << "after flush: not the weights after the last update";
+      for (size_t i = 0; i < b.ps.size(); ++i) {
+        Parameter& p = *b.ps[i];
+        Tensor want = Tensor::empty(p.shape(), DType::bf16, gpu);
+        stoker::ops::cast(want, p.value());
+        expect_same_bits(p.compute_copy(), want, "compute copy of p" + std::to_string(i));
+      }
+      std::map<std::string, Tensor> offloaded;
+      for (auto& [n, t] : off.state()) offloaded.emplace(n, t);
+      for (auto& [n, t] : plain.state()) {
+        if (n == "step_state") continue;
+        ASSERT_TRUE(offloaded.count(n)) << n;
+        expect_same_bits(t, offloaded.at(n), "state " + n);
+      }
+      EXPECT_EQ(plain.applied_steps(), kSteps - 1);
+      EXPECT_EQ(dynamic_cast<AdamW&>(off.inner(0)).applied_steps(), kSteps - 1);
+    }
+  }
+}
+
+// A checkpoint written after a flush (device weights + host state) resumes a delayed run on the
+// GPU: the resumed run equals the uninterrupted one (which flushed at the same step).
+TEST(OffloadedOptimizerGpuTest, DelayedCheckpointAfterFlushRoundTrips) {
+  STOKER_REQUIRE_GPU();
+  const AdamWOptions o{.lr = 1e-2f};
+  const OffloadOptions d{.group_bytes = 64 << 10, .delayed_update = true};
+  GpuParams a(8), b(9);
+  const Quadratic q(a);
+  OffloadedOptimizer off(a.named(), adamw_factory(o), d);
+  for (int t = 1; t <= 3; ++t) {
+    q.set_grads(a);
+    off.step();
+    off.zero_grad();
+  }
+  std::map<std::string, Tensor> file;
+  for (auto& [n, t] : off.checkpoint_state()) file.emplace(n, t.clone());  // flushes
+  for (size_t i = 0; i < a.ps.size(); ++i) stoker::ops::copy(b.ps[i]->value(), a.ps[i]->value());
+  OffloadedOptimizer resumed(b.named(), adamw_factory(o), d);
+  resumed.set_steps(off.steps());
+  resumed.load_checkpoint_state(
+      [&](const std::string& n, Device dev) { return file.at(n).to(dev); });
+  for (int t = 4; t <= 6; ++t) {
+    q.set_grads(a);
+    q.set_grads(b);
+    off.step();
+    resumed.step();
+    off.zero_grad();
+    resumed.zero_grad();
+  }
+  off.flush();
+  resumed.flush();
+  for (size_t i = 0; i < a.ps.size(); ++i)
+    expect_same_bits(a.ps[i]->value(), b.ps[i]->value(), "parameter p" + std::to_string(i));
+}
+
+// A delayed optimizer destroyed with an update in flight (large parameters: the update is still
+// running) waits for it and returns; its pinned memory goes back to the pool.
+TEST(OffloadedOptimizerGpuTest, DelayedDestructorWithAPendingUpdate) {
+  STOKER_REQUIRE_GPU();
+  const auto before = stoker::core::pinned_memory_stats().current_bytes;
+  {
+    Parameter p(Tensor::empty({int64_t{16} << 20}, DType::f32, Device::cuda(0)));
+    stoker::ops::random_normal(p.value(), 0.0f, 1.0f, 1, 0);
+    stoker::ops::random_normal(p.grad(), 0.0f, 1.0f, 2, 0);
+    OffloadedOptimizer off({{"p", &p}}, adamw_factory({}), {.delayed_update = true});
+    off.step();
+  }
+  EXPECT_EQ(stoker::core::pinned_memory_stats().current_bytes, before);
 }
 
 }  // namespace
