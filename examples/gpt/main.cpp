@@ -15,7 +15,10 @@
 //   stoker launch --nproc-per-node 2 stoker_gpt --zero1 --optimizer-state bf16 ...
 // --zero1 shards AdamW's state over the ranks (ZeRO-1, dist/sharded_optimizer.h);
 // --optimizer-state stores its moments in f32, bf16 or 8-bit blocks (optim::StateFormat);
-// --optimizer-offload keeps them and the update on the CPU (optim/offloaded_optimizer.h).
+// --optimizer-offload keeps them and the update on the CPU (optim/offloaded_optimizer.h);
+// --optimizer-offload delayed (or --optimizer-offload-delayed) runs that update in the
+// background during the next step, with weights one step stale (ZeRO-Offload's delayed
+// parameter update).
 //
 // --parity-dir DIR: a run to compare against PyTorch (scripts/torch_gpt_parity.py DIR, issue
 // #9). Training is made exact and simple: constant learning rate --lr (no warmup, no cosine),
@@ -93,6 +96,7 @@ struct Options {
   bool tf32 = true;
   bool zero1 = false;
   bool optimizer_offload = false;
+  bool optimizer_offload_delayed = false;  // OffloadOptions::delayed_update
   std::string optimizer_state = "f32";
   std::string parity_dir;  // non-empty: the PyTorch parity run (see the header)
 };
@@ -289,9 +293,11 @@ int run(const Options& o) {
                "each rank's CPU, ZeRO-1 shards it on the GPUs); choose one");
   if (o.optimizer_offload)
     opt_owner = std::make_unique<optim::OffloadedOptimizer>(
-        model.named_parameters(), [&](optim::NamedParameters p) {
+        model.named_parameters(),
+        [&](optim::NamedParameters p) {
           return std::make_unique<optim::AdamW>(std::move(p), adamw);
-        });
+        },
+        optim::OffloadOptions{.delayed_update = o.optimizer_offload_delayed});
   else if (o.zero1)
     opt_owner = std::make_unique<dist::ShardedOptimizer>(*reducer, [&](optim::NamedParameters p) {
       return std::make_unique<optim::AdamW>(std::move(p), adamw);
@@ -567,14 +573,24 @@ int main(int argc, char** argv) {
   app.add_flag("--zero1", o.zero1, "shard AdamW's state over the data-parallel ranks (ZeRO-1)");
   app.add_option("--optimizer-state", o.optimizer_state, "AdamW state: f32 | bf16 | int8")
       ->capture_default_str();
-  app.add_flag("--optimizer-offload", o.optimizer_offload,
-               "AdamW's state and update on the CPU (gradients down, weights up each step)");
+  std::string offload_mode;
+  CLI::Option* offload =
+      app.add_option("--optimizer-offload", offload_mode,
+                     "AdamW's state and update on the CPU (gradients down, weights up each step); "
+                     "'delayed': the update runs during the next step, weights one step stale")
+          ->expected(0, 1)
+          ->check(CLI::IsMember({"", "exact", "delayed"}));
+  bool offload_delayed = false;
+  app.add_flag("--optimizer-offload-delayed", offload_delayed,
+               "--optimizer-offload delayed (ZeRO-Offload's delayed parameter update)");
   app.add_option("--tf32", o.tf32, "fp32 GEMMs on TF32 tensor cores (the peer allows TF32)")
       ->capture_default_str();
   app.add_option("--parity-dir", o.parity_dir,
                  "write init weights, config, batches and per-step losses here for "
                  "scripts/torch_gpt_parity.py (constant lr, no clipping, fp32, TF32 off)");
   CLI11_PARSE(app, argc, argv);
+  o.optimizer_offload_delayed = offload_delayed || offload_mode == "delayed";
+  o.optimizer_offload = offload->count() > 0 || o.optimizer_offload_delayed;
   try {
     return run(o);
   } catch (const std::exception& e) {
