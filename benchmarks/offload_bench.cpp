@@ -17,9 +17,19 @@
 //       between device syncs, and the plain transfers alone: all gradients device -> pinned and
 //       all values pinned -> device on the copy stream (ms, GB/s). Checked: after the timed
 //       steps the offloaded parameters equal the on-GPU ones bit for bit (f32 state).
+//       Then the steady state of a training step, with the forward/backward replaced by
+//       --compute-ms of bf16 GEMMs on the current stream (default 45 ms: GPT-2 124M, B16, bf16
+//       on the H200): "compute alone", "compute + exact offloaded step" and "compute + delayed
+//       offloaded step" (OffloadOptions::delayed_update: the CPU update of step t runs during
+//       step t+1's compute), ms per iteration (median of --iters after --warmup, each ended by
+//       a sync of the current stream only, so the delayed mode's background copies are not
+//       waited for), their overhead over compute alone, and the delayed step()'s host time.
+//       Checked: after flush() the delayed parameters equal the on-GPU ones bit for bit (the
+//       gradients are constant, so one step of staleness does not change them).
 //
 //   stoker_offload_bench                           # 124M parameters, all threads, GPU if any
 //   stoker_offload_bench --params 10M --bw-mib 256 --cpu --json out.json
+//   stoker_offload_bench --compute-ms 45                # (c): GPT-2 124M B16 bf16 on the H200
 // Google Benchmark's --benchmark_* flags (scripts/gpu-check.sh passes them to every benchmark)
 // are ignored, except --benchmark_out=FILE, which writes the JSON line there.
 #include <oneapi/tbb/global_control.h>
@@ -60,7 +70,8 @@ struct Options {
   int bw_reps = 5;
   int warmup = 2;
   int iters = 5;
-  int threads = 0;  // 0: all
+  int threads = 0;           // 0: all
+  double compute_ms = 45.0;  // (c) simulated forward/backward per step
   bool cpu = false;
   std::string json;
 };
@@ -172,6 +183,56 @@ double time_steps(optim::Optimizer& opt, Device device, int warmup, int iters) {
   return median(ms);
 }
 
+// (c) steady state: GPU work of about `ms` on the current stream (bf16 GEMMs of 4096^3,
+// calibrated once), standing in for a step's forward and backward.
+struct SimulatedCompute {
+  Tensor a, b, c;
+  int gemms = 0;
+  SimulatedCompute(Device dev, double ms) {
+    a = Tensor::empty({4096, 4096}, DType::bf16, dev);
+    b = Tensor::empty({4096, 4096}, DType::bf16, dev);
+    c = Tensor::empty({4096, 4096}, DType::bf16, dev);
+    stoker::ops::random_normal(a, 0.0f, 1.0f, 5, 0);
+    stoker::ops::random_normal(b, 0.0f, 1.0f, 6, 0);
+    const core::Stream current = core::current_stream(dev);
+    for (int i = 0; i < 3; ++i) stoker::ops::gemm(c, a, b);  // warm-up (library plans)
+    current.synchronize();
+    const int probe = 20;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < probe; ++i) stoker::ops::gemm(c, a, b);
+    current.synchronize();
+    const double per = ms_since(t0) / probe;
+    gemms = std::max(0, static_cast<int>(std::lround(ms / per)));
+  }
+  void run() const {
+    for (int i = 0; i < gemms; ++i) stoker::ops::gemm(c, a, b);
+  }
+};
+
+// Median ms per iteration of: simulated compute, then opt->step() (none: compute alone), then
+// a sync of the current stream only. `steps` counts the step() calls.
+struct IterationTiming {
+  double iteration_ms = 0, step_host_ms = 0;
+};
+IterationTiming time_iterations(const SimulatedCompute& compute, optim::Optimizer* opt, Device dev,
+                                int warmup, int iters) {
+  const core::Stream current = core::current_stream(dev);
+  std::vector<double> it_ms, step_ms;
+  for (int i = 0; i < warmup + iters; ++i) {
+    const auto t0 = Clock::now();
+    compute.run();
+    const auto t1 = Clock::now();
+    if (opt) opt->step();
+    const double step_host = ms_since(t1);
+    current.synchronize();
+    if (i >= warmup) {
+      it_ms.push_back(ms_since(t0));
+      step_ms.push_back(step_host);
+    }
+  }
+  return {median(it_ms), median(step_ms)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,6 +250,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed steps")->capture_default_str();
   app.add_option("--iters", o.iters, "timed steps (median)")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "oneTBB threads (0: all)")->capture_default_str();
+  app.add_option("--compute-ms", o.compute_ms,
+                 "(c) simulated forward/backward per step (GPU GEMMs), for the steady state")
+      ->capture_default_str();
   app.add_flag("--cpu", o.cpu, "skip the GPU comparison even when a GPU is present");
   app.add_option("--json", o.json, "also write the results to this JSON file");
   // scripts/gpu-check.sh runs every benchmark binary with Google Benchmark's flags: ignore them,
@@ -323,6 +387,52 @@ int main(int argc, char** argv) {
                     {"bit_identical", identical}};
       if (!identical) {
         std::fprintf(stderr, "error: the offloaded parameters differ from the on-GPU ones\n");
+        if (!o.json.empty()) std::ofstream(o.json) << out.dump() << "\n";
+        return 1;
+      }
+
+      // Steady state with a simulated forward/backward: exact vs delayed offload.
+      const SimulatedCompute compute(dev, o.compute_ms);
+      const IterationTiming alone = time_iterations(compute, nullptr, dev, o.warmup, o.iters);
+      const IterationTiming exact = time_iterations(compute, &off, dev, o.warmup, o.iters);
+      Model dl(total, per, dev, 1);
+      optim::OffloadedOptimizer delayed(
+          dl.named(),
+          [&](optim::NamedParameters p) {
+            return std::make_unique<optim::AdamW>(std::move(p), inner);
+          },
+          {.group_bytes = static_cast<int64_t>(o.group_mib * (1 << 20)), .delayed_update = true});
+      // As many steps as `plain` made (time_steps: warmup + iters), so the values must agree.
+      const IterationTiming late = time_iterations(compute, &delayed, dev, o.warmup, o.iters);
+      const optim::OffloadedOptimizer::StepTiming dtiming = delayed.last_step_timing();
+      delayed.flush();
+      bool delayed_identical = true;
+      for (size_t i = 0; i < on_gpu.ps.size() && delayed_identical; ++i) {
+        const auto a = on_gpu.ps[i]->value().to_vector<float>();
+        const auto b = dl.ps[i]->value().to_vector<float>();
+        delayed_identical = std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+      }
+      std::printf(
+          "(c) steady state with %.1f ms of simulated compute (%d GEMMs): compute alone %.2f "
+          "ms/iteration; + exact offloaded step %.2f ms (+%.2f ms, %.2fx); + delayed offloaded "
+          "step %.2f ms (+%.2f ms, %.2fx; its step() %.2f ms on the host, of which %.2f ms "
+          "waiting for the previous update; background: %.2f ms waiting for gradients, %.2f ms "
+          "updating); delayed == on-GPU after flush, bit for bit: %s\n",
+          o.compute_ms, compute.gemms, alone.iteration_ms, exact.iteration_ms,
+          exact.iteration_ms - alone.iteration_ms, exact.iteration_ms / alone.iteration_ms,
+          late.iteration_ms, late.iteration_ms - alone.iteration_ms,
+          late.iteration_ms / alone.iteration_ms, late.step_host_ms, dtiming.background_wait_ms,
+          dtiming.download_wait_ms, dtiming.update_ms, delayed_identical ? "yes" : "NO");
+      out["gpu_steady_state"] = {{"compute_ms_requested", o.compute_ms},
+                                 {"compute_ms", alone.iteration_ms},
+                                 {"exact_iteration_ms", exact.iteration_ms},
+                                 {"delayed_iteration_ms", late.iteration_ms},
+                                 {"delayed_step_host_ms", late.step_host_ms},
+                                 {"delayed_background_wait_ms", dtiming.background_wait_ms},
+                                 {"delayed_bit_identical", delayed_identical}};
+      if (!delayed_identical) {
+        std::fprintf(stderr,
+                     "error: the delayed offloaded parameters differ from the on-GPU ones\n");
         if (!o.json.empty()) std::ofstream(o.json) << out.dump() << "\n";
         return 1;
       }
