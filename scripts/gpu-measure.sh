@@ -92,6 +92,10 @@ run_memory() {
     section "GPT-2 124M B=16 bf16: AdamW state offloaded to the CPU (f32, bf16, int8)"
     for s in f32 bf16 int8; do "$g" $a --optimizer-state "$s" --optimizer-offload; done
   fi
+  if "$g" --help | grep -q -- --optimizer-offload-delayed; then
+    section "GPT-2 124M B=16 bf16: offloaded, delayed parameter update (weights one step stale; f32, bf16)"
+    for s in f32 bf16; do "$g" $a --optimizer-state "$s" --optimizer-offload delayed; done
+  fi
   if [[ -x $C/benchmarks/stoker_offload_bench ]]; then
     section "CPU memory bandwidth, the CPU AdamW update, offloaded vs on-GPU step (stoker_offload_bench)"
     "$C/benchmarks/stoker_offload_bench"
