@@ -288,9 +288,19 @@ bool OffloadedOptimizer::finish_pending(bool apply) {
   bg.wait();
   if (!bg.pending) return false;
   bg.pending = false;
+  const bool cuda = device_[0]->device().is_cuda();
   if (bg.error) {
     const std::exception_ptr e = bg.error;
     bg.error = nullptr;
+    // The failed update may have left copies in flight that read or write the staging buffer
+    // the next step fills: let them end first.
+    if (cuda) {
+      try {
+        for (Group& g : groups_) g.downloaded.synchronize();
+        upload_stream_.synchronize();
+      } catch (...) {  // the device failed: the error below says what the update hit first
+      }
+    }
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& x) {
@@ -306,15 +316,18 @@ bool OffloadedOptimizer::finish_pending(bool apply) {
   const double waited = timing_.background_wait_ms;
   timing_ = bg.timing;
   timing_.background_wait_ms = waited;
-  if (!apply || bg.skipped) return false;
-  if (device_[0]->device().is_cuda()) {
-    // Stream order: the current stream waits for the last upload, then copies each group's
-    // updated values from the staging buffer into the parameters.
+  if (bg.skipped) return false;  // nothing uploaded (the worker waited for every download)
+  if (cuda) {
+    // Stream order: the current stream waits for the last upload (also when the update is
+    // dropped: the next step's staging copy overwrites the buffer the uploads write), then
+    // copies each group's updated values from the staging buffer into the parameters.
     const core::Stream current = core::current_stream(device_[0]->device());
     uploaded_.block(current);
+    if (!apply) return false;
     for (size_t i = 0; i < device_.size(); ++i)
       core::detail::copy_bytes_unowned(device_[i]->value(), staging_[i]);
   } else {
+    if (!apply) return false;
     for (size_t i = 0; i < device_.size(); ++i)
       core::detail::copy_bytes(device_[i]->value(), shadows_[i]->value());
   }

@@ -550,6 +550,31 @@ TEST(OffloadedOptimizerDelayedTest, CheckpointAfterFlushRoundTrips) {
   expect_same_state(off, resumed);
 }
 
+// Weights written while an update is pending win: reload_values() drops that update.
+TEST(OffloadedOptimizerDelayedTest, ReloadValuesDropsThePendingUpdate) {
+  Params b({100, 37}, 1);
+  OffloadedOptimizer off(b.named(), adamw_factory({}), {.delayed_update = true});
+  set_quadratic_grads(b);
+  off.step();  // update 1 pending
+  const Tensor w = stoker::test::random_tensor({100}, DType::f32, 99);
+  stoker::ops::copy(b.ps[0]->value(), w);
+  const Tensor w1 = b.ps[1]->value().clone();
+  off.reload_values();
+  off.flush();  // nothing left to apply
+  expect_same_bits(b.ps[0]->value(), w, "p0 after reload_values + flush");
+  expect_same_bits(b.ps[1]->value(), w1, "p1 after reload_values + flush");
+  // The next update starts from the written weights (one AdamW step moves by about lr).
+  set_quadratic_grads(b);
+  off.step();
+  off.flush();
+  const auto v = b.ps[0]->value().to_vector<float>();
+  const auto wv = w.to_vector<float>();
+  double moved = 0;
+  for (size_t i = 0; i < v.size(); ++i) moved = std::max(moved, std::fabs(double(v[i]) - wv[i]));
+  EXPECT_GT(moved, 0.0);
+  EXPECT_LT(moved, 0.05) << "the update did not start from the written weights";
+}
+
 // An inner optimizer whose update number `fail_at` throws (counted from 1, over all calls) and
 // whose updates take `sleep_ms`, to test the background's error path and the destructor.
 struct Inject {
