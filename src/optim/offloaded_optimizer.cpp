@@ -285,6 +285,9 @@ void OffloadedOptimizer::flush() {
 bool OffloadedOptimizer::finish_pending(bool apply) {
   if (!background_) return false;
   Background& bg = *background_;
+  // Reached from the worker itself (an out-of-memory hook inside the CPU update asking for a
+  // memory report): waiting would wait for itself.
+  if (std::this_thread::get_id() == bg.thread.get_id()) return false;
   bg.wait();
   if (!bg.pending) return false;
   bg.pending = false;
