@@ -60,8 +60,9 @@
 // Trainer's first-step memory report) applies one update a step early: results depend on where
 // flushes happen, and a resumed run matches a run that flushed at the checkpoint. An exception
 // inside the background update (CUDA or CPU) is kept and rethrown by the next step() or flush()
-// as an stoker::Error naming the offloaded update; that update is then lost (reload a
-// checkpoint). The destructor waits for a pending update (and applies nothing).
+// as a stoker::Error naming the offloaded update; that update is then lost (reload a
+// checkpoint). The destructor waits for a pending update (and applies nothing). inner(g) is the
+// worker's while an update is pending: flush() before reading it.
 //
 // The shadows are copies: weights written into the parameters after construction (loading a
 // checkpoint or weights) reach them through reload_values(), which load_checkpoint_state()
