@@ -344,8 +344,10 @@ int main(int argc, char** argv) {
         const auto b = offl.ps[i]->value().to_vector<float>();
         identical = std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
       }
-      // The transfers alone: every gradient down, every value up, on the copy stream, as the
-      // optimizer makes them (no keep-alive callbacks; the buffers outlive the synchronize).
+      // The transfers alone: every gradient down, and up again (the bytes of the values, into the
+      // gradients they came from: on_gpu's values stay the reference of the delayed check
+      // below), on the copy stream, as the optimizer makes them (no keep-alive callbacks; the
+      // buffers outlive the synchronize).
       std::vector<Tensor> host;
       for (auto& p : on_gpu.ps) host.push_back(Tensor::empty_pinned(p->shape(), DType::f32));
       const core::Stream copy = core::copy_stream(dev);
@@ -358,7 +360,7 @@ int main(int argc, char** argv) {
             core::StreamGuard g(copy);
             for (size_t i = 0; i < host.size(); ++i)
               down ? core::detail::copy_bytes_unowned(host[i], on_gpu.ps[i]->grad())
-                   : core::detail::copy_bytes_unowned(on_gpu.ps[i]->value(), host[i]);
+                   : core::detail::copy_bytes_unowned(on_gpu.ps[i]->grad(), host[i]);
           }
           copy.synchronize();
           if (r > 0) ms.push_back(ms_since(t0));  // the first is a warm-up
@@ -411,6 +413,17 @@ int main(int argc, char** argv) {
         const auto a = on_gpu.ps[i]->value().to_vector<float>();
         const auto b = dl.ps[i]->value().to_vector<float>();
         delayed_identical = std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+        if (!delayed_identical) {  // where, and how far: the first differing element
+          const Model init(total, per, dev, 1);
+          const auto v0 = init.ps[i]->value().to_vector<float>();
+          const auto g0 = init.ps[i]->grad().to_vector<float>();
+          size_t j = 0;
+          while (j < a.size() && std::memcmp(&a[j], &b[j], 4) == 0) ++j;
+          std::fprintf(stderr,
+                       "delayed mismatch: tensor %zu of %zu, element %zu of %zu: on-GPU %.9g, "
+                       "delayed %.9g, initial value %.9g, gradient %.9g\n",
+                       i, on_gpu.ps.size(), j, a.size(), a[j], b[j], v0[j], g0[j]);
+        }
       }
       std::printf(
           "(c) steady state with %.1f ms of simulated compute (%d GEMMs): compute alone %.2f "
