@@ -41,11 +41,11 @@ namespace stoker::ops::cuda {
 
 namespace {
 
-constexpr int kD = 64;                  // head dim
-constexpr int kTile = 64;               // rows per tile (both sides)
-constexpr int kWarps = 4;               // 16 rows per warp
-constexpr int kThreads = 32 * kWarps;   // 128
-constexpr int kLds = kD + 8;            // shared row stride in elements (144 bytes)
+constexpr int kD = 64;                 // head dim
+constexpr int kTile = 64;              // rows per tile (both sides)
+constexpr int kWarps = 4;              // 16 rows per warp
+constexpr int kThreads = 32 * kWarps;  // 128
+constexpr int kLds = kD + 8;           // shared row stride in elements (144 bytes)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -123,8 +123,8 @@ __device__ STOKER_FORCEINLINE float2 unpack2(uint32_t v) {
 
 // Rows row0..row0+63 of a [T, ld] matrix (columns col..col+63 of each) into shared [64][kLds];
 // rows >= seq are zeros. Issues cp.async only (the caller waits).
-__device__ STOKER_FORCEINLINE void load_tile(uint16_t* s, const uint16_t* g, int64_t ld,
-                                             int row0, int seq) {
+__device__ STOKER_FORCEINLINE void load_tile(uint16_t* s, const uint16_t* g, int64_t ld, int row0,
+                                             int seq) {
 #pragma unroll
   for (int i = 0; i < kTile * kD / 8 / kThreads; ++i) {  // 4 chunks of 16 bytes per thread
     const int chunk = threadIdx.x + i * kThreads;
@@ -154,8 +154,8 @@ __device__ STOKER_FORCEINLINE void mma_abt(float (&acc)[8][4], const uint32_t (&
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
       uint32_t b[4];
-      ldmatrix_x4(b, s + (np * 16 + lane % 8 + (lane / 16) * 8) * kLds + ks * 16 +
-                         ((lane / 8) % 2) * 8);
+      ldmatrix_x4(
+          b, s + (np * 16 + lane % 8 + (lane / 16) * 8) * kLds + ks * 16 + ((lane / 8) % 2) * 8);
       mma<kBf16>(acc[2 * np], a[ks], b[0], b[1]);
       mma<kBf16>(acc[2 * np + 1], a[ks], b[2], b[3]);
     }
@@ -176,8 +176,8 @@ __device__ STOKER_FORCEINLINE void mma_pm(float (&acc)[8][4], const float (&p)[8
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, s + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kLds + np * 16 +
-                               (lane / 16) * 8);
+      ldmatrix_x4_trans(
+          b, s + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kLds + np * 16 + (lane / 16) * 8);
       mma<kBf16>(acc[2 * np], a, b[0], b[1]);
       mma<kBf16>(acc[2 * np + 1], a, b[2], b[3]);
     }
@@ -545,14 +545,15 @@ uint16_t* mptr(const Tensor& t) { return static_cast<uint16_t*>(t.data()); }
 
 }  // namespace
 
-void flash_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                             int64_t batch, int64_t seq, int64_t heads, float scale) {
+void flash_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t batch,
+                             int64_t seq, int64_t heads, float scale) {
   const core::DeviceScope scope(qkv.device().index);
   const cudaStream_t stream = core::cuda_stream(qkv.device());
   visit_half(qkv.dtype(), [&](auto bf) {
-    flash_forward_kernel<decltype(bf)::value><<<tile_grid(batch, seq, heads), kThreads, 0, stream>>>(
-        mptr(out), static_cast<float*>(lse.data()), cptr(qkv), static_cast<int>(seq),
-        static_cast<int>(heads), scale * kLog2e);
+    flash_forward_kernel<decltype(bf)::value>
+        <<<tile_grid(batch, seq, heads), kThreads, 0, stream>>>(
+            mptr(out), static_cast<float*>(lse.data()), cptr(qkv), static_cast<int>(seq),
+            static_cast<int>(heads), scale * kLog2e);
     STOKER_CUDA_CHECK(cudaGetLastError());
   });
 }
@@ -577,8 +578,8 @@ void flash_attention_backward(const Tensor& dqkv, const Tensor& dout, const Tens
         mptr(dqkv), cptr(dout), cptr(qkv), l, d, s, h, scale, scale * kLog2e);
     STOKER_CUDA_CHECK(cudaGetLastError());
     allow_smem<flash_dq_kernel<kBf16>>(kDqSmem, qkv.device().index);
-    flash_dq_kernel<kBf16><<<grid, kThreads, kDqSmem, stream>>>(
-        mptr(dqkv), cptr(dout), cptr(qkv), l, d, s, h, scale, scale * kLog2e);
+    flash_dq_kernel<kBf16><<<grid, kThreads, kDqSmem, stream>>>(mptr(dqkv), cptr(dout), cptr(qkv),
+                                                                l, d, s, h, scale, scale * kLog2e);
     STOKER_CUDA_CHECK(cudaGetLastError());
   });
 }

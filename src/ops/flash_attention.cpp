@@ -53,8 +53,8 @@ Dims check_qkv(const char* op, const Tensor& qkv, int64_t num_heads) {
   return {qkv.size(0), qkv.size(1), num_heads, qkv.size(2) / 3};
 }
 
-void check_tensor(const char* op, const char* name, const Tensor& t, const Tensor& qkv,
-                  DType dtype, const Shape& expected, const char* what) {
+void check_tensor(const char* op, const char* name, const Tensor& t, const Tensor& qkv, DType dtype,
+                  const Shape& expected, const char* what) {
   detail::check_defined(op, name, t);
   detail::check_same_device(op, "qkv", qkv, name, t);
   STOKER_CHECK(t.dtype() == dtype && t.shape() == expected, "ops::", op, ": ", name, " is ",
@@ -94,8 +94,7 @@ void flash_attention_backward(const Tensor& dqkv, const Tensor& dout, const Tens
   check_tensor(op, "lse", lse, qkv, DType::f32, {s.b, s.h, s.t}, "the forward's [B, H, T]");
 #if STOKER_WITH_CUDA
   const Tensor delta = Tensor::empty({s.b, s.h, s.t}, DType::f32, qkv.device());
-  cuda::flash_attention_backward(dqkv, dout, qkv, out, lse, delta, s.b, s.t, s.h,
-                                 softmax_scale());
+  cuda::flash_attention_backward(dqkv, dout, qkv, out, lse, delta, s.b, s.t, s.h, softmax_scale());
 #endif
 }
 

@@ -10,8 +10,8 @@
 
 namespace stoker::ops::cuda {
 
-void flash_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                             int64_t batch, int64_t seq, int64_t heads, float scale);
+void flash_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t batch,
+                             int64_t seq, int64_t heads, float scale);
 void flash_attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, const Tensor& delta,
                               int64_t batch, int64_t seq, int64_t heads, float scale);
