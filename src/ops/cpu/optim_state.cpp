@@ -4,9 +4,9 @@
 // of quantization blocks: a block is decoded and updated into a local f32 buffer, its new absmax
 // taken, then encoded. kernels/optim.cu does exactly this per CUDA block, so codes agree.
 //
-// bf16 state rounded to nearest runs loops compiled for AVX2 + FMA where the CPU has them
-// (ops/cpu/optim_simd.h: same bits as the baseline clone; this file is built with
-// -fno-math-errno so sqrtf vectorizes). Stochastic rounding and 8-bit state keep plain loops.
+// bf16 state rounded to nearest and 8-bit blocks run loops compiled for AVX2 + FMA where the CPU
+// has them (ops/cpu/optim_simd.h: same bits as the baseline clone; this file is built with
+// -fno-math-errno so sqrtf vectorizes). Stochastic rounding keeps plain loops.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -69,13 +69,60 @@ STOKER_OPTIM_CLONES void adamw_bf16_chunk(float* __restrict p, const float* __re
   }
 }
 
+// One quantization block of 8-bit state (n <= 4096 values): decode, update (p in place), the
+// new absmax, encode — the per-element work of kernels/optim.cu's 8-bit tiles, in the same
+// order. Cloned like the bf16 chunks, so the update's fmaf is one instruction on AVX2 machines.
+struct Q8Ref {
+  uint8_t* codes;
+  float* absmax;  // this block's scale (read, then overwritten)
+  const float* map;
+  const detail::EncodeTable* encoder;
+};
+
+STOKER_FORCEINLINE void q8_encode(const Q8Ref& s, const float* vals, int64_t n, float next) {
+  *s.absmax = next;
+  for (int64_t i = 0; i < n; ++i)
+    s.codes[i] = detail::encode_nearest(*s.encoder, detail::normalize_by(vals[i], next));
+}
+
+STOKER_OPTIM_CLONES void sgd_q8_block(float* __restrict p, const float* __restrict g, Q8Ref b,
+                                      int64_t n, const detail::SgdConsts c, float* __restrict vb) {
+  const float scale = *b.absmax;
+  float next = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = b.map[b.codes[i]] * scale;
+    detail::sgd_update(p[i], v, g[i], c);
+    vb[i] = v;
+    next = std::fmax(next, std::fabs(v));
+  }
+  q8_encode(b, vb, n, next);
+}
+
+STOKER_OPTIM_CLONES void adamw_q8_block(float* __restrict p, const float* __restrict g, Q8Ref m,
+                                        Q8Ref v, int64_t n, const detail::AdamWConsts c,
+                                        float* __restrict mb, float* __restrict vb) {
+  const float sm = *m.absmax, sv = *v.absmax;
+  float nm = 0.0f, nv = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    float mf = m.map[m.codes[i]] * sm, vf = v.map[v.codes[i]] * sv;
+    detail::adamw_update(p[i], mf, vf, g[i], c);
+    mb[i] = mf;
+    vb[i] = vf;
+    nm = std::fmax(nm, std::fabs(mf));
+    nv = std::fmax(nv, std::fabs(vf));
+  }
+  q8_encode(m, mb, n, nm);
+  q8_encode(v, vb, n, nv);
+}
+
 // K state lists (1: SGD momentum, 2: AdamW moments); is_signed[k] picks state k's 8-bit map.
 // update(p, g, s) updates p and s[0..K) in f32; bf16_chunk(p, g, s, n) does the same over n
-// elements of bf16 state rounded to nearest (s: K pointers to the first element's states).
-template <int K, typename Update, typename Bf16Chunk>
+// elements of bf16 state rounded to nearest (s: K pointers to the first element's states);
+// q8_block(p, g, refs, n, scratch) over one quantization block of 8-bit state.
+template <int K, typename Update, typename Bf16Chunk, typename Q8Block>
 void run_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
                  std::array<std::span<const StateTensor>, K> states, std::array<bool, K> is_signed,
-                 const StateStorage& st, Update update, Bf16Chunk bf16_chunk) {
+                 const StateStorage& st, Update update, Bf16Chunk bf16_chunk, Q8Block q8_block) {
   std::array<const float*, K> maps;
   std::array<const detail::EncodeTable*, K> encoders;
   for (int k = 0; k < K; ++k) {
@@ -139,23 +186,10 @@ void run_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
             std::array<std::array<float, 4096>, K> vals;
             for (int64_t qb = b0; qb < b1; ++qb) {
               const int64_t s = qb * block, e = std::min(n, s + block);
-              std::array<float, K> scale, next;
-              for (int k = 0; k < K; ++k) scale[k] = absmax[k][qb], next[k] = 0.0f;
-              for (int64_t i = s; i < e; ++i) {
-                float v[K];
-                for (int k = 0; k < K; ++k) v[k] = maps[k][codes[k][i]] * scale[k];
-                update(p[i], g[i], v);
-                for (int k = 0; k < K; ++k) {
-                  vals[k][i - s] = v[k];
-                  next[k] = std::fmax(next[k], std::fabs(v[k]));
-                }
-              }
-              for (int k = 0; k < K; ++k) {
-                absmax[k][qb] = next[k];
-                for (int64_t i = s; i < e; ++i)
-                  codes[k][i] = detail::encode_nearest(
-                      *encoders[k], detail::normalize_by(vals[k][i - s], next[k]));
-              }
+              std::array<Q8Ref, K> refs;
+              for (int k = 0; k < K; ++k)
+                refs[k] = {codes[k] + s, absmax[k] + qb, maps[k], encoders[k]};
+              q8_block(p + s, g + s, refs, e - s, vals);
             }
           },
           std::max<int64_t>(1, kGrain / block));
@@ -179,6 +213,10 @@ void sgd_step_compact(std::span<const Tensor> params, std::span<const Tensor> gr
       [&](float& p, float g, float* s) { detail::sgd_update(p, s[0], g, c); },
       [&](float* p, const float* g, std::array<uint16_t*, 1> s, int64_t n) {
         sgd_bf16_chunk(p, g, s[0], n, c);
+      },
+      [&](float* p, const float* g, const std::array<Q8Ref, 1>& r, int64_t n,
+          std::array<std::array<float, 4096>, 1>& vals) {
+        sgd_q8_block(p, g, r[0], n, c, vals[0].data());
       });
 }
 
@@ -202,6 +240,10 @@ void adamw_step_compact(std::span<const Tensor> params, std::span<const Tensor> 
       [&](float& p, float g, float* s) { detail::adamw_update(p, s[0], s[1], g, c); },
       [&](float* p, const float* g, std::array<uint16_t*, 2> s, int64_t n) {
         adamw_bf16_chunk(p, g, s[0], s[1], n, c);
+      },
+      [&](float* p, const float* g, const std::array<Q8Ref, 2>& r, int64_t n,
+          std::array<std::array<float, 4096>, 2>& vals) {
+        adamw_q8_block(p, g, r[0], r[1], n, c, vals[0].data(), vals[1].data());
       });
 }
 
