@@ -218,6 +218,22 @@ __device__ STOKER_FORCEINLINE float quad_sum(float v) {
   return v + __shfl_xor_sync(~0u, v, 2);
 }
 
+// The head a block works on (blockIdx.x = b * heads + h) and where its data starts: its q
+// columns in the packed [B, T, 3C] qkv (and dqkv), its columns in [B, T, C] tensors (out, dout)
+// and its row in [B, H, T] ones (lse, delta).
+struct HeadOffsets {
+  int64_t c, ld;     // C and the packed row stride 3C
+  int64_t packed;    // qkv / dqkv
+  int64_t unpacked;  // out / dout
+  int64_t rows;      // lse / delta
+};
+__device__ STOKER_FORCEINLINE HeadOffsets head_offsets(int seq, int heads) {
+  const int bh = blockIdx.x, b = bh / heads, h = bh % heads;
+  const int64_t c = static_cast<int64_t>(heads) * kD;
+  return {c, 3 * c, static_cast<int64_t>(b) * seq * 3 * c + h * kD,
+          static_cast<int64_t>(b) * seq * c + h * kD, static_cast<int64_t>(bh) * seq};
+}
+
 // ---- forward: grid (B*H, query tiles), the last (longest) query tiles first ----
 
 template <bool kBf16>
@@ -228,11 +244,11 @@ __global__ void __launch_bounds__(kThreads, 3)
   __shared__ alignas(16) uint16_t sq[kTile * kLds];
   __shared__ alignas(16) uint16_t sk[2][kTile * kLds];
   __shared__ alignas(16) uint16_t sv[2][kTile * kLds];
-  const int bh = blockIdx.x, b = bh / heads, h = bh % heads;
+  const HeadOffsets hd = head_offsets(seq, heads);
   const int qt = gridDim.y - 1 - blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t c = static_cast<int64_t>(heads) * kD, ld = 3 * c;
-  const uint16_t* q = qkv + static_cast<int64_t>(b) * seq * ld + h * kD;
+  const int64_t c = hd.c, ld = hd.ld;
+  const uint16_t* q = qkv + hd.packed;
   const uint16_t* k = q + c;
   const uint16_t* v = q + 2 * c;
 
@@ -298,10 +314,9 @@ __global__ void __launch_bounds__(kThreads, 3)
     __syncthreads();  // buffer `buf` is refilled by the next iteration
   }
   const float l0 = quad_sum(l[0]), l1 = quad_sum(l[1]);
-  const int64_t obase = static_cast<int64_t>(b) * seq * c + h * kD;
-  store_rows<kBf16>(out + obase, c, qt * kTile + warp * 16, seq, o, 1.0f / l0, 1.0f / l1);
+  store_rows<kBf16>(out + hd.unpacked, c, qt * kTile + warp * 16, seq, o, 1.0f / l0, 1.0f / l1);
   if (lane % 4 == 0) {
-    float* lrow = lse + static_cast<int64_t>(bh) * seq;
+    float* lrow = lse + hd.rows;
     if (qrow0 < seq) lrow[qrow0] = (m[0] + log2f(l0)) * kLn2;
     if (qrow0 + 8 < seq) lrow[qrow0 + 8] = (m[1] + log2f(l1)) * kLn2;
   }
@@ -355,16 +370,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint16_t* sdo = sk + 4 * kTileElems;
   float* slse = reinterpret_cast<float*>(sk + 6 * kTileElems);
   float* sdelta = slse + 2 * kTile;
-  const int bh = blockIdx.x, b = bh / heads, h = bh % heads;
+  const HeadOffsets hd = head_offsets(seq, heads);
   const int kt = blockIdx.y, nq = gridDim.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t c = static_cast<int64_t>(heads) * kD, ld = 3 * c;
-  const uint16_t* q = qkv + static_cast<int64_t>(b) * seq * ld + h * kD;
+  const int64_t c = hd.c, ld = hd.ld;
+  const uint16_t* q = qkv + hd.packed;
   const uint16_t* k = q + c;
   const uint16_t* v = q + 2 * c;
-  const uint16_t* d_o = dout + static_cast<int64_t>(b) * seq * c + h * kD;
-  const float* lrow = lse + static_cast<int64_t>(bh) * seq;
-  const float* drow = delta + static_cast<int64_t>(bh) * seq;
+  const uint16_t* d_o = dout + hd.unpacked;
+  const float* lrow = lse + hd.rows;
+  const float* drow = delta + hd.rows;
   // Query tile qt into buffer `buf`: q and dO by cp.async (the caller commits), lse and delta by
   // plain stores (visible after the caller's next barrier).
   auto load_query_tile = [&](int qt, int buf) {
@@ -431,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     mma_pm<kBf16>(dk, dp, sqt);  // dK += dS^T Q
     __syncthreads();             // buffer `buf` is refilled by the next iteration
   }
-  uint16_t* dst = dqkv + static_cast<int64_t>(b) * seq * ld + h * kD;
+  uint16_t* dst = dqkv + hd.packed;
   store_rows<kBf16>(dst + c, ld, kt * kTile + warp * 16, seq, dk, scale, scale);
   store_rows<kBf16>(dst + 2 * c, ld, kt * kTile + warp * 16, seq, dv, 1.0f, 1.0f);
 }
@@ -450,14 +465,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint16_t* sdo = sq + kTileElems;
   uint16_t* sk = sq + 2 * kTileElems;
   uint16_t* sv = sq + 4 * kTileElems;
-  const int bh = blockIdx.x, b = bh / heads, h = bh % heads;
+  const HeadOffsets hd = head_offsets(seq, heads);
   const int qt = gridDim.y - 1 - blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t c = static_cast<int64_t>(heads) * kD, ld = 3 * c;
-  const uint16_t* q = qkv + static_cast<int64_t>(b) * seq * ld + h * kD;
+  const int64_t c = hd.c, ld = hd.ld;
+  const uint16_t* q = qkv + hd.packed;
   const uint16_t* k = q + c;
   const uint16_t* v = q + 2 * c;
-  const uint16_t* d_o = dout + static_cast<int64_t>(b) * seq * c + h * kD;
+  const uint16_t* d_o = dout + hd.unpacked;
 
   load_tile(sq, q, ld, qt * kTile, seq);
   load_tile(sdo, d_o, c, qt * kTile, seq);
@@ -476,8 +491,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int r = 0; r < 2; ++r) {
     const int row = qrow0 + r * 8;
     const bool live = row < seq;  // rows past T are computed on zeros and not stored
-    row_lse[r] = live ? lse[static_cast<int64_t>(bh) * seq + row] * kLog2e : 0.0f;
-    row_delta[r] = live ? delta[static_cast<int64_t>(bh) * seq + row] : 0.0f;
+    row_lse[r] = live ? lse[hd.rows + row] * kLog2e : 0.0f;
+    row_delta[r] = live ? delta[hd.rows + row] : 0.0f;
   }
 
   float dq[8][4];
@@ -511,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     mma_pm<kBf16>(dq, dp, skt);  // dQ += dS K
     __syncthreads();             // buffer `buf` is refilled by the next iteration
   }
-  uint16_t* dst = dqkv + static_cast<int64_t>(b) * seq * ld + h * kD;
+  uint16_t* dst = dqkv + hd.packed;
   store_rows<kBf16>(dst, ld, qt * kTile + warp * 16, seq, dq, scale, scale);
 }
 

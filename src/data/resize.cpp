@@ -284,7 +284,9 @@ void Resizer::resize_prepared(const RgbView& src, uint8_t* dst, bool flip) {
   acc[col_len] = 0.0f;  // the 4th lane of the last pixel's load
   const size_t col_offset = static_cast<size_t>(first_col - src.x_origin) * 3;
 #if STOKER_RESIZE_AVX2
-  if (simd_ && cpu_has_avx2()) {
+  const bool simd = simd_ && cpu_has_avx2();
+  const HorizontalAvx2Fn horizontal_avx2 = simd ? horizontal_avx2_for(wx_.taps) : nullptr;
+  if (simd) {
     // Each pair's weights as 8 lanes per tap: w(i, k) x4 then w(i+1, k) x4.
     const int taps = wx_.taps;
     const int pairs = out_w / 2;
@@ -297,16 +299,6 @@ void Resizer::resize_prepared(const RgbView& src, uint8_t* dst, bool flip) {
         for (int l = 0; l < 4; ++l) lanes[l] = w0, lanes[4 + l] = w1;
       }
     }
-    const HorizontalAvx2Fn horizontal = horizontal_avx2_for(taps);
-    for (int j = 0; j < out_h; ++j) {
-      const float* wt = wy_.weights.data() + wy_.offset[j];
-      const uint8_t* row =
-          src.data + static_cast<size_t>(wy_.start[j] - src.y_origin) * src.stride + col_offset;
-      vertical_row(row, src.stride, wt, wy_.count[j], acc, col_len);
-      horizontal(acc, dst + static_cast<size_t>(j) * out_w * 3, wx_.padded_start.data(),
-                 pair_weights_.data(), wx_.padded_weights.data(), out_w, first_col, taps, flip);
-    }
-    return;
   }
 #endif
   const HorizontalFn horizontal = horizontal_for(wx_.taps);
@@ -315,8 +307,16 @@ void Resizer::resize_prepared(const RgbView& src, uint8_t* dst, bool flip) {
     const uint8_t* row =
         src.data + static_cast<size_t>(wy_.start[j] - src.y_origin) * src.stride + col_offset;
     vertical_row(row, src.stride, wt, wy_.count[j], acc, col_len);
-    horizontal(acc, dst + static_cast<size_t>(j) * out_w * 3, wx_.padded_start.data(),
-               wx_.padded_weights.data(), out_w, first_col, wx_.taps, flip);
+    uint8_t* out = dst + static_cast<size_t>(j) * out_w * 3;
+#if STOKER_RESIZE_AVX2
+    if (simd) {
+      horizontal_avx2(acc, out, wx_.padded_start.data(), pair_weights_.data(),
+                      wx_.padded_weights.data(), out_w, first_col, wx_.taps, flip);
+      continue;
+    }
+#endif
+    horizontal(acc, out, wx_.padded_start.data(), wx_.padded_weights.data(), out_w, first_col,
+               wx_.taps, flip);
   }
 }
 

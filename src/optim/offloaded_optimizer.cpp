@@ -337,6 +337,39 @@ bool OffloadedOptimizer::finish_pending(bool apply) {
   return true;
 }
 
+Tensor OffloadedOptimizer::download_gradients(const std::vector<Tensor>& from,
+                                              const Tensor& found_inf) {
+  const Device dev = device_[0]->device();
+  if (!dev.is_cuda()) {
+    for (size_t i = 0; i < device_.size(); ++i)
+      core::detail::copy_bytes(shadows_[i]->grad(), from[i]);
+    if (!found_inf.defined() || !host_found_inf_.defined()) return found_inf;
+    core::detail::copy_bytes(host_found_inf_, found_inf);  // delayed: its value at step time
+    return host_found_inf_;
+  }
+  // After everything queued so far on the current stream (backward, unscale, clipping, the
+  // delayed mode's staging copies). Uploads run on their own stream, so they overlap the
+  // downloads still in flight (separate copy engines); they too wait for that work (the
+  // backward reads the values they overwrite) — host waits on the downloads imply it already,
+  // the event makes it plain.
+  const core::Stream copy = core::copy_stream(dev);
+  ready_.record(core::current_stream(dev));
+  ready_.block(copy);
+  ready_.block(upload_stream_);
+  core::StreamGuard on_copy(copy);
+  Tensor flag;
+  if (found_inf.defined()) {
+    core::detail::copy_bytes_unowned(host_found_inf_, found_inf);
+    flag = host_found_inf_;
+  }
+  for (Group& g : groups_) {
+    // Unowned: the shadows live as long as this, and the destructor waits for the copies.
+    for (size_t i : g.members) core::detail::copy_bytes_unowned(shadows_[i]->grad(), from[i]);
+    g.downloaded.record(copy);
+  }
+  return flag;
+}
+
 void OffloadedOptimizer::update_delayed() {
   const Device dev = device_[0]->device();
   const bool cuda = dev.is_cuda();
@@ -349,33 +382,17 @@ void OffloadedOptimizer::update_delayed() {
   std::vector<Tensor> grads;
   grads.reserve(device_.size());
   for (nn::Parameter* p : device_) grads.push_back(p->grad());  // may memset (current stream)
-  Tensor flag;
+  Tensor found_inf = found_inf_;
   if (cuda) {
-    const core::Stream current = core::current_stream(dev);
     for (size_t i = 0; i < device_.size(); ++i)
       core::detail::copy_bytes_unowned(staging_[i], grads[i]);
-    if (found_inf_.defined()) core::detail::copy_bytes_unowned(staged_found_inf_, found_inf_);
-    // 3. Downloads on the copy stream, after the staging copies.
-    const core::Stream copy = core::copy_stream(dev);
-    ready_.record(current);
-    ready_.block(copy);
-    core::StreamGuard on_copy(copy);
     if (found_inf_.defined()) {
-      core::detail::copy_bytes_unowned(host_found_inf_, staged_found_inf_);
-      flag = host_found_inf_;
-    }
-    for (Group& g : groups_) {
-      for (size_t i : g.members) core::detail::copy_bytes_unowned(shadows_[i]->grad(), staging_[i]);
-      g.downloaded.record(copy);
-    }
-  } else {
-    for (size_t i = 0; i < device_.size(); ++i)
-      core::detail::copy_bytes(shadows_[i]->grad(), grads[i]);
-    if (found_inf_.defined()) {
-      core::detail::copy_bytes(host_found_inf_, found_inf_);
-      flag = host_found_inf_;
+      core::detail::copy_bytes_unowned(staged_found_inf_, found_inf_);
+      found_inf = staged_found_inf_;
     }
   }
+  // 3. Downloads (on the copy stream after the staging copies, on CUDA).
+  const Tensor flag = download_gradients(cuda ? staging_ : grads, found_inf);
 
   // The worker: CPU update group by group, uploads into the staging buffer (CUDA; on the CPU
   // the next step copies the shadows into the parameters).
@@ -410,33 +427,7 @@ void OffloadedOptimizer::update() {
   for (nn::Parameter* p : device_) grads.push_back(p->grad());  // before the event: may memset
   sync_shared_state();
 
-  Tensor flag = found_inf_;
-  core::Stream copy;
-  if (cuda) {
-    // Downloads: after everything queued so far on the current stream (backward, unscale,
-    // clipping), on the copy stream, group by group.
-    const core::Stream current = core::current_stream(dev);
-    copy = core::copy_stream(dev);
-    ready_.record(current);
-    ready_.block(copy);
-    // Uploads run on their own stream, so they overlap the downloads still in flight (separate
-    // copy engines). They too wait for the work before the step (the backward reads the values
-    // they overwrite); host waits on the downloads imply that already, the event makes it plain.
-    ready_.block(upload_stream_);
-    core::StreamGuard on_copy(copy);
-    if (found_inf_.defined()) {
-      core::detail::copy_bytes_unowned(host_found_inf_, found_inf_);
-      flag = host_found_inf_;
-    }
-    for (Group& g : groups_) {
-      // Unowned: the shadows live as long as this, and the destructor waits for the copies.
-      for (size_t i : g.members) core::detail::copy_bytes_unowned(shadows_[i]->grad(), grads[i]);
-      g.downloaded.record(copy);
-    }
-  } else {
-    for (size_t i = 0; i < device_.size(); ++i)
-      core::detail::copy_bytes(shadows_[i]->grad(), grads[i]);
-  }
+  const Tensor flag = download_gradients(grads, found_inf_);
 
   std::vector<Tensor> upload_to;
   upload_to.reserve(device_.size());

@@ -156,6 +156,12 @@ class OffloadedOptimizer : public Optimizer {
   void sync_shared_state();
   // Delayed mode: stage step t's gradients and hand update t to the worker.
   void update_delayed();
+  // Gradients `from` (one per parameter, on the parameters' device) and `found_inf` (may be
+  // undefined) into the host shadows, after the work queued so far on the current stream: on
+  // CUDA on the copy stream, group by group (each group's `downloaded` event; the upload stream
+  // waits for that work too); on the CPU at once. Returns the found_inf flag the CPU update
+  // reads (a host copy where one is kept, else `found_inf` itself).
+  Tensor download_gradients(const std::vector<Tensor>& from, const Tensor& found_inf);
   // The CPU update of every group (host waits for each group's download); uploads into
   // `upload_to` (per parameter) unless the step is skipped. Returns true when skipped.
   bool update_groups(const Tensor& flag, float lr, int64_t steps,
