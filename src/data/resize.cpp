@@ -1,9 +1,9 @@
-// Separable area/bilinear resize. The weights of each output pixel are computed once per call
-// per axis (they depend only on the geometry) and padded to a fixed tap count, so the pixel
-// loops are fixed-length weighted sums. Vertical first: it is the contiguous pass (u8 rows ->
-// floats, vectorized by the compiler) and it leaves only out_h rows for the horizontal pass,
-// which does one 4-float multiply-add per tap (RGB + one unused lane) and rounds all lanes
-// with one conversion.
+// Separable area/bilinear resize in fixed point (what OpenCV and Pillow do for u8 images: 16-bit
+// multiply-adds do twice the work per instruction of float ones, and the results are exact
+// integers, so the AVX2 passes and the portable loops write the same bytes). The weights of each
+// output pixel are computed once per call per axis (they depend only on the geometry), rounded
+// to 14 bits and padded to a fixed tap count. Vertical first: it is the contiguous pass (u8 rows
+// -> 16-bit values with 7 fraction bits) and it leaves only out_h rows for the horizontal pass.
 //
 // Edge rule: taps are clamped to the pixels the region touches ([floor(begin),
 // ceil(begin+length)) within the image), which is what "crop, then resize the crop" does; it
@@ -22,6 +22,12 @@
 #include "stoker/core/error.h"
 
 namespace stoker::data {
+
+namespace {
+constexpr int kWeightBits = 14;  // weights are fractions of 1 << 14 (sum exact, max 16384)
+constexpr int kOne = 1 << kWeightBits;
+constexpr int kRowBits = 7;  // the vertical pass keeps 7 fraction bits: 255 * 128 < 2^15
+}  // namespace
 
 void AxisWeights::compute(double begin, double length, int source_len, int out_len) {
   STOKER_CHECK(out_len > 0 && source_len > 0 && length > 0.0, "resize: empty axis (source ",
@@ -85,115 +91,177 @@ void AxisWeights::compute(double begin, double length, int source_len, int out_l
   // Fixed-length taps: shift the window left where it would run past max_index (the span
   // [min_index, max_index] is at least `taps` long, so it always fits).
   padded_start.resize(out_len);
-  padded_weights.assign(static_cast<size_t>(out_len) * taps, 0.0f);
+  fixed.assign(static_cast<size_t>(out_len) * taps, 0);
   for (int i = 0; i < out_len; ++i) {
     const int ps = std::min(start[i], max_index - taps + 1);
     padded_start[i] = ps;
+    // Round each weight to 14 bits, then give the rounding's remainder to the largest one: the
+    // sum is exactly 1 << 14, so a constant region stays that constant.
+    int16_t* q = fixed.data() + static_cast<size_t>(i) * taps + (start[i] - ps);
+    int sum = 0, largest = 0;
     for (int k = 0; k < count[i]; ++k) {
-      padded_weights[static_cast<size_t>(i) * taps + (start[i] - ps) + k] = weights[offset[i] + k];
+      q[k] = static_cast<int16_t>(weights[offset[i] + k] * float{kOne} + 0.5f);  // w >= 0
+      sum += q[k];
+      if (q[k] > q[largest]) largest = k;
     }
+    q[largest] = static_cast<int16_t>(q[largest] + (kOne - sum));
   }
 }
 
 namespace {
 
-// Four floats (R, G, B and the next pixel's R, unused) as one SIMD register: each tap is one
-// multiply-add. GCC/Clang vector extension, so it maps to SSE on x86-64 and NEON on AArch64.
-typedef float Float4 __attribute__((vector_size(16)));
-typedef int Int4 __attribute__((vector_size(16)));
+// Vertical pass: row_out[n] = round(sum_k w[k] * rows[k][n] / 2^(kWeightBits - kRowBits)),
+// the u8 value times 128 in 16 bits (255 * 128 < 2^15).
+constexpr int kRowShift = kWeightBits - kRowBits;
+constexpr int32_t kRowRound = 1 << (kRowShift - 1);
+// Horizontal pass: 14-bit weights times 7-bit-fraction rows = 21 fraction bits.
+constexpr int kOutShift = kWeightBits + kRowBits;
+constexpr int32_t kOutRound = 1 << (kOutShift - 1);
 
-// One vertically resampled row of floats (source columns from the window's first needed one,
-// plus one float of padding) -> out_w RGB u8 through fixed-length taps (K known at compile
-// time; 0 = runtime `taps`), written mirrored when `flip`.
+// `count` source rows `stride` bytes apart, `col_len` bytes each -> row_out. The portable loop
+// sums whole rows (vectorizable) into 32-bit `wide`.
+void vertical_row(const uint8_t* row, size_t stride, const int16_t* w, int count, int32_t* wide,
+                  int16_t* row_out, int col_len) {
+  for (int n = 0; n < col_len; ++n) wide[n] = kRowRound + w[0] * int32_t{row[n]};
+  for (int k = 1; k < count; ++k) {
+    row += stride;
+    const int32_t wk = w[k];
+    for (int n = 0; n < col_len; ++n) wide[n] += wk * int32_t{row[n]};
+  }
+  for (int n = 0; n < col_len; ++n) row_out[n] = static_cast<int16_t>(wide[n] >> kRowShift);
+}
+
+// One vertically resampled row (source columns from the window's first needed one) -> out_w
+// RGB u8 through fixed-length taps (K known at compile time; 0 = runtime `taps`), written
+// mirrored when `flip`. No clamp: weights are non-negative and sum to exactly 1, so a result is
+// a convex combination of values in [0, 255].
 template <int K>
-void horizontal_row(const float* in, uint8_t* out, const int* start, const float* w, int out_w,
+void horizontal_row(const int16_t* in, uint8_t* out, const int* start, const int16_t* w, int out_w,
                     int first_col, int taps, bool flip) {
   const int k_count = K > 0 ? K : taps;
   for (int i = 0; i < out_w; ++i, w += k_count) {
-    const float* p = in + static_cast<size_t>(start[i] - first_col) * 3;
-    Float4 acc = {0.f, 0.f, 0.f, 0.f};
+    const int16_t* p = in + static_cast<size_t>(start[i] - first_col) * 3;
+    int32_t r = kOutRound, g = kOutRound, b = kOutRound;
     for (int k = 0; k < k_count; ++k) {
-      Float4 v;
-      std::memcpy(&v, p + 3 * k, sizeof v);
-      acc += w[k] * v;
+      r += w[k] * int32_t{p[3 * k]};
+      g += w[k] * int32_t{p[3 * k + 1]};
+      b += w[k] * int32_t{p[3 * k + 2]};
     }
-    // Round all lanes in one conversion: +0.5 and truncate. No clamp: weights are non-negative
-    // and sum to 1 (to float rounding), so a value is a convex combination of u8 inputs, within
-    // [-1e-4, 255 + 1e-4] (and a clamp's compares cost a third of this loop).
-    const Int4 q = __builtin_convertvector(acc + 0.5f, Int4);
     uint8_t* o = out + static_cast<size_t>(flip ? out_w - 1 - i : i) * 3;
-    o[0] = static_cast<uint8_t>(q[0]);
-    o[1] = static_cast<uint8_t>(q[1]);
-    o[2] = static_cast<uint8_t>(q[2]);
-  }
-}
-
-// x86-64: also compile the vertical pass for AVX2 (8 floats per instruction), picked at load
-// time by the CPU; no FMA in either clone, so both round identically. Not under gcc's
-// ThreadSanitizer: the clones' ifunc resolver is instrumented too and runs during relocation,
-// before the TSan runtime is up, and crashes every program at startup.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define STOKER_RESIZE_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define STOKER_RESIZE_CLONES
-#endif
-
-// acc[n] = sum_k w[k] * rows[k][n] over `count` source rows `stride` bytes apart.
-STOKER_RESIZE_CLONES
-void vertical_row(const uint8_t* row, size_t stride, const float* w, int count, float* acc,
-                  int col_len) {
-  const float w0 = w[0];
-  for (int n = 0; n < col_len; ++n) acc[n] = w0 * static_cast<float>(row[n]);
-  for (int k = 1; k < count; ++k) {
-    row += stride;
-    const float wk = w[k];
-    for (int n = 0; n < col_len; ++n) acc[n] += wk * static_cast<float>(row[n]);
+    o[0] = static_cast<uint8_t>(r >> kOutShift);
+    o[1] = static_cast<uint8_t>(g >> kOutShift);
+    o[2] = static_cast<uint8_t>(b >> kOutShift);
   }
 }
 
 #if STOKER_RESIZE_AVX2
-// The horizontal pass two output pixels at a time in 8 AVX2 lanes (pixel i's RGB+pad in the
-// low half, pixel i+1's in the high half), weights pre-expanded per pair (Resizer::prepare):
-// the same multiplies and adds in the same order as horizontal_row (no FMA), so the bytes are
-// identical. 6 bytes stored per pair (through a small buffer, so nothing past the row is
-// touched); an odd last pixel goes through the scalar loop.
-template <int K>
-__attribute__((target("avx2"))) void horizontal_row_avx2(const float* in, uint8_t* out,
-                                                         const int* start, const float* pair_w,
-                                                         const float* w, int out_w, int first_col,
-                                                         int taps, bool flip) {
-  const int k_count = K > 0 ? K : taps;
-  const int pairs = out_w / 2;
-  // Bytes 0-2 = pixel i, 4-6 = pixel i+1 after the two packs; reorder into RGBRGB.
-  const __m128i keep = _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m128i swap = _mm_setr_epi8(4, 5, 6, 0, 1, 2, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m256 half = _mm256_set1_ps(0.5f);
-  for (int j = 0; j < pairs; ++j) {  // pair j = output pixels 2j, 2j+1
-    const int i = 2 * j;
-    const float* p0 = in + static_cast<size_t>(start[i] - first_col) * 3;
-    const float* p1 = in + static_cast<size_t>(start[i + 1] - first_col) * 3;
-    const float* pw = pair_w + static_cast<size_t>(j) * k_count * 8;
-    __m256 acc = _mm256_setzero_ps();
-    for (int k = 0; k < k_count; ++k) {
-      const __m256 v = _mm256_set_m128(_mm_loadu_ps(p1 + 3 * k), _mm_loadu_ps(p0 + 3 * k));
-      acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(pw + 8 * k), v));
-    }
-    const __m256i q = _mm256_cvttps_epi32(_mm256_add_ps(acc, half));
-    const __m128i q16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-    const __m128i q8 = _mm_shuffle_epi8(_mm_packus_epi16(q16, q16), flip ? swap : keep);
-    uint8_t bytes[16];
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes), q8);
-    std::memcpy(out + static_cast<size_t>(flip ? out_w - 2 - i : i) * 3, bytes, 6);
+// The vertical pass 16 columns at a time: two source rows' u8 widened to 16 bits and
+// interleaved, one multiply-add of each pair with its two weights into 32-bit sums (an odd last
+// row pairs with itself at weight 0). Integer arithmetic: the same values as the portable loop.
+__attribute__((target("avx2"))) void vertical_row_avx2(const uint8_t* row, size_t stride,
+                                                       const int16_t* w, int count,
+                                                       int16_t* row_out, int col_len) {
+  // Weight pairs as 32-bit words (low half: the even row's weight), broadcast per use.
+  int32_t pairs[32];
+  const int pair_count = (count + 1) / 2;
+  if (pair_count > 32) {  // a huge shrink: the portable loop (rare, slow anyway)
+    std::vector<int32_t> wide(static_cast<size_t>(col_len));
+    vertical_row(row, stride, w, count, wide.data(), row_out, col_len);
+    return;
   }
-  if (out_w % 2 != 0) {  // the last pixel, written at column 0 when flipped
-    const int i = out_w - 1;
-    horizontal_row<K>(in, out + static_cast<size_t>(flip ? 0 : i) * 3, start + i,
-                      w + static_cast<size_t>(i) * k_count, 1, first_col, taps, false);
+  for (int p = 0; p < pair_count; ++p) {
+    const int k = 2 * p;
+    const uint16_t lo = static_cast<uint16_t>(w[k]);
+    const uint16_t hi = k + 1 < count ? static_cast<uint16_t>(w[k + 1]) : 0;
+    pairs[p] = static_cast<int32_t>(lo | (uint32_t{hi} << 16));
+  }
+  const __m256i round = _mm256_set1_epi32(kRowRound);
+  int n = 0;
+  for (; n + 16 <= col_len; n += 16) {
+    __m256i lo = round, hi = round;
+    const uint8_t* r = row + n;
+    for (int p = 0; p < pair_count; ++p, r += 2 * stride) {
+      const __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
+      const uint8_t* r1 = 2 * p + 1 < count ? r + stride : r;
+      const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r1)));
+      const __m256i wp = _mm256_set1_epi32(pairs[p]);
+      // Per 128-bit lane: columns 0-3 (lo) and 4-7 (hi) of the lane's 8; the pack below
+      // restores column order.
+      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wp));
+      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wp));
+    }
+    const __m256i packed =
+        _mm256_packs_epi32(_mm256_srai_epi32(lo, kRowShift), _mm256_srai_epi32(hi, kRowShift));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(row_out + n), packed);
+  }
+  for (; n < col_len; ++n) {  // the last < 16 columns, same arithmetic
+    int32_t acc = kRowRound;
+    for (int k = 0; k < count; ++k) acc += w[k] * int32_t{row[k * stride + n]};
+    row_out[n] = static_cast<int16_t>(acc >> kRowShift);
+  }
+}
+
+// Sums of output pixels i (low lane) and i + 1 (high lane), shifted to u8 range; see below.
+template <int P>
+__attribute__((target("avx2"), always_inline)) inline __m256i pair_sum_avx2(
+    const int16_t* in, const int* start, const int16_t* pair_w, int i, int first_col, int p_count) {
+  const __m256i interleave = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1,
+                                              0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
+  const int16_t* p0 = in + static_cast<size_t>(start[i] - first_col) * 3;
+  const int16_t* p1 = in + static_cast<size_t>(start[i + 1] - first_col) * 3;
+  const int16_t* pw = pair_w + static_cast<size_t>(i / 2) * p_count * 16;
+  __m256i acc = _mm256_set1_epi32(kOutRound);
+  for (int p = 0; p < (P > 0 ? P : p_count); ++p) {
+    const __m256i v = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p1 + 6 * p),
+                                          reinterpret_cast<const __m128i*>(p0 + 6 * p));
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw + 16 * p));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(v, interleave), wv));
+  }
+  return _mm256_srai_epi32(acc, kOutShift);
+}
+
+// The horizontal pass for a pair of output pixels (one per 128-bit lane) and a pair of taps at
+// a time: 8 16-bit values loaded at the tap (its RGB and the next pixel's), shuffled into
+// (R R G G B B 0 0) and multiplied-added with (w w) pairs into R, G, B, 0 sums. Four pixels are
+// rounded, packed and stored (12 bytes) together; the last out_w % 4 go through the portable
+// loop. Integer arithmetic: the same bytes as horizontal_row.
+template <int P>  // tap pairs (0 = runtime)
+__attribute__((target("avx2"))) void horizontal_row_avx2(const int16_t* in, uint8_t* out,
+                                                         const int* start, const int16_t* pair_w,
+                                                         const int16_t* w, int out_w, int first_col,
+                                                         int taps, bool flip) {
+  const int p_count = P > 0 ? P : (taps + 1) / 2;
+  const __m128i keep = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m128i reverse = _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1);
+  const __m128i order = flip ? reverse : keep;
+  const int quads = out_w / 4;
+  for (int j = 0; j < quads; ++j) {
+    const int i = 4 * j;
+    const __m256i a = pair_sum_avx2<P>(in, start, pair_w, i, first_col, p_count);  // i, i + 1
+    const __m256i b = pair_sum_avx2<P>(in, start, pair_w, i + 2, first_col, p_count);
+    // 16-bit: lane 0 = (i, i + 2), lane 1 = (i + 1, i + 3); then bytes, then pixel order.
+    const __m256i s16 = _mm256_packs_epi32(a, b);
+    const __m256i s8 = _mm256_packus_epi16(s16, s16);
+    const __m128i px = _mm_unpacklo_epi32(_mm256_castsi256_si128(s8),
+                                          _mm256_extracti128_si256(s8, 1));  // i .. i + 3, RGB0
+    const __m128i rgb = _mm_shuffle_epi8(px, order);
+    // 12 bytes as 8 + 4 straight from the register (a 16-byte store would run past the row;
+    // bouncing through a stack buffer costs a store-forwarding stall).
+    uint8_t* o = out + static_cast<size_t>(flip ? out_w - 4 - i : i) * 3;
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o), rgb);
+    const int32_t tail = _mm_extract_epi32(rgb, 2);
+    std::memcpy(o + 8, &tail, 4);
+  }
+  const int done = 4 * quads;
+  if (done < out_w) {  // the last pixels, written at the left end when flipped
+    const int rest = out_w - done;
+    horizontal_row<0>(in, out + static_cast<size_t>(flip ? 0 : done) * 3, start + done,
+                      w + static_cast<size_t>(done) * taps, rest, first_col, taps, flip);
   }
 }
 #endif
 
-using HorizontalFn = void (*)(const float*, uint8_t*, const int*, const float*, int, int, int,
+using HorizontalFn = void (*)(const int16_t*, uint8_t*, const int*, const int16_t*, int, int, int,
                               bool);
 
 HorizontalFn horizontal_for(int taps) {
@@ -216,23 +284,17 @@ HorizontalFn horizontal_for(int taps) {
 }
 
 #if STOKER_RESIZE_AVX2
-using HorizontalAvx2Fn = void (*)(const float*, uint8_t*, const int*, const float*, const float*,
-                                  int, int, int, bool);
+using HorizontalAvx2Fn = void (*)(const int16_t*, uint8_t*, const int*, const int16_t*,
+                                  const int16_t*, int, int, int, bool);
 
 HorizontalAvx2Fn horizontal_avx2_for(int taps) {
-  switch (taps) {
+  switch ((taps + 1) / 2) {
     case 1:
       return horizontal_row_avx2<1>;
     case 2:
       return horizontal_row_avx2<2>;
     case 3:
       return horizontal_row_avx2<3>;
-    case 4:
-      return horizontal_row_avx2<4>;
-    case 5:
-      return horizontal_row_avx2<5>;
-    case 6:
-      return horizontal_row_avx2<6>;
     default:
       return horizontal_row_avx2<0>;
   }
@@ -275,48 +337,63 @@ void Resizer::resize_prepared(const RgbView& src, uint8_t* dst, bool flip) {
                ") rows [", src.y_origin, ", ", src.y_origin + src.height,
                ") does not hold the pixels the region needs (columns ", wx_.min_index, "..",
                wx_.max_index, ", rows ", wy_.min_index, "..", wy_.max_index, ")");
-  // Vertical first: each output row is a weighted sum of whole source rows (contiguous u8 ->
-  // float, vectorized) over the needed columns only; then the horizontal taps on those floats.
+  // Vertical first: each output row is a weighted sum of whole source rows (contiguous u8,
+  // vectorized) over the needed columns only; then the horizontal taps on that row.
   const int first_col = wx_.min_index;
   const int col_len = (wx_.max_index - wx_.min_index + 1) * 3;
-  rows_.resize(static_cast<size_t>(col_len) + 4);
-  float* acc = rows_.data();
-  acc[col_len] = 0.0f;  // the 4th lane of the last pixel's load
+  // Zero padding after the row: the AVX2 pass loads 8 values at a tap pair's first pixel (its
+  // zero-weighted tail reaches up to 5 values past the row).
+  row_.assign(static_cast<size_t>(col_len) + 8, 0);
+  int16_t* row = row_.data();
   const size_t col_offset = static_cast<size_t>(first_col - src.x_origin) * 3;
+  const int taps = wx_.taps;
 #if STOKER_RESIZE_AVX2
   const bool simd = simd_ && cpu_has_avx2();
-  const HorizontalAvx2Fn horizontal_avx2 = simd ? horizontal_avx2_for(wx_.taps) : nullptr;
+  const HorizontalAvx2Fn horizontal_avx2 = simd ? horizontal_avx2_for(taps) : nullptr;
   if (simd) {
-    // Each pair's weights as 8 lanes per tap: w(i, k) x4 then w(i+1, k) x4.
-    const int taps = wx_.taps;
+    // Per output pair and tap pair, 16 lanes: (w(i, k), w(i, k + 1)) x3, 0, 0, then the same
+    // for pixel i + 1; a tap past `taps` has weight 0.
+    const int p_count = (taps + 1) / 2;
     const int pairs = out_w / 2;
-    pair_weights_.resize(static_cast<size_t>(pairs) * taps * 8);
+    pair_weights_.assign(static_cast<size_t>(pairs) * p_count * 16, 0);
+    auto weight = [&](int i, int k) -> int16_t {
+      return k < taps ? wx_.fixed[static_cast<size_t>(i) * taps + k] : 0;
+    };
     for (int j = 0; j < pairs; ++j) {
-      for (int k = 0; k < taps; ++k) {
-        float* lanes = pair_weights_.data() + (static_cast<size_t>(j) * taps + k) * 8;
-        const float w0 = wx_.padded_weights[static_cast<size_t>(2 * j) * taps + k];
-        const float w1 = wx_.padded_weights[static_cast<size_t>(2 * j + 1) * taps + k];
-        for (int l = 0; l < 4; ++l) lanes[l] = w0, lanes[4 + l] = w1;
+      for (int p = 0; p < p_count; ++p) {
+        int16_t* lanes = pair_weights_.data() + (static_cast<size_t>(j) * p_count + p) * 16;
+        for (int half = 0; half < 2; ++half) {
+          for (int c = 0; c < 3; ++c) {
+            lanes[8 * half + 2 * c] = weight(2 * j + half, 2 * p);
+            lanes[8 * half + 2 * c + 1] = weight(2 * j + half, 2 * p + 1);
+          }
+        }
       }
     }
+  } else {
+    wide_.resize(static_cast<size_t>(col_len));
   }
+#else
+  wide_.resize(static_cast<size_t>(col_len));
 #endif
-  const HorizontalFn horizontal = horizontal_for(wx_.taps);
+  const HorizontalFn horizontal = horizontal_for(taps);
   for (int j = 0; j < out_h; ++j) {
-    const float* wt = wy_.weights.data() + wy_.offset[j];
-    const uint8_t* row =
+    // Row j's own taps inside its padded window.
+    const int16_t* wt =
+        wy_.fixed.data() + static_cast<size_t>(j) * wy_.taps + (wy_.start[j] - wy_.padded_start[j]);
+    const uint8_t* rows =
         src.data + static_cast<size_t>(wy_.start[j] - src.y_origin) * src.stride + col_offset;
-    vertical_row(row, src.stride, wt, wy_.count[j], acc, col_len);
     uint8_t* out = dst + static_cast<size_t>(j) * out_w * 3;
 #if STOKER_RESIZE_AVX2
     if (simd) {
-      horizontal_avx2(acc, out, wx_.padded_start.data(), pair_weights_.data(),
-                      wx_.padded_weights.data(), out_w, first_col, wx_.taps, flip);
+      vertical_row_avx2(rows, src.stride, wt, wy_.count[j], row, col_len);
+      horizontal_avx2(row, out, wx_.padded_start.data(), pair_weights_.data(), wx_.fixed.data(),
+                      out_w, first_col, taps, flip);
       continue;
     }
 #endif
-    horizontal(acc, out, wx_.padded_start.data(), wx_.padded_weights.data(), out_w, first_col,
-               wx_.taps, flip);
+    vertical_row(rows, src.stride, wt, wy_.count[j], wide_.data(), row, col_len);
+    horizontal(row, out, wx_.padded_start.data(), wx_.fixed.data(), out_w, first_col, taps, flip);
   }
 }
 
