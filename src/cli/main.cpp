@@ -1,5 +1,6 @@
 // `stoker`: the command-line tool. Subcommands:
 //   stoker pack SOURCE --out DIR [--threads N] [--resize N] [--quality Q] [--shuffle --seed S]
+//       [--no-restart-markers]
 //       SOURCE is a folder of class sub-folders or a list file of `path label` lines.
 //   stoker pack synth --out DIR [--samples N] [--classes C] [--size S] [--seed X]
 //       the synthetic shapes dataset (--as-folder writes JPEG files in class folders instead).
@@ -42,6 +43,9 @@ void add_pack_options(CLI::App* app, PackOptions& o) {
       ->capture_default_str();
   app->add_flag("--overwrite", o.overwrite, "replace an existing database at --out");
   app->add_flag("!--no-progress", o.progress, "no progress bar");
+  app->add_flag("!--no-restart-markers", o.restart_markers,
+                "store each JPEG's bytes as given (default: rewritten losslessly with restart "
+                "markers, so a random crop decodes only the tiles it covers)");
 }
 
 int run_info(const fs::path& path) {

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "data/jpeg_restart.h"
 #include "stoker/data/resize.h"
 
 namespace stoker::data {
@@ -130,6 +131,8 @@ struct JpegDecoder::Impl {
   std::vector<uint8_t> cmyk_rows;  // 4-channel rows before conversion
   std::vector<JSAMPROW> row_ptrs;
   Resizer resizer;
+  detail::RestartTiles tiles;
+  std::vector<uint8_t> slice;  // the tiles a crop needs, as a JPEG
 
   [[noreturn]] void fail_from_libjpeg(std::string_view key) {
     jpeg_abort_decompress(&cinfo);
@@ -166,6 +169,10 @@ struct JpegDecoder::Impl {
            "the header is corrupt or the image is huge: raise DecoderOptions::max_pixels if such "
            "images are expected");
     }
+    configure();
+  }
+
+  void configure() {
     const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
     cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
     cinfo.dct_method = options.fast_dct ? JDCT_IFAST : JDCT_ISLOW;
@@ -238,14 +245,35 @@ struct JpegDecoder::Impl {
                     std::min(crop.height * s, sh - crop.y * s), out_w, out_h);
     const AxisWeights& wx = resizer.x_weights();
     const AxisWeights& wy = resizer.y_weights();
+    return read_window(wx.min_index, wx.max_index, wy.min_index, wy.max_index, 0, 0);
+  }
+
+  // Decodes `slice` (tiles of the image whose pixel (ox, oy) is the slice's (0, 0)) for the
+  // window columns [x_lo, x_hi], rows [y_lo, y_hi] of the image the resizer is prepared on.
+  RgbView decode_slice_guarded(std::string_view key, int x_lo, int x_hi, int y_lo, int y_hi, int ox,
+                               int oy) {
+    if (setjmp(err.jump)) fail_from_libjpeg(key);
+    jpeg_abort_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, slice.data(), static_cast<unsigned long>(slice.size()));
+    jpeg_read_header(&cinfo, TRUE);
+    configure();
+    jpeg_start_decompress(&cinfo);
+    return read_window(x_lo - ox, x_hi - ox, y_lo - oy, y_hi - oy, ox, oy);
+  }
+
+  // After jpeg_start_decompress: decodes columns [x_lo, x_hi] and rows [y_lo, y_hi] of the
+  // decompressor's output (its pixel (0, 0) is image pixel (ox, oy)). Only called from a guarded
+  // function (libjpeg errors longjmp to its setjmp).
+  RgbView read_window(int x_lo, int x_hi, int y_lo, int y_hi, int ox, int oy) {
+    const int sw = static_cast<int>(cinfo.output_width);
     // Chroma upsampling treats the right edge of a cropped decode as the image edge: decode
     // one more iMCU on the right so the columns we use match a full decode exactly.
-    const int right = std::min(sw - 1, wx.max_index + 16);
-    JDIMENSION x0 = static_cast<JDIMENSION>(wx.min_index);
-    JDIMENSION width = static_cast<JDIMENSION>(right - wx.min_index + 1);
+    const int right = std::min(sw - 1, x_hi + 16);
+    JDIMENSION x0 = static_cast<JDIMENSION>(x_lo);
+    JDIMENSION width = static_cast<JDIMENSION>(right - x_lo + 1);
     if (static_cast<int>(width) < sw) jpeg_crop_scanline(&cinfo, &x0, &width);  // widens to iMCU
-    const int y0 = wy.min_index;
-    const int rows = wy.max_index - wy.min_index + 1;
+    const int y0 = y_lo;
+    const int rows = y_hi - y_lo + 1;
     prepare_buffers(rows, static_cast<int>(width));
     if (y0 > 0) {
       const JDIMENSION skipped = jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
@@ -267,8 +295,8 @@ struct JpegDecoder::Impl {
                    static_cast<int>(width),
                    rows,
                    static_cast<size_t>(width) * 3,
-                   static_cast<int>(x0),
-                   y0};
+                   static_cast<int>(x0) + ox,
+                   y0 + oy};
   }
 };
 
@@ -390,6 +418,27 @@ RgbView JpegDecoder::decode_window(std::span<const uint8_t> bytes, const CropRec
     }
   }
   d.last_scale = scale_num;
+  if (scale_num == 8 && d.options.restart_tiles && d.cinfo.restart_interval > 0 &&
+      d.tiles.parse(bytes)) {
+    // The tiles around the window the resize reads, with 2 pixels of margin where a tile edge
+    // is not the image's (chroma upsampling there sees an edge, not the next chroma sample).
+    constexpr int kMargin = 2;
+    d.resizer.prepare(d.tiles.width(), d.tiles.height(), c.x, c.y, c.width, c.height, out_w, out_h);
+    const AxisWeights& wx = d.resizer.x_weights();
+    const AxisWeights& wy = d.resizer.y_weights();
+    const int tw = d.tiles.tile_width(), th = d.tiles.tile_height();
+    const int col0 = std::max(0, wx.min_index - kMargin) / tw;
+    const int col1 = std::min(d.tiles.width() - 1, wx.max_index + kMargin) / tw;
+    const int row0 = std::max(0, wy.min_index - kMargin) / th;
+    const int row1 = std::min(d.tiles.height() - 1, wy.max_index + kMargin) / th;
+    if (d.tiles.slice(bytes, col0, col1, row0, row1, d.slice)) {
+      const RgbView window = d.decode_slice_guarded(key, wx.min_index, wx.max_index, wy.min_index,
+                                                    wy.max_index, col0 * tw, row0 * th);
+      d.times.decode_s += seconds(t1, Clock::now());
+      ++d.times.tiled;
+      return window;
+    }
+  }
   const RgbView window = d.decode_window_guarded(key, c, out_w, out_h, scale_num);
   d.times.decode_s += seconds(t1, Clock::now());
   return window;

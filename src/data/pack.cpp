@@ -27,6 +27,7 @@
 #include <sstream>
 #include <thread>
 
+#include "data/jpeg_restart.h"
 #include "data/pack_jpeg.h"
 #include "stoker/core/error.h"
 #include "stoker/core/rng.h"
@@ -270,6 +271,16 @@ bool read_file(const std::string& path, std::vector<uint8_t>& bytes, std::string
   return true;
 }
 
+// The payload to store: `jpeg` rewritten with restart markers into `scratch` when the options
+// ask for it, else (or if the rewrite fails, which a validated JPEG should not) `jpeg` itself.
+const std::vector<uint8_t>& with_restart_markers(const std::vector<uint8_t>& jpeg,
+                                                 const PackOptions& options,
+                                                 std::vector<uint8_t>& scratch) {
+  if (!options.restart_markers) return jpeg;
+  if (!detail::add_restart_markers(jpeg, scratch).empty()) return jpeg;
+  return scratch;
+}
+
 bool hidden(const fs::path& p) { return !p.filename().empty() && p.filename().string()[0] == '.'; }
 
 }  // namespace
@@ -312,11 +323,12 @@ PackSummary pack_items(std::vector<PackItem> items, std::vector<std::string> cla
     std::vector<uint8_t> bytes;
     std::string error;
     if (!read_file(item.path, bytes, error)) return error;
-    std::vector<uint8_t> reencoded;
+    std::vector<uint8_t> reencoded, tiled;
     error = validate_jpeg(bytes, options.resize_shorter, options.quality,
                           options.resize_shorter > 0 ? &reencoded : nullptr);
     if (!error.empty()) return error;
-    const std::vector<uint8_t>& payload_bytes = options.resize_shorter > 0 ? reencoded : bytes;
+    const std::vector<uint8_t>& payload_bytes =
+        with_restart_markers(options.resize_shorter > 0 ? reencoded : bytes, options, tiled);
     record = encode_record(item.label, PayloadKind::jpeg, payload_bytes);
     payload = static_cast<int64_t>(payload_bytes.size());
     return {};
@@ -337,8 +349,10 @@ PackSummary pack_generated(int64_t count, const SampleProducer& produce,
     const std::vector<uint8_t> jpeg = produce(i, label);
     STOKER_CHECK(label >= 0 && label < num_classes, "stoker pack: generated sample ", i,
                  " has label ", label, " outside [0, ", num_classes, ")");
-    record = encode_record(label, PayloadKind::jpeg, jpeg);
-    payload = static_cast<int64_t>(jpeg.size());
+    std::vector<uint8_t> tiled;
+    const std::vector<uint8_t>& payload_bytes = with_restart_markers(jpeg, options, tiled);
+    record = encode_record(label, PayloadKind::jpeg, payload_bytes);
+    payload = static_cast<int64_t>(payload_bytes.size());
     return {};
   };
   return run_pack(

@@ -4,8 +4,10 @@
 
 #include <thread>
 
+#include "data/jpeg_restart.h"
 #include "data_test_util.h"
 #include "stoker/core/error.h"
+#include "stoker/data/decode.h"
 #include "stoker/data/synth.h"
 
 namespace stoker::data {
@@ -43,23 +45,39 @@ void expect_error(F&& fn, const std::string& what) {
   }
 }
 
+// Stored bytes: the generated JPEG as is with restart_markers off; by default its lossless
+// rewrite with restart markers (the same pixels).
 TEST(LmdbImageDataset, ReadsAPackedSynthDataset) {
   test::TempDir dir;
   const SynthOptions synth{.samples = 60, .classes = 3, .size = 32, .seed = 4};
-  const auto summary = pack_synth(synth, dir / "synth", kQuiet);
-  EXPECT_EQ(summary.samples, 60);
-  LmdbImageDataset ds(dir / "synth");
-  EXPECT_EQ(ds.size(), 60);
-  EXPECT_EQ(ds.class_names(), (std::vector<std::string>{"circle", "square", "triangle"}));
-  auto reader = ds.reader();
-  for (int64_t i = 0; i < ds.size(); ++i) {
-    const SampleView v = reader.read(i);
-    EXPECT_EQ(v.index, i);
-    EXPECT_EQ(v.label, i % 3);
-    int32_t label = -1;
-    const auto expected = synth_jpeg(synth, i, label);
-    ASSERT_EQ(v.payload.size(), expected.size());
-    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), v.payload.begin()));
+  for (bool restart : {false, true}) {
+    PackOptions options = kQuiet;
+    options.restart_markers = restart;
+    const std::filesystem::path db = dir / (restart ? "synth-rst" : "synth");
+    const auto summary = pack_synth(synth, db, options);
+    EXPECT_EQ(summary.samples, 60);
+    LmdbImageDataset ds(db);
+    EXPECT_EQ(ds.size(), 60);
+    EXPECT_EQ(ds.class_names(), (std::vector<std::string>{"circle", "square", "triangle"}));
+    auto reader = ds.reader();
+    JpegDecoder dec;
+    for (int64_t i = 0; i < ds.size(); ++i) {
+      const SampleView v = reader.read(i);
+      EXPECT_EQ(v.index, i);
+      EXPECT_EQ(v.label, i % 3);
+      int32_t label = -1;
+      const auto generated = synth_jpeg(synth, i, label);
+      if (!restart) {
+        ASSERT_EQ(v.payload.size(), generated.size());
+        EXPECT_TRUE(std::equal(generated.begin(), generated.end(), v.payload.begin()));
+        continue;
+      }
+      std::vector<uint8_t> rewritten;
+      ASSERT_EQ(detail::add_restart_markers(generated, rewritten), "");
+      ASSERT_TRUE(std::equal(rewritten.begin(), rewritten.end(), v.payload.begin()) &&
+                  rewritten.size() == v.payload.size());
+      EXPECT_EQ(dec.decode_full(v.payload).pixels, dec.decode_full(generated).pixels);
+    }
   }
 }
 

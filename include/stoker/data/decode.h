@@ -42,6 +42,7 @@ struct DecodeStageTimes {
   double decode_s = 0.0;
   double resize_s = 0.0;
   int64_t images = 0;  // successful decode_crop / decode_full* calls
+  int64_t tiled = 0;   // crops decoded from their restart-interval tiles only
 };
 
 // A region of the source image in continuous pixel coordinates: pixel (row r, column c) covers
@@ -78,6 +79,10 @@ struct DecoderOptions {
   bool warnings_are_errors = true;
   // JDCT_IFAST instead of JDCT_ISLOW (<= 10 % faster; lower quality above q90).
   bool fast_dct = false;
+  // A crop of a JPEG whose restart intervals tile its MCU rows (`stoker pack` writes them)
+  // decodes only the tiles it needs: no Huffman decoding of the rows above it or the columns
+  // beside it. The same pixels as the whole-image path (tested); off = always the whole path.
+  bool restart_tiles = true;
 };
 
 // A JPEG that could not be decoded: bad bytes, truncated, over budget. what() names the key.

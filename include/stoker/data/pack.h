@@ -24,8 +24,12 @@ struct PackOptions {
   int threads = 0;         // 0: all hardware threads
   int resize_shorter = 0;  // > 0: re-encode so the shorter side is at most this (never enlarges)
   int quality = 90;        // JPEG quality of re-encoded images
-  bool shuffle = false;    // shuffle the samples once, at pack time
-  uint64_t seed = 0;       // shuffle seed
+  // Rewrite each JPEG losslessly (the same DCT coefficients, hence the same pixels) as baseline
+  // with Huffman tables fitted to it and restart markers that tile its MCU rows, so a crop
+  // decodes only the tiles it covers (DecoderOptions::restart_tiles). Off: the bytes as given.
+  bool restart_markers = true;
+  bool shuffle = false;         // shuffle the samples once, at pack time
+  uint64_t seed = 0;            // shuffle seed
   int64_t map_size_gib = 1024;  // LMDB map size (address space only; the file grows as written)
   bool overwrite = false;       // replace an existing database at the output path
   bool progress = true;         // progress bar on stderr (only when stderr is a terminal)
