@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench_context.h"
+#include "data/jpeg_restart.h"
 #include "stoker/data/decode.h"
 #include "stoker/data/resize.h"
 #include "stoker/data/transform.h"
@@ -73,7 +74,11 @@ std::vector<uint8_t> encode(const std::vector<uint8_t>& rgb, int w, int h, int q
 struct Corpus {
   std::vector<std::vector<uint8_t>> files;
   std::vector<data::JpegInfo> info;
+  std::vector<std::vector<uint8_t>> tiled;  // the same files as `stoker pack` stores them
   std::string description;
+  const std::vector<uint8_t>& file(size_t i, bool tiles) const {
+    return tiles ? tiled[i] : files[i];
+  }
 };
 
 const Corpus& corpus() {
@@ -94,13 +99,17 @@ const Corpus& corpus() {
       c.description = "synthetic photo-like 500x375 q90 4:2:0";
     }
     data::JpegDecoder dec;
-    size_t bytes = 0;
+    size_t bytes = 0, tiled_bytes = 0;
     for (const auto& f : c.files) {
       c.info.push_back(dec.read_header(f));
       bytes += f.size();
+      c.tiled.emplace_back();
+      if (!stoker::data::detail::add_restart_markers(f, c.tiled.back()).empty()) c.tiled.back() = f;
+      tiled_bytes += c.tiled.back().size();
     }
     c.description += " (" + std::to_string(c.files.size()) + " files, mean " +
-                     std::to_string(bytes / c.files.size() / 1024) + " KiB)";
+                     std::to_string(bytes / c.files.size() / 1024) + " KiB; with restart markers " +
+                     std::to_string(tiled_bytes / c.files.size() / 1024) + " KiB)";
     return c;
   }();
   return c;
@@ -190,16 +199,19 @@ void BM_DecodeCrop(benchmark::State& state) {
 
 // Crop-before-decode without the resize: only the rows/columns of the RandomResizedCrop region
 // (and the DCT scale) decode_crop would use, then stop — the decode share of the crop path and
-// the per-image cost behind stoker_loader_throughput's `crop decode` ceiling. Arg: DCT scaling.
+// the per-image cost behind stoker_loader_throughput's `crop decode` ceiling. Args: DCT scaling;
+// tiles (the files as `stoker pack` stores them, with restart markers, decoded from the tiles
+// the crop covers) or the files as given.
 void BM_DecodeCropWindow(benchmark::State& state) {
   const Corpus& c = corpus();
+  const bool tiles = state.range(1) != 0;
   data::JpegDecoder dec({.dct_scaling = state.range(0) != 0});
   size_t i = 0;
   uint64_t index = 0, scaled = 0;
   for (auto _ : state) {
     const data::CropParams p =
         data::random_resized_crop(c.info[i].width, c.info[i].height, 0, index++, {});
-    benchmark::DoNotOptimize(dec.decode_crop_window(c.files[i], p.rect, kOut, kOut));
+    benchmark::DoNotOptimize(dec.decode_crop_window(c.file(i, tiles), p.rect, kOut, kOut));
     scaled += dec.last_scale_num() != 8;
     if (++i == c.files.size()) i = 0;
   }
@@ -233,20 +245,22 @@ void BM_DecodeScaled(benchmark::State& state) {
 }
 
 // The whole per-sample call the loader makes (header read + RRC draw + crop decode + flip), with
-// the decoder's own stage split (µs per image: header, decode, resize).
+// the decoder's own stage split (µs per image: header, decode, resize). Arg: tiles, as above.
 void BM_AugmentTrain(benchmark::State& state) {
   const Corpus& c = corpus();
+  const bool tiles = state.range(0) != 0;
   data::JpegDecoder dec;
   std::vector<uint8_t> out(kOut * kOut * 3);
   const data::TransformOptions o;
   size_t i = 0;
   uint64_t index = 0;
   for (auto _ : state) {
-    data::augment_into(dec, c.files[i], {}, 0, index++, o, out.data());
+    data::augment_into(dec, c.file(i, tiles), {}, 0, index++, o, out.data());
     if (++i == c.files.size()) i = 0;
   }
   set_rate(state);
   const data::DecodeStageTimes& t = dec.stage_times();
+  state.counters["tiled%"] = 100.0 * t.tiled / std::max<int64_t>(1, t.images);
   const double n = static_cast<double>(std::max<int64_t>(1, t.images));
   state.counters["header_us"] = 1e6 * t.header_s / n;
   state.counters["decode_us"] = 1e6 * t.decode_s / n;
@@ -308,12 +322,13 @@ BENCHMARK(BM_DecodeCrop)
     ->Args({1, 128})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeCropWindow)
-    ->ArgNames({"dct_scaling"})
-    ->Arg(0)
-    ->Arg(1)
+    ->ArgNames({"dct_scaling", "tiles"})
+    ->Args({0, 0})
+    ->Args({1, 0})
+    ->Args({1, 1})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeScaled)->ArgNames({"M"})->Arg(4)->Arg(2)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_AugmentTrain)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AugmentTrain)->ArgNames({"tiles"})->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AugmentEval)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Resize)->Unit(benchmark::kMicrosecond);
 

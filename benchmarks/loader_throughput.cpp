@@ -227,6 +227,9 @@ int main(int argc, char** argv) {
   app.add_option("--workdir", workdir, "where --folder/--synth databases go (default: a temp dir)");
   app.add_flag("--keep", keep, "keep the packed database");
   app.add_option("--pack-threads", pack_threads, "threads for packing (0: all)");
+  bool restart_markers = true;
+  app.add_flag("!--no-restart-markers", restart_markers,
+               "pack the JPEGs' bytes as given (crops decode through the whole-image path)");
   app.add_option("--threads", threads_list, "comma-separated thread counts; `auto` = autotuned")
       ->capture_default_str();
   app.add_option("--batch", batch, "batch size")->capture_default_str();
@@ -254,7 +257,10 @@ int main(int argc, char** argv) {
                             : fs::path(workdir);
       fs::create_directories(tmp);
       remove_at_end = workdir.empty() ? tmp : fs::path();
-      const data::PackOptions po{.threads = pack_threads, .overwrite = true, .progress = false};
+      const data::PackOptions po{.threads = pack_threads,
+                                 .restart_markers = restart_markers,
+                                 .overwrite = true,
+                                 .progress = false};
       const auto t0 = Clock::now();
       if (!folder.empty()) {
         db = (tmp / "db").string();

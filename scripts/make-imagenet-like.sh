@@ -18,7 +18,9 @@
 #   carry   = ["build-gpu/carry", "build/imagenet-kit"]
 #   command = "bash scripts/make-imagenet-like.sh measure"
 # Knobs for `measure`: STOKER_LT_THREADS (default 1,4,8,16,auto), STOKER_LT_EPOCHS (2),
-# STOKER_LT_WARMUP (1), STOKER_TORCH_WORKERS ("8 16"), STOKER_SKIP_TORCH=1.
+# STOKER_LT_WARMUP (1), STOKER_TORCH_WORKERS ("8 16"), STOKER_SKIP_TORCH=1,
+# STOKER_LT_PLAIN=16,auto (also run the loader on the files packed byte for byte, without
+# restart markers, at these thread counts: loader_throughput_plain.log).
 # Files written to $OUT: make.log, loader_throughput.log, loader_throughput.json,
 # torch_loader.log, summary.txt.
 set -euo pipefail
@@ -30,7 +32,7 @@ PEERS_SRC=${STOKER_PEERS_DIR:-$ROOT/../shared/peers}
 MAX_PHOTO_BYTES=$((4 * 1024 * 1024))  # leaves out the 8 and 16 MB 4K/5K duplicates
 KIT_LIMIT_MIB=30
 
-usage() { sed -n '2,28p' "$SELF"; }
+usage() { sed -n '2,27p' "$SELF"; }
 
 cmd_kit() {
   local tmp
@@ -124,6 +126,20 @@ cmd_measure() {
   rm -rf "$work"
   echo "  ($((SECONDS - t0)) s, exit $rc_stoker)"
 
+  if [[ -n ${STOKER_LT_PLAIN:-} ]]; then
+    # The same files packed byte for byte (no restart markers): the whole-image decode path.
+    t0=$SECONDS
+    echo "==== stoker_loader_throughput --no-restart-markers (threads $STOKER_LT_PLAIN)"
+    rm -rf "$work"
+    set +e
+    "${run[@]}" --folder "$dst" --workdir "$work" --no-restart-markers \
+      --threads "$STOKER_LT_PLAIN" --epochs "${STOKER_LT_EPOCHS:-2}" \
+      --warmup "${STOKER_LT_WARMUP:-1}" 2>&1 | tee "$OUT/loader_throughput_plain.log"
+    set -e
+    rm -rf "$work"
+    echo "  ($((SECONDS - t0)) s)"
+  fi
+
   local rc_torch=skipped
   if [[ -z ${STOKER_SKIP_TORCH:-} ]]; then
     t0=$SECONDS
@@ -142,6 +158,11 @@ cmd_measure() {
     grep -E '^(cpu|device|libjpeg-turbo|dataset):' "$OUT/loader_throughput.log" || true
     sed -n '/^ceiling:/,/^$/p' "$OUT/loader_throughput.log"
     sed -n '/^loader:/,$p' "$OUT/loader_throughput.log" | grep -v '^JSON' || true
+    if [[ -f $OUT/loader_throughput_plain.log ]]; then
+      echo "without restart markers (whole-image decode path):"
+      sed -n '/^ceiling:/,/^$/p' "$OUT/loader_throughput_plain.log"
+      sed -n '/^loader:/,$p' "$OUT/loader_throughput_plain.log" | grep -v '^JSON' || true
+    fi
     [[ -f $OUT/torch_loader.log ]] && grep -E '^(files|single-core|DataLoader)' "$OUT/torch_loader.log"
     echo "stoker exit $rc_stoker, torch exit $rc_torch"
   } | tee "$OUT/summary.txt"
