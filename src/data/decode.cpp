@@ -266,11 +266,14 @@ struct JpegDecoder::Impl {
   // function (libjpeg errors longjmp to its setjmp).
   RgbView read_window(int x_lo, int x_hi, int y_lo, int y_hi, int ox, int oy) {
     const int sw = static_cast<int>(cinfo.output_width);
-    // Chroma upsampling treats the right edge of a cropped decode as the image edge: decode
-    // one more iMCU on the right so the columns we use match a full decode exactly.
-    const int right = std::min(sw - 1, x_hi + 16);
-    JDIMENSION x0 = static_cast<JDIMENSION>(x_lo);
-    JDIMENSION width = static_cast<JDIMENSION>(right - x_lo + 1);
+    // Chroma upsampling treats the edges of a cropped decode as image edges: decode 2 more
+    // columns on each side (a used pixel's chroma neighbour) so the columns we use match a full
+    // decode exactly (tested against full decode -> resize for every subsampling, crops starting
+    // on and next to iMCU boundaries included).
+    const int right = std::min(sw - 1, x_hi + 2);
+    const int left = std::max(0, x_lo - 2);
+    JDIMENSION x0 = static_cast<JDIMENSION>(left);
+    JDIMENSION width = static_cast<JDIMENSION>(right - left + 1);
     if (static_cast<int>(width) < sw) jpeg_crop_scanline(&cinfo, &x0, &width);  // widens to iMCU
     const int y0 = y_lo;
     const int rows = y_hi - y_lo + 1;

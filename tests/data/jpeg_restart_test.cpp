@@ -8,6 +8,7 @@
 #include "data/jpeg_restart.h"
 #include "data/jpeg_test_util.h"
 #include "stoker/data/decode.h"
+#include "stoker/data/resize.h"
 #include "stoker/data/transform.h"
 #include "test_util.h"
 
@@ -111,8 +112,8 @@ TEST(RestartMarkers, SliceEqualsTheSameAreaOfTheWholeImage) {
   }
 }
 
-// The decoder's tiled crops against its whole-image path: the same bytes, for RandomResizedCrop
-// draws and crops at every edge, flipped or not.
+// The decoder's tiled crops against its whole-image path and against full decode -> resize: the
+// same bytes, for RandomResizedCrop draws and crops at every edge, flipped or not.
 TEST(JpegDecoder, TiledCropEqualsWholeImagePath) {
   int64_t tiled_crops = 0, crops = 0;
   for (const auto& [w, h] : {std::pair{509, 326}, std::pair{331, 500}}) {
@@ -124,9 +125,16 @@ TEST(JpegDecoder, TiledCropEqualsWholeImagePath) {
       const auto tiled = transcoded(test::tj_encode(pixels, w, h, pf, e.subsamp, 92, e.flags));
       JpegDecoder with_tiles({.dct_scaling = false});
       JpegDecoder without({.dct_scaling = false, .restart_tiles = false});
-      std::vector<CropRect> rects = {{0, 0, double(w), double(h)}, {0, 0, 37, 29},
-                                     {w - 41.0, h - 33.0, 41, 33}, {w - 100.5, 0, 100.5, 60},
-                                     {0, h - 70.25, 90, 70.25},    {17.5, 16, 64, 48}};
+      const Image full = JpegDecoder().decode_full(tiled);
+      std::vector<CropRect> rects = {{0, 0, double(w), double(h)},
+                                     {0, 0, 37, 29},
+                                     {w - 41.0, h - 33.0, 41, 33},
+                                     {w - 100.5, 0, 100.5, 60},
+                                     {0, h - 70.25, 90, 70.25},
+                                     {17.5, 16, 64, 48},
+                                     {32, 48, 100, 80},  // starting on iMCU boundaries
+                                     {31, 47, 130, 97},  // one pixel before them
+                                     {64, 32, 96, 64}};
       for (uint64_t i = 0; i < 40; ++i) rects.push_back(random_resized_crop(w, h, 3, i, {}).rect);
       for (size_t k = 0; k < rects.size(); ++k) {
         const int out = k % 2 == 0 ? 224 : 96;
@@ -136,6 +144,21 @@ TEST(JpegDecoder, TiledCropEqualsWholeImagePath) {
         without.decode_crop(tiled, rects[k], out, out, b.data(), "k", flip);
         ASSERT_EQ(a, b) << e.name << " " << w << "x" << h << " crop " << rects[k].x << ","
                         << rects[k].y << " " << rects[k].width << "x" << rects[k].height;
+        // Both against the ground truth: the whole image decoded, then the same resize.
+        std::vector<uint8_t> truth(a.size());
+        resize_rgb({full.pixels.data(), full.width, full.height, size_t(full.width) * 3},
+                   rects[k].x, rects[k].y, rects[k].width, rects[k].height, out, out, truth.data(),
+                   flip);
+        if (a != truth) {
+          size_t first = 0;
+          while (a[first] == truth[first]) ++first;
+          int maxd = 0;
+          for (size_t q = 0; q < a.size(); ++q) maxd = std::max(maxd, std::abs(a[q] - truth[q]));
+          ADD_FAILURE() << e.name << " crop " << k << " " << rects[k].x << "," << rects[k].y << " "
+                        << rects[k].width << "x" << rects[k].height << " out " << out << " flip "
+                        << flip << " first diff px " << first / 3 % out << "," << first / 3 / out
+                        << " max " << maxd;
+        }
         ++crops;
       }
       tiled_crops += with_tiles.stage_times().tiled;
