@@ -74,6 +74,9 @@ struct Transcoder {
     jpeg_read_header(&src, TRUE);
     jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&src);
     jpeg_copy_critical_parameters(&src, &dst);  // sequential Huffman unless asked otherwise
+    // jpeg_copy_critical_parameters turns the Adobe marker on for 4-component files, but its
+    // presence decides how CMYK values are read (inverted or not): keep the input's choice.
+    dst.write_Adobe_marker = src.saw_Adobe_marker;
     // One interleaved scan (or one component): an MCU is max_h_samp_factor blocks wide.
     int h_max = 1;
     for (int c = 0; c < dst.num_components; ++c)

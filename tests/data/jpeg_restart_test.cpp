@@ -75,6 +75,27 @@ TEST(RestartMarkers, TranscodeIsLosslessAndTiles) {
   }
 }
 
+// CMYK with and without the Adobe marker (which says whether values are inverted): the rewrite
+// keeps the marker's presence, so the decoded RGB is unchanged, whole and tiled.
+TEST(RestartMarkers, CmykKeepsItsInversionConvention) {
+  const int w = 211, h = 97;
+  std::vector<uint8_t> cmyk(static_cast<size_t>(w) * h * 4);
+  for (size_t i = 0; i < cmyk.size(); ++i) cmyk[i] = static_cast<uint8_t>((i * 37 + i / 211) & 255);
+  for (bool adobe : {false, true}) {
+    const auto jpeg = test::encode_cmyk_libjpeg(cmyk, w, h, adobe, 95);
+    const auto tiled = transcoded(jpeg);
+    JpegDecoder dec;
+    ASSERT_EQ(dec.decode_full(tiled).pixels, dec.decode_full(jpeg).pixels) << "adobe " << adobe;
+    JpegDecoder with_tiles({.dct_scaling = false});
+    JpegDecoder without({.dct_scaling = false, .restart_tiles = false});
+    std::vector<uint8_t> a(64 * 64 * 3), b(a.size());
+    with_tiles.decode_crop(tiled, {50, 20, 120, 70}, 64, 64, a.data(), "cmyk");
+    without.decode_crop(jpeg, {50, 20, 120, 70}, 64, 64, b.data(), "cmyk");
+    EXPECT_EQ(a, b) << "adobe " << adobe;
+    EXPECT_EQ(with_tiles.stage_times().tiled, 1);
+  }
+}
+
 // A slice of tiles decodes to exactly the same pixels as that area of the whole image, away
 // from the slice's inner edges (2 pixels: chroma upsampling sees an edge there).
 TEST(RestartMarkers, SliceEqualsTheSameAreaOfTheWholeImage) {
