@@ -259,6 +259,102 @@ __attribute__((target("avx2"))) void horizontal_row_avx2(const int16_t* in, uint
                       w + static_cast<size_t>(done) * taps, rest, first_col, taps, flip);
   }
 }
+
+// AVX-512 (BW): the same passes at twice the width — 32 columns per vertical step, four output
+// pixels (one per 128-bit lane) per horizontal step. Integer arithmetic: the same bytes.
+#define STOKER_AVX512 __attribute__((target("avx512bw,avx512f")))
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_epi32 and warn about it (GCC bug
+// 105593, fixed in 13); nothing here reads an undefined value.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+STOKER_AVX512 void vertical_row_avx512(const uint8_t* row, size_t stride, const int16_t* w,
+                                       int count, int16_t* row_out, int col_len) {
+  int32_t pairs[32];
+  const int pair_count = (count + 1) / 2;
+  if (pair_count > 32 || col_len < 32) {
+    vertical_row_avx2(row, stride, w, count, row_out, col_len);
+    return;
+  }
+  for (int p = 0; p < pair_count; ++p) {
+    const int k = 2 * p;
+    const uint16_t lo = static_cast<uint16_t>(w[k]);
+    const uint16_t hi = k + 1 < count ? static_cast<uint16_t>(w[k + 1]) : 0;
+    pairs[p] = static_cast<int32_t>(lo | (uint32_t{hi} << 16));
+  }
+  const __m512i round = _mm512_set1_epi32(kRowRound);
+  int n = 0;
+  for (; n + 32 <= col_len; n += 32) {
+    __m512i lo = round, hi = round;
+    const uint8_t* r = row + n;
+    for (int p = 0; p < pair_count; ++p, r += 2 * stride) {
+      const __m512i a =
+          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
+      const uint8_t* r1 = 2 * p + 1 < count ? r + stride : r;
+      const __m512i b =
+          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1)));
+      const __m512i wp = _mm512_set1_epi32(pairs[p]);
+      lo = _mm512_add_epi32(lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(a, b), wp));
+      hi = _mm512_add_epi32(hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(a, b), wp));
+    }
+    const __m512i packed =
+        _mm512_packs_epi32(_mm512_srai_epi32(lo, kRowShift), _mm512_srai_epi32(hi, kRowShift));
+    _mm512_storeu_si512(row_out + n, packed);
+  }
+  if (n < col_len) vertical_row_avx2(row + n, stride, w, count, row_out + n, col_len - n);
+}
+
+template <int P>  // tap pairs (0 = runtime)
+STOKER_AVX512 void horizontal_row_avx512(const int16_t* in, uint8_t* out, const int* start,
+                                         const int16_t* quad_w, const int16_t* w, int out_w,
+                                         int first_col, int taps, bool flip) {
+  const int p_count = P > 0 ? P : (taps + 1) / 2;
+  const __m512i interleave =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1));
+  // Dword 0 of each lane (pixel k's R, G, B, 0 bytes after the packs) to dwords 0..3.
+  const __m512i first_dwords = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m128i keep = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m128i reverse = _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1);
+  const __m128i order = flip ? reverse : keep;
+  const __m512i round = _mm512_set1_epi32(kOutRound);
+  const int quads = out_w / 4;
+  for (int j = 0; j < quads; ++j) {
+    const int i = 4 * j;
+    const int16_t* p0 = in + static_cast<size_t>(start[i] - first_col) * 3;
+    const int16_t* p1 = in + static_cast<size_t>(start[i + 1] - first_col) * 3;
+    const int16_t* p2 = in + static_cast<size_t>(start[i + 2] - first_col) * 3;
+    const int16_t* p3 = in + static_cast<size_t>(start[i + 3] - first_col) * 3;
+    const int16_t* pw = quad_w + static_cast<size_t>(j) * p_count * 32;
+    __m512i acc = round;
+    for (int p = 0; p < p_count; ++p) {
+      __m512i v =
+          _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 6 * p)));
+      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 6 * p)), 1);
+      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p2 + 6 * p)), 2);
+      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p3 + 6 * p)), 3);
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_shuffle_epi8(v, interleave),
+                                                    _mm512_loadu_si512(pw + 32 * p)));
+    }
+    const __m512i sums = _mm512_srai_epi32(acc, kOutShift);
+    const __m512i s16 = _mm512_packs_epi32(sums, sums);
+    const __m512i s8 = _mm512_packus_epi16(s16, s16);
+    const __m128i px = _mm512_castsi512_si128(_mm512_permutexvar_epi32(first_dwords, s8));
+    const __m128i rgb = _mm_shuffle_epi8(px, order);
+    uint8_t* o = out + static_cast<size_t>(flip ? out_w - 4 - i : i) * 3;
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o), rgb);
+    const int32_t tail = _mm_extract_epi32(rgb, 2);
+    std::memcpy(o + 8, &tail, 4);
+  }
+  const int done = 4 * quads;
+  if (done < out_w) {
+    const int rest = out_w - done;
+    horizontal_row<0>(in, out + static_cast<size_t>(flip ? 0 : done) * 3, start + done,
+                      w + static_cast<size_t>(done) * taps, rest, first_col, taps, flip);
+  }
+}
 #endif
 
 using HorizontalFn = void (*)(const int16_t*, uint8_t*, const int*, const int16_t*, int, int, int,
@@ -300,8 +396,29 @@ HorizontalAvx2Fn horizontal_avx2_for(int taps) {
   }
 }
 
+HorizontalAvx2Fn horizontal_avx512_for(int taps) {
+  switch ((taps + 1) / 2) {
+    case 1:
+      return horizontal_row_avx512<1>;
+    case 2:
+      return horizontal_row_avx512<2>;
+    case 3:
+      return horizontal_row_avx512<3>;
+    default:
+      return horizontal_row_avx512<0>;
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512f");
   return has;
 }
 #endif
@@ -311,6 +428,14 @@ bool cpu_has_avx2() {
 bool Resizer::simd_available() {
 #if STOKER_RESIZE_AVX2
   return cpu_has_avx2();
+#else
+  return false;
+#endif
+}
+
+bool Resizer::avx512_available() {
+#if STOKER_RESIZE_AVX2
+  return cpu_has_avx512();
 #else
   return false;
 #endif
@@ -349,23 +474,27 @@ void Resizer::resize_prepared(const RgbView& src, uint8_t* dst, bool flip) {
   const int taps = wx_.taps;
 #if STOKER_RESIZE_AVX2
   const bool simd = simd_ && cpu_has_avx2();
-  const HorizontalAvx2Fn horizontal_avx2 = simd ? horizontal_avx2_for(taps) : nullptr;
+  const bool wide = simd && avx512_ && cpu_has_avx512();
+  const HorizontalAvx2Fn horizontal_simd = wide   ? horizontal_avx512_for(taps)
+                                           : simd ? horizontal_avx2_for(taps)
+                                                  : nullptr;
   if (simd) {
-    // Per output pair and tap pair, 16 lanes: (w(i, k), w(i, k + 1)) x3, 0, 0, then the same
-    // for pixel i + 1; a tap past `taps` has weight 0.
+    // Per group of 2 (AVX2) or 4 (AVX-512) output pixels and tap pair, 8 lanes per pixel:
+    // (w(i, k), w(i, k + 1)) x3, 0, 0; a tap past `taps` has weight 0.
     const int p_count = (taps + 1) / 2;
-    const int pairs = out_w / 2;
-    pair_weights_.assign(static_cast<size_t>(pairs) * p_count * 16, 0);
+    const int group = wide ? 4 : 2;
+    const int groups = out_w / group;
+    pair_weights_.assign(static_cast<size_t>(groups) * p_count * group * 8, 0);
     auto weight = [&](int i, int k) -> int16_t {
       return k < taps ? wx_.fixed[static_cast<size_t>(i) * taps + k] : 0;
     };
-    for (int j = 0; j < pairs; ++j) {
+    for (int j = 0; j < groups; ++j) {
       for (int p = 0; p < p_count; ++p) {
-        int16_t* lanes = pair_weights_.data() + (static_cast<size_t>(j) * p_count + p) * 16;
-        for (int half = 0; half < 2; ++half) {
+        int16_t* lanes = pair_weights_.data() + (static_cast<size_t>(j) * p_count + p) * group * 8;
+        for (int g = 0; g < group; ++g) {
           for (int c = 0; c < 3; ++c) {
-            lanes[8 * half + 2 * c] = weight(2 * j + half, 2 * p);
-            lanes[8 * half + 2 * c + 1] = weight(2 * j + half, 2 * p + 1);
+            lanes[8 * g + 2 * c] = weight(group * j + g, 2 * p);
+            lanes[8 * g + 2 * c + 1] = weight(group * j + g, 2 * p + 1);
           }
         }
       }
@@ -386,8 +515,12 @@ void Resizer::resize_prepared(const RgbView& src, uint8_t* dst, bool flip) {
     uint8_t* out = dst + static_cast<size_t>(j) * out_w * 3;
 #if STOKER_RESIZE_AVX2
     if (simd) {
-      vertical_row_avx2(rows, src.stride, wt, wy_.count[j], row, col_len);
-      horizontal_avx2(row, out, wx_.padded_start.data(), pair_weights_.data(), wx_.fixed.data(),
+      if (wide) {
+        vertical_row_avx512(rows, src.stride, wt, wy_.count[j], row, col_len);
+      } else {
+        vertical_row_avx2(rows, src.stride, wt, wy_.count[j], row, col_len);
+      }
+      horizontal_simd(row, out, wx_.padded_start.data(), pair_weights_.data(), wx_.fixed.data(),
                       out_w, first_col, taps, flip);
       continue;
     }

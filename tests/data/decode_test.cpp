@@ -458,32 +458,39 @@ TEST(Resize, FixedPointWithinRoundingOfExactSum) {
   std::printf("  fixed-point resize: worst |out - exact| = %.4f u8 levels\n", worst);
 }
 
-// The AVX2 horizontal pass writes the same bytes as the portable loop: shrinking (1..6+ taps)
+// The AVX2 and AVX-512 passes write the same bytes as the portable loops: shrinking (1..6+ taps)
 // and growing, odd and even output widths, flipped or not, windows with an origin.
 TEST(Resize, SimdPassEqualsPortableLoop) {
   if (!Resizer::simd_available()) GTEST_SKIP() << "this CPU has no AVX2";
   const int w = 211, h = 97;
   const auto rgb = test::synthetic_rgb(w, h, 5);
   const RgbView view{rgb.data(), w, h, size_t(w) * 3, 0, 0};
-  Resizer simd(true), portable(false);
+  Resizer avx2(true, false), wide(true, true), portable(false);
+  std::printf("  SIMD resize checked: AVX2%s\n",
+              Resizer::avx512_available() ? " and AVX-512" : " (no AVX-512 on this CPU)");
   struct Case {
     double x, y, cw, ch;
     int ow, oh;
   };
-  const Case cases[] = {{0, 0, 211, 97, 64, 32},   {3.5, 2.25, 150.7, 80.1, 37, 21},
-                        {10, 5, 190, 90, 25, 11},  {0, 0, 211, 97, 211, 97},
-                        {7, 3, 50, 40, 123, 77},   {0.3, 0.6, 200, 96, 28, 12},
-                        {100, 20, 111, 77, 15, 9}, {1, 1, 209, 95, 1, 1},
-                        {5, 5, 150, 60, 149, 59}};
+  const Case cases[] = {{0, 0, 211, 97, 64, 32},      {3.5, 2.25, 150.7, 80.1, 37, 21},
+                        {10, 5, 190, 90, 25, 11},     {0, 0, 211, 97, 211, 97},
+                        {7, 3, 50, 40, 123, 77},      {0.3, 0.6, 200, 96, 28, 12},
+                        {100, 20, 111, 77, 15, 9},    {1, 1, 209, 95, 1, 1},
+                        {5, 5, 150, 60, 149, 59},     {0, 0, 211, 97, 22, 10},
+                        {2.5, 1.5, 200, 90, 203, 95}, {0, 0, 211, 97, 7, 5}};
   for (const Case& c : cases) {
     for (bool flip : {false, true}) {
       const size_t n = static_cast<size_t>(c.ow) * c.oh * 3;
-      std::vector<uint8_t> a(n + 8, 0xAB), b(n + 8, 0xCD);
-      simd.resize(view, w, h, c.x, c.y, c.cw, c.ch, c.ow, c.oh, a.data(), flip);
+      std::vector<uint8_t> b(n + 8, 0xCD);
       portable.resize(view, w, h, c.x, c.y, c.cw, c.ch, c.ow, c.oh, b.data(), flip);
-      ASSERT_TRUE(std::equal(a.begin(), a.begin() + n, b.begin()))
-          << c.ow << "x" << c.oh << " flip " << flip << " taps " << simd.x_weights().taps;
-      for (size_t i = n; i < n + 8; ++i) ASSERT_EQ(a[i], 0xAB) << "wrote past the output";
+      for (Resizer* simd : {&avx2, &wide}) {
+        std::vector<uint8_t> a(n + 8, 0xAB);
+        simd->resize(view, w, h, c.x, c.y, c.cw, c.ch, c.ow, c.oh, a.data(), flip);
+        ASSERT_TRUE(std::equal(a.begin(), a.begin() + n, b.begin()))
+            << c.ow << "x" << c.oh << " flip " << flip << " taps " << simd->x_weights().taps
+            << (simd == &wide ? " (AVX-512)" : " (AVX2)");
+        for (size_t i = n; i < n + 8; ++i) ASSERT_EQ(a[i], 0xAB) << "wrote past the output";
+      }
     }
   }
 }

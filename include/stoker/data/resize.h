@@ -60,11 +60,13 @@ struct AxisWeights {
 
 class Resizer {
  public:
-  // simd: use the AVX2 passes when the CPU has them (the same bytes as the portable
-  // loop; false forces the portable loop, for tests).
-  explicit Resizer(bool simd = true) : simd_(simd) {}
-  // Whether this CPU runs the AVX2 passes.
+  // simd: use the AVX2 passes when the CPU has them, and the AVX-512 ones when it has those
+  // and `avx512` is on (all write the same bytes as the portable loops; false forces the
+  // narrower path, for tests).
+  explicit Resizer(bool simd = true, bool avx512 = true) : simd_(simd), avx512_(avx512) {}
+  // Whether this CPU runs the AVX2 passes, and the AVX-512 (BW) ones.
   static bool simd_available();
+  static bool avx512_available();
 
   // Resamples region (x, y, w, h) of an image of image_width x image_height (of which `src`
   // holds a window) to out_w x out_h into dst (rows of out_w*3 bytes, contiguous).
@@ -82,9 +84,10 @@ class Resizer {
  private:
   AxisWeights wx_, wy_;
   bool simd_ = true;
+  bool avx512_ = true;
   std::vector<int16_t> row_;           // one vertically resampled row over the needed columns
   std::vector<int32_t> wide_;          // the portable vertical pass's 32-bit sums
-  std::vector<int16_t> pair_weights_;  // AVX2 pass: per output pair and tap pair, 16 lanes
+  std::vector<int16_t> pair_weights_;  // SIMD passes: per pixel group and tap pair, 8 lanes each
 };
 
 // One-shot convenience: the whole `src` image (x_origin/y_origin 0) region to out_w x out_h.
