@@ -155,6 +155,40 @@ void horizontal_row(const int16_t* in, uint8_t* out, const int* start, const int
 }
 
 #if STOKER_RESIZE_AVX2
+// The vertical passes' weights for rows 2p and 2p + 1 as one 32-bit word (low half: the even
+// row's), broadcast per use; an odd last row pairs with weight 0.
+void weight_pairs(const int16_t* w, int count, int32_t* pairs) {
+  for (int p = 0; p < (count + 1) / 2; ++p) {
+    const int k = 2 * p;
+    const uint16_t lo = static_cast<uint16_t>(w[k]);
+    const uint16_t hi = k + 1 < count ? static_cast<uint16_t>(w[k + 1]) : 0;
+    pairs[p] = static_cast<int32_t>(lo | (uint32_t{hi} << 16));
+  }
+}
+
+// The horizontal passes' output: 4 pixels given as R, G, B, 0 bytes, stored as 12 bytes in
+// output order (mirrored when `flip`), as 8 + 4 straight from the register (a 16-byte store
+// would run past the row; bouncing through a stack buffer costs a store-forwarding stall).
+__attribute__((target("avx2"), always_inline)) inline void store_four_pixels(__m128i px, uint8_t* o,
+                                                                             bool flip) {
+  const __m128i keep = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m128i reverse = _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1);
+  const __m128i rgb = _mm_shuffle_epi8(px, flip ? reverse : keep);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(o), rgb);
+  const int32_t tail = _mm_extract_epi32(rgb, 2);
+  std::memcpy(o + 8, &tail, 4);
+}
+
+// The last out_w % 4 pixels of a SIMD row through the portable loop (at the left end when
+// flipped).
+void horizontal_rest(const int16_t* in, uint8_t* out, const int* start, const int16_t* w, int out_w,
+                     int first_col, int taps, bool flip) {
+  const int done = out_w / 4 * 4;
+  if (done == out_w) return;
+  horizontal_row<0>(in, out + static_cast<size_t>(flip ? 0 : done) * 3, start + done,
+                    w + static_cast<size_t>(done) * taps, out_w - done, first_col, taps, flip);
+}
+
 // The vertical pass 16 columns at a time: two source rows' u8 widened to 16 bits and
 // interleaved, one multiply-add of each pair with its two weights into 32-bit sums (an odd last
 // row pairs with itself at weight 0). Integer arithmetic: the same values as the portable loop.
@@ -169,12 +203,7 @@ __attribute__((target("avx2"))) void vertical_row_avx2(const uint8_t* row, size_
     vertical_row(row, stride, w, count, wide.data(), row_out, col_len);
     return;
   }
-  for (int p = 0; p < pair_count; ++p) {
-    const int k = 2 * p;
-    const uint16_t lo = static_cast<uint16_t>(w[k]);
-    const uint16_t hi = k + 1 < count ? static_cast<uint16_t>(w[k + 1]) : 0;
-    pairs[p] = static_cast<int32_t>(lo | (uint32_t{hi} << 16));
-  }
+  weight_pairs(w, count, pairs);
   const __m256i round = _mm256_set1_epi32(kRowRound);
   int n = 0;
   for (; n + 16 <= col_len; n += 16) {
@@ -231,12 +260,7 @@ __attribute__((target("avx2"))) void horizontal_row_avx2(const int16_t* in, uint
                                                          const int16_t* w, int out_w, int first_col,
                                                          int taps, bool flip) {
   const int p_count = P > 0 ? P : (taps + 1) / 2;
-  const __m128i keep = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
-  const __m128i reverse = _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1);
-  const __m128i order = flip ? reverse : keep;
-  const int quads = out_w / 4;
-  for (int j = 0; j < quads; ++j) {
-    const int i = 4 * j;
+  for (int i = 0; i + 4 <= out_w; i += 4) {
     const __m256i a = pair_sum_avx2<P>(in, start, pair_w, i, first_col, p_count);  // i, i + 1
     const __m256i b = pair_sum_avx2<P>(in, start, pair_w, i + 2, first_col, p_count);
     // 16-bit: lane 0 = (i, i + 2), lane 1 = (i + 1, i + 3); then bytes, then pixel order.
@@ -244,20 +268,9 @@ __attribute__((target("avx2"))) void horizontal_row_avx2(const int16_t* in, uint
     const __m256i s8 = _mm256_packus_epi16(s16, s16);
     const __m128i px = _mm_unpacklo_epi32(_mm256_castsi256_si128(s8),
                                           _mm256_extracti128_si256(s8, 1));  // i .. i + 3, RGB0
-    const __m128i rgb = _mm_shuffle_epi8(px, order);
-    // 12 bytes as 8 + 4 straight from the register (a 16-byte store would run past the row;
-    // bouncing through a stack buffer costs a store-forwarding stall).
-    uint8_t* o = out + static_cast<size_t>(flip ? out_w - 4 - i : i) * 3;
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(o), rgb);
-    const int32_t tail = _mm_extract_epi32(rgb, 2);
-    std::memcpy(o + 8, &tail, 4);
+    store_four_pixels(px, out + static_cast<size_t>(flip ? out_w - 4 - i : i) * 3, flip);
   }
-  const int done = 4 * quads;
-  if (done < out_w) {  // the last pixels, written at the left end when flipped
-    const int rest = out_w - done;
-    horizontal_row<0>(in, out + static_cast<size_t>(flip ? 0 : done) * 3, start + done,
-                      w + static_cast<size_t>(done) * taps, rest, first_col, taps, flip);
-  }
+  horizontal_rest(in, out, start, w, out_w, first_col, taps, flip);
 }
 
 // AVX-512 (BW): the same passes at twice the width — 32 columns per vertical step, four output
@@ -279,12 +292,7 @@ STOKER_AVX512 void vertical_row_avx512(const uint8_t* row, size_t stride, const 
     vertical_row_avx2(row, stride, w, count, row_out, col_len);
     return;
   }
-  for (int p = 0; p < pair_count; ++p) {
-    const int k = 2 * p;
-    const uint16_t lo = static_cast<uint16_t>(w[k]);
-    const uint16_t hi = k + 1 < count ? static_cast<uint16_t>(w[k + 1]) : 0;
-    pairs[p] = static_cast<int32_t>(lo | (uint32_t{hi} << 16));
-  }
+  weight_pairs(w, count, pairs);
   const __m512i round = _mm512_set1_epi32(kRowRound);
   int n = 0;
   for (; n + 32 <= col_len; n += 32) {
@@ -316,13 +324,9 @@ STOKER_AVX512 void horizontal_row_avx512(const int16_t* in, uint8_t* out, const 
       _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1));
   // Dword 0 of each lane (pixel k's R, G, B, 0 bytes after the packs) to dwords 0..3.
   const __m512i first_dwords = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m128i keep = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
-  const __m128i reverse = _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1);
-  const __m128i order = flip ? reverse : keep;
   const __m512i round = _mm512_set1_epi32(kOutRound);
-  const int quads = out_w / 4;
-  for (int j = 0; j < quads; ++j) {
-    const int i = 4 * j;
+  for (int i = 0; i + 4 <= out_w; i += 4) {
+    const int j = i / 4;
     const int16_t* p0 = in + static_cast<size_t>(start[i] - first_col) * 3;
     const int16_t* p1 = in + static_cast<size_t>(start[i + 1] - first_col) * 3;
     const int16_t* p2 = in + static_cast<size_t>(start[i + 2] - first_col) * 3;
@@ -342,18 +346,9 @@ STOKER_AVX512 void horizontal_row_avx512(const int16_t* in, uint8_t* out, const 
     const __m512i s16 = _mm512_packs_epi32(sums, sums);
     const __m512i s8 = _mm512_packus_epi16(s16, s16);
     const __m128i px = _mm512_castsi512_si128(_mm512_permutexvar_epi32(first_dwords, s8));
-    const __m128i rgb = _mm_shuffle_epi8(px, order);
-    uint8_t* o = out + static_cast<size_t>(flip ? out_w - 4 - i : i) * 3;
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(o), rgb);
-    const int32_t tail = _mm_extract_epi32(rgb, 2);
-    std::memcpy(o + 8, &tail, 4);
+    store_four_pixels(px, out + static_cast<size_t>(flip ? out_w - 4 - i : i) * 3, flip);
   }
-  const int done = 4 * quads;
-  if (done < out_w) {
-    const int rest = out_w - done;
-    horizontal_row<0>(in, out + static_cast<size_t>(flip ? 0 : done) * 3, start + done,
-                      w + static_cast<size_t>(done) * taps, rest, first_col, taps, flip);
-  }
+  horizontal_rest(in, out, start, w, out_w, first_col, taps, flip);
 }
 #endif
 
