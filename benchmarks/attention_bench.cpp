@@ -64,6 +64,24 @@ struct Problem {
   void backward() { ops::attention_backward(dqkv, dout, heads, probs); }
 };
 
+// Times p.forward() (or p.backward() when `bwd`) on the GPU with events, 10 calls per
+// iteration, after 3 untimed ones (GEMM plans and autotuning, clocks).
+template <typename P>
+void time_calls(benchmark::State& state, P& p, bool bwd, Device gpu) {
+  const stoker::Stream stream = stoker::core::current_stream(gpu);
+  for (int i = 0; i < 3; ++i) bwd ? p.backward() : p.forward();
+  stream.synchronize();
+  constexpr int kCalls = 10;
+  auto start = stoker::Event::create(gpu, true), stop = stoker::Event::create(gpu, true);
+  for (auto _ : state) {
+    start.record(stream);
+    for (int i = 0; i < kCalls; ++i) bwd ? p.backward() : p.forward();
+    stop.record(stream);
+    stop.synchronize();
+    state.SetIterationTime(stoker::Event::elapsed_ms(start, stop) / 1e3 / kCalls);
+  }
+}
+
 // args: {B, T, H, D, dtype (0 f32, 1 f16, 2 bf16), backward (0: forward only)}
 void BM_CudaAttention(benchmark::State& state) {
   if (stoker::core::cuda_device_count() == 0) {
@@ -75,21 +93,8 @@ void BM_CudaAttention(benchmark::State& state) {
   const bool bwd = state.range(5) != 0;
   const Device gpu = Device::cuda(0);
   Problem p(b, t, h, d, dt, gpu);
-  const stoker::Stream stream = stoker::core::current_stream(gpu);
-  for (int i = 0; i < 3; ++i) {  // warm-up: GEMM plans and autotuning, clocks
-    p.forward();
-    if (bwd) p.backward();
-  }
-  stream.synchronize();
-  constexpr int kCalls = 10;
-  auto start = stoker::Event::create(gpu, true), stop = stoker::Event::create(gpu, true);
-  for (auto _ : state) {
-    start.record(stream);
-    for (int i = 0; i < kCalls; ++i) bwd ? p.backward() : p.forward();
-    stop.record(stream);
-    stop.synchronize();
-    state.SetIterationTime(stoker::Event::elapsed_ms(start, stop) / 1e3 / kCalls);
-  }
+  p.forward();  // the backward reads what the forward saved
+  time_calls(state, p, bwd, gpu);
   const double gemm = 2.0 * b * h * t * t * d;
   const double tt = static_cast<double>(b * h) * t * t * stoker::core::dtype_size(dt);
   state.counters["FLOP/s"] =
@@ -155,19 +160,8 @@ void BM_CudaFlashAttention(benchmark::State& state) {
     state.SkipWithError("shape or dtype not supported by the fused kernels");
     return;
   }
-  const stoker::Stream stream = stoker::core::current_stream(gpu);
   p.forward();  // the backward reads out and lse
-  for (int i = 0; i < 3; ++i) bwd ? p.backward() : p.forward();
-  stream.synchronize();
-  constexpr int kCalls = 10;
-  auto start = stoker::Event::create(gpu, true), stop = stoker::Event::create(gpu, true);
-  for (auto _ : state) {
-    start.record(stream);
-    for (int i = 0; i < kCalls; ++i) bwd ? p.backward() : p.forward();
-    stop.record(stream);
-    stop.synchronize();
-    state.SetIterationTime(stoker::Event::elapsed_ms(start, stop) / 1e3 / kCalls);
-  }
+  time_calls(state, p, bwd, gpu);
   const double gemm = 2.0 * b * h * t * t * d;
   state.counters["FLOP/s"] =
       benchmark::Counter((bwd ? 4 : 2) * gemm * state.iterations(), benchmark::Counter::kIsRate);

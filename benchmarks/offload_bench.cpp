@@ -48,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "bench_context.h"
 #include "core/tensor_copy.h"
 #include "stoker/stoker.h"
@@ -255,18 +256,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--cpu", o.cpu, "skip the GPU comparison even when a GPU is present");
   app.add_option("--json", o.json, "also write the results to this JSON file");
-  // scripts/gpu-check.sh runs every benchmark binary with Google Benchmark's flags: ignore them,
-  // except that --benchmark_out=FILE writes the JSON there (unless --json is given).
+  // --benchmark_out=FILE (scripts/gpu-check.sh) writes the JSON there unless --json is given.
   app.name("stoker_offload_bench");
-  std::vector<std::string> args;
   std::string benchmark_out;
-  for (int i = argc - 1; i >= 1; --i) {
-    const std::string a = argv[i];
-    if (a.rfind("--benchmark_out=", 0) == 0) benchmark_out = a.substr(16);
-    if (a.rfind("--benchmark_", 0) != 0) args.push_back(a);
-  }
   try {
-    app.parse(args);  // CLI11 takes the arguments in reverse order
+    benchmark_out = stoker::bench::parse_skipping_benchmark_flags(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

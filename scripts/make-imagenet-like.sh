@@ -111,33 +111,31 @@ cmd_measure() {
   cmd_make "$dst" "$n" 2>&1 | tee "$OUT/make.log"
   echo "  ($((SECONDS - t0)) s)"
 
-  t0=$SECONDS
-  echo "==== stoker_loader_throughput ($bench)"
   local -a run=("$bench")
   [[ $bench == build-gpu/carry/* ]] && run=(bash scripts/gpu-check.sh exec "$bench")
-  rm -rf "$work"
-  set +e
-  "${run[@]}" --folder "$dst" --workdir "$work" \
-    --threads "${STOKER_LT_THREADS:-1,4,8,16,auto}" --epochs "${STOKER_LT_EPOCHS:-2}" \
-    --warmup "${STOKER_LT_WARMUP:-1}" --json "$OUT/loader_throughput.json" 2>&1 |
-    tee "$OUT/loader_throughput.log"
-  local rc_stoker=${PIPESTATUS[0]}
-  set -e
-  rm -rf "$work"
-  echo "  ($((SECONDS - t0)) s, exit $rc_stoker)"
-
-  if [[ -n ${STOKER_LT_PLAIN:-} ]]; then
-    # The same files packed byte for byte (no restart markers): the whole-image decode path.
+  # run_loader LOG ARGS...: the loader on the JPEGs (packed into $work, removed after), output
+  # teed into $OUT/LOG; sets rc_loader.
+  local rc_loader
+  run_loader() {
+    local log=$1
+    shift
     t0=$SECONDS
-    echo "==== stoker_loader_throughput --no-restart-markers (threads $STOKER_LT_PLAIN)"
+    echo "==== stoker_loader_throughput $* ($bench)"
     rm -rf "$work"
     set +e
-    "${run[@]}" --folder "$dst" --workdir "$work" --no-restart-markers \
-      --threads "$STOKER_LT_PLAIN" --epochs "${STOKER_LT_EPOCHS:-2}" \
-      --warmup "${STOKER_LT_WARMUP:-1}" 2>&1 | tee "$OUT/loader_throughput_plain.log"
+    "${run[@]}" --folder "$dst" --workdir "$work" --epochs "${STOKER_LT_EPOCHS:-2}" \
+      --warmup "${STOKER_LT_WARMUP:-1}" "$@" 2>&1 | tee "$OUT/$log"
+    rc_loader=${PIPESTATUS[0]}
     set -e
     rm -rf "$work"
-    echo "  ($((SECONDS - t0)) s)"
+    echo "  ($((SECONDS - t0)) s, exit $rc_loader)"
+  }
+  run_loader loader_throughput.log --threads "${STOKER_LT_THREADS:-1,4,8,16,auto}" \
+    --json "$OUT/loader_throughput.json"
+  local rc_stoker=$rc_loader
+  if [[ -n ${STOKER_LT_PLAIN:-} ]]; then
+    # The same files packed byte for byte (no restart markers): the whole-image decode path.
+    run_loader loader_throughput_plain.log --threads "$STOKER_LT_PLAIN" --no-restart-markers
   fi
 
   local rc_torch=skipped

@@ -28,6 +28,11 @@ namespace stoker::data {
 
 namespace {
 
+// Pixels decoded beyond a needed window wherever its edge is not the image's: a cropped decode
+// (jpeg_crop_scanline) or a slice of restart tiles upsamples chroma against its own edge, and a
+// used pixel's chroma neighbour is at most 2 pixels away.
+constexpr int kChromaMargin = 2;
+
 constexpr const char* kCorruptHint =
     "the sample's bytes are not a valid, complete JPEG: re-encode it and re-pack the dataset "
     "(stoker pack), or let the loader skip corrupt samples";
@@ -270,8 +275,8 @@ struct JpegDecoder::Impl {
     // columns on each side (a used pixel's chroma neighbour) so the columns we use match a full
     // decode exactly (tested against full decode -> resize for every subsampling, crops starting
     // on and next to iMCU boundaries included).
-    const int right = std::min(sw - 1, x_hi + 2);
-    const int left = std::max(0, x_lo - 2);
+    const int right = std::min(sw - 1, x_hi + kChromaMargin);
+    const int left = std::max(0, x_lo - kChromaMargin);
     JDIMENSION x0 = static_cast<JDIMENSION>(left);
     JDIMENSION width = static_cast<JDIMENSION>(right - left + 1);
     if (static_cast<int>(width) < sw) jpeg_crop_scanline(&cinfo, &x0, &width);  // widens to iMCU
@@ -425,15 +430,14 @@ RgbView JpegDecoder::decode_window(std::span<const uint8_t> bytes, const CropRec
       d.tiles.parse(bytes)) {
     // The tiles around the window the resize reads, with 2 pixels of margin where a tile edge
     // is not the image's (chroma upsampling there sees an edge, not the next chroma sample).
-    constexpr int kMargin = 2;
     d.resizer.prepare(d.tiles.width(), d.tiles.height(), c.x, c.y, c.width, c.height, out_w, out_h);
     const AxisWeights& wx = d.resizer.x_weights();
     const AxisWeights& wy = d.resizer.y_weights();
     const int tw = d.tiles.tile_width(), th = d.tiles.tile_height();
-    const int col0 = std::max(0, wx.min_index - kMargin) / tw;
-    const int col1 = std::min(d.tiles.width() - 1, wx.max_index + kMargin) / tw;
-    const int row0 = std::max(0, wy.min_index - kMargin) / th;
-    const int row1 = std::min(d.tiles.height() - 1, wy.max_index + kMargin) / th;
+    const int col0 = std::max(0, wx.min_index - kChromaMargin) / tw;
+    const int col1 = std::min(d.tiles.width() - 1, wx.max_index + kChromaMargin) / tw;
+    const int row0 = std::max(0, wy.min_index - kChromaMargin) / th;
+    const int row1 = std::min(d.tiles.height() - 1, wy.max_index + kChromaMargin) / th;
     if (d.tiles.slice(bytes, col0, col1, row0, row1, d.slice)) {
       const RgbView window = d.decode_slice_guarded(key, wx.min_index, wx.max_index, wy.min_index,
                                                     wy.max_index, col0 * tw, row0 * th);
