@@ -196,9 +196,15 @@ TEST(DistGpuTest, GradReducerTrainerStepMatchesTheSingleProcessStep) {
                 static_cast<size_t>(dp->reducer->num_buckets()));
     }
     stoker::core::synchronize_device(kGpu);
+    // fp32: the data-parallel run's weight-gradient GEMMs write into bucket views (other
+    // alignments, so other autotuned kernels and fp32 summation orders), and AdamW's normalized
+    // step turns ~1e-7 gradient differences of tiny elements into ~1e-6 weight differences
+    // (1.0e-6 measured on the H200; the same bound as zero_gpu_test's). bf16/fp16 gradients are
+    // rounded after the GEMM, which absorbs the order: 1e-6 holds there.
+    const double tolerance = precision == stoker::amp::Precision::fp32 ? 1e-5 : 1e-6;
     EXPECT_LE(stoker::test::max_rel_diff(stoker::test::weights_of(*dp->model),
                                          stoker::test::weights_of(*plain->model)),
-              1e-6)
+              tolerance)
         << "precision " << static_cast<int>(precision);
   }
 }
