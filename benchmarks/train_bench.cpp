@@ -1,4 +1,4 @@
-// Training-step throughput of the MLP that ../shared/peers/torch_train.py `mlp` measures in
+// Training-step throughput of the MLP that benchmarks/peers/torch_train.py `mlp` measures in
 // PyTorch: L x (Linear(d, d) + GELU), batch B, AdamW, loss = mean(y^2) in fp32, in fp32 (TF32
 // with --tf32, as the peer sets allow_tf32), bf16 and fp16 with the dynamic loss
 // scaler. Reports TFLOP/s as 6 * L * d^2 * B / step time (the peer's formula), ms/step, peak
@@ -141,7 +141,7 @@ Result run(const Options& o, const std::string& precision, const std::string& st
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"stoker training-step throughput: the MLP of shared/peers/torch_train.py mlp"};
+  CLI::App app{"stoker training-step throughput: the MLP of benchmarks/peers/torch_train.py mlp"};
   app.add_option("--layers", o.layers, "Linear+GELU blocks")->check(CLI::PositiveNumber);
   app.add_option("--width", o.width, "features d")->check(CLI::PositiveNumber);
   app.add_option("--batch", o.batch, "batch size B")->check(CLI::PositiveNumber);

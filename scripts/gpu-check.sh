@@ -1,48 +1,54 @@
 #!/usr/bin/env bash
-# GPU check: build here (no GPU needed), run on the GPU machine. Recipe: ../shared/GPU.md.
+# Builds a relocatable GPU bundle on a build machine (no GPU needed) and runs the GPU tests and
+# benchmarks from it on a GPU host (docs/development.md describes the workflow).
 #
-#   bash scripts/gpu-check.sh build          # HERE: build preset `gpu` into build-gpu/ and stage
-#                                            # build-gpu/carry/ (stripped binaries + device-libs)
-#   bash scripts/gpu-check.sh run            # THERE, from the repo root, $OUT set: run every
-#                                            # test and benchmark binary, logs into $OUT, summary
-#   bash scripts/gpu-check.sh exec CMD ARGS  # THERE: run one command with the carried libraries
-#                                            # (e.g. build-gpu/carry/examples/stoker_demo)
+#   bash scripts/gpu-check.sh build [--bundle DIR]
+#        On the build machine: configure and build preset `gpu` into build-gpu/ and stage the
+#        bundle: the stripped binaries plus the shared libraries a bare GPU host lacks.
+#   bash scripts/gpu-check.sh run [--bundle DIR] [--out DIR]
+#        On the GPU host, from the repository root: run every test and benchmark binary of the
+#        bundle, write their logs into the output folder, print a summary table last.
+#   bash scripts/gpu-check.sh exec [--bundle DIR] PROGRAM [ARGS...]
+#        On the GPU host: run one program with the bundle's libraries (e.g.
+#        build-gpu/bundle/examples/stoker_demo).
+#   bash scripts/gpu-check.sh --help
 #
-# Why a separate carry folder: the device tool sends the working tree plus the ignored paths
-# named in `carry`, 64 MiB in all. build-gpu/ itself holds object files, the static library and
-# unstripped binaries (far over the limit), so `build` stages only what runs there:
-#   build-gpu/carry/tests/        stripped GoogleTest binaries (stoker_*_tests)
-#   build-gpu/carry/benchmarks/   stripped Google Benchmark binaries
-#   build-gpu/carry/examples/     stripped example programs (not run by `run`; use `exec`)
-#   build-gpu/carry/device-libs/  shared libraries the binaries need that the GPU machine lacks
-#                                 (everything `ldd` resolves except glibc, libstdc++/libgcc and
-#                                 the CUDA/cuDNN/NCCL/NVML libraries, which are there)
-#   build-gpu/carry/BUILD_INFO    where and from what it was built
-# Device-tool call:  carry = ["build-gpu/carry"],
-#                    command = "bash scripts/gpu-check.sh run"
+# The bundle (default build-gpu/bundle, or $STOKER_BUNDLE):
+#   tests/        stripped GoogleTest binaries (stoker_*_tests, stoker_parity)
+#   benchmarks/   stripped Google Benchmark and benchmark programs
+#   examples/     stripped example programs and the stoker CLI (not run by `run`; use `exec`)
+#   lib/          the shared libraries the binaries need that a GPU host with the NVIDIA driver
+#                 and the CUDA toolkit (cuBLAS, cuDNN, NCCL) does not provide: everything `ldd`
+#                 resolves except glibc, libstdc++/libgcc and the CUDA, cuDNN, NCCL and driver
+#                 libraries
+#   BUILD_INFO    where, when and from which commit it was built
+# Copy it to the GPU host together with the repository's files, at the same place in the tree
+# (the scripts, the peers in benchmarks/peers/ and the test data are read from the tree);
+# docs/development.md shows the rsync and scp commands.
 #
-# `build` knobs: STOKER_GPU_TARGETS (build only these targets), STOKER_CARRY_SKIP_CPU_TESTS=1
-# (stage no CPU test suites: they are not run there with STOKER_SKIP_CPU_TESTS=1, and the carry
-# stays small enough to travel with other folders).
-# `run` environment knobs: STOKER_GTEST_FILTER (passed as --gtest_filter), STOKER_BENCH_FILTER
+# Output folder of `run` (--out DIR, else $STOKER_GPU_CHECK_OUT, else build/gpu-check):
+# run.log (everything), summary.txt, and logs/ (replaced on each run): every binary's console
+# log, GoogleTest XML and benchmark JSON.
+#
+# Knobs. build: STOKER_GPU_TARGETS="a b" (build only these targets; the rest of the bundle may
+# be stale), STOKER_BUNDLE_SKIP_CPU_TESTS=1 (stage no CPU test suite), STOKER_JOBS (parallel
+# build jobs). run: STOKER_GTEST_FILTER (--gtest_filter), STOKER_BENCH_FILTER
 # (--benchmark_filter), STOKER_SKIP_BENCH=1, STOKER_SKIP_CPU_TESTS=1, STOKER_TIMEOUT (seconds
 # per binary, default 300).
-# Files written to $OUT (the tool brings back at most 8): run.log (everything), summary.txt,
-# gpu_tests.xml, gemm_bench.json (when those binaries exist) and results.tar.gz (every binary's
-# log and GoogleTest XML / benchmark JSON).
 set -euo pipefail
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
 BUILD=build-gpu
-CARRY=$BUILD/carry
-LIMIT_MIB=64      # the device tool's limit for the whole travelling tree
-WARN_MIB=48       # leave head-room for the sources
+BUNDLE=${STOKER_BUNDLE:-$BUILD/bundle}
+OUT_DIR=${STOKER_GPU_CHECK_OUT:-build/gpu-check}
 
-# Libraries present on the GPU machine (or part of the C/C++ runtime): never copied.
+# Libraries a GPU host has (the C/C++ runtime, the NVIDIA driver, the CUDA toolkit with cuDNN
+# and NCCL): never copied into the bundle.
 SYSTEM_LIB_RE='^(linux-vdso|linux-gate|ld-linux|libc|libm|libmvec|libpthread|libdl|librt|libutil|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcurand|libcufft|libcusparse|libcusolver|libnvrtc|libnvJitLink|libnvidia-[a-z-]+|libcudnn[a-z_]*|libnccl)\.so'
 
-usage() { sed -n '2,30p' "$SELF"; }
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$SELF"; }
+die() { echo "gpu-check: $*" >&2; exit 2; }
 
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 
@@ -50,48 +56,57 @@ is_elf() { [[ -f "$1" && -x "$1" ]] && [[ "$(head -c 4 "$1" | od -An -c | tr -d 
 
 # ---------------------------------------------------------------------------------------------
 cmd_build() {
+  (($# == 0)) || die "build: unexpected argument '$1' (see --help)"
   if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
     export PATH=/usr/local/cuda/bin:$PATH
   fi
   local jobs=${STOKER_JOBS:-$(nproc)}
+  [[ $jobs =~ ^[1-9][0-9]*$ ]] || die "STOKER_JOBS='$jobs' is not a positive number"
   bash scripts/setup.sh
   cmake --preset gpu
-  # STOKER_GPU_TARGETS="a b": build only those targets (the rest of the carry may be stale).
   # shellcheck disable=SC2086
   cmake --build --preset gpu --parallel "$jobs" ${STOKER_GPU_TARGETS:+--target $STOKER_GPU_TARGETS}
 
   echo
-  echo "==== staging $CARRY"
-  rm -rf "$CARRY"
-  mkdir -p "$CARRY/tests" "$CARRY/benchmarks" "$CARRY/examples" "$CARRY/device-libs"
+  echo "==== staging the bundle in $BUNDLE"
+  rm -rf "$BUNDLE"
+  mkdir -p "$BUNDLE/tests" "$BUNDLE/benchmarks" "$BUNDLE/examples" "$BUNDLE/lib"
 
-  local kind f n=0
+  local kind f base n=0
   local -a staged=()
-  for kind in tests benchmarks examples; do
+  for kind in tests benchmarks examples src; do
     [[ -d $BUILD/$kind ]] || continue
     while IFS= read -r -d '' f; do
       is_elf "$f" || continue
-      if [[ -n ${STOKER_CARRY_SKIP_CPU_TESTS:-} && $kind == tests && $(basename "$f") =~ ^stoker_[a-z]+_tests$ &&
-            $(basename "$f") != stoker_gpu_tests ]]; then
+      base=$(basename "$f")
+      if [[ -n ${STOKER_BUNDLE_SKIP_CPU_TESTS:-} && $kind == tests && $base =~ ^stoker_[a-z]+_tests$ &&
+            $base != stoker_gpu_tests ]]; then
         continue
       fi
-      strip --strip-unneeded -o "$CARRY/$kind/$(basename "$f")" "$f"
-      staged+=("$CARRY/$kind/$(basename "$f")")
+      # the stoker CLI (built under src/cli) goes with the examples
+      local to=$kind
+      [[ $kind == src ]] && to=examples
+      strip --strip-unneeded -o "$BUNDLE/$to/$base" "$f"
+      staged+=("$BUNDLE/$to/$base")
       n=$((n + 1))
-    done < <(find "$BUILD/$kind" -path '*/CMakeFiles' -prune -o -type f -name 'stoker_*' -print0)
+    done < <(if [[ $kind == src ]]; then
+               find "$BUILD/src" -path '*/CMakeFiles' -prune -o -type f -name stoker -print0
+             else
+               find "$BUILD/$kind" -path '*/CMakeFiles' -prune -o -type f -name 'stoker*' -print0
+             fi)
   done
   if ((n == 0)); then
     echo "gpu-check: no test, benchmark or example binaries were built in $BUILD" >&2
     exit 1
   fi
 
-  # Shared libraries the binaries need, minus what the GPU machine has.
+  # The shared libraries the binaries need, minus what a GPU host has.
   local line name path missing=0
   declare -A libs=()
   for f in "${staged[@]}"; do
     while IFS= read -r line; do
       if [[ $line =~ ^[[:space:]]*([^[:space:]]+)[[:space:]]+=\>[[:space:]]+not\ found ]]; then
-        echo "gpu-check: $f: ${BASH_REMATCH[1]} not found here (ldd)" >&2
+        echo "gpu-check: $f: ${BASH_REMATCH[1]} not found on this machine (ldd)" >&2
         missing=1
       elif [[ $line =~ ^[[:space:]]*([^[:space:]]+)[[:space:]]+=\>[[:space:]]+(/[^[:space:]]+) ]]; then
         name=${BASH_REMATCH[1]}
@@ -103,7 +118,7 @@ cmd_build() {
   done
   ((missing == 0)) || exit 1
   for name in "${!libs[@]}"; do
-    cp -L "${libs[$name]}" "$CARRY/device-libs/$name"
+    cp -L "${libs[$name]}" "$BUNDLE/lib/$name"
   done
 
   {
@@ -115,71 +130,60 @@ cmd_build() {
     echo "cxx=$(grep -m1 '^CMAKE_CXX_COMPILER:' $BUILD/CMakeCache.txt | cut -d= -f2) $(c++ -dumpfullversion 2>/dev/null)"
     echo "cuda_architectures=$(grep -m1 '^CMAKE_CUDA_ARCHITECTURES:' $BUILD/CMakeCache.txt | cut -d= -f2)"
     echo "blas=$(grep -m1 '^STOKER_BLAS_LIBRARIES:' $BUILD/CMakeCache.txt | cut -d= -f2)"
-  } >"$CARRY/BUILD_INFO"
+  } >"$BUNDLE/BUILD_INFO"
 
   echo
-  echo "==== what travels"
-  (cd "$CARRY" && find . -type f -printf '%s %p\n' | sort -k2 |
+  echo "==== the bundle"
+  (cd "$BUNDLE" && find . -type f -printf '%s %p\n' | sort -k2 |
      awk '{ printf "  %8.2f MiB  %s\n", $1 / 1048576, $2 }')
-  local carry_b tree_b total_b
-  carry_b=$(du -sb "$CARRY" | cut -f1)
-  # The working tree travels too: tracked and untracked-but-not-ignored files.
-  tree_b=$( (git ls-files -z --cached --others --exclude-standard 2>/dev/null || true) |
-            (cd "$ROOT" && xargs -0 -r stat -c %s -- 2>/dev/null || true) |
-            awk '{ s += $1 } END { print s + 0 }')
-  total_b=$((carry_b + tree_b))
-  echo "  carry ($CARRY): $(mib "$carry_b"); working tree: $(mib "$tree_b");" \
-       "total: $(mib "$total_b") of the ${LIMIT_MIB} MiB limit"
-  if ((total_b > LIMIT_MIB * 1048576)); then
-    echo "gpu-check: over the ${LIMIT_MIB} MiB limit: the device tool would refuse it" >&2
-    exit 1
-  elif ((total_b > WARN_MIB * 1048576)); then
-    echo "gpu-check: WARNING: above ${WARN_MIB} MiB, little head-room left" >&2
-  fi
+  echo "  total: $(mib "$(du -sb "$BUNDLE" | cut -f1)")"
   echo
-  echo "Run it on the GPU machine with the device tool:"
-  echo "  carry:   [\"$CARRY\"]"
-  echo "  command: bash scripts/gpu-check.sh run"
+  echo "Copy the repository with $BUNDLE to the GPU host and run there, from its root:"
+  echo "  bash scripts/gpu-check.sh run"
 }
 
 # ---------------------------------------------------------------------------------------------
-device_env() {
-  if [[ ! -d $CARRY/device-libs ]]; then
-    echo "gpu-check: $CARRY is missing: run 'bash scripts/gpu-check.sh build' here first and" \
-         "name $CARRY in the device tool's carry" >&2
+bundle_env() {
+  if [[ ! -d $BUNDLE/lib || ! -f $BUNDLE/BUILD_INFO ]]; then
+    echo "gpu-check: no bundle at $BUNDLE: run 'bash scripts/gpu-check.sh build' on the build" \
+         "machine and copy $BUNDLE here with the repository (or set STOKER_BUNDLE / --bundle)" >&2
     exit 1
   fi
-  export LD_LIBRARY_PATH="$ROOT/$CARRY/device-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  # The CUDA, cuDNN and NCCL libraries come from the machine (binaries' RUNPATH or the loader's
-  # default path). Only if some are not found add the usual CUDA folders, last.
-  if missing_libs | grep -q .; then
+  local lib=$ROOT/$BUNDLE/lib
+  [[ $BUNDLE == /* ]] && lib=$BUNDLE/lib
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The CUDA, cuDNN and NCCL libraries come from the host (the binaries' RUNPATH or the
+  # loader's default path). Only if some are not found add the usual CUDA folders, last.
+  if [[ -n $(missing_libs) ]]; then
     local d
     for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
       [[ -d $d ]] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
     done
   fi
-  export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
-  # Paths compiled into the binaries (test data, ...) point at this machine's checkout: recreate
-  # it as a link to the tree here when it does not exist.
+  # NVLink multicast (NVLS) needs fabric-manager setup many hosts lack: off unless asked for.
+  export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+  # Paths compiled into the binaries (test data, ...) name the build machine's checkout:
+  # recreate that path as a link to this tree when it does not exist here.
   local src
-  src=$(sed -n 's/^source_dir=//p' "$CARRY/BUILD_INFO" 2>/dev/null || true)
+  src=$(sed -n 's/^source_dir=//p' "$BUNDLE/BUILD_INFO" 2>/dev/null || true)
   if [[ -n $src && $src != "$ROOT" && ! -e $src ]]; then
     mkdir -p "$(dirname "$src")" 2>/dev/null && ln -s "$ROOT" "$src" 2>/dev/null &&
       echo "gpu-check: linked $src -> $ROOT (paths compiled into the binaries)" || true
   fi
 }
 
-# "binary: library" for every library a carried binary needs that the loader cannot find.
+# "binary: library" for every library a bundled binary needs that the loader cannot find.
 missing_libs() {
   local f
-  for f in "$CARRY"/tests/stoker_* "$CARRY"/benchmarks/stoker_* "$CARRY"/examples/stoker_*; do
+  for f in "$BUNDLE"/tests/stoker* "$BUNDLE"/benchmarks/stoker* "$BUNDLE"/examples/stoker*; do
     [[ -x $f ]] || continue
     ldd "$f" 2>/dev/null | awk -v b="$(basename "$f")" '/not found/ { print b ": " $1 }'
   done
 }
 
 cmd_exec() {
-  device_env
+  (($#)) || die "exec: no program given (exec PROGRAM [ARGS...])"
+  bundle_env
   exec "$@"
 }
 
@@ -193,24 +197,26 @@ gtest_counts() {
 }
 
 cmd_run() {
-  : "${OUT:=$ROOT/$BUILD/gpu-check-out}"
-  mkdir -p "$OUT"
-  export OUT
+  (($# == 0)) || die "run: unexpected argument '$1' (see --help)"
+  [[ -n ${STOKER_TIMEOUT:-} && ! ${STOKER_TIMEOUT} =~ ^[1-9][0-9]*$ ]] &&
+    die "STOKER_TIMEOUT='$STOKER_TIMEOUT' is not a positive number of seconds"
+  mkdir -p "$OUT_DIR"
   if [[ -z ${_STOKER_GPU_CHECK_TEED:-} ]]; then
-    export _STOKER_GPU_CHECK_TEED=1
+    export _STOKER_GPU_CHECK_TEED=1 STOKER_BUNDLE=$BUNDLE STOKER_GPU_CHECK_OUT=$OUT_DIR
     set +e
-    bash "$SELF" run "$@" 2>&1 | tee "$OUT/run.log"
+    bash "$SELF" run 2>&1 | tee "$OUT_DIR/run.log"
     exit "${PIPESTATUS[0]}"
   fi
-  device_env
+  bundle_env
   local timeout_s=${STOKER_TIMEOUT:-300}
-  local res
-  res=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
+  local res=$OUT_DIR/logs
+  rm -rf "$res"
+  mkdir -p "$res"
   local t_start=$SECONDS
 
-  echo "==== gpu-check run: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+  echo "==== gpu-check run: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname); output in $OUT_DIR"
   echo "---- build"
-  sed 's/^/  /' "$CARRY/BUILD_INFO"
+  sed 's/^/  /' "$BUNDLE/BUILD_INFO"
   echo "---- machine"
   nvidia-smi -L || echo "  (nvidia-smi failed)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit \
@@ -223,22 +229,22 @@ cmd_run() {
     echo "gpu-check: WARNING: libraries not found (these binaries will fail to start):"
     echo "$unresolved" | sed 's/^/  /'
   fi
-  local probe=$CARRY/tests/stoker_gpu_tests
-  [[ -x $probe ]] || probe=$(ls "$CARRY"/tests/stoker_* 2>/dev/null | head -1)
+  local probe=$BUNDLE/tests/stoker_gpu_tests
+  [[ -x $probe ]] || probe=$(ls "$BUNDLE"/tests/stoker_* 2>/dev/null | head -1)
   if [[ -n $probe ]]; then
     echo "---- libraries of $(basename "$probe")"
     ldd "$probe" 2>/dev/null | sed 's/^\t*/  /' || true
   fi
 
-  local f name log rc t0 dt
+  local f name log rc t0 dt p fl s verdict
   local -a rows=()
   local failed=0
 
   # Tests: the gpu suite first, then the cpu suites.
   local -a tests=()
-  [[ -x $CARRY/tests/stoker_gpu_tests ]] && tests+=("$CARRY/tests/stoker_gpu_tests")
+  [[ -x $BUNDLE/tests/stoker_gpu_tests ]] && tests+=("$BUNDLE/tests/stoker_gpu_tests")
   if [[ -z ${STOKER_SKIP_CPU_TESTS:-} ]]; then
-    for f in "$CARRY"/tests/stoker_*; do
+    for f in "$BUNDLE"/tests/stoker_*_tests; do
       [[ -x $f && $(basename "$f") != stoker_gpu_tests ]] && tests+=("$f")
     done
   fi
@@ -255,7 +261,7 @@ cmd_run() {
     set -e
     dt=$((SECONDS - t0))
     read -r p fl s < <(gtest_counts "$log")
-    local verdict=ok
+    verdict=ok
     if ((rc == 124)); then verdict="TIMEOUT(${timeout_s}s)"
     elif ((rc != 0)) && [[ $fl == 0 ]]; then verdict="CRASH(rc=$rc)"
     elif ((rc != 0)); then verdict=FAIL
@@ -266,8 +272,9 @@ cmd_run() {
 
   # Benchmarks.
   local -a brows=()
+  local errs
   if [[ -z ${STOKER_SKIP_BENCH:-} ]]; then
-    for f in "$CARRY"/benchmarks/stoker_*; do
+    for f in "$BUNDLE"/benchmarks/stoker_*; do
       [[ -x $f ]] || continue
       name=$(basename "$f")
       echo
@@ -282,7 +289,6 @@ cmd_run() {
       set -e
       dt=$((SECONDS - t0))
       # A benchmark that calls SkipWithError (e.g. a failed correctness check) still exits 0.
-      local errs
       errs=$(grep -c 'ERROR OCCURRED' "$res/$name.log" || true)
       if ((rc == 124)); then verdict="TIMEOUT(${timeout_s}s)"
       elif ((rc != 0)); then verdict="FAIL(rc=$rc)"
@@ -290,19 +296,13 @@ cmd_run() {
       else verdict=ok
       fi
       [[ $verdict == ok ]] || failed=1
-      brows+=("$(printf '%-28s %6ss  %-14s %s' "$name" "$dt" "$verdict" "${name#stoker_}.json")")
+      brows+=("$(printf '%-28s %6ss  %-14s %s' "$name" "$dt" "$verdict" "logs/${name#stoker_}.json")")
     done
   fi
 
-  # At most 8 files come back: the important ones directly, everything in one archive.
-  [[ -f $res/stoker_gpu_tests.xml ]] && cp "$res/stoker_gpu_tests.xml" "$OUT/gpu_tests.xml"
-  [[ -f $res/gemm_bench.json ]] && cp "$res/gemm_bench.json" "$OUT/gemm_bench.json"
-  tar -czf "$OUT/results.tar.gz" -C "$res" . 2>/dev/null || true
-  rm -rf "$res"
-
   {
     echo
-    echo "==== summary ($((SECONDS - t_start)) s; full logs in run.log and results.tar.gz)"
+    echo "==== summary ($((SECONDS - t_start)) s; logs in $OUT_DIR: run.log, logs/)"
     printf '%-28s %6s %6s %7s %7s  %s\n' "test binary" passed failed skipped time result
     if ((${#rows[@]})); then printf '%s\n' "${rows[@]}"; else echo "(no test binaries)"; fi
     if ((${#brows[@]})); then
@@ -310,15 +310,40 @@ cmd_run() {
       printf '%s\n' "${brows[@]}"
     fi
     if ((failed)); then echo "GPU CHECK: FAILED"; else echo "GPU CHECK: PASSED"; fi
-  } | tee "$OUT/summary.txt"
+  } | tee "$OUT_DIR/summary.txt"
   return "$failed"
 }
 
 # ---------------------------------------------------------------------------------------------
+# Options common to the subcommands: --bundle DIR, --out DIR (run only). exec stops at the
+# first argument that is not one of them (the program).
+parse_options() {
+  local sub=$1
+  shift
+  ARGS=()
+  while (($#)); do
+    case $1 in
+      --bundle) (($# >= 2)) || die "--bundle needs a folder"; BUNDLE=$2; shift 2 ;;
+      --bundle=*) BUNDLE=${1#--bundle=}; shift ;;
+      --out) [[ $sub == run ]] || die "$sub: --out is an option of run"
+             (($# >= 2)) || die "--out needs a folder"; OUT_DIR=$2; shift 2 ;;
+      --out=*) [[ $sub == run ]] || die "$sub: --out is an option of run"; OUT_DIR=${1#--out=}; shift ;;
+      -h|--help) usage; exit 0 ;;
+      -*) [[ $sub == exec && ${#ARGS[@]} -gt 0 ]] && { ARGS+=("$@"); return; }
+          die "$sub: unknown option '$1' (see --help)" ;;
+      *) ARGS+=("$@"); return ;;
+    esac
+  done
+  [[ -n $BUNDLE ]] || die "--bundle: empty folder name"
+}
+
 case "${1:-}" in
-  build) shift; cmd_build "$@" ;;
-  run) shift; cmd_run "$@" ;;
-  exec) shift; cmd_exec "$@" ;;
+  build|run|exec)
+    sub=$1
+    shift
+    parse_options "$sub" "$@"
+    "cmd_$sub" ${ARGS[@]+"${ARGS[@]}"} ;;
   -h|--help|help) usage ;;
-  *) usage >&2; exit 2 ;;
+  "") usage >&2; exit 2 ;;
+  *) echo "gpu-check: unknown command '$1': build, run or exec (see --help)" >&2; exit 2 ;;
 esac

@@ -1,201 +1,316 @@
 #!/usr/bin/env bash
-# Measurements on the GPU machine, side by side with the PyTorch peer in one run (run after
-# `bash scripts/gpu-check.sh build` here; the peer scripts travel inside the carry folder).
+# Measurements on a GPU host, each stoker program side by side with its PyTorch peer from
+# benchmarks/peers/ in the same run, so that every ratio in docs/benchmarks.md comes from one
+# machine at one time. Needs the GPU bundle (bash scripts/gpu-check.sh build, then copied to
+# the host with the repository: docs/development.md) and, for the peers, python3 with PyTorch
+# and torchvision.
 #
-#   HERE:  bash scripts/gpu-check.sh build && bash scripts/gpu-measure.sh stage
-#   THERE: bash scripts/gpu-measure.sh run [what...]     (device tool: carry ["build-gpu/carry"])
+#   bash scripts/gpu-measure.sh run [--out DIR] [WHAT...]   # on the GPU host, from the repo root
+#   bash scripts/gpu-measure.sh list                        # what each WHAT runs
+#   bash scripts/gpu-measure.sh peers [WHAT...]             # check the peers are in the tree
+#   bash scripts/gpu-measure.sh --help
 #
-# what (default: train checkpoint parity gemm): train (MLP step vs torch_train.py mlp), checkpoint
-# (activation checkpointing stack), parity (stoker_parity vs tests/parity/torch_parity.py), gemm
-# (GEMM bench), ops (memory-bound kernels and attention in bytes/s and FLOP/s), state (the MLP
-# step with f32 / bf16 / 8-bit AdamW state), diag (stoker_diag_overhead), gpt (GPT-2 124M
-# stoker_gpt --synthetic vs torch_train.py gpt), resnet (ResNet-18/50 stoker_classifier synthetic
-# and fed by the loader from LMDB, vs torch_e2e.py on the same JPEGs; needs the carried
-# build/imagenet-kit), gptc (torch.compile peer, slow to compile), multi (2+ GPUs: multi-rank
-# dist gpu tests under stoker launch and torchrun, all-reduce vs torch.distributed, GPT-2 and
-# ResNet-50 scaling vs PyTorch DDP, killing a rank under both launchers; the carry must hold the
-# stoker CLI as build-gpu/carry/examples/stoker), gptparity (issue #9: the loss curve of
-# stoker_gpt against the PyTorch peer GPT on the same init and batches: a 4-layer width-256
-# byte-level model on the bundled text, batch 8 x 256, 100 steps, fp32 without TF32, constant
-# lr; stoker_gpt --parity-dir /tmp/gptp, then scripts/torch_gpt_parity.py prints the per-step
-# table and PASS/FAIL; about 30 s), memory (issue #11: GPT-2 124M with AdamW state f32 / bf16 /
-# int8, on the GPU and offloaded, and stoker_offload_bench).
-# Everything goes to stdout and to $OUT/measure.log.
+# WHAT (default: train checkpoint parity gemm); `list` prints the stoker program and the peer
+# of each:
+#   train       MLP 8x4096 training step (stoker_train_bench) vs torch_train.py mlp
+#   checkpoint  activation checkpointing modes (stoker_checkpoint_bench)
+#   parity      stoker_parity vs tests/parity/torch_parity.py (MLP, CNN, ResNet-18; SGD, AdamW)
+#   gemm        stoker_gemm_bench (CUDA) vs torch_gemm_probe.py
+#   ops         memory-bound kernels and attention (stoker_ops_bench, stoker_attention_bench)
+#   state       the MLP step with f32 / bf16 / 8-bit AdamW state (stoker_train_bench)
+#   memory      GPT-2 124M with AdamW state f32 / bf16 / 8-bit, on the GPU and offloaded
+#               (stoker_gpt, stoker_offload_bench)
+#   diag        diagnostics verdicts and overhead (stoker_diag_overhead)
+#   gpt         GPT-2 124M (stoker_gpt --synthetic) vs torch_train.py gpt, eager
+#   gptc        the PyTorch GPT-2 124M step under torch.compile (slow to compile)
+#   gptparity   the loss curve of stoker_gpt --parity-dir vs torch_gpt_parity.py (~30 s)
+#   resnet      ResNet-18/50 synthetic and fed by the loader (stoker_classifier) vs torch_e2e.py
+#               on the same 20,000 ImageNet-like JPEGs (needs scripts/make-imagenet-like.sh kit)
+#   multi       2+ GPUs: the multi-rank tests under stoker launch and torchrun, all-reduce vs
+#               torch_allreduce.py, GPT-2 / ResNet-50 scaling vs torch_ddp.py, a killed rank
+#               under both launchers (scripts/kill-rank-check.sh)
+#
+# Output folder (--out DIR, else $STOKER_MEASURE_OUT, else build/gpu-measure): measure.log
+# (everything printed), gpt_parity.json, diag_overhead.json. The bundle: $STOKER_BUNDLE, else
+# build-gpu/bundle. Scratch data goes to ${TMPDIR:-/tmp}.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-C=build-gpu/carry
-PEERS_SRC=../shared/peers
+SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+cd "$(dirname "$SELF")/.." || exit 1
+ROOT=$(pwd -P)
+B=${STOKER_BUNDLE:-build-gpu/bundle}
+P=benchmarks/peers
+OUT_DIR=${STOKER_MEASURE_OUT:-build/gpu-measure}
+TMP=${TMPDIR:-/tmp}
+ALL=(train checkpoint parity gemm ops state memory diag gpt gptc gptparity resnet multi)
+DEFAULT=(train checkpoint parity gemm)
 
-stage() {
-  [[ -d $C ]] || { echo "gpu-measure: $C missing: run scripts/gpu-check.sh build first" >&2; exit 1; }
-  mkdir -p "$C/peers"
-  cp "$PEERS_SRC"/*.py "$C/peers/"
-  echo "staged the peer scripts into $C/peers"
+usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$SELF"; }
+die() { echo "gpu-measure: $*" >&2; exit 2; }
+
+# The files a measurement needs besides the bundle: its peers (relative to the repository).
+peers_of() {
+  case $1 in
+    train|gpt|gptc) echo "$P/torch_train.py $P/gpt_model.py" ;;
+    parity) echo "tests/parity/torch_parity.py" ;;
+    gemm) echo "$P/torch_gemm_probe.py" ;;
+    gptparity) echo "$P/torch_gpt_parity.py $P/gpt_model.py examples/gpt/data/kjv-genesis-exodus.txt" ;;
+    resnet) echo "$P/torch_e2e.py $P/torch_loader.py $P/make_imagenet_like.py scripts/make-imagenet-like.sh" ;;
+    multi) echo "$P/torch_allreduce.py $P/torch_ddp.py $P/gpt_model.py scripts/kill-rank-check.sh" ;;
+    checkpoint|ops|state|memory|diag) echo "" ;;
+    *) return 1 ;;
+  esac
+}
+
+known() { peers_of "$1" >/dev/null; }
+
+check_what() {
+  local w
+  for w in "$@"; do
+    known "$w" || die "unknown measurement '$w': one of ${ALL[*]} (see --help)"
+  done
+}
+
+# Every peer file of the given measurements exists inside this repository and, for Python,
+# parses. Prints one line per file; exit 1 when one is missing.
+cmd_peers() {
+  local -a what=("$@")
+  ((${#what[@]})) || what=("${ALL[@]}")
+  check_what "${what[@]}"
+  local w f real bad=0
+  declare -A seen=()
+  for w in "${what[@]}"; do
+    for f in $(peers_of "$w"); do
+      [[ -n ${seen[$f]:-} ]] && continue
+      seen[$f]=1
+      if [[ ! -f $f ]]; then
+        echo "MISSING  $f (needed by '$w'): it belongs in this repository"
+        bad=1
+        continue
+      fi
+      real=$(realpath "$f")
+      if [[ $real != "$ROOT"/* ]]; then
+        echo "OUTSIDE  $f -> $real (needed by '$w'): peers must live inside the repository"
+        bad=1
+      elif [[ $f == *.py ]] && ! python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' "$f" 2>/dev/null; then
+        echo "SYNTAX   $f (needed by '$w'): python3 cannot parse it"
+        bad=1
+      else
+        echo "ok       $f"
+      fi
+    done
+  done
+  ((bad == 0)) || { echo "gpu-measure: peers missing or broken (above)" >&2; return 1; }
+}
+
+cmd_list() {
+  local w
+  echo "what each measurement runs:"
+  sed -n '/^# WHAT/,/^#$/{/^#   /s/^# //p}' "$SELF"
+  echo
+  echo "the files each needs in this repository besides the bundle (checked by 'peers'):"
+  for w in "${ALL[@]}"; do
+    printf '  %-11s %s\n' "$w" "$(peers_of "$w" | sed 's/^$/(none: stoker only)/')"
+  done
 }
 
 section() { echo; echo "==== $* ($(date -u +%H:%M:%S))"; }
 
 run_train() {
   section "MLP 8x4096 B=8192 AdamW: stoker"
-  "$C/benchmarks/stoker_train_bench" --precision bf16,fp16
-  "$C/benchmarks/stoker_train_bench" --precision fp32 --tf32
-  section "MLP 8x4096 B=8192 AdamW: PyTorch (shared/peers/torch_train.py mlp)"
-  python3 "$C/peers/torch_train.py" mlp
+  "$B/benchmarks/stoker_train_bench" --precision bf16,fp16
+  "$B/benchmarks/stoker_train_bench" --precision fp32 --tf32
+  section "MLP 8x4096 B=8192 AdamW: PyTorch ($P/torch_train.py mlp)"
+  python3 "$P/torch_train.py" mlp
   section "MLP again: stoker bf16 (run-to-run spread)"
-  "$C/benchmarks/stoker_train_bench" --precision bf16
+  "$B/benchmarks/stoker_train_bench" --precision bf16
   section "MLP bf16 with GEMM autotuning off (the heuristic's first pick)"
-  STOKER_GEMM_AUTOTUNE=0 "$C/benchmarks/stoker_train_bench" --precision bf16
+  STOKER_GEMM_AUTOTUNE=0 "$B/benchmarks/stoker_train_bench" --precision bf16
 }
 
 run_checkpoint() {
   section "activation checkpointing: 12 transformer-MLP blocks, 16x1024 tokens, bf16"
-  "$C/benchmarks/stoker_checkpoint_bench"
+  "$B/benchmarks/stoker_checkpoint_bench"
 }
 
 run_parity() {
   local d m o
-  d=$(mktemp -d)
+  d=$(mktemp -d "$TMP/stoker-parity.XXXXXX")
   for m in mlp cnn resnet18; do
     for o in sgd adamw; do
       section "parity $m $o"
-      "$C/tests/stoker_parity" --model "$m" --optim "$o" --device cuda --out "$d" &&
+      "$B/tests/stoker_parity" --model "$m" --optim "$o" --device cuda --out "$d" &&
         python3 tests/parity/torch_parity.py "$d" "$m" "$o"
     done
   done
+  rm -rf "$d"
 }
 
 run_gemm() {
   section "GEMM bench (CUDA)"
-  "$C/benchmarks/stoker_gemm_bench" --benchmark_filter=Cuda --benchmark_min_time=0.2
-  section "PyTorch GEMMs of the MLP's shapes (scripts/torch_gemm_probe.py)"
-  python3 scripts/torch_gemm_probe.py
+  "$B/benchmarks/stoker_gemm_bench" --benchmark_filter=Cuda --benchmark_min_time=0.2
+  section "PyTorch GEMMs of the MLP's shapes ($P/torch_gemm_probe.py)"
+  python3 "$P/torch_gemm_probe.py"
 }
 
 run_ops() {
   section "memory-bound kernels (stoker_ops_bench)"
-  "$C/benchmarks/stoker_ops_bench" --benchmark_min_time=0.2
+  "$B/benchmarks/stoker_ops_bench" --benchmark_min_time=0.2
   section "causal attention core (stoker_attention_bench)"
-  "$C/benchmarks/stoker_attention_bench" --benchmark_min_time=0.2
+  "$B/benchmarks/stoker_attention_bench" --benchmark_min_time=0.2
 }
 
 run_state() {
   section "MLP 8x4096 B=8192 bf16: optimizer state f32 / bf16 / int8 (block 2048, then 256)"
-  "$C/benchmarks/stoker_train_bench" --precision bf16 --optimizer-state f32,bf16,int8
-  "$C/benchmarks/stoker_train_bench" --precision bf16 --optimizer-state int8 --state-block 256
+  "$B/benchmarks/stoker_train_bench" --precision bf16 --optimizer-state f32,bf16,int8
+  "$B/benchmarks/stoker_train_bench" --precision bf16 --optimizer-state int8 --state-block 256
 }
 
+GPT_ARGS=(--preset gpt2-124m --synthetic --steps 20 --bench-warmup 8 --clip 0)
+
 run_memory() {
-  local g=$C/examples/stoker_gpt s a="--preset gpt2-124m --synthetic --batch 16 --steps 20 --bench-warmup 8 --clip 0 --precision bf16"
+  local g=$B/examples/stoker_gpt s
+  local -a a=("${GPT_ARGS[@]}" --batch 16 --precision bf16)
   section "GPT-2 124M B=16 bf16: AdamW state f32 / bf16 / int8 on the GPU"
-  for s in f32 bf16 int8; do "$g" $a --optimizer-state "$s"; done
-  if "$g" --help | grep -q -- --optimizer-offload; then
-    section "GPT-2 124M B=16 bf16: AdamW state offloaded to the CPU (f32, bf16, int8)"
-    for s in f32 bf16 int8; do "$g" $a --optimizer-state "$s" --optimizer-offload; done
-  fi
-  if "$g" --help | grep -q -- --optimizer-offload-delayed; then
-    section "GPT-2 124M B=16 bf16: offloaded, delayed parameter update (weights one step stale; f32, bf16)"
-    for s in f32 bf16; do "$g" $a --optimizer-state "$s" --optimizer-offload delayed; done
-  fi
-  if [[ -x $C/benchmarks/stoker_offload_bench ]]; then
-    section "CPU memory bandwidth, the CPU AdamW update, offloaded vs on-GPU step (stoker_offload_bench)"
-    "$C/benchmarks/stoker_offload_bench"
-  fi
+  for s in f32 bf16 int8; do "$g" "${a[@]}" --optimizer-state "$s"; done
+  section "GPT-2 124M B=16 bf16: AdamW state offloaded to the CPU (f32, bf16, int8)"
+  for s in f32 bf16 int8; do "$g" "${a[@]}" --optimizer-state "$s" --optimizer-offload; done
+  section "GPT-2 124M B=16 bf16: offloaded, delayed parameter update (weights one step stale; f32, bf16)"
+  for s in f32 bf16; do "$g" "${a[@]}" --optimizer-state "$s" --optimizer-offload delayed; done
+  section "CPU memory bandwidth, the CPU AdamW update, offloaded vs on-GPU step (stoker_offload_bench)"
+  "$B/benchmarks/stoker_offload_bench"
 }
 
 run_diag() {
   section "diagnostics: verdicts, monitor, overhead (stoker_diag_overhead)"
-  "$C/benchmarks/stoker_diag_overhead" --json "${OUT:-/tmp}/diag_overhead.json"
+  "$B/benchmarks/stoker_diag_overhead" --json "$OUT_DIR/diag_overhead.json"
 }
 
 run_gpt() {
-  local g=$C/examples/stoker_gpt a="--preset gpt2-124m --synthetic --batch 16 --steps 20 --bench-warmup 8 --clip 0"
+  local g=$B/examples/stoker_gpt
   section "GPT-2 124M B=16 T=1024: stoker bf16 / bf16 + per-block checkpointing / fp32 (TF32)"
-  "$g" $a --precision bf16
-  "$g" $a --precision bf16 --checkpoint-every 1
-  "$g" $a --precision fp32
-  section "GPT-2 124M: PyTorch (torch_train.py gpt: fp32, bf16, bf16+ckpt, B=32)"
-  python3 "$C/peers/torch_train.py" gpt
+  "$g" "${GPT_ARGS[@]}" --batch 16 --precision bf16
+  "$g" "${GPT_ARGS[@]}" --batch 16 --precision bf16 --checkpoint-every 1
+  "$g" "${GPT_ARGS[@]}" --batch 16 --precision fp32
   section "GPT-2 124M B=32 bf16: stoker"
-  "$g" --preset gpt2-124m --synthetic --batch 32 --steps 20 --bench-warmup 8 --clip 0 --precision bf16
-}
-
-run_gptparity() {
-  local d=/tmp/gptp rc
-  rm -rf "$d"
-  section "GPT loss-curve parity: stoker_gpt --parity-dir, then scripts/torch_gpt_parity.py"
-  "$C/examples/stoker_gpt" --preset tiny --layers 4 --heads 4 --width 256 --context 256 \
-    --batch 8 --steps 100 --precision fp32 --device cuda --sample 0 \
-    --text examples/gpt/data/kjv-genesis-exodus.txt --cache /tmp/gptp-data --parity-dir "$d" &&
-    python3 scripts/torch_gpt_parity.py "$d" "$C/peers"
-  rc=$?
-  if [[ -n ${OUT:-} && -f $d/parity.json ]]; then cp "$d/parity.json" "$OUT/gpt_parity.json"; fi
-  return $rc
+  "$g" "${GPT_ARGS[@]}" --batch 32 --precision bf16
+  section "GPT-2 124M: PyTorch eager ($P/torch_train.py gpt: fp32, bf16, bf16 + checkpointing, B=32)"
+  python3 "$P/torch_train.py" gpt --precision fp32,bf16
+  python3 "$P/torch_train.py" gpt --precision bf16 --checkpoint
+  python3 "$P/torch_train.py" gpt --precision bf16 --batch 32
 }
 
 run_gptc() {
-  section "GPT-2 124M: PyTorch torch.compile (torch_train.py gptc)"
-  python3 "$C/peers/torch_train.py" gptc
+  section "GPT-2 124M B=16 bf16: PyTorch torch.compile ($P/torch_train.py gpt --compile)"
+  python3 "$P/torch_train.py" gpt --precision bf16 --compile
+}
+
+run_gptparity() {
+  local d=$TMP/stoker-gptparity rc
+  rm -rf "$d"
+  section "GPT loss-curve parity: stoker_gpt --parity-dir, then $P/torch_gpt_parity.py"
+  "$B/examples/stoker_gpt" --preset tiny --layers 4 --heads 4 --width 256 --context 256 \
+    --batch 8 --steps 100 --precision fp32 --device cuda --sample 0 \
+    --text examples/gpt/data/kjv-genesis-exodus.txt --cache "$TMP/stoker-gptparity-data" \
+    --parity-dir "$d" &&
+    python3 "$P/torch_gpt_parity.py" "$d"
+  rc=$?
+  [[ -f $d/parity.json ]] && cp "$d/parity.json" "$OUT_DIR/gpt_parity.json"
+  return $rc
 }
 
 run_resnet() {
-  local cls=$C/examples/stoker_classifier jpegs=/tmp/stoker-inet db=/tmp/stoker-inet.lmdb arch
+  local cls=$B/examples/stoker_classifier jpegs=$TMP/stoker-imagenet-like db=$TMP/stoker-imagenet-like.lmdb arch
   section "ResNet synthetic, bf16 NHWC B=256: stoker"
   for arch in resnet18 resnet50; do
     "$cls" --arch "$arch" --synthetic --batch 256 --precision bf16 --layout nhwc
   done
   section "ImageNet-like JPEGs (20,000) and their LMDB"
   [[ -d $jpegs ]] || bash scripts/make-imagenet-like.sh make "$jpegs" 20000 | tail -2
-  [[ -d $db ]] || "$C/examples/stoker" pack "$jpegs" --out "$db" --threads 16 | tail -4
+  [[ -d $db ]] || "$B/examples/stoker" pack "$jpegs" --out "$db" --threads "$(nproc)" | tail -4
   section "ResNet fed by the stoker loader from LMDB (16 threads), bf16 NHWC B=256"
   for arch in resnet18 resnet50; do
     "$cls" --arch "$arch" --synthetic --data "$db" --threads 16 --batch 256 --precision bf16 \
       --layout nhwc
   done
-  section "ResNet: PyTorch torch_e2e.py (synthetic and DataLoader, 16 workers)"
-  python3 "$C/peers/torch_e2e.py" "$jpegs"
+  section "ResNet: PyTorch ($P/torch_e2e.py: synthetic and DataLoader, 16 workers)"
+  python3 "$P/torch_e2e.py" "$jpegs" --workers 16
 }
 
 run_multi() {
-  local n S=$C/examples/stoker g=$C/examples/stoker_gpt cls=$C/examples/stoker_classifier
+  local n S=$B/examples/stoker g=$B/examples/stoker_gpt cls=$B/examples/stoker_classifier
   n=$(nvidia-smi -L | wc -l)
-  local ga="--preset gpt2-124m --synthetic --batch 16 --steps 20 --bench-warmup 8 --clip 0 --precision bf16"
+  if ((n < 2)); then
+    echo "gpu-measure: multi needs 2 or more GPUs; this host has $n" >&2
+    return 1
+  fi
+  local -a ga=("${GPT_ARGS[@]}" --batch 16 --precision bf16)
   section "multi-rank dist gpu tests, $n ranks: stoker launch, then torchrun"
-  "$S" launch --nproc-per-node "$n" "$C/tests/stoker_gpu_tests" --gtest_filter='DistMultiRank*'
-  torchrun --no-python --nproc-per-node "$n" "$C/tests/stoker_gpu_tests" \
+  "$S" launch --nproc-per-node "$n" "$B/tests/stoker_gpu_tests" --gtest_filter='DistMultiRank*'
+  torchrun --no-python --nproc-per-node "$n" "$B/tests/stoker_gpu_tests" \
     --gtest_filter='DistMultiRank*' 2>&1 | grep -E 'PASSED|FAILED|OK|Failure|error' | head -20
-  section "all-reduce on $n GPUs: stoker_allreduce_throughput, then torch.distributed"
-  "$S" launch --nproc-per-node "$n" "$C/benchmarks/stoker_allreduce_throughput" -b 64M -e 1G
-  torchrun --nproc-per-node "$n" scripts/torch_allreduce.py 1024
+  section "all-reduce on $n GPUs: stoker_allreduce_throughput, then $P/torch_allreduce.py"
+  "$S" launch --nproc-per-node "$n" "$B/benchmarks/stoker_allreduce_throughput" -b 64M -e 1G
+  torchrun --nproc-per-node "$n" "$P/torch_allreduce.py" --min-mib 64 --max-mib 1024
   section "GPT-2 124M bf16 B=16/GPU: stoker on 1 GPU, then $n"
-  "$g" $ga
-  "$S" launch --nproc-per-node "$n" "$g" $ga
+  "$g" "${ga[@]}"
+  "$S" launch --nproc-per-node "$n" "$g" "${ga[@]}"
   section "ResNet-50 bf16 NHWC B=256/GPU synthetic: stoker on 1 GPU, then $n"
   "$cls" --arch resnet50 --synthetic --batch 256 --precision bf16 --layout nhwc
   "$S" launch --nproc-per-node "$n" "$cls" --arch resnet50 --synthetic --batch 256 \
     --precision bf16 --layout nhwc
-  section "PyTorch DDP on $n GPUs (scripts/torch_ddp.py)"
-  torchrun --nproc-per-node "$n" scripts/torch_ddp.py "$C/peers" gpt resnet
+  section "PyTorch DDP on $n GPUs ($P/torch_ddp.py)"
+  torchrun --nproc-per-node "$n" "$P/torch_ddp.py" gpt resnet
   section "kill rank 1 of a running job: under stoker launch, then torchrun"
-  local ar=("$C/benchmarks/stoker_allreduce_throughput" -b 256M -e 256M -n 1000000 -c 0)
+  local -a ar=("$B/benchmarks/stoker_allreduce_throughput" -b 256M -e 256M -n 1000000 -c 0)
   STOKER_CLI=$S STOKER_KILL_AFTER=12 bash scripts/kill-rank-check.sh stoker "${ar[@]}"
   STOKER_KILL_AFTER=15 bash scripts/kill-rank-check.sh torchrun "${ar[@]}"
 }
 
 cmd_run() {
-  export LD_LIBRARY_PATH="$PWD/$C/device-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export NCCL_NVLS_ENABLE=0
-  local out=${OUT:-/tmp}
-  local what=("$@")
-  ((${#what[@]})) || what=(train checkpoint parity gemm)
+  local -a what=()
+  while (($#)); do
+    case $1 in
+      --out) (($# >= 2)) || die "--out needs a folder"; OUT_DIR=$2; shift 2 ;;
+      --out=*) OUT_DIR=${1#--out=}; shift ;;
+      -h|--help) usage; exit 0 ;;
+      -*) die "run: unknown option '$1' (see --help)" ;;
+      *) what+=("$1"); shift ;;
+    esac
+  done
+  [[ -n $OUT_DIR ]] || die "--out: empty folder name"
+  ((${#what[@]})) || what=("${DEFAULT[@]}")
+  check_what "${what[@]}"
+  if [[ ! -d $B/lib || ! -f $B/BUILD_INFO ]]; then
+    echo "gpu-measure: no GPU bundle at $B: run 'bash scripts/gpu-check.sh build' on the build" \
+         "machine and copy it here with the repository (docs/development.md), or set STOKER_BUNDLE" >&2
+    exit 1
+  fi
+  cmd_peers "${what[@]}" >/dev/null || { cmd_peers "${what[@]}"; exit 1; }
+  mkdir -p "$OUT_DIR"
+  local lib=$ROOT/$B/lib
+  [[ $B == /* ]] && lib=$B/lib
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # see scripts/gpu-check.sh
+  export STOKER_BUNDLE=$B
+  local w failed=()
   {
+    echo "==== gpu-measure ${what[*]}: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname); output in $OUT_DIR"
+    sed 's/^/  /' "$B/BUILD_INFO"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv
-    for w in "${what[@]}"; do "run_$w"; done
-    section "done"
-  } 2>&1 | tee "$out/measure.log"
+    for w in "${what[@]}"; do
+      "run_$w" || failed+=("$w")
+    done
+    section "done${failed[*]:+; with a failure in: ${failed[*]}}"
+    ((${#failed[@]} == 0))
+  } 2>&1 | tee "$OUT_DIR/measure.log"
+  return "${PIPESTATUS[0]}"
 }
 
 case ${1:-} in
-  stage) stage ;;
   run) shift; cmd_run "$@" ;;
-  *) sed -n '2,11p' "$0"; exit 2 ;;
+  list) shift; (($# == 0)) || die "list takes no arguments"; cmd_list ;;
+  peers) shift; cmd_peers "$@" ;;
+  -h|--help|help) usage ;;
+  "") usage >&2; exit 2 ;;
+  *) die "unknown command '$1': run, list or peers (see --help)" ;;
 esac

@@ -39,7 +39,6 @@ PACKAGES=(
   libbenchmark-dev       # Google Benchmark
   libcli11-dev           # command-line parsing (stoker CLI, examples)
   nlohmann-json3-dev     # JSON (reports, configs, safetensors headers)
-  libfmt-dev             # formatting
   libxxhash-dev          # xxHash: checksums of packed records and checkpoint tensors
   python3                # helper scripts, interop tests
 )

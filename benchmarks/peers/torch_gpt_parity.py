@@ -2,14 +2,16 @@
 """Loss-curve parity of examples/gpt against PyTorch (issue #9).
 
     stoker_gpt --device cuda --precision fp32 --parity-dir DIR [model/data options]
-    python3 scripts/torch_gpt_parity.py DIR [PEERS_DIR]
+    python3 benchmarks/peers/torch_gpt_parity.py DIR
+
+(scripts/gpu-measure.sh run gptparity runs both.)
 
 stoker_gpt --parity-dir writes DIR/config.json, DIR/init.safetensors (the initial weights
 under the peer model's names), DIR/batches.i32 (every step's input and target ids, int32
 [steps, 2, batch, seq]) and DIR/losses.json (stoker's loss of every optimizer step), and
 DIR/final.safetensors (its weights after training). This script builds the PyTorch peer model
-(class GPT of PEERS_DIR/torch_train.py; PEERS_DIR defaults to $PEERS_DIR, else shared/peers
-of this checkout), loads init.safetensors into it (the head is tied to wte.weight), and trains
+(class GPT of gpt_model.py, beside this file), loads init.safetensors into it (the head is
+tied to wte.weight), and trains
 it on exactly the same batches with torch.optim.AdamW (the same lr, betas, eps and weight
 decay, one parameter group with decay on every parameter, constant lr, no clipping, the
 single-tensor implementation: foreach=False, fused=False), fp32 with TF32 off. Needs torch only
@@ -67,31 +69,27 @@ def read_safetensors(torch, path, device):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog=__doc__.split("\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", help="the --parity-dir of a stoker_gpt run")
-    ap.add_argument("peers", nargs="?", default=None,
-                    help="folder of torch_train.py (default: $PEERS_DIR, else shared/peers)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tol-first", type=float, default=1e-5, help="step 1")
     ap.add_argument("--tol-early", type=float, default=1e-4, help="steps 2..10")
     ap.add_argument("--tol", type=float, default=2e-2, help="every step")
     args = ap.parse_args()
 
-    peers = args.peers or os.environ.get("PEERS_DIR") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "shared", "peers")
-    sys.path.insert(0, os.path.abspath(peers))
-    # torch_train.py runs its benchmarks for the names in sys.argv[1:] at import: give it none.
-    argv, sys.argv = sys.argv, [sys.argv[0]]
-    try:
-        import torch_train
-    finally:
-        sys.argv = argv
+    for name in ("config.json", "losses.json", "init.safetensors"):
+        if not os.path.isfile(os.path.join(args.dir, name)):
+            sys.exit(f"{args.dir}: no {name}: give the --parity-dir of a finished stoker_gpt run")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch
+    import gpt_model
 
     def load_file(path, device):
         return read_safetensors(torch, path, device)
 
-    # torch_train.py turns TF32 on at import; parity is plain fp32.
+    # Parity is plain fp32: no TF32 anywhere.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
@@ -114,8 +112,8 @@ def main():
 
     dev = torch.device(args.device)
     torch.manual_seed(0)  # the peer's own init is overwritten by init.safetensors below
-    m = torch_train.GPT(V=cfg["vocab"], T=cfg["context"], d=cfg["width"], L=cfg["layers"],
-                        h=cfg["heads"]).to(dev)
+    m = gpt_model.GPT(vocab=cfg["vocab"], context=cfg["context"], width=cfg["width"],
+                      layers=cfg["layers"], heads=cfg["heads"]).to(dev)
     assert m.head.weight is m.wte.weight, "the peer model's head is not tied to wte"
     sd = load_file(os.path.join(d, "init.safetensors"), device=str(dev))
     sd["head.weight"] = sd["wte.weight"]  # the tie: stoker stores wte once
