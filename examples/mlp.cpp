@@ -1,10 +1,12 @@
 // Trains a small MLP classifier with the Trainer on a synthetic dataset (Gaussian blobs, one
-// class per blob), on the GPU if there is one, and reports held-out accuracy.
-//   stoker_mlp [--epochs N] [--device cpu|cuda]
+// class per blob), on the GPU if there is one, and reports held-out accuracy. Exit status 0
+// when it reaches 90 %, 1 below that or on an error, CLI11's codes for bad arguments.
+//   stoker_mlp [--epochs N] [--device auto|cpu|cuda[:N]]
+#include <CLI/CLI.hpp>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
+#include "common/program.h"
 #include "stoker/stoker.h"
 
 using namespace stoker;
@@ -23,12 +25,14 @@ static std::pair<Tensor, Tensor> blobs(int64_t n, int64_t dim, int64_t classes, 
 
 int main(int argc, char** argv) {
   int64_t epochs = 5;
-  Device device = core::best_device();
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--epochs")) epochs = std::stoll(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--device")) device = core::parse_device(argv[i + 1]);
-  }
-  try {
+  std::string device_name = "auto";
+  CLI::App app{"stoker_mlp: a small MLP trained with the Trainer on Gaussian blobs"};
+  app.add_option("--epochs", epochs, "training epochs")
+      ->check(program::at_least(1))
+      ->capture_default_str();
+  app.add_option("--device", device_name, "auto, cpu or cuda[:N]")->capture_default_str();
+  return program::run("stoker_mlp", app, argc, argv, [&] {
+    const Device device = program::device(device_name);
     const int64_t dim = 64, classes = 10;
     auto [x, y] = blobs(20000, dim, classes, 1);
     auto [xt, yt] = blobs(5000, dim, classes, 2);
@@ -55,8 +59,5 @@ int main(int argc, char** argv) {
     std::printf("trained %lld steps in %.2f s; held-out loss %.4f, accuracy %.2f%%\n",
                 static_cast<long long>(fit.steps), fit.seconds, eval.loss, eval.accuracy * 100);
     return eval.accuracy > 0.9 ? 0 : 1;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "stoker_mlp: %s\n", e.what());
-    return 2;
-  }
+  });
 }

@@ -1,6 +1,6 @@
 // stoker_classifier: trains a ResNet-style CNN on an LMDB JPEG dataset with the stoker Loader
 // and Trainer, and reports validation accuracy each epoch; or, with --synthetic,
-// measures training throughput the way ../shared/peers/torch_e2e.py does.
+// measures training throughput the way benchmarks/peers/torch_e2e.py does.
 //
 //   stoker_classifier                              small CNN on the synthetic shapes (packed
 //                                                  into a cache folder on first run), GPU if any
@@ -13,7 +13,12 @@
 // val accuracy, img/s" and the loader line (delivered img/s, wait share, worker cost per image,
 // the autotuner's state); at the end the diagnostics report over the whole run (step breakdown
 // and verdict; --diagnostics) and the peak memory. --min-accuracy A exits with status 3 when the
-// final validation accuracy is below A (the demo's check).
+// final validation accuracy is below A (the demo's check; it needs a validation set).
+// Bad data: --on-corrupt fail (default) stops at the first bad sample with an error naming its
+// key; --on-corrupt skip replaces bad samples and reports how many were skipped.
+// Errors: every flag is checked before any work (ranges, the --classes and --val databases
+// against --data, the --device, the --save path); an error prints "stoker_classifier: error:
+// ..." (and a hint) and exits 1; CLI11's own exit codes for malformed arguments.
 // Bench (--synthetic): `--warmup` untimed steps, then `--steps` steps between two device syncs
 // on one random batch on the device ("synthetic"); with --data also `--bench-epochs` epochs fed
 // by the Loader, every step after the first `--warmup` timed (the peer's DataLoader figure):
@@ -34,7 +39,9 @@
 #include <string>
 #include <vector>
 
+#include "common/program.h"
 #include "resnet.h"
+#include "stoker/core/output_path.h"
 #include "stoker/stoker.h"
 
 namespace {
@@ -85,6 +92,7 @@ struct Args {
   std::string save;
   int log_interval = 50;
   double min_accuracy = 0;
+  std::string on_corrupt = "fail";
 };
 
 Precision parse_precision(const std::string& s) {
@@ -121,6 +129,7 @@ fs::path cache_root(const Args& a) {
 fs::path ensure_synth(const data::SynthOptions& s, const fs::path& out, bool print) {
   std::error_code ec;
   if (fs::exists(out / "data.mdb", ec)) return out;
+  stoker::core::check_output_dir(out.parent_path(), "--cache");
   if (print)
     std::printf("packing %lld synthetic %dx%d images (%d classes) into %s\n",
                 static_cast<long long>(s.samples), s.size, s.size, s.classes, out.c_str());
@@ -161,7 +170,51 @@ data::LoaderOptions loader_options(const Args& a, Device device, Layout layout, 
   o.device = device;
   o.dtype = dtype;
   o.layout = layout;
+  o.on_corrupt = a.on_corrupt == "skip" ? data::CorruptPolicy::skip : data::CorruptPolicy::fail;
   return o;
+}
+
+// The validation set's classes are the training set's, in the same order (a label is an index).
+void check_same_classes(const data::LmdbImageDataset& train, const data::LmdbImageDataset& val) {
+  const auto& t = train.class_names();
+  const auto& v = val.class_names();
+  const std::string both = " (labels are class indices, so both must list the same classes)";
+  STOKER_CHECK_HINT(t.size() == v.size(), "pack --val from the same class folders as --data",
+                    "--val ", val.path().string(), " has ", v.size(), " classes but --data ",
+                    train.path().string(), " has ", t.size(), both);
+  for (size_t c = 0; c < t.size(); ++c)
+    STOKER_CHECK_HINT(t[c] == v[c], "pack --val from the same class folders as --data", "class ", c,
+                      " is '", t[c], "' in --data ", train.path().string(), " but '", v[c],
+                      "' in --val ", val.path().string(), both);
+}
+
+// --classes against the dataset: fewer outputs than its classes leave labels out of range.
+int64_t checked_classes(const Args& a, const data::LmdbImageDataset& ds, int64_t fallback) {
+  if (a.classes == 0) return fallback;
+  STOKER_CHECK_HINT(
+      a.classes >= ds.num_classes(),
+      stoker::core::detail::str("leave --classes out (then the dataset's ", ds.num_classes(),
+                                " are used) or give at least ", ds.num_classes()),
+      "--classes ", a.classes, " is below the ", ds.num_classes(), " classes of ",
+      ds.path().string());
+  return a.classes;
+}
+
+// The cross-flag checks (each flag's own range is checked by CLI11), before any work.
+void check_args(const Args& a) {
+  STOKER_CHECK_HINT(a.eval_resize == 0 || a.eval_resize >= a.image_size,
+                    "use --eval-resize >= --image-size (e.g. 256 and 224)", "--eval-resize ",
+                    a.eval_resize, " is smaller than the --image-size ", a.image_size,
+                    " crop taken from it");
+  STOKER_CHECK(a.val.empty() || !a.data.empty(),
+               "--val needs --data (the synthetic set brings its own split)");
+  STOKER_CHECK_HINT(a.min_accuracy == 0 || a.synthetic || a.data.empty() || !a.val.empty(),
+                    "give --val VAL, or leave --min-accuracy out", "--min-accuracy ",
+                    a.min_accuracy, " needs a validation set: there is no --val");
+  STOKER_CHECK_HINT(!a.synthetic || a.save.empty(), "leave --save out of a --synthetic bench",
+                    "--save ", a.save,
+                    ": a --synthetic run is a speed bench on random batches and trains no "
+                    "weights worth saving");
 }
 
 // One optimizer step per call on `batch`, `n` times, between device syncs: seconds.
@@ -184,10 +237,7 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
   const DType dtype = stoker::amp::compute_dtype(p);
   std::unique_ptr<data::LmdbImageDataset> ds;
   if (!a.data.empty()) ds = std::make_unique<data::LmdbImageDataset>(a.data);
-  const int64_t classes = a.classes > 0 ? a.classes : 1000;
-  if (ds)
-    STOKER_CHECK(ds->num_classes() <= classes, "--classes ", classes, " is below the ",
-                 ds->num_classes(), " classes of ", a.data);
+  const int64_t classes = ds ? checked_classes(a, *ds, 1000) : (a.classes > 0 ? a.classes : 1000);
   const std::string tag = a.arch + " " + a.precision + " " + std::string(layout_name(layout)) +
                           " B=" + std::to_string(a.batch);
   if (root)
@@ -307,11 +357,12 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   const Precision p = parse_precision(a.precision);
   const Layout layout = parse_layout(a.layout);
   const DType dtype = stoker::amp::compute_dtype(p);
+  // Where the weights go is checked now, not after the training run.
+  if (main_rank && !a.save.empty()) stoker::core::check_output_path(a.save, "--save");
 
   fs::path train_db = a.data, val_db = a.val;
   const bool synth = a.data.empty();
   if (synth) {
-    STOKER_CHECK(a.val.empty(), "--val needs --data (the synthetic set brings its own split)");
     const fs::path dir = cache_root(a) / ("synth-" + std::to_string(a.synth_classes) + "c-" +
                                           std::to_string(a.image_size) + "px");
     data::SynthOptions so{
@@ -328,8 +379,11 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   }
   data::LmdbImageDataset train_ds(train_db);
   std::unique_ptr<data::LmdbImageDataset> val_ds;
-  if (!val_db.empty()) val_ds = std::make_unique<data::LmdbImageDataset>(val_db);
-  const int64_t classes = a.classes > 0 ? a.classes : train_ds.num_classes();
+  if (!val_db.empty()) {
+    val_ds = std::make_unique<data::LmdbImageDataset>(val_db);
+    check_same_classes(train_ds, *val_ds);
+  }
+  const int64_t classes = checked_classes(a, train_ds, train_ds.num_classes());
 
   data::Loader train_loader(train_ds, loader_options(a, device, layout, dtype, rank, world, true));
   std::unique_ptr<data::Loader> val_loader;
@@ -412,12 +466,14 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
       const double img_s = static_cast<double>(c.samples - es.c0.samples) / train_s;
       const double made = static_cast<double>(c.samples_decoded - es.c0.samples_decoded);
       const double cost = made > 0 ? (c.worker_s - es.c0.worker_s) / made : 0.0;
-      std::printf(
-          "epoch %lld/%lld: train loss %.4f, val loss %.4f, val accuracy %.2f %%, "
-          "%.0f img/s (%.1f s + %.1f s eval)\n",
-          static_cast<long long>(st.epoch + 1), static_cast<long long>(a.epochs),
-          es.loss_sum / static_cast<double>(std::max<int64_t>(1, es.steps)), val_loss, es.acc * 100,
-          img_s * world, train_s, since(t_eval));
+      char val[96] = "no validation set";
+      if (val_loader)
+        std::snprintf(val, sizeof(val), "val loss %.4f, val accuracy %.2f %%", val_loss,
+                      es.acc * 100);
+      std::printf("epoch %lld/%lld: train loss %.4f, %s, %.0f img/s (%.1f s + %.1f s eval)\n",
+                  static_cast<long long>(st.epoch + 1), static_cast<long long>(a.epochs),
+                  es.loss_sum / static_cast<double>(std::max<int64_t>(1, es.steps)), val,
+                  img_s * world, train_s, since(t_eval));
       std::printf(
           "  loader: %.0f img/s delivered, waited %.1f %% of the epoch, %.3f ms/img of "
           "worker time (%.0f img/s on its %d threads); %s\n",
@@ -437,11 +493,21 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   const size_t peak = es.peak;
   if (main_rank) {
     if (trainer.diagnostics()) std::printf("\n%s", fit.diagnosis.text().c_str());
-    std::printf(
-        "\npeak memory %s (%s); %lld steps in %.1f s (%.1f s of it evaluation); final "
-        "val accuracy %.2f %%\n",
-        stoker::core::format_bytes(peak).c_str(), device.str().c_str(),
-        static_cast<long long>(fit.steps), since(start), es.eval_s, acc * 100);
+    char final_val[64] = "no validation set";
+    if (val_loader)
+      std::snprintf(final_val, sizeof(final_val), "final val accuracy %.2f %%", acc * 100);
+    std::printf("\npeak memory %s (%s); %lld steps in %.1f s (%.1f s of it evaluation); %s\n",
+                stoker::core::format_bytes(peak).c_str(), device.str().c_str(),
+                static_cast<long long>(fit.steps), since(start), es.eval_s, final_val);
+    if (a.on_corrupt == "skip") {
+      const int64_t train_skipped = train_loader.counters().skipped;
+      const int64_t val_skipped = val_loader ? val_loader->counters().skipped : 0;
+      std::printf(
+          "--on-corrupt skip: %lld bad samples skipped (%lld in training, %lld in "
+          "validation; a bad sample counts once per epoch)\n",
+          static_cast<long long>(train_skipped + val_skipped),
+          static_cast<long long>(train_skipped), static_cast<long long>(val_skipped));
+    }
     if (!a.save.empty()) {
       train::save_weights(*model, a.save);
       std::printf("weights written to %s (torchvision names)\n", a.save.c_str());
@@ -458,27 +524,55 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  using stoker::program::at_least;
+  using stoker::program::in_range;
+  using stoker::program::positive;
   Args a;
   CLI::App app{"stoker_classifier: ResNet-18/50 or a small CNN trained on an LMDB JPEG dataset"};
-  app.add_option("--arch", a.arch, "small, resnet18 or resnet50")->capture_default_str();
+  app.add_option("--arch", a.arch, "small, resnet18 or resnet50")
+      ->check(CLI::IsMember({"small", "resnet18", "resnet50"}))
+      ->capture_default_str();
   app.add_option("--data", a.data,
                  "training LMDB from `stoker pack` (default: the synthetic shapes, packed into a "
                  "cache folder on first run)");
-  app.add_option("--val", a.val, "validation LMDB (with --data)");
+  app.add_option("--val", a.val, "validation LMDB (with --data; the same classes)");
   app.add_option("--image-size", a.image_size, "crop side (resnet18/50: 224 by default)")
+      ->check(in_range(8, 4096))
       ->capture_default_str();
-  app.add_option("--epochs", a.epochs, "training epochs")->capture_default_str();
-  app.add_option("--batch", a.batch, "samples per micro-batch and rank")->capture_default_str();
-  app.add_option("--accum", a.accum, "micro-batches per optimizer step")->capture_default_str();
-  app.add_option("--lr", a.lr, "peak learning rate (default 0.1 x global batch / 256)");
-  app.add_option("--weight-decay", a.weight_decay, "SGD weight decay")->capture_default_str();
-  app.add_option("--warmup-epochs", a.warmup_epochs, "linear lr warm-up")->capture_default_str();
-  app.add_option("--precision", a.precision, "fp32, bf16 or fp16")->capture_default_str();
-  app.add_option("--layout", a.layout, "nchw or nhwc (channels-last)")->capture_default_str();
+  app.add_option("--epochs", a.epochs, "training epochs")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--batch", a.batch, "samples per micro-batch and rank")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--accum", a.accum, "micro-batches per optimizer step")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--lr", a.lr, "peak learning rate (default 0.1 x global batch / 256)")
+      ->check(positive());
+  app.add_option("--weight-decay", a.weight_decay, "SGD weight decay")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--warmup-epochs", a.warmup_epochs, "linear lr warm-up")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--precision", a.precision, "fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  app.add_option("--layout", a.layout, "nchw or nhwc (channels-last)")
+      ->check(CLI::IsMember({"nchw", "nhwc"}))
+      ->capture_default_str();
   app.add_option("--checkpoint-every", a.checkpoint_every,
                  "activation checkpointing: every k-th child of the model (blocks), 0 = off")
+      ->check(at_least(0))
       ->capture_default_str();
   app.add_option("--threads", a.threads, "loader decode threads (0 = autotuned)")
+      ->check(in_range(0, 1024))
+      ->capture_default_str();
+  app.add_option("--on-corrupt", a.on_corrupt,
+                 "a bad sample in the data: fail (stop, naming its key) or skip (replace it, "
+                 "count it)")
+      ->check(CLI::IsMember({"fail", "skip"}))
       ->capture_default_str();
   app.add_flag("--diagnostics", a.diagnostics, "time step phases; print breakdown and verdict");
   app.add_option("--device", a.device, "auto, cpu or cuda[:N]")->capture_default_str();
@@ -486,59 +580,61 @@ int main(int argc, char** argv) {
                "benchmark: steps on a random batch held on the device, then (with --data) "
                "steps fed by the loader");
   app.add_option("--steps", a.steps, "bench: timed steps on the random batch")
+      ->check(at_least(1))
       ->capture_default_str();
-  app.add_option("--warmup", a.warmup, "bench: untimed steps")->capture_default_str();
+  app.add_option("--warmup", a.warmup, "bench: untimed steps")
+      ->check(at_least(0))
+      ->capture_default_str();
   app.add_option("--bench-epochs", a.bench_epochs, "bench: epochs fed by the loader")
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--seed", a.seed, "initialization, order and augmentation seed")
+      ->check(at_least(0))  // CLI11 would wrap a negative seed around
       ->capture_default_str();
-  app.add_option("--classes", a.classes, "output classes (default: the dataset's; bench 1000)");
+  app.add_option("--classes", a.classes,
+                 "output classes, at least the dataset's (default: the dataset's; bench 1000)")
+      ->check(at_least(1));
   app.add_option("--width", a.width, "small CNN: channels of its first stage")
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--crop-scale", a.crop_scale,
-                 "RandomResizedCrop's smallest area share (default 0.08; synthetic 0.35)");
+                 "RandomResizedCrop's smallest area share (default 0.08; synthetic 0.35)")
+      ->check(positive(1));
   app.add_option("--eval-resize", a.eval_resize,
-                 "validation: resize the shorter side to this, then centre-crop");
+                 "validation: resize the shorter side to this (>= --image-size), then "
+                 "centre-crop")
+      ->check(at_least(8));
   app.add_option("--synth-train", a.synth_train, "synthetic set: training images")
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--synth-val", a.synth_val, "synthetic set: validation images")
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--synth-classes", a.synth_classes, "synthetic set: classes (2..8)")
+      ->check(in_range(2, 8))
       ->capture_default_str();
   app.add_option("--cache", a.cache,
                  "folder for the synthetic set (default $XDG_CACHE_HOME/stoker)");
-  app.add_option("--save", a.save, "write the trained weights (safetensors) here");
+  app.add_option("--save", a.save,
+                 "write the trained weights (safetensors) here; the folder is checked (and "
+                 "created) before training");
   app.add_option("--log-interval", a.log_interval, "steps between log lines")
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--min-accuracy", a.min_accuracy,
                  "exit with status 3 if the final validation accuracy (0..1) is below this")
+      ->check(in_range(0, 1))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // scripts/demo.sh sets 0.8
-  CLI11_PARSE(app, argc, argv);
-  // The ResNets are ImageNet models: 224x224 crops unless told otherwise.
-  if (app.count("--image-size") == 0 && a.arch != "small") a.image_size = 224;
-
-  try {
-    STOKER_CHECK(a.batch > 0 && a.accum > 0 && a.epochs > 0 && a.image_size >= 8,
-                 "--batch, --accum, --epochs must be positive and --image-size >= 8");
+  return stoker::program::run("stoker_classifier", app, argc, argv, [&] {
+    // The ResNets are ImageNet models: 224x224 crops unless told otherwise.
+    if (app.count("--image-size") == 0 && a.arch != "small") a.image_size = 224;
+    check_args(a);
     const dist::DistEnv env = dist::read_env();
-    if (a.synthetic) {
-      if (env.world_size > 1) {
-        dist::DistContext ctx = dist::init_from_env();
-        return run_bench(a, ctx.device, &ctx);
-      }
-      const Device device =
-          a.device == "auto" ? stoker::core::best_device() : stoker::core::parse_device(a.device);
-      return run_bench(a, device);
-    }
-    if (env.world_size > 1) {
+    if (env.world_size > 1) {  // under a launcher: cuda:LOCAL_RANK (or the CPU over TCP)
       dist::DistContext ctx = dist::init_from_env();
-      return run_train(a, ctx.device, &ctx);
+      return a.synthetic ? run_bench(a, ctx.device, &ctx) : run_train(a, ctx.device, &ctx);
     }
-    const Device device =
-        a.device == "auto" ? stoker::core::best_device() : stoker::core::parse_device(a.device);
-    return run_train(a, device, nullptr);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "stoker_classifier: error: %s\n", e.what());
-    return 1;
-  }
+    const Device device = stoker::program::device(a.device);
+    return a.synthetic ? run_bench(a, device) : run_train(a, device, nullptr);
+  });
 }

@@ -8,7 +8,7 @@
 // The logits are flattened to [B * T, V] so nn::CrossEntropyLoss takes them next to targets
 // [B * T] (data::TokenBatches gives both).
 //
-// Parameters and their names are those of the PyTorch peer model (shared/peers/torch_train.py's
+// Parameters and their names are those of the PyTorch peer model (benchmarks/peers/gpt_model.py's
 // GPT): "wte.weight", "wpe.weight", "blocks.<l>.ln1.weight", "blocks.<l>.qkv.weight", ...,
 // "blocks.<l>.fc2.bias", "lnf.weight", "lnf.bias". The head has no parameter of its own: it
 // reads wte's, so the tied weight appears once in parameters() and in weight files (as in a

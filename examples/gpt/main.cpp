@@ -5,7 +5,7 @@
 // Data: by default the bundled public-domain text (data/kjv-genesis-exodus.txt), encoded at
 // byte level (vocab 256) into uint16 token files on first run (last 10 % = validation); or
 // --data FILE (raw uint16 token ids) with --vocab; or --synthetic: random tokens, one fixed
-// batch per rank — the benchmark mode, timed like shared/peers/torch_train.py's `gpt`
+// batch per rank — the benchmark mode, timed like benchmarks/peers/torch_train.py's `gpt`
 // (--bench-warmup untimed steps, a device sync, --steps timed steps, a device sync) and
 // reported in its line format.
 //
@@ -20,14 +20,14 @@
 // background during the next step, with weights one step stale (ZeRO-Offload's delayed
 // parameter update).
 //
-// --parity-dir DIR: a run to compare against PyTorch (scripts/torch_gpt_parity.py DIR, issue
+// --parity-dir DIR: a run to compare with PyTorch (benchmarks/peers/torch_gpt_parity.py DIR, issue
 // #9). Training is made exact and simple: constant learning rate --lr (no warmup, no cosine),
 // no clipping, no dropout, no accumulation, one rank, fp32 with TF32 off, AdamW (betas 0.9,
 // 0.95, eps 1e-8, --weight-decay on every parameter, as torch.optim.AdamW over
 // model.parameters()), a log line every step. Written into DIR:
 //   config.json        the model, data and optimizer settings
 //   init.safetensors   the initial weights, before any training, under the names of the peer
-//                      model (shared/peers/torch_train.py's GPT: wte, wpe, blocks.N.ln1/qkv/
+//                      model (benchmarks/peers/gpt_model.py's GPT: wte, wpe, blocks.N.ln1/qkv/
 //                      proj/ln2/fc/fc2, lnf; the head is tied to wte.weight and not stored;
 //                      layouts are nn.Embedding's [num, dim], nn.Linear's [out, in])
 //   batches.i32        every optimizer step's batch, in step order, int32 little-endian: for
@@ -48,7 +48,9 @@
 #include <string>
 #include <vector>
 
+#include "common/program.h"
 #include "gpt_model.h"
+#include "stoker/core/output_path.h"
 #include "stoker/stoker.h"
 
 #ifndef STOKER_GPT_TEXT
@@ -173,7 +175,7 @@ std::pair<fs::path, fs::path> encode_text(const fs::path& text, const fs::path& 
                     "stoker_gpt: cannot read the text ", text.string());
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t split = bytes.size() * 9 / 10;
-  fs::create_directories(cache);
+  core::check_output_dir(cache, "--cache");
   auto write = [&](const fs::path& path, size_t begin, size_t end) {
     std::vector<uint16_t> ids(end - begin);
     for (size_t i = begin; i < end; ++i) ids[i - begin] = static_cast<unsigned char>(bytes[i]);
@@ -239,7 +241,7 @@ int run(const Options& o) {
   const int rank = ctx.env.rank, world = ctx.env.world_size;
   const bool root = rank == 0;
   Device device = ctx.device;
-  if (world == 1 && !o.device.empty()) device = core::parse_device(o.device);
+  if (world == 1 && !o.device.empty()) device = program::device(o.device);
   const bool parity = !o.parity_dir.empty();
   if (parity) {
     STOKER_CHECK(world == 1, "--parity-dir: one rank only, not ", world);
@@ -256,9 +258,11 @@ int run(const Options& o) {
   if (o.width > 0) config.d_model = o.width;
   if (o.context > 0) config.context = o.context;
   if (o.vocab > 0) config.vocab = o.vocab;
+  STOKER_CHECK_HINT(config.d_model % config.heads == 0,
+                    "give --width a multiple of --heads (e.g. 64 per head)", "--width ",
+                    config.d_model, " is not a multiple of --heads ", config.heads,
+                    o.width > 0 && o.heads > 0 ? "" : " (the unset one is the preset's)");
   config.dropout = o.dropout;
-  STOKER_CHECK(o.init == "gpt2" || o.init == "torch", "--init: '", o.init,
-               "' is not gpt2 or torch");
   config.init = o.init == "gpt2" ? gpt::GptInit::gpt2 : gpt::GptInit::torch;
   // Byte-level text needs 256 ids; a bigger vocabulary only wastes the head.
   if (!o.synthetic && o.data.empty() && o.vocab == 0) config.vocab = 256;
@@ -270,7 +274,7 @@ int run(const Options& o) {
   model.to(device);
   const fs::path pdir = o.parity_dir;
   if (parity) {
-    fs::create_directories(pdir);
+    core::check_output_dir(pdir, "--parity-dir");  // the last files are written after training
     train::save_weights(model, pdir / "init.safetensors");  // before anything trains
   }
   const int wrapped = o.checkpoint_every > 0 ? model.checkpoint_blocks(o.checkpoint_every) : 0;
@@ -519,37 +523,57 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  using program::at_least;
+  using program::in_range;
+  using program::positive;
   Options o;
   CLI::App app{
       "stoker_gpt: train a GPT-2-style decoder (byte-level text, a token file, or "
       "random tokens for benchmarking)"};
-  app.add_option("--preset", o.preset, "model preset: tiny | gpt2-124m")->capture_default_str();
-  app.add_option("--layers", o.layers, "transformer blocks (0: the preset's)");
-  app.add_option("--heads", o.heads, "attention heads (0: the preset's)");
-  app.add_option("--width", o.width, "model width C (0: the preset's)");
-  app.add_option("--context", o.context, "context length T (0: the preset's)");
-  app.add_option("--vocab", o.vocab, "vocabulary size (0: 256 for text, else the preset's)");
-  app.add_option("--dropout", o.dropout, "dropout probability")->capture_default_str();
+  app.add_option("--preset", o.preset, "model preset: tiny | gpt2-124m")
+      ->check(CLI::IsMember({"tiny", "gpt2-124m"}))
+      ->capture_default_str();
+  app.add_option("--layers", o.layers, "transformer blocks (0: the preset's)")->check(at_least(0));
+  app.add_option("--heads", o.heads, "attention heads (0: the preset's)")->check(at_least(0));
+  app.add_option("--width", o.width, "model width C, a multiple of the heads (0: the preset's)")
+      ->check(at_least(0));
+  app.add_option("--context", o.context, "context length T (0: the preset's)")->check(at_least(0));
+  app.add_option("--vocab", o.vocab, "vocabulary size (0: 256 for text, else the preset's)")
+      ->check(at_least(0));
+  app.add_option("--dropout", o.dropout, "dropout probability, in [0, 1)")
+      ->check(in_range(0, 1))
+      ->capture_default_str();
   app.add_option("--init", o.init, "gpt2 (N(0, 0.02)) | torch (PyTorch's defaults, the peer's)")
+      ->check(CLI::IsMember({"gpt2", "torch"}))
       ->capture_default_str();
   app.add_option("--batch", o.batch, "sequences per micro-batch per rank")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--accum", o.accum, "gradient accumulation steps")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--steps", o.steps, "optimizer steps (synthetic: timed steps)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
-  app.add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "linear warmup steps")->capture_default_str();
+  app.add_option("--lr", o.lr, "peak learning rate")->check(positive())->capture_default_str();
+  app.add_option("--warmup", o.warmup, "linear warmup steps")
+      ->check(at_least(0))
+      ->capture_default_str();
   app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine")
+      ->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
-  app.add_option("--clip", o.clip, "gradient norm clipping (0: off)")->capture_default_str();
-  app.add_option("--precision", o.precision, "fp32 | bf16 | fp16")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--clip", o.clip, "gradient norm clipping (0: off)")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--precision", o.precision, "fp32 | bf16 | fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "activation checkpointing: every k-th block (1: all; 0: off)")
+      ->check(at_least(0))
       ->capture_default_str();
   app.add_flag("--selective", o.selective, "selective recomputation (GELU/LayerNorm outputs)");
   app.add_option("--data", o.data, "token file of raw uint16 ids (default: the bundled text)");
@@ -557,21 +581,33 @@ int main(int argc, char** argv) {
   app.add_option("--cache", o.cache, "folder for the encoded text")->capture_default_str();
   app.add_flag("--synthetic", o.synthetic, "random tokens, timed steps: the benchmark mode");
   app.add_option("--bench-warmup", o.bench_warmup, "synthetic: untimed steps first")
+      ->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--device", o.device, "cpu | cuda | cuda:N (default: the best one)");
+  app.add_option("--device", o.device, "auto | cpu | cuda | cuda:N (default: the best one)");
   app.add_flag("--diagnostics", o.diagnostics, "step breakdown and verdict reports");
   app.add_option("--seed", o.seed, "initialization, data order and sampling seed")
+      ->check(at_least(0))  // CLI11 would wrap a negative seed around
       ->capture_default_str();
   app.add_option("--sample", o.sample, "bytes to generate at the end (0: none)")
+      ->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--top-k", o.top_k, "sampling: 1 = greedy, k > 1 = top-k")->capture_default_str();
-  app.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str();
-  app.add_option("--prompt", o.prompt, "text the sample continues")->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str();
+  app.add_option("--top-k", o.top_k, "sampling: 1 = greedy, k > 1 = top-k")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--temperature", o.temperature, "sampling temperature")
+      ->check(positive())
+      ->capture_default_str();
+  app.add_option("--prompt", o.prompt, "text the sample continues (not empty with --sample)")
+      ->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "validation batches")
+      ->check(at_least(1))
+      ->capture_default_str();
   app.add_option("--log-interval", o.log_interval, "steps between log lines")
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_flag("--zero1", o.zero1, "shard AdamW's state over the data-parallel ranks (ZeRO-1)");
   app.add_option("--optimizer-state", o.optimizer_state, "AdamW state: f32 | bf16 | int8")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}))
       ->capture_default_str();
   std::string offload_mode;
   CLI::Option* offload =
@@ -587,14 +623,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--parity-dir", o.parity_dir,
                  "write init weights, config, batches and per-step losses here for "
-                 "scripts/torch_gpt_parity.py (constant lr, no clipping, fp32, TF32 off)");
-  CLI11_PARSE(app, argc, argv);
-  o.optimizer_offload_delayed = offload_delayed || offload_mode == "delayed";
-  o.optimizer_offload = offload->count() > 0 || o.optimizer_offload_delayed;
-  try {
+                 "benchmarks/peers/torch_gpt_parity.py (constant lr, no clipping, fp32, TF32 off)");
+  return program::run("stoker_gpt", app, argc, argv, [&] {
+    o.optimizer_offload_delayed = offload_delayed || offload_mode == "delayed";
+    o.optimizer_offload = offload->count() > 0 || o.optimizer_offload_delayed;
+    STOKER_CHECK_HINT(o.sample == 0 || !o.prompt.empty(), "give --prompt TEXT, or --sample 0",
+                      "--prompt is empty: --sample ", o.sample, " needs a text to continue");
     return run(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "stoker_gpt: %s\n", e.what());
-    return 2;
-  }
+  });
 }

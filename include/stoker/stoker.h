@@ -8,6 +8,7 @@
 #include "stoker/core/error.h"
 #include "stoker/core/graph.h"
 #include "stoker/core/half.h"
+#include "stoker/core/output_path.h"
 #include "stoker/core/rng.h"
 #include "stoker/core/shape.h"
 #include "stoker/core/stream.h"

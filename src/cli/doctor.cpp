@@ -30,6 +30,7 @@
 #include "stoker/core/allocator.h"
 #include "stoker/core/device.h"
 #include "stoker/core/error.h"
+#include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
 #include "stoker/core/tensor.h"
 #include "stoker/core/version.h"
@@ -66,6 +67,25 @@ amp::Precision parse_precision(const std::string& p) {
   if (p == "bf16") return amp::Precision::bf16;
   if (p == "fp16") return amp::Precision::fp16;
   STOKER_THROW("--precision ", p, ": use fp32, bf16 or fp16");
+}
+
+// --device, checked against the GPUs this process sees before any work.
+Device parse_device_flag(const std::string& name) {
+  if (name.empty()) return core::best_device();
+  Device d;
+  try {
+    d = core::parse_device(name);
+  } catch (const Error&) {
+    STOKER_THROW("--device ", name, ": unknown device; use cpu, cuda or cuda:N");
+  }
+  const int visible = core::cuda_device_count();
+  STOKER_CHECK_HINT(d.is_cpu() || d.index < visible,
+                    "use --device cpu (or leave --device out: the best device is chosen)",
+                    "--device ", name, ": ",
+                    visible == 0 ? std::string("no CUDA device is visible")
+                                 : core::detail::str("only ", visible, " CUDA device",
+                                                     visible == 1 ? " is" : "s are", " visible"));
+  return d;
 }
 
 // A batch held on the device, handed out `batches` times per epoch: the model without any
@@ -618,38 +638,71 @@ CLI::App* add_doctor_command(CLI::App& app, DoctorOptions& o) {
   c->add_option("--device", o.device, "cpu, cuda or cuda:N (default: the best device)");
   c->add_flag("--no-static", o.no_static, "skip the static checks");
   c->add_flag("--no-ablations", o.no_ablations, "only the static checks");
-  c->add_option("--model", o.model, "bundled model: mlp or cnn")->capture_default_str();
-  c->add_option("--width", o.width, "MLP width (default 4096 on a GPU, 256 on the CPU)");
-  c->add_option("--layers", o.layers, "MLP hidden layers")->capture_default_str();
-  c->add_option("--precision", o.precision, "fp32, bf16 or fp16 (default bf16 on a GPU)");
+  // Every value is checked here, before any work (packing the synthetic set takes seconds).
+  constexpr int64_t kMaxBatch = int64_t{1} << 24;
+  constexpr int64_t kMaxSteps = int64_t{1} << 30;
+  c->add_option("--model", o.model, "bundled model: mlp or cnn")
+      ->check(CLI::IsMember({"mlp", "cnn"}))
+      ->capture_default_str();
+  c->add_option("--width", o.width, "MLP width (default 4096 on a GPU, 256 on the CPU)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  c->add_option("--layers", o.layers, "MLP hidden layers")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  c->add_option("--precision", o.precision, "fp32, bf16 or fp16 (default bf16 on a GPU)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   c->add_option("--data", o.data,
                 "real data: an LMDB from `stoker pack` (default: a synthetic set packed in a "
                 "temporary folder)");
+  c->add_option("--on-corrupt", o.on_corrupt,
+                "a bad sample in --data: fail (stop, naming its key) or skip (replace it, "
+                "count it)")
+      ->check(CLI::IsMember({"fail", "skip"}))
+      ->capture_default_str();
   c->add_option("--synth-images", o.synth_images, "images of the synthetic set")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->capture_default_str();
   c->add_option("--synth-image-size", o.synth_image_size, "side of the synthetic images")
+      ->check(CLI::Range(8, 4096))
       ->capture_default_str();
   c->add_option("--threads", o.threads, "loader decode threads (0: autotuned)")
+      ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  c->add_option("--prefetch", o.prefetch, "loader depth (0: autotuned)")->capture_default_str();
-  c->add_option("--size", o.size, "image side the model sees")->capture_default_str();
-  c->add_option("--batch", o.batch, "batch size (per GPU)")->capture_default_str();
+  c->add_option("--prefetch", o.prefetch, "loader depth (0: autotuned)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  c->add_option("--size", o.size, "image side the model sees")
+      ->check(CLI::Range(8, 4096))
+      ->capture_default_str();
+  c->add_option("--batch", o.batch, "batch size (per GPU)")
+      ->check(CLI::Range(int64_t{1}, kMaxBatch))
+      ->capture_default_str();
   c->add_option("--sweep", o.sweep, "batch sizes of the sweep (default batch/4 .. batch*2)")
+      ->check(CLI::Range(int64_t{1}, kMaxBatch))
       ->delimiter(',');
-  c->add_option("--steps", o.steps, "timed steps per run")->capture_default_str();
-  c->add_option("--warmup", o.warmup, "untimed steps before them")->capture_default_str();
+  c->add_option("--steps", o.steps, "timed steps per run")
+      ->check(CLI::Range(int64_t{1}, kMaxSteps))
+      ->capture_default_str();
+  c->add_option("--warmup", o.warmup, "untimed steps before them")
+      ->check(CLI::Range(int64_t{0}, kMaxSteps))
+      ->capture_default_str();
   c->add_option("--gpus", o.gpus,
                 "ranks for the 1-vs-N ablation (default: every visible GPU when there are "
-                "several; with --device cpu, N processes over TCP)");
+                "several; with --device cpu, N processes over TCP)")
+      ->check(CLI::Range(1, 1024));
   c->add_flag("--overhead", o.overhead, "measure the cost of diagnostics (off vs on)");
   c->add_option("--repeats", o.repeats, "repetitions of the overhead measurement")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   c->add_option("--overhead-steps", o.overhead_steps,
-                "timed steps per overhead run (default: --steps)");
+                "timed steps per overhead run (default: --steps)")
+      ->check(CLI::Range(int64_t{1}, kMaxSteps));
+  // The output paths are checked (and their folders created) by run_doctor before any work.
   c->add_option("--json", o.json, "write everything measured to this JSON file");
   c->add_option("--trace", o.trace, "Chrome trace of the real-data run");
   c->add_option("--save-baseline", o.save_baseline, "baseline card of the real-data run");
-  c->add_option("--compare", o.compare_baseline, "compare the real-data run with this card");
+  c->add_option("--compare", o.compare_baseline, "compare the real-data run with this card")
+      ->check(CLI::ExistingFile);
   c->add_option("--nvml", o.nvml, "NVML library to load")->capture_default_str();
   c->add_option("--worker-json", o.worker_json, "internal: one rank of the 1-vs-N ablation")
       ->group("");
@@ -664,9 +717,7 @@ CLI::App* add_doctor_command(CLI::App& app, DoctorOptions& o) {
 }
 
 int run_doctor(DoctorOptions o) {
-  const Device device = o.device.empty()
-                            ? core::best_device()
-                            : core::parse_device(o.device == "cuda" ? "cuda:0" : o.device);
+  const Device device = parse_device_flag(o.device);
   Setup s{device,
           parse_precision(o.precision.empty() ? (device.is_cuda() ? "bf16" : "fp32") : o.precision),
           o.width > 0 ? o.width : (device.is_cuda() ? 4096 : 256)};
@@ -675,6 +726,10 @@ int run_doctor(DoctorOptions o) {
   STOKER_CHECK(o.steps >= 1 && o.warmup >= 0 && o.batch >= 1 && o.size >= 8,
                "stoker doctor: --steps, --batch must be >= 1, --size >= 8");
   if (!o.worker_json.empty()) return run_worker(o);
+  // Where the results go is checked now, not after the ablations.
+  if (!o.json.empty()) core::check_output_path(o.json, "--json");
+  if (!o.trace.empty()) core::check_output_path(o.trace, "--trace");
+  if (!o.save_baseline.empty()) core::check_output_path(o.save_baseline, "--save-baseline");
 
   json out = {{"device", device.str()}};
   std::printf("stoker doctor %s on %s\n", core::version(), core::describe_device(device).c_str());
@@ -748,7 +803,9 @@ int run_doctor(DoctorOptions o) {
                            .transform = {.output_size = o.size},
                            .seed = 1,
                            .device = device,
-                           .dtype = amp::compute_dtype(s.precision)};
+                           .dtype = amp::compute_dtype(s.precision),
+                           .on_corrupt = o.on_corrupt == "skip" ? data::CorruptPolicy::skip
+                                                                : data::CorruptPolicy::fail};
     {
       data::Loader loader(ds, lo);
       diag::DiagnosticsOptions d;
@@ -759,6 +816,9 @@ int run_doctor(DoctorOptions o) {
       std::fputs(real.text().c_str(), stdout);
       ms.push_back(to_measurement("real data", "real", o.batch, 1, real));
       print_measurement(ms.back());
+      if (lo.on_corrupt == data::CorruptPolicy::skip)
+        std::printf("  --on-corrupt skip: %lld bad samples of %s skipped\n",
+                    static_cast<long long>(loader.counters().skipped), db.c_str());
       d = {};
       d.synthetic_data = true;
       const diag::Report synth = train(o, s, loader, d);

@@ -21,6 +21,7 @@ struct DoctorOptions {
   std::string precision;  // fp32 | bf16 | fp16 ("": bf16 on a GPU, fp32 on the CPU)
   // Real data: an LMDB packed by `stoker pack`; empty = a synthetic set packed in a temp folder.
   std::string data;
+  std::string on_corrupt = "fail";  // a bad sample in `data`: "fail" or "skip" (LoaderOptions)
   int64_t synth_images = 2048;
   int synth_image_size = 256;
   int threads = 0;   // loader threads (0: autotuned)

@@ -123,6 +123,60 @@ void cmyk_to_rgb(const uint8_t* in, uint8_t* out, int n, bool inverted) {
   }
 }
 
+// The standard Huffman tables (JPEG Annex K), which libjpeg gives a decompressor whose slots
+// 0 and 1 are still empty when decoding starts. Taken from a compressor's defaults, so they are
+// libjpeg's own.
+struct StandardHuffmanTables {
+  JHUFF_TBL dc[2];
+  JHUFF_TBL ac[2];
+};
+
+const StandardHuffmanTables& standard_huffman_tables() {
+  static const StandardHuffmanTables tables = [] {
+    StandardHuffmanTables t{};
+    jpeg_compress_struct c{};
+    jpeg_error_mgr err{};
+    c.err = jpeg_std_error(&err);
+    jpeg_create_compress(&c);
+    c.in_color_space = JCS_RGB;
+    c.input_components = 3;
+    jpeg_set_defaults(&c);
+    for (int k = 0; k < 2; ++k) {
+      t.dc[k] = *c.dc_huff_tbl_ptrs[k];
+      t.ac[k] = *c.ac_huff_tbl_ptrs[k];
+    }
+    jpeg_destroy_compress(&c);
+    return t;
+  }();
+  return tables;
+}
+
+// A reused decompressor keeps the tables of the JPEGs it decoded before (they live in its
+// permanent pool), and a JPEG that does not define a table it uses would be decoded with them:
+// its pixels would depend on which image the thread decoded last. Before each header, put the
+// tables back to what a new decompressor has: the standard Huffman tables in slots 0 and 1, no
+// Huffman table elsewhere (zero codes: any use is "bad Huffman code", an error) and no
+// quantization table (a DC quantizer of 0, refused by check_quant_tables). Pointers are kept:
+// setting them to null would make libjpeg allocate anew for every image, never freeing.
+void reset_tables(jpeg_decompress_struct& cinfo) {
+  const StandardHuffmanTables& std_tables = standard_huffman_tables();
+  for (int k = 0; k < NUM_HUFF_TBLS; ++k) {
+    for (JHUFF_TBL* t : {cinfo.dc_huff_tbl_ptrs[k], cinfo.ac_huff_tbl_ptrs[k]}) {
+      if (t == nullptr) continue;
+      if (k < 2) {
+        const JHUFF_TBL& src = t == cinfo.dc_huff_tbl_ptrs[k] ? std_tables.dc[k] : std_tables.ac[k];
+        std::memcpy(t->bits, src.bits, sizeof(t->bits));
+        std::memcpy(t->huffval, src.huffval, sizeof(t->huffval));
+      } else {
+        std::memset(t->bits, 0, sizeof(t->bits));
+      }
+    }
+  }
+  for (int k = 0; k < NUM_QUANT_TBLS; ++k) {
+    if (cinfo.quant_tbl_ptrs[k] != nullptr) cinfo.quant_tbl_ptrs[k]->quantval[0] = 0;
+  }
+}
+
 }  // namespace
 
 struct JpegDecoder::Impl {
@@ -162,8 +216,10 @@ struct JpegDecoder::Impl {
     check_magic(bytes, key);
     if (setjmp(err.jump)) fail_from_libjpeg(key);
     jpeg_abort_decompress(&cinfo);  // whatever state the last call left
+    reset_tables(cinfo);
     jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
     jpeg_read_header(&cinfo, TRUE);
+    check_quant_tables(key);
     const int64_t pixels_claimed = int64_t{cinfo.image_width} * cinfo.image_height;
     if (pixels_claimed > options.max_pixels || cinfo.image_width == 0 || cinfo.image_height == 0) {
       jpeg_abort_decompress(&cinfo);
@@ -175,6 +231,23 @@ struct JpegDecoder::Impl {
            "images are expected");
     }
     configure();
+  }
+
+  // Every component's quantization table was defined by this JPEG (reset_tables left a 0 DC
+  // quantizer in any other; a JPEG that stores 0 there is corrupt: it would decode as flat grey).
+  void check_quant_tables(std::string_view key) {
+    for (int c = 0; c < cinfo.num_components; ++c) {
+      const int q = cinfo.comp_info[c].quant_tbl_no;
+      const JQUANT_TBL* t = q >= 0 && q < NUM_QUANT_TBLS ? cinfo.quant_tbl_ptrs[q] : nullptr;
+      if (t == nullptr || t->quantval[0] == 0) {
+        jpeg_abort_decompress(&cinfo);
+        fail(key,
+             core::detail::str("component ", c, " uses quantization table ", q,
+                               ", which this JPEG does not define (or defines with a DC value "
+                               "of 0)"),
+             __LINE__);
+      }
+    }
   }
 
   void configure() {

@@ -1,5 +1,6 @@
-// LmdbImageDataset: metadata is validated once at open; per-sample checks live in parse_record
-// so that read() and try_read() report exactly the same problems.
+// LmdbImageDataset: the data file's size (against the pages LMDB says are in use) and the
+// metadata are validated once at open; per-sample checks live in parse_record so that read() and
+// try_read() report exactly the same problems.
 #include "stoker/data/lmdb_dataset.h"
 
 #include <lmdb.h>
@@ -20,6 +21,8 @@ using core::detail::str;
 
 constexpr const char* kRepackHint =
     "build the database with `stoker pack SOURCE --out DIR` (or `stoker pack synth --out DIR`)";
+constexpr const char* kDamagedHint =
+    "the file is truncated or damaged: copy it again or re-pack it (`stoker pack ...`)";
 
 [[noreturn]] void fail(const char* file, int line, std::string what, std::string hint) {
   core::detail::throw_error(file, line, std::move(what), std::move(hint));
@@ -35,6 +38,39 @@ void lmdb_check(int rc, const char* call, const std::filesystem::path& path) {
     hint = "the folder is read-only: open with LmdbOptions::no_lock (no writer may run)";
   fail(__FILE__, __LINE__, str("LMDB ", call, " failed on ", path.string(), ": ", mdb_strerror(rc)),
        hint);
+}
+
+// What mdb_env_open says of a data file it cannot use as an environment: too small to hold
+// LMDB's two meta pages, or not (or no longer) an LMDB file.
+bool is_damaged_file_error(int rc) {
+  return rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED ||
+         rc == MDB_PAGE_NOTFOUND;
+}
+
+// LMDB maps data.mdb and reads pages straight from the map: a page past the end of the file
+// is a SIGBUS, not an error. So before anything reads a page, check that the file holds every
+// page the newest meta page says is in use, and that the map covers them.
+void check_pages_present(MDB_env* env, const std::filesystem::path& data_file,
+                         uint64_t file_bytes) {
+  MDB_envinfo info{};
+  MDB_stat stat{};
+  lmdb_check(mdb_env_info(env, &info), "mdb_env_info", data_file);
+  lmdb_check(mdb_env_stat(env, &stat), "mdb_env_stat", data_file);
+  const uint64_t pages = static_cast<uint64_t>(info.me_last_pgno) + 1;
+  const uint64_t needed = pages * stat.ms_psize;
+  if (stat.ms_psize == 0 || file_bytes < needed) {
+    fail(__FILE__, __LINE__,
+         str(data_file.string(), " is truncated: the file has ", file_bytes,
+             " bytes but the database uses ", needed, " (", pages, " pages of ", stat.ms_psize,
+             " bytes); ", needed - std::min(needed, file_bytes), " bytes are missing"),
+         kDamagedHint);
+  }
+  if (info.me_mapsize < needed) {
+    fail(__FILE__, __LINE__,
+         str(data_file.string(), ": LMDB's map of ", info.me_mapsize, " bytes does not cover the ",
+             needed, " bytes in use"),
+         kDamagedHint);
+  }
 }
 
 std::optional<std::string> get_meta(MDB_txn* txn, MDB_dbi dbi, const char* key) {
@@ -57,6 +93,12 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
     fail(__FILE__, __LINE__,
          str(path_.string(), " is not an LMDB database folder (no data.mdb inside)"), kRepackHint);
   }
+  const std::filesystem::path data_file = path_ / "data.mdb";
+  file_bytes_ = std::filesystem::file_size(data_file, ec);
+  if (ec) {
+    fail(__FILE__, __LINE__,
+         str("cannot read the size of ", data_file.string(), ": ", ec.message()), kDamagedHint);
+  }
   int max_readers = options_.max_readers;
   if (max_readers <= 0) {
     max_readers = std::max(126, 4 * static_cast<int>(std::thread::hardware_concurrency()) + 16);
@@ -70,17 +112,25 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
   for (int attempt = 0;; ++attempt) {
     lmdb_check(mdb_env_create(&env_), "mdb_env_create", path_);
     int rc = mdb_env_set_maxreaders(env_, static_cast<unsigned>(max_readers));
-    if (rc == 0 && attempt > 0) {
-      const auto bytes = std::filesystem::file_size(path_ / "data.mdb", ec);
-      if (!ec) rc = mdb_env_set_mapsize(env_, static_cast<size_t>(bytes));
-    }
+    if (rc == 0 && attempt > 0) rc = mdb_env_set_mapsize(env_, static_cast<size_t>(file_bytes_));
     if (rc == 0) rc = mdb_env_open(env_, path_.c_str(), flags, 0664);
     if (rc == 0) break;
     mdb_env_close(env_);  // a failed open leaves the handle unusable
     env_ = nullptr;
+    // An empty data file reads as a new environment, which a read-only open cannot create.
+    if (is_damaged_file_error(rc) || file_bytes_ == 0) {
+      fail(__FILE__, __LINE__,
+           str(data_file.string(), " (", file_bytes_,
+               " bytes) is truncated or damaged: LMDB cannot open it (", mdb_strerror(rc), ")"),
+           kDamagedHint);
+    }
     if (rc != ENOMEM || attempt > 0) lmdb_check(rc, "mdb_env_open", path_);
   }
   try {
+    check_pages_present(env_, data_file, file_bytes_);
+    unsigned slots = 0;
+    lmdb_check(mdb_env_get_maxreaders(env_, &slots), "mdb_env_get_maxreaders", path_);
+    reader_slots_ = static_cast<int>(slots);
     MDB_txn* txn = nullptr;
     lmdb_check(mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn), "mdb_txn_begin", path_);
     MDB_dbi dbi = 0;
@@ -162,8 +212,9 @@ void LmdbImageDataset::Reader::renew() {
   active_ = true;
 }
 
-std::optional<SampleView> LmdbImageDataset::Reader::try_read(int64_t index, std::string* error) {
-  auto bad = [&](std::string why) -> std::optional<SampleView> {
+std::optional<std::span<const uint8_t>> LmdbImageDataset::Reader::try_value(int64_t index,
+                                                                            std::string* error) {
+  auto bad = [&](std::string why) -> std::optional<std::span<const uint8_t>> {
     if (error != nullptr) {
       *error = str(dataset_->path_.string(), " key ", sample_key(index), ": ", why);
     }
@@ -180,11 +231,27 @@ std::optional<SampleView> LmdbImageDataset::Reader::try_read(int64_t index, std:
   MDB_val mv{};
   const int rc = mdb_get(txn_, dataset_->dbi_, &mk, &mv);
   if (rc == MDB_NOTFOUND) return bad("record missing");
-  if (rc != 0) return bad(str("mdb_get failed: ", mdb_strerror(rc)));
+  if (rc != 0) {
+    // LMDB marks the transaction failed (every later call: MDB_BAD_TXN); a fresh snapshot lets
+    // the other records be read.
+    mdb_txn_reset(txn_);
+    active_ = mdb_txn_renew(txn_) == 0;
+    return bad(str("LMDB lookup failed (data.mdb is damaged): ", mdb_strerror(rc)));
+  }
+  return std::span<const uint8_t>(static_cast<const uint8_t*>(mv.mv_data), mv.mv_size);
+}
+
+std::optional<SampleView> LmdbImageDataset::Reader::try_read(int64_t index, std::string* error) {
+  const std::optional<std::span<const uint8_t>> value = try_value(index, error);
+  if (!value) return std::nullopt;
   SampleView view;
-  std::string why = parse_record({static_cast<const uint8_t*>(mv.mv_data), mv.mv_size},
-                                 dataset_->num_classes(), view);
-  if (!why.empty()) return bad(std::move(why));
+  std::string why = parse_record(*value, dataset_->num_classes(), view);
+  if (!why.empty()) {
+    if (error != nullptr) {
+      *error = str(dataset_->path_.string(), " key ", sample_key(index), ": ", why);
+    }
+    return std::nullopt;
+  }
   view.index = index;
   return view;
 }

@@ -14,11 +14,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
 
 #include "stoker/core/error.h"
 #include "stoker/data/decode.h"
 #include "stoker/data/record.h"
 #include "stoker/ops/image.h"
+#include "util/checksum.h"
 
 namespace stoker::data {
 
@@ -34,6 +37,17 @@ std::string mib(double bytes) {
   std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
   return buf;
 }
+
+// Reasons kept per replacement walk (only Loader::kLoggedSkipsPerEpoch per epoch are printed).
+constexpr int64_t kReasonsPerWalk = 8;
+
+constexpr const char* kSkipHint =
+    "to replace bad samples by the next valid ones, pass `--on-corrupt skip` (the example "
+    "trainers) or set LoaderOptions::on_corrupt = CorruptPolicy::skip; `stoker info --verify DB` "
+    "lists every bad record";
+constexpr const char* kRepairHint =
+    "too many bad records to replace: check the database with `stoker info --verify DB` and "
+    "re-pack it (`stoker pack ...`)";
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -100,12 +114,15 @@ struct Loader::Slot {
   std::vector<int64_t> indices;
   // Progress.
   int64_t claimed = 0, finished = 0;
-  int64_t skipped = 0;     // bad samples replaced in it (counted when it is delivered)
+  // Policy skip: the bad samples met while filling it, index -> reason (counted, once per
+  // epoch, when it is delivered).
+  std::map<int64_t, std::string> bad;
   bool preparing = false;  // the opener is still setting it up
   bool finishing = false;  // a worker is enqueueing its host-to-device copy
   bool done = false;       // ready for next()
   bool cancelled = false;  // dropped by start_epoch/restore; back to free_ once idle
   std::string error;       // policy fail: the first bad sample's key and reason
+  std::string error_hint;  // how to fix `error`
 };
 
 // A worker's own decoder and LMDB read transaction, and its stage times since it last
@@ -115,8 +132,8 @@ struct Loader::WorkerState {
   JpegDecoder decoder;
   LmdbImageDataset::Reader reader;
   double read_s = 0, worker_s = 0;
-  DecodeStageTimes reported;  // decoder.stage_times() at the last report
-  int64_t skipped = 0;
+  DecodeStageTimes reported;                         // decoder.stage_times() at the last report
+  std::vector<std::pair<int64_t, std::string>> bad;  // policy skip: bad samples met, and why
   std::string error;
 };
 
@@ -124,10 +141,26 @@ namespace {
 // Checks the options (before the Sampler sees them, so errors speak of the Loader) and returns
 // the Sampler's.
 SamplerOptions checked_sampler_options(const LmdbImageDataset& dataset, const LoaderOptions& o) {
-  STOKER_CHECK(o.batch_size > 0 && o.prefetch >= 0 && o.threads >= 0 && o.max_threads >= 0,
-               "Loader: batch_size (", o.batch_size, ") must be >= 1, prefetch (", o.prefetch,
-               "), threads (", o.threads, ") and max_threads (", o.max_threads,
-               ") >= 0 (0 = autotuned)");
+  STOKER_CHECK_HINT(o.batch_size > 0, "set LoaderOptions::batch_size to 1 or more",
+                    "Loader: LoaderOptions::batch_size is ", o.batch_size, "; it must be >= 1");
+  STOKER_CHECK_HINT(o.prefetch >= 0,
+                    "set LoaderOptions::prefetch (`--prefetch`) to 0 (autotuned) or more",
+                    "Loader: LoaderOptions::prefetch is ", o.prefetch, "; it must be >= 0");
+  // Every decode thread holds an LMDB read transaction, hence a reader slot: more threads than
+  // slots would fail later (MDB_READERS_FULL), from a worker thread.
+  const int slots = dataset.reader_slots();
+  const std::string fix =
+      core::detail::str("use at most ", slots,
+                        " threads (0 = autotuned), or open the dataset with more reader "
+                        "slots (LmdbOptions::max_readers)");
+  STOKER_CHECK_HINT(o.threads >= 0 && o.threads <= slots, fix,
+                    "Loader: LoaderOptions::threads (`--threads`) is ", o.threads,
+                    "; it must be in [0, ", slots, "]: ", dataset.path().string(), " has ", slots,
+                    " LMDB reader slots and each decode thread holds one");
+  STOKER_CHECK_HINT(o.max_threads >= 0 && o.max_threads <= slots, fix,
+                    "Loader: LoaderOptions::max_threads is ", o.max_threads, "; it must be in [0, ",
+                    slots, "]: ", dataset.path().string(), " has ", slots,
+                    " LMDB reader slots and each decode thread holds one");
   STOKER_CHECK(core::is_float(o.dtype), "Loader: output dtype ", dtype_name(o.dtype),
                " must be f32, f16 or bf16");
   STOKER_CHECK_HINT(dataset.size() > 0, "pack images with `stoker pack`",
@@ -155,8 +188,10 @@ Loader::Loader(const LmdbImageDataset& dataset, LoaderOptions options)
   const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   limits_.tune_threads = options_.threads == 0;
   limits_.tune_prefetch = options_.prefetch == 0;
-  max_threads_ = options_.threads > 0 ? options_.threads
-                                      : (options_.max_threads > 0 ? options_.max_threads : hw);
+  max_threads_ = options_.threads > 0
+                     ? options_.threads
+                     : (options_.max_threads > 0 ? options_.max_threads
+                                                 : std::min(hw, dataset.reader_slots()));
   if (limits_.tune_prefetch) {
     const int64_t fit = options_.pinned_budget_bytes / static_cast<int64_t>(batch_bytes_ + 8 * b);
     max_prefetch_ = static_cast<int>(std::clamp<int64_t>(fit, 1, kMaxPrefetch));
@@ -170,6 +205,7 @@ Loader::Loader(const LmdbImageDataset& dataset, LoaderOptions options)
       limits_.tune_prefetch ? std::min(kAutoPrefetchStart, max_prefetch_) : options_.prefetch;
   if (options_.verbose) std::fprintf(stderr, "stoker loader: %s\n", summary_locked().c_str());
 
+  identity_ = compute_identity();
   workers_.reserve(static_cast<size_t>(max_threads_));
   try {
     for (int i = 0; i < max_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -195,7 +231,15 @@ Loader::~Loader() {
   consumer_cv_.notify_all();
   if (opener_.joinable()) opener_.join();
   for (auto& t : workers_) t.join();
-  if (options_.device.is_cuda()) synchronize_device(options_.device);  // copies in flight
+  // Copies in flight must end before their pinned slots are freed. A destructor must not
+  // throw (that ends the process): a device that already failed is reported, not rethrown.
+  if (options_.device.is_cuda()) {
+    try {
+      synchronize_device(options_.device);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "stoker loader: while shutting down: %s\n", e.what());
+    }
+  }
 }
 
 std::unique_ptr<Loader::Slot> Loader::make_slot() const {
@@ -215,6 +259,30 @@ std::unique_ptr<Loader::Slot> Loader::make_slot() const {
 
 int64_t Loader::samples_per_epoch() const {
   return options_.drop_last ? batches_per_epoch_ * options_.batch_size : samples_per_rank_;
+}
+
+SourceIdentity Loader::compute_identity() const {
+  util::Checksum64 names, records;
+  for (const std::string& c : dataset_.class_names()) names.update(c.data(), c.size() + 1);
+  // Two records stand for the content: reading every one would cost an epoch of I/O.
+  LmdbImageDataset::Reader reader = dataset_.reader();
+  for (const int64_t i : {int64_t{0}, dataset_.size() - 1}) {
+    if (i < 0) continue;
+    if (const auto s = reader.try_read(i)) {
+      records.update(&s->label, sizeof(s->label));
+      records.update(s->payload.data(), s->payload.size());
+    }
+  }
+  SourceIdentity id;
+  id.batch_size = options_.batch_size;
+  if (options_.shuffle || options_.transform.train) id.seed = options_.seed;
+  id.samples = dataset_.size();
+  id.fingerprint = core::detail::str(
+      "image database of ", dataset_.size(), " samples, ", dataset_.num_classes(),
+      " classes, xxh3 of the class names ", util::checksum_hex(names.value()),
+      " and of the first and last records ", util::checksum_hex(records.value()));
+  id.location = dataset_.path().string();
+  return id;
 }
 
 int64_t Loader::batch_index() const {
@@ -327,10 +395,12 @@ void Loader::opener_loop() {
     slot->epoch = pos / batches_per_epoch_;
     slot->batch = pos % batches_per_epoch_;
     slot->opened_in_reset = resets_;
-    slot->count = slot->claimed = slot->finished = slot->skipped = 0;
+    slot->count = slot->claimed = slot->finished = 0;
+    slot->bad.clear();
     slot->preparing = true;
     slot->done = slot->finishing = slot->cancelled = false;
     slot->error.clear();
+    slot->error_hint.clear();
     outstanding_.push_back(slot);
     lock.unlock();
 
@@ -418,13 +488,19 @@ void Loader::worker_loop(int id) {
     counters_.header_s += t.header_s - st->reported.header_s;
     counters_.decode_s += t.decode_s - st->reported.decode_s;
     counters_.resize_s += t.resize_s - st->reported.resize_s;
-    slot->skipped += st->skipped;
+    for (auto& [index, why] : st->bad) {
+      std::string& kept = slot->bad[index];
+      if (kept.empty()) kept = std::move(why);
+    }
+    st->bad.clear();
     counters_.samples_decoded += 1;
     st->reported = t;
     st->read_s = st->worker_s = 0;
-    st->skipped = 0;
     if (!st->error.empty()) {
-      if (slot->error.empty()) slot->error = std::move(st->error);
+      if (slot->error.empty()) {
+        slot->error = std::move(st->error);
+        slot->error_hint = options_.on_corrupt == CorruptPolicy::fail ? kSkipHint : kRepairHint;
+      }
       st->error.clear();
     }
     slot->finished += 1;
@@ -458,13 +534,15 @@ void Loader::process_sample(Slot& slot, int64_t i, WorkerState& st) {
       static_cast<uint8_t*>(slot.pixels.data()) + static_cast<size_t>(i) * image_bytes;
   int64_t* labels = static_cast<int64_t*>(slot.labels.data());
   const int64_t n = dataset_.size();
-  // Policy skip: walk forward from the sampled index to the next sample that decodes.
-  const int64_t tries = options_.on_corrupt == CorruptPolicy::skip ? n : 1;
+  // Policy skip: walk forward from the sampled index to the next sample that decodes; every bad
+  // one met is reported with its reason (counted once per epoch when the batch is delivered).
+  const bool skip = options_.on_corrupt == CorruptPolicy::skip;
+  const int64_t tries = skip ? n : 1;
   const int64_t first = slot.indices[static_cast<size_t>(i)];
   std::string reason;
   for (int64_t k = 0; k < tries; ++k) {
     const int64_t idx = (first + k) % n;
-    std::string err;
+    std::string err;  // "<database> key <key>: why"
     const auto r0 = Clock::now();
     const auto sample = st.reader.try_read(idx, &err);
     st.read_s += since(r0);
@@ -474,23 +552,24 @@ void Loader::process_sample(Slot& slot, int64_t i, WorkerState& st) {
                      static_cast<uint64_t>(slot.epoch), static_cast<uint64_t>(idx),
                      options_.transform, pixels);
         labels[i] = sample->label;
-        st.skipped += k;
         st.worker_s += since(t0);
         return;
+      } catch (const Error& e) {
+        err = core::detail::str(dataset_.path().string(), " key ", sample_key(idx), ": ",
+                                e.message());
       } catch (const std::exception& e) {
-        err = e.what();
+        err = core::detail::str(dataset_.path().string(), " key ", sample_key(idx), ": ", e.what());
       }
     }
-    if (reason.empty()) reason = err;
+    // Reasons are kept only for the first few of a walk (only the first few are printed):
+    // a long run of bad samples costs 8 bytes each, not a string each.
+    if (skip) st.bad.emplace_back(idx, k < kReasonsPerWalk ? err : std::string());
+    if (reason.empty()) reason = std::move(err);
   }
   st.worker_s += since(t0);
   st.error = core::detail::str(
-      "Loader (", dataset_.path().string(), ", epoch ", slot.epoch, ", batch ", slot.batch, "): ",
-      options_.on_corrupt == CorruptPolicy::skip
-          ? "no valid sample left to replace a bad one: " + reason
-          : reason +
-                " (set LoaderOptions::on_corrupt = CorruptPolicy::skip to replace bad "
-                "samples)");
+      "Loader (", dataset_.path().string(), ", epoch ", slot.epoch, ", batch ", slot.batch,
+      "): ", skip ? "no valid sample left to replace a bad one: " : "", reason);
 }
 
 void Loader::finish_batch(Slot& slot) {
@@ -543,7 +622,7 @@ bool Loader::next(Batch& batch) {
   }
   ++consumer_pos_;
   const bool early = slot->opened_in_reset != resets_;
-  counters_.skipped += slot->skipped;
+  count_skipped_locked(*slot);
   opener_cv_.notify_one();
   lock.unlock();
 
@@ -553,9 +632,9 @@ bool Loader::next(Batch& batch) {
     opener_cv_.notify_one();
   };
   if (!slot->error.empty()) {
-    const std::string error = slot->error;
+    const std::string error = slot->error, hint = slot->error_hint;
     give_back();
-    throw Error(error, "loader.cpp (decode thread)", "");
+    throw Error(error, "loader.cpp (decode thread)", hint);
   }
   const auto n0 = Clock::now();
   const int64_t b = slot->count, s = options_.transform.output_size;
@@ -589,6 +668,35 @@ bool Loader::next(Batch& batch) {
   batch.target = target;
   batch.size = b;
   return true;
+}
+
+// Policy skip: counts the bad samples of a delivered batch not yet met in its epoch (so a bad
+// sample counts once per epoch, however many replacement walks meet it) and names the first few.
+// Keyed by the batch's position epoch (an evaluation loader's reused batches belong to one pass);
+// messages say the consumer's epoch, the number start_epoch was given.
+void Loader::count_skipped_locked(const Slot& slot) {
+  auto it = bad_seen_.find(slot.epoch);
+  if (slot.bad.empty() && it == bad_seen_.end()) return;
+  bad_seen_.erase(bad_seen_.begin(), bad_seen_.lower_bound(slot.epoch));  // older epochs
+  if (it == bad_seen_.end()) it = bad_seen_.emplace(slot.epoch, std::set<int64_t>()).first;
+  std::set<int64_t>& seen = it->second;
+  const std::string who =
+      options_.world_size > 1 ? core::detail::str(" [rank ", options_.rank, "]") : std::string();
+  for (const auto& [index, why] : slot.bad) {
+    if (!seen.insert(index).second) continue;
+    counters_.skipped += 1;
+    if (seen.size() <= static_cast<size_t>(kLoggedSkipsPerEpoch)) {
+      std::fprintf(stderr, "stoker loader%s: epoch %lld: skipped %s\n", who.c_str(),
+                   static_cast<long long>(epoch_),
+                   why.empty() ? sample_key(index).c_str() : why.c_str());
+    }
+  }
+  if (slot.batch == batches_per_epoch_ - 1 &&
+      seen.size() > static_cast<size_t>(kLoggedSkipsPerEpoch)) {
+    std::fprintf(stderr, "stoker loader%s: epoch %lld: %zu more skipped this epoch (%zu in all)\n",
+                 who.c_str(), static_cast<long long>(epoch_),
+                 seen.size() - static_cast<size_t>(kLoggedSkipsPerEpoch), seen.size());
+  }
 }
 
 // Called after each delivered batch: opens, extends or closes the measurement window and applies

@@ -4,11 +4,18 @@
 //
 // Atomicity: everything is written into "<out>.tmp-<pid>"; the format tag (which readers
 // require) goes into the final transaction, then the environment is synced and closed and the
-// folder renamed to <out>. Any exception removes the temporary folder.
+// folder renamed to <out>. Any exception, and SIGINT/SIGTERM (polled between chunks), removes
+// the temporary folder.
+//
+// Robustness: each input is handled inside its own try block (out of memory on one input is a
+// skip naming it, not the end of the pack); inputs are read through read_input_file (regular
+// files only) and the folder walk never follows a directory link, so no input can block the
+// pack or send it round a loop.
 #include "stoker/data/pack.h"
 
 #include <fcntl.h>
 #include <lmdb.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <tbb/blocked_range.h>
@@ -17,17 +24,19 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iostream>
-#include <numeric>
-#include <sstream>
+#include <new>
+#include <set>
 #include <thread>
 
+#include "data/exif_orientation.h"
 #include "data/jpeg_restart.h"
+#include "data/pack_input.h"
+#include "data/pack_internal.h"
+#include "data/pack_interrupt.h"
 #include "data/pack_jpeg.h"
 #include "stoker/core/error.h"
 #include "stoker/core/rng.h"
@@ -51,10 +60,18 @@ void lmdb_check(int rc, const char* call, const fs::path& path) {
                          : "check free disk space and permissions of the output folder");
 }
 
+// Prints a line of the pack's report on stderr (after a newline when the progress bar is on).
+void say(const PackOptions& options, bool progress_drawn, const char* what,
+         const std::string& line) {
+  if (!options.report_skipped) return;
+  std::fprintf(stderr, "%s%s%s\n", progress_drawn ? "\n" : "", what, line.c_str());
+}
+
 // The database under construction in its temporary folder.
 class DbWriter {
  public:
-  DbWriter(const fs::path& out_arg, const PackOptions& options) {
+  DbWriter(const fs::path& out_arg, const PackOptions& options,
+           std::vector<std::string>& warnings) {
     STOKER_CHECK(!out_arg.empty(), "stoker pack: empty output path");
     // "db/" names the folder db: drop the trailing separator so the temporary folder is a
     // sibling ("db.tmp-<pid>"), not a child.
@@ -71,12 +88,17 @@ class DbWriter {
     STOKER_CHECK_HINT(!ec && fs::is_directory(parent), "choose an --out inside a writable folder",
                       "stoker pack: cannot create output folder ", parent.string(), ": ",
                       ec.message());
+    for (std::string& line : detail::remove_stale_leftovers(out)) {
+      say(options, false, "stoker pack: ", line);
+      warnings.push_back(std::move(line));
+    }
     tmp_ = out.string() + ".tmp-" + std::to_string(::getpid());
     fs::remove_all(tmp_, ec);
     fs::create_directory(tmp_, ec);
     STOKER_CHECK_HINT(!ec, "choose an --out inside a writable folder",
                       "stoker pack: cannot create ", tmp_.string(), ": ", ec.message());
     try {
+      std::ofstream(tmp_ / detail::kPackOwnerFile) << detail::host_name() << '\n';
       // The map is address space only, but address space can be short (ulimit -v, a
       // sanitizer's shadow memory): on ENOMEM halve it, down to 1 GiB; a dataset larger than
       // the map that fits then stops with MDB_MAP_FULL and its hint.
@@ -108,6 +130,8 @@ class DbWriter {
 
   ~DbWriter() { discard(); }
 
+  const fs::path& out() const { return out_; }
+
   void begin() { lmdb_check(mdb_txn_begin(env_, nullptr, 0, &txn_), "mdb_txn_begin", tmp_); }
 
   void put(const std::string& key, const std::string& value, unsigned flags) {
@@ -138,6 +162,7 @@ class DbWriter {
     mdb_env_close(env_);
     env_ = nullptr;
     std::error_code ec;
+    fs::remove(tmp_ / detail::kPackOwnerFile, ec);  // the database is LMDB's two files only
     if (overwrite && fs::exists(out_, ec)) fs::remove_all(out_, ec);
     fs::rename(tmp_, out_, ec);
     STOKER_CHECK_HINT(!ec, "remove the existing output or choose another --out",
@@ -169,66 +194,105 @@ class DbWriter {
   MDB_dbi dbi_ = 0;
 };
 
-// Makes the record of input i: returns "" and fills `record`, or the reason to skip it.
-// Exceptions are fatal.
-using RecordMaker = std::function<std::string(int64_t i, std::string& record, int64_t& payload)>;
+// What making the record of one input produced.
+struct Made {
+  std::string error;  // non-empty: skip the input for this reason
+  std::string record;
+  int64_t payload = 0;
+  bool exif_rotated = false;
+  std::string exif_malformed;  // why its Exif orientation could not be read
+};
+
+// Makes the record of input i into `made`. Exceptions are fatal (pack_items catches its own).
+using RecordMaker = std::function<void(int64_t i, Made& made)>;
+
+[[noreturn]] void throw_interrupted(int signal, const fs::path& out) {
+  const std::string name = detail::signal_name(signal);
+  throw PackInterrupted(signal,
+                        str("stoker pack: interrupted by ", name, ": nothing written to ",
+                            out.string(), " (its temporary folder was removed)"),
+                        core::detail::where(__FILE__, __LINE__));
+}
 
 PackSummary run_pack(int64_t count, const RecordMaker& make,
                      const std::function<std::string(int64_t)>& input_name,
                      std::vector<std::string> class_names, const fs::path& out,
-                     const PackOptions& options) {
+                     const PackOptions& options, detail::PackPrelude prelude) {
   const auto start = std::chrono::steady_clock::now();
+  detail::check_pack_options(options);
   STOKER_CHECK(!class_names.empty(), "stoker pack: no classes");
   for (const auto& name : class_names) {
     STOKER_CHECK(name.find('\n') == std::string::npos, "stoker pack: class name '", name,
                  "' contains a newline");
   }
-  STOKER_CHECK(options.map_size_gib >= 1 && options.map_size_gib <= (int64_t{1} << 20),
-               "stoker pack: --map-size ", options.map_size_gib, " GiB is not in [1, 2^20]");
-  STOKER_CHECK(options.quality >= 1 && options.quality <= 100, "stoker pack: quality ",
-               options.quality, " is not in [1, 100]");
-  DbWriter db(out, options);
+  PackSummary summary;
+  summary.output = out;
+  summary.classes = static_cast<int64_t>(class_names.size());
+  for (std::string& line : prelude.warnings) {
+    say(options, false, "stoker pack: warning: ", line);
+    summary.warnings.push_back(std::move(line));
+  }
+  const auto found_skipped = static_cast<int64_t>(prelude.skipped.size());
+  for (std::string& line : prelude.skipped) {
+    say(options, false, "skipped ", line);
+    summary.skipped_inputs.push_back(std::move(line));
+    ++summary.skipped;
+  }
+  // Installed before the temporary folder exists and removed after it is gone (or renamed): a
+  // signal in between always finds the flag, never the default action.
+  detail::InterruptGuard interrupt_guard;
+  DbWriter db(out, options, summary.warnings);
   const int threads = options.threads > 0
                           ? options.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   tbb::task_arena arena(threads);
   const int64_t chunk = std::max<int64_t>(64, 16 * threads);
-  PackSummary summary;
-  summary.output = out;
-  summary.classes = static_cast<int64_t>(class_names.size());
   util::ProgressBar progress(options.progress);
   const auto progress_start = std::chrono::steady_clock::now();
-  std::vector<std::string> records, errors;
-  std::vector<int64_t> payloads;
+  std::vector<Made> made;
   for (int64_t begin = 0; begin < count; begin += chunk) {
+    if (const int sig = detail::InterruptGuard::signal()) throw_interrupted(sig, db.out());
     const int64_t end = std::min(count, begin + chunk);
     const auto n = static_cast<size_t>(end - begin);
-    records.assign(n, {});
-    errors.assign(n, {});
-    payloads.assign(n, 0);
+    made.assign(n, {});
     arena.execute([&] {
       tbb::parallel_for(tbb::blocked_range<int64_t>(begin, end, 1),
                         [&](const tbb::blocked_range<int64_t>& r) {
                           for (int64_t i = r.begin(); i < r.end(); ++i) {
-                            const auto k = static_cast<size_t>(i - begin);
-                            errors[k] = make(i, records[k], payloads[k]);
+                            make(i, made[static_cast<size_t>(i - begin)]);
                           }
                         });
     });
+    if (const int sig = detail::InterruptGuard::signal()) throw_interrupted(sig, db.out());
     db.begin();
     for (size_t k = 0; k < n; ++k) {
-      if (!errors[k].empty()) {
-        const std::string line = input_name(begin + static_cast<int64_t>(k)) + ": " + errors[k];
-        if (options.report_skipped) {
-          std::fprintf(stderr, "%sskipped %s\n", progress.enabled() ? "\n" : "", line.c_str());
-        }
+      Made& m = made[k];
+      if (!m.error.empty()) {
+        const std::string line = input_name(begin + static_cast<int64_t>(k)) + ": " + m.error;
+        say(options, progress.enabled(), "skipped ", line);
         summary.skipped_inputs.push_back(line);
         ++summary.skipped;
         continue;
       }
-      db.put(sample_key(summary.samples), records[k], MDB_APPEND);
+      if (!m.exif_malformed.empty()) {
+        const std::string line = input_name(begin + static_cast<int64_t>(k)) + ": " +
+                                 m.exif_malformed + "; packed as stored (unrotated)";
+        say(options, progress.enabled(), "stoker pack: warning: ", line);
+        summary.warnings.push_back(line);
+        ++summary.exif_unreadable;
+      }
+      summary.exif_rotated += m.exif_rotated ? 1 : 0;
+      try {
+        db.put(sample_key(summary.samples), m.record, MDB_APPEND);
+      } catch (const Error& e) {
+        core::detail::throw_error(__FILE__, __LINE__,
+                                  str(e.message(), " (writing sample ", summary.samples, ", ",
+                                      input_name(begin + static_cast<int64_t>(k)), ")"),
+                                  e.hint());
+      }
       ++summary.samples;
-      summary.bytes += payloads[k];
+      summary.bytes += m.payload;
+      m = Made{};  // the record's memory goes back now, not at the next chunk
       if (options.fail_after >= 0 && summary.samples >= options.fail_after) {
         STOKER_THROW("stoker pack: injected failure after ", summary.samples, " samples");
       }
@@ -243,32 +307,11 @@ PackSummary run_pack(int64_t count, const RecordMaker& make,
   }
   progress.finish();
   STOKER_CHECK_HINT(summary.samples > 0, "check that the inputs are JPEG files",
-                    "stoker pack: no valid image among ", count, " inputs (", summary.skipped,
-                    " skipped); nothing written to ", out.string());
+                    "stoker pack: no valid image among ", count + found_skipped, " inputs (",
+                    summary.skipped, " skipped); nothing written to ", out.string());
   db.finish(class_names, summary.samples, options.overwrite);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
-}
-
-bool read_file(const std::string& path, std::vector<uint8_t>& bytes, std::string& error) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    error = str("cannot open: ", std::strerror(errno));
-    return false;
-  }
-  f.seekg(0, std::ios::end);
-  const std::streamoff size = f.tellg();
-  f.seekg(0, std::ios::beg);
-  if (size < 0) {
-    error = "cannot read (not a regular file?)";
-    return false;
-  }
-  bytes.resize(static_cast<size_t>(size));
-  if (size > 0 && !f.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    error = "read error";
-    return false;
-  }
-  return true;
 }
 
 // The payload to store: `jpeg` rewritten with restart markers into `scratch` when the options
@@ -281,62 +324,156 @@ const std::vector<uint8_t>& with_restart_markers(const std::vector<uint8_t>& jpe
   return scratch;
 }
 
+// Shrinks `image` so its shorter side is `shorter` (never enlarges).
+void shrink_to(Image& image, int shorter) {
+  const int side = std::min(image.width, image.height);
+  if (shorter <= 0 || side <= shorter) return;
+  const double s = static_cast<double>(shorter) / side;
+  int w = shorter, h = shorter;
+  if (image.width > image.height) w = std::max(1, static_cast<int>(std::lround(image.width * s)));
+  if (image.height > image.width) h = std::max(1, static_cast<int>(std::lround(image.height * s)));
+  image = detail::resize_area(image, w, h);
+}
+
+// Reads, validates and (when asked) re-encodes one input into `made`.
+void make_input_record(const PackItem& item, const PackOptions& options, Made& made) {
+  std::vector<uint8_t> bytes;
+  made.error = detail::read_input_file(item.path, bytes);
+  if (!made.error.empty()) return;
+  Image image;
+  made.error = detail::decode_rgb(bytes, options.max_pixels, image);
+  if (!made.error.empty()) return;
+  int orientation = 1;
+  if (options.apply_exif_orientation) {
+    detail::ExifOrientation exif = detail::read_exif_orientation(bytes);
+    made.exif_malformed = std::move(exif.malformed);
+    orientation = exif.value;
+  }
+  std::vector<uint8_t> reencoded, tiled;
+  const bool reencode = options.resize_shorter > 0 || orientation != 1;
+  if (reencode) {
+    if (orientation != 1) image = detail::apply_orientation(image, orientation);
+    shrink_to(image, options.resize_shorter);
+    reencoded =
+        detail::compress_rgb(image.pixels.data(), image.width, image.height, options.quality);
+    made.exif_rotated = orientation != 1;
+  }
+  image = Image{};
+  const std::vector<uint8_t>& payload_bytes =
+      with_restart_markers(reencode ? reencoded : bytes, options, tiled);
+  made.record = encode_record(item.label, PayloadKind::jpeg, payload_bytes);
+  made.payload = static_cast<int64_t>(payload_bytes.size());
+}
+
 bool hidden(const fs::path& p) { return !p.filename().empty() && p.filename().string()[0] == '.'; }
+
+// The inputs below class folder `dir`: every non-hidden entry that is not a real directory
+// (regular files, and anything else for read_input_file to name and skip), sorted. Directory
+// links are not followed (no loops through them); a folder reached twice (a bind mount) is
+// walked once. Folders that cannot be listed are reported in `skipped`.
+void walk_class_folder(const fs::path& dir, std::vector<std::string>& files,
+                       std::vector<std::string>& skipped) {
+  std::set<std::pair<dev_t, ino_t>> seen;
+  std::vector<fs::path> pending{dir};
+  while (!pending.empty()) {
+    const fs::path folder = std::move(pending.back());
+    pending.pop_back();
+    struct stat st {};
+    if (::stat(folder.c_str(), &st) == 0 && !seen.insert({st.st_dev, st.st_ino}).second) continue;
+    std::error_code ec;
+    fs::directory_iterator it(folder, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      const fs::path& path = it->path();
+      std::error_code type_ec;
+      const fs::file_status link = it->symlink_status(type_ec);
+      if (!type_ec && fs::is_directory(link)) {
+        pending.push_back(path);  // hidden folders too, as before: only hidden files are ignored
+      } else if (!hidden(path)) {
+        files.push_back(path.string());
+      }
+    }
+    if (ec) skipped.push_back(str(folder.string(), ": cannot list the folder: ", ec.message()));
+  }
+  std::sort(files.begin(), files.end());
+}
 
 }  // namespace
 
-std::string validate_jpeg(const std::vector<uint8_t>& jpeg, int resize_shorter, int quality,
-                          std::vector<uint8_t>* reencoded) {
-  detail::RgbImage image;
-  std::string why = detail::decompress_rgb(jpeg.data(), jpeg.size(), image);
-  if (!why.empty() || resize_shorter <= 0 || reencoded == nullptr) return why;
-  const int shorter = std::min(image.width, image.height);
-  if (shorter > resize_shorter) {
-    const double s = static_cast<double>(resize_shorter) / shorter;
-    int w = resize_shorter, h = resize_shorter;
-    if (image.width > image.height) w = std::max(1, static_cast<int>(std::lround(image.width * s)));
-    if (image.height > image.width)
-      h = std::max(1, static_cast<int>(std::lround(image.height * s)));
-    image = detail::resize_area(image, w, h);
-  }
-  *reencoded = detail::compress_rgb(image.pixels.data(), image.width, image.height, quality);
-  return {};
+namespace detail {
+
+void check_pack_options(const PackOptions& o) {
+  STOKER_CHECK_HINT(o.threads >= 0, "pass -j 0 for all cores, or a positive thread count",
+                    "stoker pack: --threads ", o.threads,
+                    " is negative (valid: 0 = all cores, or "
+                    "a thread count >= 1)");
+  STOKER_CHECK_HINT(o.resize_shorter >= 0, "pass --resize 0 to keep the images' size",
+                    "stoker pack: --resize ", o.resize_shorter,
+                    " is negative (valid: 0 = keep the size, or a shorter side >= 1 pixel)");
+  STOKER_CHECK(o.quality >= 1 && o.quality <= 100, "stoker pack: --quality ", o.quality,
+               " is not in [1, 100]");
+  STOKER_CHECK(o.map_size_gib >= 1 && o.map_size_gib <= (int64_t{1} << 20),
+               "stoker pack: --map-size ", o.map_size_gib, " GiB is not in [1, 2^20]");
+  STOKER_CHECK(o.max_pixels >= 1, "stoker pack: --max-pixels ", o.max_pixels,
+               " is not >= 1 (the default is 16384 x 16384 = 268435456, the loader's)");
+  STOKER_CHECK(o.classes >= 0 && o.classes <= kPackMaxClasses, "stoker pack: --classes ", o.classes,
+               " is not in [0, ", kPackMaxClasses, "] (0: inferred from the labels)");
 }
 
 PackSummary pack_items(std::vector<PackItem> items, std::vector<std::string> class_names,
-                       const fs::path& out, const PackOptions& options) {
-  STOKER_CHECK(!items.empty(), "stoker pack: no input images for ", out.string());
+                       const fs::path& out, const PackOptions& options, PackPrelude prelude) {
+  check_pack_options(options);
+  STOKER_CHECK(!items.empty() || !prelude.skipped.empty(), "stoker pack: no input images for ",
+               out.string());
   for (const PackItem& item : items) {
     STOKER_CHECK(item.label >= 0 && item.label < static_cast<int32_t>(class_names.size()),
                  "stoker pack: ", item.path, " has label ", item.label, " outside [0, ",
                  class_names.size(), ")");
   }
-  if (options.shuffle) {
+  if (options.shuffle && items.size() > 1) {
     for (size_t i = items.size() - 1; i > 0; --i) {
       const core::Philox4 r = core::philox_block(options.seed, kPackShuffleStream, i);
       const uint64_t x = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
       std::swap(items[i], items[x % (i + 1)]);
     }
   }
-  const RecordMaker make = [&](int64_t i, std::string& record, int64_t& payload) -> std::string {
+  const RecordMaker make = [&](int64_t i, Made& made) {
+    if (InterruptGuard::signal() != 0) return;  // the chunk is dropped: stop working at once
     const PackItem& item = items[static_cast<size_t>(i)];
-    std::vector<uint8_t> bytes;
-    std::string error;
-    if (!read_file(item.path, bytes, error)) return error;
-    std::vector<uint8_t> reencoded, tiled;
-    error = validate_jpeg(bytes, options.resize_shorter, options.quality,
-                          options.resize_shorter > 0 ? &reencoded : nullptr);
-    if (!error.empty()) return error;
-    const std::vector<uint8_t>& payload_bytes =
-        with_restart_markers(options.resize_shorter > 0 ? reencoded : bytes, options, tiled);
-    record = encode_record(item.label, PayloadKind::jpeg, payload_bytes);
-    payload = static_cast<int64_t>(payload_bytes.size());
-    return {};
+    // One input's failure, whatever it is, is that input's skip: never the pack's end.
+    try {
+      make_input_record(item, options, made);
+    } catch (const std::bad_alloc&) {
+      made = Made{};
+      made.error = "out of memory while packing it (std::bad_alloc)";
+    } catch (const Error& e) {
+      made = Made{};
+      made.error = e.message();
+    } catch (const std::exception& e) {
+      made = Made{};
+      made.error = e.what();
+    }
   };
   return run_pack(
       static_cast<int64_t>(items.size()), make,
       [&](int64_t i) { return items[static_cast<size_t>(i)].path; }, std::move(class_names), out,
-      options);
+      options, std::move(prelude));
+}
+
+}  // namespace detail
+
+std::string validate_jpeg(const std::vector<uint8_t>& jpeg, int resize_shorter, int quality,
+                          std::vector<uint8_t>* reencoded, int64_t max_pixels) {
+  Image image;
+  std::string why = detail::decode_rgb(jpeg, max_pixels, image);
+  if (!why.empty() || resize_shorter <= 0 || reencoded == nullptr) return why;
+  shrink_to(image, resize_shorter);
+  *reencoded = detail::compress_rgb(image.pixels.data(), image.width, image.height, quality);
+  return {};
+}
+
+PackSummary pack_items(std::vector<PackItem> items, std::vector<std::string> class_names,
+                       const fs::path& out, const PackOptions& options) {
+  return detail::pack_items(std::move(items), std::move(class_names), out, options, {});
 }
 
 PackSummary pack_generated(int64_t count, const SampleProducer& produce,
@@ -344,32 +481,47 @@ PackSummary pack_generated(int64_t count, const SampleProducer& produce,
                            const PackOptions& options) {
   STOKER_CHECK(count > 0, "stoker pack: sample count ", count, " must be positive");
   const auto num_classes = static_cast<int32_t>(class_names.size());
-  const RecordMaker make = [&](int64_t i, std::string& record, int64_t& payload) -> std::string {
+  const RecordMaker make = [&](int64_t i, Made& made) {
+    if (detail::InterruptGuard::signal() != 0) return;
     int32_t label = 0;
     const std::vector<uint8_t> jpeg = produce(i, label);
     STOKER_CHECK(label >= 0 && label < num_classes, "stoker pack: generated sample ", i,
                  " has label ", label, " outside [0, ", num_classes, ")");
     std::vector<uint8_t> tiled;
     const std::vector<uint8_t>& payload_bytes = with_restart_markers(jpeg, options, tiled);
-    record = encode_record(label, PayloadKind::jpeg, payload_bytes);
-    payload = static_cast<int64_t>(payload_bytes.size());
-    return {};
+    made.record = encode_record(label, PayloadKind::jpeg, payload_bytes);
+    made.payload = static_cast<int64_t>(payload_bytes.size());
   };
-  return run_pack(
-      count, make, [](int64_t i) { return str("sample ", i); }, std::move(class_names), out,
-      options);
+  return run_pack(count, make, [](int64_t i) { return str("sample ", i); }, std::move(class_names),
+                  out, options, {});
 }
 
 PackSummary pack_folder(const fs::path& root, const fs::path& out, const PackOptions& options) {
+  detail::check_pack_options(options);
   std::error_code ec;
   STOKER_CHECK_HINT(fs::is_directory(root, ec),
                     "pass a folder with one sub-folder per class (or a list file of `path label` "
                     "lines)",
                     "stoker pack: ", root.string(), " is not a folder");
+  detail::PackPrelude prelude;
   std::vector<fs::path> class_dirs;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    if (entry.is_directory() && !hidden(entry.path())) class_dirs.push_back(entry.path());
+  fs::directory_iterator it(root, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    if (hidden(it->path())) continue;
+    // Class folders may be links to folders (followed: the walk below them follows none).
+    std::error_code type_ec;
+    const fs::file_status status = it->status(type_ec);
+    if (fs::is_directory(status)) {
+      class_dirs.push_back(it->path());
+    } else if (type_ec) {  // a dangling link or a link loop where a class folder could be
+      prelude.skipped.push_back(str(it->path().string(), ": not a class folder: ",
+                                    type_ec == std::errc::too_many_symbolic_link_levels
+                                        ? "symbolic link loop"
+                                        : type_ec.message()));
+    }
   }
+  STOKER_CHECK_HINT(!ec, "check the folder's permissions", "stoker pack: cannot list ",
+                    root.string(), ": ", ec.message());
   std::sort(class_dirs.begin(), class_dirs.end());
   STOKER_CHECK_HINT(!class_dirs.empty(), "put each class's images in its own sub-folder",
                     "stoker pack: ", root.string(), " has no class sub-folders");
@@ -378,48 +530,11 @@ PackSummary pack_folder(const fs::path& root, const fs::path& out, const PackOpt
   for (size_t c = 0; c < class_dirs.size(); ++c) {
     class_names.push_back(class_dirs[c].filename().string());
     std::vector<std::string> files;
-    for (const auto& entry : fs::recursive_directory_iterator(class_dirs[c])) {
-      if (!hidden(entry.path()) && !entry.is_directory()) files.push_back(entry.path().string());
-    }
-    std::sort(files.begin(), files.end());
+    walk_class_folder(class_dirs[c], files, prelude.skipped);
     for (auto& f : files) items.push_back({std::move(f), static_cast<int32_t>(c)});
   }
-  return pack_items(std::move(items), std::move(class_names), out, options);
-}
-
-PackSummary pack_list(const fs::path& list, const fs::path& out, const PackOptions& options) {
-  std::ifstream f(list);
-  STOKER_CHECK_HINT(static_cast<bool>(f), "pass a text file of `path label` lines",
-                    "stoker pack: cannot open list file ", list.string(), ": ",
-                    std::strerror(errno));
-  const fs::path base = list.parent_path();
-  std::vector<PackItem> items;
-  int32_t max_label = -1;
-  std::string line;
-  for (int line_no = 1; std::getline(f, line); ++line_no) {
-    const auto first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos || line[first] == '#') continue;
-    const auto last = line.find_last_not_of(" \t\r");
-    line = line.substr(first, last - first + 1);
-    const auto split = line.find_last_of(" \t");
-    int32_t label = -1;
-    const char* lb = split == std::string::npos ? nullptr : line.data() + split + 1;
-    const auto parsed = lb ? std::from_chars(lb, line.data() + line.size(), label)
-                           : std::from_chars_result{nullptr, std::errc::invalid_argument};
-    STOKER_CHECK_HINT(
-        lb && parsed.ec == std::errc() && parsed.ptr == line.data() + line.size() && label >= 0,
-        "each line is `path label` with a label >= 0", "stoker pack: ", list.string(), ":", line_no,
-        ": cannot parse '", line, "'");
-    std::string path = line.substr(0, line.find_last_not_of(" \t", split) + 1);
-    fs::path p(path);
-    if (p.is_relative()) p = base / p;
-    items.push_back({p.string(), label});
-    max_label = std::max(max_label, label);
-  }
-  STOKER_CHECK(!items.empty(), "stoker pack: list file ", list.string(), " has no entries");
-  std::vector<std::string> class_names;
-  for (int32_t c = 0; c <= max_label; ++c) class_names.push_back(std::to_string(c));
-  return pack_items(std::move(items), std::move(class_names), out, options);
+  return detail::pack_items(std::move(items), std::move(class_names), out, options,
+                            std::move(prelude));
 }
 
 std::string format_summary(const PackSummary& s) {
@@ -432,7 +547,12 @@ std::string format_summary(const PackSummary& s) {
                 s.samples > 0 ? s.bytes / 1024.0 / s.samples : 0.0,
                 static_cast<long long>(s.skipped), s.seconds,
                 s.seconds > 0 ? (s.samples + s.skipped) / s.seconds : 0.0);
-  return buf;
+  std::string text = buf;
+  if (s.exif_rotated > 0 || s.exif_unreadable > 0) {
+    text += str("  Exif orientation: ", s.exif_rotated, " re-encoded upright, ", s.exif_unreadable,
+                " unreadable (packed unrotated)\n");
+  }
+  return text;
 }
 
 }  // namespace stoker::data

@@ -1,11 +1,12 @@
-// TurboJPEG helpers for packing. Validation decodes every pixel (a header alone does not catch a
-// truncated file); libjpeg-turbo's warnings (e.g. "premature end of data") count as failures.
+// The packer's JPEG work: first-byte and header checks, validation with the loader's decoder,
+// area resize and compression with TurboJPEG.
 #include "data/pack_jpeg.h"
 
 #include <turbojpeg.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 
 #include "stoker/core/error.h"
@@ -14,34 +15,41 @@ namespace stoker::data::detail {
 
 namespace {
 
-struct TjHandle {
-  explicit TjHandle(bool compress) : h(compress ? tjInitCompress() : tjInitDecompress()) {
-    STOKER_CHECK(h != nullptr, "TurboJPEG: cannot create a ",
-                 compress ? "compressor" : "decompressor", ": ", tjGetErrorStr2(nullptr));
+struct TjCompressor {
+  TjCompressor() : h(tjInitCompress()) {
+    STOKER_CHECK(h != nullptr, "TurboJPEG: cannot create a compressor: ", tjGetErrorStr2(nullptr));
   }
-  ~TjHandle() { tjDestroy(h); }
-  TjHandle(const TjHandle&) = delete;
-  TjHandle& operator=(const TjHandle&) = delete;
+  ~TjCompressor() { tjDestroy(h); }
+  TjCompressor(const TjCompressor&) = delete;
+  TjCompressor& operator=(const TjCompressor&) = delete;
   tjhandle h;
 };
 
-// A failed call can leave a TurboJPEG 2.x decompressor in a state where the next header read
-// reports 0x0 dimensions, so a handle that failed is replaced before its next use.
-thread_local std::unique_ptr<TjHandle> t_decompressor;
+// This thread's decoder, made again when the budget changes or after a failure that was not a
+// DecodeError (an allocation failure can leave it mid-decode; a new one is certainly clean).
+thread_local std::unique_ptr<JpegDecoder> t_decoder;
 
-tjhandle decompressor() {
-  if (!t_decompressor) t_decompressor = std::make_unique<TjHandle>(false);
-  return t_decompressor->h;
+JpegDecoder& decoder(int64_t max_pixels) {
+  if (!t_decoder || t_decoder->options().max_pixels != max_pixels) {
+    t_decoder = std::make_unique<JpegDecoder>(DecoderOptions{.max_pixels = max_pixels});
+  }
+  return *t_decoder;
 }
 
-std::string decompress_failed(const char* what) {
-  std::string why = std::string(what) + tjGetErrorStr2(t_decompressor->h);
-  t_decompressor.reset();
-  return why;
+// 3600000000 -> "3.6e9"; below a million, the number itself.
+std::string short_count(int64_t n) {
+  if (n < 1000000) return std::to_string(n);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1e", static_cast<double>(n));  // "3.6e+09"
+  std::string s = buf;
+  const size_t e = s.find('e');
+  size_t digits = e + 1;
+  while (digits < s.size() && (s[digits] == '+' || s[digits] == '0')) ++digits;
+  return s.substr(0, e + 1) + s.substr(digits);
 }
 
 tjhandle compressor() {
-  thread_local TjHandle handle(true);
+  thread_local TjCompressor handle;
   return handle.h;
 }
 
@@ -68,32 +76,91 @@ std::vector<std::vector<Tap>> area_taps(int in, int out) {
 
 }  // namespace
 
-std::string decompress_rgb(const uint8_t* jpeg, size_t size, RgbImage& out) {
-  if (size == 0) return "empty file";
-  if (size < 4 || jpeg[0] != 0xFF || jpeg[1] != 0xD8 || jpeg[2] != 0xFF) {
-    return "not a JPEG (no start-of-image marker)";
+std::string check_jpeg_start(std::span<const uint8_t> j) {
+  if (j.empty()) return "empty file (0 bytes)";
+  if (j.size() < 2 || j[0] != 0xFF || j[1] != 0xD8) return {};  // not a JPEG: the decoder says
+  if (j.size() == 2) return "JPEG ends right after its start-of-image marker (truncated)";
+  if (j[2] != 0xFF) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf,
+                  "garbage after the start-of-image marker: expected a marker (FF xx) at byte 2, "
+                  "found 0x%02X",
+                  j[2]);
+    return buf;
   }
-  tjhandle h = decompressor();
-  int w = 0, h_px = 0, subsamp = 0, colorspace = 0;
-  if (tjDecompressHeader3(h, jpeg, static_cast<unsigned long>(size), &w, &h_px, &subsamp,
-                          &colorspace) != 0) {
-    return decompress_failed("not a readable JPEG: ");
-  }
-  if (w <= 0 || h_px <= 0) {
-    t_decompressor.reset();
-    return "JPEG with empty dimensions";
-  }
-  out.width = w;
-  out.height = h_px;
-  out.pixels.resize(static_cast<size_t>(w) * static_cast<size_t>(h_px) * 3);
-  if (tjDecompress2(h, jpeg, static_cast<unsigned long>(size), out.pixels.data(), w, 0, h_px,
-                    TJPF_RGB, 0) != 0) {
-    return decompress_failed("corrupt JPEG: ");
+  if (j.size() == 3) {
+    return "JPEG ends inside its first marker after the start of image (truncated)";
   }
   return {};
 }
 
-RgbImage resize_area(const RgbImage& in, int width, int height) {
+bool walk_segments(std::span<const uint8_t> j,
+                   const std::function<bool(uint8_t, std::span<const uint8_t>)>& visit) {
+  size_t i = 2;
+  while (i + 1 < j.size()) {
+    if (j[i] != 0xFF) return false;
+    const uint8_t marker = j[i + 1];
+    if (marker == 0xFF) {  // fill byte before a marker
+      ++i;
+      continue;
+    }
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {  // no length, no payload
+      i += 2;
+      continue;
+    }
+    if (marker == 0xD9 || marker == 0xD8 || marker == 0x00) return false;  // EOI/SOI: no scan
+    if (i + 4 > j.size()) return false;
+    const size_t length = (size_t{j[i + 2]} << 8) | j[i + 3];
+    if (length < 2 || i + 2 + length > j.size()) return false;
+    if (!visit(marker, j.subspan(i + 4, length - 2)) || marker == 0xDA) return true;
+    i += 2 + length;
+  }
+  return false;
+}
+
+bool frame_size(std::span<const uint8_t> jpeg, int& width, int& height) {
+  bool found = false;
+  walk_segments(jpeg, [&](uint8_t marker, std::span<const uint8_t> p) {
+    const bool sof =
+        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (!sof) return marker != 0xDA;
+    if (p.size() >= 5) {
+      height = (p[1] << 8) | p[2];
+      width = (p[3] << 8) | p[4];
+      found = true;
+    }
+    return false;
+  });
+  return found;
+}
+
+std::string check_pixel_budget(std::span<const uint8_t> jpeg, int64_t max_pixels) {
+  int w = 0, h = 0;
+  if (!frame_size(jpeg, w, h)) return {};
+  const int64_t pixels = int64_t{w} * h;
+  if (pixels <= max_pixels) return {};
+  return core::detail::str("header claims ", w, "x", h, " = ", short_count(pixels),
+                           " pixels, over the budget of ", max_pixels,
+                           max_pixels >= 1000000 ? " (" + short_count(max_pixels) + ")" : "",
+                           " pixels; raise --max-pixels if such images are real");
+}
+
+std::string decode_rgb(std::span<const uint8_t> jpeg, int64_t max_pixels, Image& out) {
+  std::string why = check_jpeg_start(jpeg);
+  if (why.empty()) why = check_pixel_budget(jpeg, max_pixels);
+  if (!why.empty()) return why;
+  try {
+    decoder(max_pixels).decode_full_into(jpeg, out);
+  } catch (const DecodeError& e) {
+    return e.reason();
+  } catch (...) {
+    t_decoder.reset();
+    throw;
+  }
+  return {};
+}
+
+Image resize_area(const Image& in, int width, int height) {
   const auto tx = area_taps(in.width, width);
   const auto ty = area_taps(in.height, height);
   // Horizontal pass into floats, then vertical pass with rounding.
@@ -109,7 +176,7 @@ RgbImage resize_area(const RgbImage& in, int width, int height) {
       for (int c = 0; c < 3; ++c) dst[x * 3 + c] = acc[c];
     }
   }
-  RgbImage out;
+  Image out;
   out.width = width;
   out.height = height;
   out.pixels.resize(static_cast<size_t>(width) * height * 3);

@@ -1,23 +1,50 @@
-// Private: the TurboJPEG work of the packer (validate, decompress, area resize, compress).
-// Handles are per thread (thread_local), created on first use.
+// Private: the JPEG work of the packer. Validation is the loader's own decode (JpegDecoder, one
+// per thread), so what the packer accepts the loader reads (CMYK/YCCK included), preceded by
+// checks that need no decoder: what is wrong with the first bytes, and the header's pixel count
+// against the budget (before anything is allocated). Area resize and compression use
+// TurboJPEG's compressor (one handle per thread).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "stoker/data/decode.h"
+
 namespace stoker::data::detail {
 
-struct RgbImage {
-  int width = 0, height = 0;
-  std::vector<uint8_t> pixels;  // HWC, RGB
-};
+// Why the first bytes are not the start of a JPEG, in words that say what is wrong: "empty file
+// (0 bytes)", "JPEG ends right after its start-of-image marker (truncated)", "garbage after the
+// start-of-image marker: expected a marker (FF xx) at byte 2, found 0x12". "" when the file
+// starts with SOI and a marker, or does not start with SOI at all (the decoder names that).
+std::string check_jpeg_start(std::span<const uint8_t> jpeg);
 
-// Decodes the header and every pixel; returns an empty string or the reason it failed.
-std::string decompress_rgb(const uint8_t* jpeg, size_t size, RgbImage& out);
+// Calls visit(marker, payload) for each marker segment after SOI, up to and including SOS (whose
+// payload is its header), bounds-checked; stops early when visit returns false. Returns false
+// when the segments cannot be followed (a byte that is not a marker where one is due, a length
+// running past the end); libjpeg then judges the file.
+bool walk_segments(
+    std::span<const uint8_t> jpeg,
+    const std::function<bool(uint8_t marker, std::span<const uint8_t> payload)>& visit);
+
+// Width and height from the first frame header (SOF0..SOF15 but DHT, JPG, DAC); false when
+// there is none before the scan or the segments cannot be followed.
+bool frame_size(std::span<const uint8_t> jpeg, int& width, int& height);
+
+// "header claims 60000x60000 = 3.6e9 pixels, over the budget of 268435456 (2.7e8) pixels; raise
+// --max-pixels if such images are real" when the first frame header claims more than
+// `max_pixels`, else "".
+std::string check_pixel_budget(std::span<const uint8_t> jpeg, int64_t max_pixels);
+
+// The packer's validation: check_jpeg_start, check_pixel_budget, then every pixel decoded to RGB
+// by this thread's JpegDecoder (budget `max_pixels`; libjpeg warnings are errors). Returns "" and
+// fills `out`, or the reason.
+std::string decode_rgb(std::span<const uint8_t> jpeg, int64_t max_pixels, Image& out);
 
 // Area (box-filter) resize to width x height; meant for shrinking.
-RgbImage resize_area(const RgbImage& in, int width, int height);
+Image resize_area(const Image& in, int width, int height);
 
 // Compresses RGB pixels (4:2:0) at `quality`; throws stoker::Error on failure.
 std::vector<uint8_t> compress_rgb(const uint8_t* pixels, int width, int height, int quality);

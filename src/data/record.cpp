@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "stoker/core/error.h"
+#include "util/checksum.h"
 
 namespace stoker::data {
 
@@ -37,6 +38,11 @@ std::string sample_key(int64_t index) {
   return buf;
 }
 
+uint64_t record_checksum(std::span<const uint8_t> first16, std::span<const uint8_t> payload) {
+  return util::checksum64(payload.data(), payload.size(),
+                          util::checksum64(first16.data(), first16.size()));
+}
+
 std::string encode_record(int32_t label, PayloadKind kind, std::span<const uint8_t> payload) {
   STOKER_CHECK(payload.size() <= 0xFFFFFFFFull, "encode_record: payload of ", payload.size(),
                " bytes exceeds the 4 GiB record limit");
@@ -48,29 +54,41 @@ std::string encode_record(int32_t label, PayloadKind kind, std::span<const uint8
   put_le(s, 0, 1);
   put_le(s, static_cast<uint32_t>(label), 4);
   put_le(s, payload.size(), 4);
+  put_le(s, record_checksum({reinterpret_cast<const uint8_t*>(s.data()), kRecordHeaderBytesV1},
+                            payload),
+         8);
   s.append(reinterpret_cast<const char*>(payload.data()), payload.size());
   return s;
 }
 
-std::string parse_record(std::span<const uint8_t> value, int num_classes, SampleView& out) {
+std::string parse_record_header(std::span<const uint8_t> value, int num_classes,
+                                RecordHeader& out) {
   using core::detail::str;
   if (value.empty()) return "zero-length value";
-  if (value.size() < kRecordHeaderBytes) {
-    return str("value of ", value.size(), " bytes is shorter than the ", kRecordHeaderBytes,
+  if (value.size() < kRecordHeaderBytesV1) {
+    return str("value of ", value.size(), " bytes is shorter than the ", kRecordHeaderBytesV1,
                "-byte record header");
   }
   const uint8_t* p = value.data();
   if (std::memcmp(p, kRecordMagic, 4) != 0) return "bad magic (not a stoker record)";
   const auto version = static_cast<uint16_t>(get_le(p + 4, 2));
-  if (version != kRecordVersion) {
-    return str("unknown record version ", version, " (this build reads version ", kRecordVersion,
-               "; repack with this version of `stoker pack`)");
+  if (version != kRecordVersionV1 && version != kRecordVersion) {
+    return str("unknown record version ", version, " (this build reads versions ", kRecordVersionV1,
+               " and ", kRecordVersion,
+               "; a newer stoker wrote it, or the record is damaged: use that stoker or repack "
+               "with this one)");
+  }
+  const size_t header_bytes =
+      version == kRecordVersionV1 ? kRecordHeaderBytesV1 : kRecordHeaderBytes;
+  if (value.size() < header_bytes) {
+    return str("value of ", value.size(), " bytes is shorter than the ", header_bytes,
+               "-byte version ", version, " record header");
   }
   const auto kind = static_cast<PayloadKind>(p[6]);
   if (kind != PayloadKind::jpeg) return str("unknown payload kind ", static_cast<int>(p[6]));
   const auto label = static_cast<int32_t>(static_cast<uint32_t>(get_le(p + 8, 4)));
   const uint64_t count = get_le(p + 12, 4);
-  const uint64_t available = value.size() - kRecordHeaderBytes;
+  const uint64_t available = value.size() - header_bytes;
   if (count > available) {
     return str("truncated payload: header says ", count, " bytes, value holds ", available);
   }
@@ -81,9 +99,33 @@ std::string parse_record(std::span<const uint8_t> value, int num_classes, Sample
   if (label < 0 || (num_classes > 0 && label >= num_classes)) {
     return str("label ", label, " out of range [0, ", num_classes, ")");
   }
-  out.label = label;
+  out.version = version;
   out.kind = kind;
-  out.payload = value.subspan(kRecordHeaderBytes);
+  out.label = label;
+  out.payload_bytes = static_cast<uint32_t>(count);
+  out.header_bytes = header_bytes;
+  out.has_checksum = version != kRecordVersionV1;
+  out.checksum = out.has_checksum ? get_le(p + 16, 8) : 0;
+  return {};
+}
+
+std::string parse_record(std::span<const uint8_t> value, int num_classes, SampleView& out) {
+  RecordHeader header;
+  std::string why = parse_record_header(value, num_classes, header);
+  if (!why.empty()) return why;
+  const std::span<const uint8_t> payload = value.subspan(header.header_bytes);
+  if (header.has_checksum) {
+    const uint64_t computed = record_checksum(value.first(kRecordHeaderBytesV1), payload);
+    if (computed != header.checksum) {
+      return core::detail::str("record checksum mismatch (stored ",
+                               util::checksum_hex(header.checksum), ", computed ",
+                               util::checksum_hex(computed), "): the record is damaged");
+    }
+  }
+  out.label = header.label;
+  out.kind = header.kind;
+  out.version = header.version;
+  out.payload = payload;
   return {};
 }
 

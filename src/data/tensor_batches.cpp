@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "stoker/core/error.h"
+#include "util/checksum.h"
 
 namespace stoker::data {
 
@@ -73,6 +74,26 @@ void TensorBatches::restore(int64_t epoch, int64_t batch_index) {
                "batch ",
                batch_index, " outside epoch of ", batches_per_epoch(), " batches");
   batch_ = batch_index;
+}
+
+SourceIdentity TensorBatches::identity() const {
+  if (fingerprint_.empty()) {
+    util::Checksum64 sum;
+    std::string text = "tensors";
+    for (const Tensor* t : {&inputs_, &targets_}) {
+      const std::string desc = core::detail::str(dtype_name(t->dtype()), t->shape().str());
+      sum.update(desc.data(), desc.size());
+      sum.update(t->data(), t->nbytes());
+      text += " " + desc;
+    }
+    fingerprint_ = text + ", xxh3 " + util::checksum_hex(sum.value());
+  }
+  SourceIdentity id;
+  id.batch_size = options_.batch_size;
+  if (options_.shuffle) id.seed = options_.seed;
+  id.samples = inputs_.size(0);
+  id.fingerprint = fingerprint_;  // no location: the tensors are in memory
+  return id;
 }
 
 }  // namespace stoker::data

@@ -1,9 +1,12 @@
 // TokenBatches: windows gathered into one host batch, then one copy per tensor to the device.
 #include "stoker/data/token_batches.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "stoker/core/error.h"
+#include "util/checksum.h"
 
 namespace stoker::data {
 
@@ -68,6 +71,26 @@ void TokenBatches::restore(int64_t epoch, int64_t batch_index) {
   STOKER_CHECK(batch_index >= 0 && batch_index <= batches_, "TokenBatches::restore: batch ",
                batch_index, " is outside the epoch of ", batches_, " batches");
   batch_ = batch_index;
+}
+
+SourceIdentity TokenBatches::identity() const {
+  constexpr int64_t kEdgeTokens = 4096;
+  const int64_t n = dataset_.num_tokens();
+  const int64_t head = std::min(n, kEdgeTokens);
+  const int64_t tail_start = std::max(head, n - kEdgeTokens);
+  std::vector<uint32_t> edges;
+  for (int64_t i = 0; i < head; ++i) edges.push_back(dataset_.token(i));
+  for (int64_t i = tail_start; i < n; ++i) edges.push_back(dataset_.token(i));
+  SourceIdentity id;
+  id.batch_size = options_.batch_size;
+  id.seed = dataset_.options().seed;
+  id.samples = dataset_.size();
+  id.fingerprint = core::detail::str(
+      "token file of ", n, " tokens of ", dataset_.options().token_bytes, " bytes, windows of ",
+      dataset_.options().context + 1, ", xxh3 of the first and last ", kEdgeTokens, " tokens ",
+      util::checksum_hex(util::checksum64(edges.data(), edges.size() * sizeof(uint32_t))));
+  id.location = dataset_.path().string();
+  return id;
 }
 
 }  // namespace stoker::data

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "stoker/core/error.h"
+#include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
 #include "stoker/data/loader.h"
 #include "stoker/data/tensor_batches.h"
@@ -71,6 +72,26 @@ void Diagnostics::begin_fit(const data::BatchSource& source, int64_t first_step,
                             std::map<std::string, std::string> config, bool print, bool main_rank) {
   source_ = &source;
   main_rank_ = main_rank;
+  // end_fit() writes these files (rank 0) and reads the card to compare with: checked now, so
+  // that a bad path fails before the first step instead of after the whole run.
+  if (main_rank_) {
+    if (!options_.trace_path.empty())
+      core::check_output_path(options_.trace_path,
+                              "DiagnosticsOptions::trace_path (STOKER_DIAG_TRACE)");
+    if (!options_.report_json.empty())
+      core::check_output_path(options_.report_json,
+                              "DiagnosticsOptions::report_json (STOKER_DIAG_REPORT_JSON)");
+    if (!options_.baseline_save.empty())
+      core::check_output_path(options_.baseline_save,
+                              "DiagnosticsOptions::baseline_save (STOKER_DIAG_BASELINE_SAVE)");
+    std::error_code ec;
+    STOKER_CHECK_HINT(options_.baseline_compare.empty() ||
+                          std::filesystem::is_regular_file(options_.baseline_compare, ec),
+                      "save a card first with DiagnosticsOptions::baseline_save "
+                      "(STOKER_DIAG_BASELINE_SAVE)",
+                      "DiagnosticsOptions::baseline_compare (STOKER_DIAG_BASELINE_COMPARE) ",
+                      options_.baseline_compare.string(), ": no such file");
+  }
   config_ = std::move(config);
   print_ = print && options_.print;
   first_timed_step_ = first_step + std::max<int64_t>(0, options_.warmup_steps);

@@ -1,14 +1,14 @@
-// Wire format (little-endian):
-//   hello, peer -> rank 0 (20 bytes): magic u32 | version u16 | purpose u16 | rank u32 |
-//                                     world_size u32 | reserved u32 (0)
-//   reply, rank 0 -> peer (12 bytes + length): magic u32 | version u16 | status u16 (0 = ok,
-//                                     1 = refused) | length u32 | payload, or the reason when
-//                                     refused (length <= kRendezvousMaxPayload)
-// Rank 0 answers only once every rank has joined, so a reply also means "everybody is here".
+// The rendezvous: rank 0 serves, the other ranks join. The wire format and its parser are in
+// dist/rendezvous_message.h.
+#include <poll.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "dist/rendezvous_links.h"
+#include "dist/rendezvous_message.h"
 #include "stoker/core/error.h"
 
 namespace stoker::dist {
@@ -31,15 +31,17 @@ namespace detail {
 
 namespace {
 
-constexpr size_t kHelloBytes = 20;
-constexpr size_t kReplyBytes = 12;
-constexpr double kHelloTimeoutS = 10.0;  // a connection must say who it is this quickly
+using Kind = RendezvousMessageKind;
+using Status = RendezvousMessage::Status;
 
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "0x%08x", v);
-  return buf;
-}
+// A connection must say who it is this quickly; until then it waits beside the others, so a
+// silent one delays nobody.
+constexpr double kHelloTimeoutS = 10.0;
+// Connections that have not said who they are yet, at most: beyond, the oldest is dropped (a
+// port scanner cannot take every descriptor of rank 0).
+constexpr size_t kMaxPending = 64;
+// Ignored connections logged one by one; the rest are only counted.
+constexpr int kMaxLoggedStrays = 10;
 
 std::string purpose_text(uint16_t p) {
   return rendezvous_purpose_name(static_cast<RendezvousPurpose>(p));
@@ -47,12 +49,8 @@ std::string purpose_text(uint16_t p) {
 
 void send_reply(const Socket& s, uint16_t status, std::span<const uint8_t> body,
                 Clock::time_point deadline) {
-  unsigned char h[kReplyBytes];
-  put_u32(h, kRendezvousMagic);
-  put_u16(h + 4, kRendezvousVersion);
-  put_u16(h + 6, status);
-  put_u32(h + 8, static_cast<uint32_t>(body.size()));
-  send_all(s, h, sizeof(h), deadline, "rendezvous: replying to " + s.peer());
+  const auto h = encode_rendezvous_reply_header(status, static_cast<uint32_t>(body.size()));
+  send_all(s, h.data(), h.size(), deadline, "rendezvous: replying to " + s.peer());
   if (!body.empty())
     send_all(s, body.data(), body.size(), deadline, "rendezvous: replying to " + s.peer());
 }
@@ -68,6 +66,62 @@ void refuse(const Socket& s, const std::string& why) {
   }
 }
 
+// A connection that has not said who it is yet.
+struct Pending {
+  Socket socket;
+  std::vector<uint8_t> bytes;  // received so far, at most a hello
+  Clock::time_point deadline;  // when it is given up
+};
+
+// Connections to the port that are not stoker ranks: closed and logged, never fatal.
+class Strays {
+ public:
+  explicit Strays(std::string at) : at_(std::move(at)) {}
+  void ignore(const Socket& s, const std::string& why) {
+    ++count_;
+    if (count_ <= kMaxLoggedStrays) {
+      std::fprintf(stderr, "%s: ignored a connection from %s that is not a stoker rank: %s%s\n",
+                   at_.c_str(), s.peer().c_str(), why.c_str(),
+                   count_ == kMaxLoggedStrays ? " (further ones are counted, not logged)" : "");
+      std::fflush(stderr);
+    }
+  }
+  int count() const { return count_; }
+
+ private:
+  std::string at_;
+  int count_ = 0;
+};
+
+// Why a whole hello with the right magic cannot join (empty: it can). These come from stoker
+// ranks started wrongly, so they fail the rendezvous rather than being ignored.
+std::string refusal(const RendezvousMessage& m, const Socket& s, RendezvousPurpose purpose,
+                    int world_size, const std::vector<Socket>& peers) {
+  const int rank = m.rank;
+  if (m.version != kRendezvousVersion)
+    return core::detail::str("rank ", rank, " speaks rendezvous protocol version ", m.version,
+                             " but rank 0 speaks version ", kRendezvousVersion,
+                             ": run the same stoker build on every rank");
+  if (m.purpose != static_cast<uint16_t>(purpose))
+    return core::detail::str("rank ", rank, " joins for backend ", purpose_text(m.purpose),
+                             " but rank 0 for ", rendezvous_purpose_name(purpose),
+                             ": every rank must use the same backend");
+  if (m.world_size != world_size)
+    return core::detail::str("rank ", rank, " was told WORLD_SIZE=", m.world_size,
+                             " but rank 0 WORLD_SIZE=", world_size);
+  if (rank <= 0 || rank >= world_size)
+    return core::detail::str("a connection from ", s.peer(), " claims rank ", rank, ", not in 1..",
+                             world_size - 1);
+  if (peers[static_cast<size_t>(rank)].valid())
+    return core::detail::str("rank ", rank, " joined twice (from ",
+                             peers[static_cast<size_t>(rank)].peer(), " and ", s.peer(),
+                             "): two processes were given the same RANK");
+  return {};
+}
+
+// Rank 0: accepts connections until every rank has sent a valid hello. Connections are served
+// side by side (poll), each with its own hello deadline, so one that sends nothing or garbage
+// delays no rank; it is closed and logged and the rendezvous goes on.
 RendezvousLinks serve(const RendezvousOptions& o, int world_size, std::span<const uint8_t> payload,
                       RendezvousPurpose purpose) {
   RendezvousLinks links;
@@ -77,11 +131,13 @@ RendezvousLinks serve(const RendezvousOptions& o, int world_size, std::span<cons
   if (world_size == 1) return links;
   const auto deadline = deadline_after(o.timeout_s);
   const std::string at = "rendezvous on port " + std::to_string(o.master_port);
+  Strays strays(at);
+  std::vector<Pending> pending;
   int joined = 0;
   try {
     while (joined < world_size - 1) {
-      Socket s = accept_until(listener, deadline);
-      if (!s.valid()) {
+      const auto now = Clock::now();
+      if (now >= deadline) {
         std::string missing;
         int n = 0;
         for (int q = 1; q < world_size; ++q) {
@@ -90,59 +146,98 @@ RendezvousLinks serve(const RendezvousOptions& o, int world_size, std::span<cons
           ++n;
         }
         if (n > 16) missing += core::detail::str(" and ", n - 16, " more");
-        STOKER_CHECK_HINT(false,
-                          "check that every rank started (their logs), that they were given "
-                          "the same MASTER_ADDR/MASTER_PORT and WORLD_SIZE, and that rank 0's "
-                          "port is reachable from their hosts (firewall)",
-                          at, ": timed out after ", o.timeout_s, " s waiting for ", n, " of ",
-                          world_size - 1, " ranks; never connected: rank", n > 1 ? "s " : " ",
-                          missing);
+        STOKER_CHECK_HINT(
+            false,
+            "check that every rank started (their logs), that they were given "
+            "the same MASTER_ADDR/MASTER_PORT and WORLD_SIZE, and that rank 0's "
+            "port is reachable from their hosts (firewall)",
+            at, ": timed out after ", o.timeout_s, " s waiting for ", n, " of ", world_size - 1,
+            " ranks; never connected: rank", n > 1 ? "s " : " ", missing,
+            strays.count() > 0 ? core::detail::str(" (", strays.count(),
+                                                   " connections that were not stoker ranks "
+                                                   "were ignored)")
+                               : std::string());
       }
-      unsigned char h[kHelloBytes];
-      recv_all(s, h, sizeof(h), std::min(deadline, deadline_after(kHelloTimeoutS)),
-               at + ": reading the hello of a connection from " + s.peer());
-      const uint32_t magic = get_u32(h);
-      const uint16_t version = get_u16(h + 4), their_purpose = get_u16(h + 6);
-      const auto rank = static_cast<int32_t>(get_u32(h + 8));
-      const auto world = static_cast<int32_t>(get_u32(h + 12));
-      STOKER_CHECK_HINT(magic == kRendezvousMagic,
-                        "another program uses this port, or a process of another job connected: "
-                        "give this job its own MASTER_PORT",
-                        at, ": a connection from ", s.peer(), " sent magic ", hex32(magic),
-                        " (expected ", hex32(kRendezvousMagic), "): it is not a stoker rank");
-      std::string why;
-      if (version != kRendezvousVersion) {
-        why = core::detail::str("rank ", rank, " speaks rendezvous protocol version ", version,
-                                " but rank 0 speaks version ", kRendezvousVersion,
-                                ": run the same stoker build on every rank");
-      } else if (their_purpose != static_cast<uint16_t>(purpose)) {
-        why = core::detail::str("rank ", rank, " joins for backend ", purpose_text(their_purpose),
-                                " but rank 0 for ", rendezvous_purpose_name(purpose),
-                                ": every rank must use the same backend");
-      } else if (world != world_size) {
-        why = core::detail::str("rank ", rank, " was told WORLD_SIZE=", world,
-                                " but rank 0 WORLD_SIZE=", world_size);
-      } else if (rank <= 0 || rank >= world_size) {
-        why = core::detail::str("a connection from ", s.peer(), " claims rank ", rank,
-                                ", not in 1..", world_size - 1);
-      } else if (links.peers[static_cast<size_t>(rank)].valid()) {
-        why = core::detail::str("rank ", rank, " joined twice (from ",
-                                links.peers[static_cast<size_t>(rank)].peer(), " and ", s.peer(),
-                                "): two processes were given the same RANK");
+      // Connections that did not say who they are in time.
+      for (size_t i = pending.size(); i-- > 0;) {
+        if (now < pending[i].deadline) continue;
+        strays.ignore(
+            pending[i].socket,
+            core::detail::str("it sent ", pending[i].bytes.size(), " of the ", kHelloBytes,
+                              " bytes of a greeting in ", kHelloTimeoutS, " s"));
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
       }
-      if (!why.empty()) {
-        refuse(s, why);
-        STOKER_THROW(at, ": ", why);
+      auto wake = deadline;
+      for (const Pending& p : pending) wake = std::min(wake, p.deadline);
+      std::vector<pollfd> fds;
+      fds.push_back({listener.fd(), POLLIN, 0});
+      for (const Pending& p : pending) fds.push_back({p.socket.fd(), POLLIN, 0});
+      const int ms = static_cast<int>(std::min(seconds_left(wake) * 1000.0 + 1.0, 1000.0));  // >= 1
+      const int r = ::poll(fds.data(), fds.size(), ms);
+      if (r < 0 && errno != EINTR) STOKER_THROW(at, ": poll failed: ", std::strerror(errno));
+      if (r <= 0) continue;
+
+      // Hellos, from the newest connection back (erasing keeps the earlier indices valid).
+      for (size_t i = pending.size(); i-- > 0;) {
+        if (fds[i + 1].revents == 0) continue;
+        Pending& p = pending[i];
+        uint8_t buf[kHelloBytes];
+        const ReadNow got = read_now(p.socket, buf, kHelloBytes - p.bytes.size());
+        std::string why;
+        if (got.bytes > 0) {
+          p.bytes.insert(p.bytes.end(), buf, buf + got.bytes);
+        } else if (got.closed) {
+          why = p.bytes.empty()
+                    ? std::string("it closed the connection without a greeting")
+                    : core::detail::str("it closed the connection after ", p.bytes.size(),
+                                        " of the ", kHelloBytes, " bytes of a greeting");
+        } else if (!got.error.empty()) {
+          why = "reading its greeting failed: " + got.error;
+        }
+        RendezvousMessage m;
+        if (why.empty()) {
+          m = parse_rendezvous_message(p.bytes, Kind::hello);
+          if (m.status == Status::invalid) why = m.error;
+          if (m.status == Status::incomplete) continue;
+        }
+        if (!why.empty()) {
+          strays.ignore(p.socket, why);
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        // A whole hello with the magic: a stoker rank.
+        const std::string no = refusal(m, p.socket, purpose, world_size, links.peers);
+        if (!no.empty()) {
+          refuse(p.socket, no);
+          STOKER_THROW(at, ": ", no);
+        }
+        p.socket.set_peer(core::detail::str("rank ", m.rank, " at ", p.socket.peer()));
+        links.peers[static_cast<size_t>(m.rank)] = std::move(p.socket);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        ++joined;
       }
-      s.set_peer(core::detail::str("rank ", rank, " at ", s.peer()));
-      links.peers[static_cast<size_t>(rank)] = std::move(s);
-      ++joined;
+
+      if (fds[0].revents & POLLIN) {
+        for (Socket s = accept_ready(listener); s.valid(); s = accept_ready(listener)) {
+          if (pending.size() >= kMaxPending) {
+            strays.ignore(pending.front().socket,
+                          core::detail::str("it had not said who it is when ", kMaxPending,
+                                            " more connections were waiting"));
+            pending.erase(pending.begin());
+          }
+          pending.push_back({std::move(s), {}, std::min(deadline, deadline_after(kHelloTimeoutS))});
+        }
+      }
     }
   } catch (const Error& e) {
     for (Socket& p : links.peers)
       if (p.valid()) refuse(p, e.message());
     throw;
   }
+  for (const Pending& p : pending)
+    strays.ignore(p.socket,
+                  core::detail::str("it had sent ", p.bytes.size(), " of the ", kHelloBytes,
+                                    " bytes of a greeting when every rank had joined"));
   for (int q = 1; q < world_size; ++q)
     send_reply(links.peers[static_cast<size_t>(q)], 0, payload, deadline);
   return links;
@@ -153,36 +248,42 @@ RendezvousLinks join(const RendezvousOptions& o, int rank, int world_size,
   const auto deadline = deadline_after(o.timeout_s);
   RendezvousLinks links;
   links.master = connect_until(o.master_addr, o.master_port, deadline);
-  const std::string at = "rendezvous with rank 0 at " + links.master.peer();
-  unsigned char h[kHelloBytes] = {};
-  put_u32(h, kRendezvousMagic);
-  put_u16(h + 4, kRendezvousVersion);
-  put_u16(h + 6, static_cast<uint16_t>(purpose));
-  put_u32(h + 8, static_cast<uint32_t>(rank));
-  put_u32(h + 12, static_cast<uint32_t>(world_size));
-  send_all(links.master, h, sizeof(h), deadline, at + ": sending the hello");
-  unsigned char r[kReplyBytes];
-  recv_all(links.master, r, sizeof(r), deadline,
-           at + ": waiting for rank 0 to answer (it answers when all " +
-               std::to_string(world_size) + " ranks have joined)");
-  const uint32_t magic = get_u32(r);
-  STOKER_CHECK_HINT(magic == kRendezvousMagic,
-                    "another program listens on MASTER_PORT: give this job its own port", at,
-                    ": the answer starts with ", hex32(magic), " instead of ",
-                    hex32(kRendezvousMagic), ": this is not a stoker rendezvous");
-  const uint16_t version = get_u16(r + 4), status = get_u16(r + 6);
-  const uint32_t length = get_u32(r + 8);
-  STOKER_CHECK(version == kRendezvousVersion, at, ": rank 0 speaks protocol version ", version,
-               ", this rank ", kRendezvousVersion, ": run the same stoker build on every rank");
-  STOKER_CHECK(length <= kRendezvousMaxPayload, at, ": rank 0 announced ", length,
-               " bytes (at most ", kRendezvousMaxPayload, " allowed): a corrupt answer");
-  std::vector<uint8_t> body(length);
-  if (length > 0)
-    recv_all(links.master, body.data(), length, deadline, at + ": reading the payload");
-  if (status != 0) {
-    STOKER_THROW(at, ": rank 0 refused rank ", rank, ": ", std::string(body.begin(), body.end()));
+  const std::string server = links.master.peer();  // MASTER_ADDR:MASTER_PORT
+  const std::string at = "rendezvous with rank 0 at " + server;
+  const std::string not_rendezvous_hint =
+      "MASTER_ADDR/MASTER_PORT lead to another program: give the job the address of its rank 0 "
+      "and a port of its own (stoker launch --master-port)";
+  const auto h = encode_rendezvous_hello(static_cast<uint16_t>(purpose), rank, world_size);
+  send_all(links.master, h.data(), h.size(), deadline, at + ": sending the hello");
+  // The answer is parsed as it arrives, so bytes that are no stoker answer fail at once.
+  std::vector<uint8_t> got;
+  RendezvousMessage m = parse_rendezvous_message(got, Kind::reply);
+  while (m.status == Status::incomplete) {
+    const size_t have = got.size();
+    got.resize(m.size);
+    const size_t k = recv_some(links.master, got.data() + have, m.size - have, deadline,
+                               at + ": waiting for rank 0 to answer (it answers when all " +
+                                   std::to_string(world_size) + " ranks have joined)");
+    got.resize(have + k);
+    if (k == 0) {
+      STOKER_CHECK_HINT(have > 0,
+                        "look at rank 0's log: it failed or exited; or MASTER_PORT leads to "
+                        "another program that does not speak the rendezvous",
+                        at, ": ", server, " closed the connection before answering");
+      STOKER_THROW(at, ": ", server, " closed the connection in the middle of its answer (", have,
+                   " of ", m.size, " bytes)");
+    }
+    m = parse_rendezvous_message(got, Kind::reply);
   }
-  links.payload = std::move(body);
+  STOKER_CHECK_HINT(m.status == Status::complete, not_rendezvous_hint, "rendezvous: ", server,
+                    " answered but is not a stoker rendezvous: ", m.error);
+  STOKER_CHECK(m.version == kRendezvousVersion, at, ": rank 0 speaks protocol version ", m.version,
+               ", this rank ", kRendezvousVersion, ": run the same stoker build on every rank");
+  if (m.reply_status != 0) {
+    STOKER_THROW(at, ": rank 0 refused rank ", rank, ": ",
+                 std::string(m.payload.begin(), m.payload.end()));
+  }
+  links.payload.assign(m.payload.begin(), m.payload.end());
   return links;
 }
 

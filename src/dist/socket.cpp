@@ -103,6 +103,8 @@ Socket listen_on(int port, int backlog) {
   }
   STOKER_CHECK(::listen(fd, backlog) == 0, "rendezvous: listen on port ", port,
                " failed: ", errno_text(errno));
+  // Non-blocking: a connection reset between poll() and accept() must not block accept().
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
   return s;
 }
 
@@ -132,6 +134,21 @@ Socket accept_until(const Socket& listener, Clock::time_point deadline) {
         STOKER_THROW("rendezvous: accept failed: ", errno_text(errno));
     }
     if (Clock::now() >= deadline) return Socket();
+  }
+}
+
+Socket accept_ready(const Socket& listener) {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    const int fd = ::accept4(listener.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      set_nodelay(fd);
+      return Socket(fd, address_text(reinterpret_cast<sockaddr*>(&ss)));
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Socket();
+    STOKER_THROW("rendezvous: accept failed: ", errno_text(errno));
   }
 }
 
@@ -236,6 +253,43 @@ void recv_all(const Socket& s, void* data, size_t n, Clock::time_point deadline,
     if (Clock::now() >= deadline)
       STOKER_THROW(what, ": nothing from ", s.peer(), " before the timeout (", n,
                    " bytes still expected)");
+  }
+}
+
+size_t recv_some(const Socket& s, void* data, size_t n, Clock::time_point deadline,
+                 const std::string& what) {
+  for (;;) {
+    pollfd pf{s.fd(), POLLIN, 0};
+    const int r = ::poll(&pf, 1, poll_ms(deadline));
+    if (r < 0 && errno != EINTR) STOKER_THROW(what, ": poll failed: ", errno_text(errno));
+    if (r > 0) {
+      const ssize_t k = ::recv(s.fd(), data, n, MSG_DONTWAIT);
+      if (k >= 0) return static_cast<size_t>(k);
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        STOKER_THROW(what, ": receiving from ", s.peer(), " failed: ", errno_text(errno));
+    }
+    if (Clock::now() >= deadline)
+      STOKER_THROW(what, ": nothing from ", s.peer(), " before the timeout");
+  }
+}
+
+ReadNow read_now(const Socket& s, void* data, size_t n) {
+  ReadNow r;
+  for (;;) {
+    const ssize_t k = ::recv(s.fd(), data, n, MSG_DONTWAIT);
+    if (k > 0) {
+      r.bytes = static_cast<size_t>(k);
+    } else if (k == 0) {
+      r.closed = n > 0;
+      r.nothing_yet = n == 0;
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      r.nothing_yet = true;
+    } else {
+      r.error = errno_text(errno);
+    }
+    return r;
   }
 }
 

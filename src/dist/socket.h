@@ -44,12 +44,15 @@ class Socket {
   std::string peer_;
 };
 
-// Listens on every interface at `port` (0: a free port chosen by the system).
+// Listens on every interface at `port` (0: a free port chosen by the system). The listening
+// socket is non-blocking (accepted connections are not).
 Socket listen_on(int port, int backlog);
 // The port a listening socket is bound to.
 int bound_port(const Socket& s);
 // The next connection, or an invalid Socket when the deadline passes first.
 Socket accept_until(const Socket& listener, Clock::time_point deadline);
+// A connection waiting to be accepted right now, or an invalid Socket when none is.
+Socket accept_ready(const Socket& listener);
 // Connects to host:port, retrying while the port refuses (the listener may start later) until
 // the deadline; throws with the last error then.
 Socket connect_until(const std::string& host, int port, Clock::time_point deadline);
@@ -59,6 +62,21 @@ void send_all(const Socket& s, const void* data, size_t n, Clock::time_point dea
               const std::string& what);
 void recv_all(const Socket& s, void* data, size_t n, Clock::time_point deadline,
               const std::string& what);
+// Between 1 and n bytes, waiting for the first until the deadline (then it throws); 0 when the
+// peer closed the connection first.
+size_t recv_some(const Socket& s, void* data, size_t n, Clock::time_point deadline,
+                 const std::string& what);
+
+// What a read without waiting found: `bytes` > 0 received, or the peer closed the connection,
+// or nothing has arrived yet, or an error (its text). Never throws: for peers that may be
+// anything (the rendezvous' unknown connections).
+struct ReadNow {
+  size_t bytes = 0;
+  bool closed = false;
+  bool nothing_yet = false;
+  std::string error;
+};
+ReadNow read_now(const Socket& s, void* data, size_t n);
 
 // Reads and drops whatever the peer sends until it closes the connection, an error, or the
 // deadline: closing a socket with unread data would reset the connection and could destroy

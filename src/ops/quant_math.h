@@ -74,7 +74,7 @@ STOKER_HD STOKER_FORCEINLINE float normalize_by(float x, float absmax) {
 
 // bf16 with stochastic rounding: r16 (16 random bits) added below the kept bits, then
 // truncated, so x rounds up with probability (its distance to the lower bf16) / (the gap):
-// unbiased in expectation. NaN and Inf round to nearest (no random carry into them).
+// unbiased in expectation. NaN and Inf round to nearest (no random bits added to them).
 STOKER_HD STOKER_FORCEINLINE uint16_t float_to_bf16_stochastic(float x, uint32_t r16) {
   const uint32_t u = core::float_bits(x);
   if ((u & 0x7f800000u) == 0x7f800000u) return core::float_to_bf16_bits(x);

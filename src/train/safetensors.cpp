@@ -1,6 +1,7 @@
 // safetensors reader and writer. The reader maps the file read-only and checks the whole header
-// (lengths, JSON, dtypes, shapes, offsets) before any tensor byte is touched, so a damaged file
-// produces an error that names it, never an over-read.
+// (lengths, JSON, dtypes, shapes, offsets, the checksum table) before any tensor byte is
+// touched, so a damaged file produces an error that names it, never an over-read; tensor bytes
+// are checked against their checksums before they are used.
 #include "stoker/train/safetensors.h"
 
 #include <fcntl.h>
@@ -11,12 +12,14 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "stoker/core/error.h"
 #include "util/atomic_file.h"
+#include "util/checksum.h"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors stores little-endian data; big-endian hosts are not supported");
@@ -31,6 +34,13 @@ using nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+// 16 hex digits (as util::checksum_hex writes them) -> value; false for anything else.
+bool parse_checksum_hex(const std::string& s, uint64_t& v) {
+  if (s.size() != 16) return false;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
+  return ec == std::errc() && end == s.data() + s.size();
+}
 }  // namespace
 
 const char* safetensors_dtype_name(DType t) {
@@ -64,7 +74,8 @@ DType parse_safetensors_dtype(const std::string& name, const std::string& contex
 }
 
 void save_safetensors(const std::filesystem::path& path, std::span<const NamedTensor> tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata,
+                      const SafetensorsWriteOptions& options) {
   std::set<std::string> seen;
   std::vector<Tensor> host;
   json header = json::object();
@@ -84,7 +95,16 @@ void save_safetensors(const std::filesystem::path& path, std::span<const NamedTe
                        {"data_offsets", {offset, offset + nt.tensor.nbytes()}}};
     offset += nt.tensor.nbytes();
   }
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::map<std::string, std::string> meta = metadata;
+  if (options.checksums) {
+    // Over the host bytes, exactly what goes into the file.
+    json sums = json::object();
+    for (size_t i = 0; i < host.size(); ++i)
+      sums[tensors[i].name] =
+          util::checksum_hex(util::checksum64(host[i].data(), host[i].nbytes()));
+    meta[kChecksumsKey] = sums.dump();
+  }
+  if (!meta.empty()) header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned
   const uint64_t n = text.size();
@@ -161,6 +181,9 @@ SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(
       for (const json& d : shape) {
         STOKER_CHECK(d.is_number_unsigned(), ctx, ": shape ", shape.dump(),
                      " has an extent that is not a non-negative integer");
+        // Each extent on its own too: after a zero extent the product stays 0 whatever follows.
+        STOKER_CHECK(d.get<uint64_t>() <= (uint64_t{1} << 62), ctx, ": shape ", shape.dump(),
+                     " has an impossibly large extent");
         dims.push_back(d.get<int64_t>());
         numel *= d.get<uint64_t>();
         STOKER_CHECK(numel <= (static_cast<unsigned __int128>(1) << 62), ctx, ": shape ",
@@ -201,6 +224,32 @@ SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(
                  " bytes but the data "
                  "section has ",
                  data_size, " (trailing bytes: corrupt or wrong header)");
+    for (size_t i = 0; i < names_.size(); ++i) entries_[names_[i]].index = i;
+    verified_ = std::make_unique<std::atomic<bool>[]>(names_.size());
+
+    // The checksum table. Names it lists that the file lacks are ignored (a tool may have
+    // dropped tensors and kept the metadata); a malformed table is a damaged header.
+    if (const auto it = metadata_.find(kChecksumsKey); it != metadata_.end()) {
+      const std::string ctx = file + ": metadata " + kChecksumsKey;
+      json sums;
+      try {
+        sums = json::parse(it->second);
+      } catch (const json::exception& e) {
+        STOKER_THROW(ctx, " is not valid JSON (", e.what(), "): the header is damaged");
+      }
+      STOKER_CHECK(sums.is_object(), ctx, " is not a JSON object: the header is damaged");
+      for (auto s = sums.begin(); s != sums.end(); ++s) {
+        uint64_t v = 0;
+        STOKER_CHECK(s.value().is_string() && parse_checksum_hex(s.value().get<std::string>(), v),
+                     ctx, ": the checksum of ", quoted(s.key()), " is ", s.value().dump(),
+                     ", not 16 hex digits: the header is damaged");
+        const auto e = entries_.find(s.key());
+        if (e == entries_.end()) continue;
+        e->second.has_checksum = true;
+        e->second.checksum = v;
+      }
+      has_checksums_ = true;
+    }
   } catch (...) {
     if (map_) ::munmap(const_cast<unsigned char*>(map_), file_size_);
     ::close(fd_);
@@ -220,6 +269,31 @@ const SafetensorsReader::Entry& SafetensorsReader::entry(const std::string& name
   return it->second;
 }
 
+SafetensorsReader::ChecksumCheck SafetensorsReader::check_checksum(const std::string& name) const {
+  const Entry& e = entry(name);
+  ChecksumCheck c;
+  if (!e.has_checksum) return c;
+  c.stored = true;
+  c.expected = e.checksum;
+  if (verified_[e.index].load(std::memory_order_acquire)) {
+    c.computed = e.checksum;
+    return c;
+  }
+  c.computed = util::checksum64(map_ + data_start_ + e.begin, e.end - e.begin);
+  if (c.ok()) verified_[e.index].store(true, std::memory_order_release);
+  return c;
+}
+
+void SafetensorsReader::verify(const std::string& name) const {
+  const ChecksumCheck c = check_checksum(name);
+  STOKER_CHECK_HINT(c.ok(),
+                    "use an intact copy of the file or write it again; a tool that changed "
+                    "tensors but kept stoker's metadata must drop the stoker.checksums key",
+                    path_.string(), ": tensor ", quoted(name), " fails its checksum (stored ",
+                    util::checksum_hex(c.expected), ", computed ", util::checksum_hex(c.computed),
+                    "): the file is damaged");
+}
+
 Tensor SafetensorsReader::load(const std::string& name, Device device) const {
   const Entry& e = entry(name);
   Tensor t = Tensor::empty(e.shape, e.dtype, device);
@@ -233,6 +307,7 @@ void SafetensorsReader::load_into(const std::string& name, const Tensor& dst) co
                ", tensor ", quoted(name), ": the file holds ", safetensors_dtype_name(e.dtype),
                e.shape.str(), " but the destination is ",
                dst.defined() ? dst.str() : std::string("undefined"));
+  verify(name);
   if (dst.nbytes() == 0) return;
   if (dst.device().is_cpu()) {
     std::memcpy(dst.data(), map_ + data_start_ + e.begin, dst.nbytes());

@@ -9,6 +9,7 @@
 
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
+#include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
 #include "stoker/dist/grad_reducer.h"
 #include "stoker/dist/sharded_optimizer.h"
@@ -18,6 +19,8 @@
 #include "stoker/ops/reduce.h"
 #include "stoker/ops/training.h"
 #include "stoker/train/safetensors.h"
+#include "util/atomic_file.h"
+#include "util/checksum.h"
 #include "util/progress_bar.h"
 
 namespace stoker::train {
@@ -26,7 +29,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The live Trainers, newest last, behind the allocator's out-of-memory hook (installed while
-// at least one lives). The allocator stays ignorant of the train layer (DESIGN.md layering).
+// at least one lives). The allocator stays ignorant of the train layer
+// (docs/architecture.md#layers).
 std::mutex g_trainers_mu;
 std::vector<const Trainer*> g_trainers;
 core::OutOfMemoryHook g_previous_hook;
@@ -58,6 +62,52 @@ void unregister_trainer(const Trainer* t) {
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Version 2 adds the tensors' checksums (kChecksumsKey), "stoker.data" and this key; version 1
+// files (without it) still resume, unchecked.
+constexpr int kCheckpointVersion = 2;
+
+// "stoker.data": the job's world size and the source's identity (known fields only).
+std::string recorded_run_json(int world_size, const data::SourceIdentity& id) {
+  nlohmann::json j = {{"world_size", world_size}};
+  if (id.batch_size >= 0) j["batch_size"] = id.batch_size;
+  if (id.seed) j["seed"] = std::to_string(*id.seed);
+  if (id.samples >= 0) j["samples"] = id.samples;
+  if (!id.fingerprint.empty()) j["fingerprint"] = id.fingerprint;
+  if (!id.location.empty()) j["location"] = id.location;
+  return j.dump();
+}
+
+void parse_recorded_run(const std::string& file, const std::string& text, int& world_size,
+                        data::SourceIdentity& id) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (!j.is_object()) throw std::invalid_argument("not a JSON object");
+    if (j.contains("world_size")) world_size = j.at("world_size").get<int>();
+    if (j.contains("batch_size")) id.batch_size = j.at("batch_size").get<int64_t>();
+    if (j.contains("seed")) id.seed = std::stoull(j.at("seed").get<std::string>());
+    if (j.contains("samples")) id.samples = j.at("samples").get<int64_t>();
+    if (j.contains("fingerprint")) id.fingerprint = j.at("fingerprint").get<std::string>();
+    if (j.contains("location")) id.location = j.at("location").get<std::string>();
+  } catch (const std::exception& e) {
+    STOKER_THROW(file, ": metadata stoker.data = '", text, "' is not a valid record of the run (",
+                 e.what(), "): the header is damaged");
+  }
+}
+
+// Removes what killed checkpoint writes left in `dir`, saying so.
+void remove_leftover_temporaries(const std::filesystem::path& dir) {
+  const auto removed = util::remove_stale_temporaries(dir, ".safetensors");
+  if (removed.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < removed.size() && i < 3; ++i)
+    names += (i ? ", " : "") + removed[i].filename().string();
+  if (removed.size() > 3) names += core::detail::str(" and ", removed.size() - 3, " more");
+  std::fprintf(stderr,
+               "checkpoint: removed %zu temporary file%s in %s left by checkpoint writes of "
+               "processes that no longer run (%s)\n",
+               removed.size(), removed.size() == 1 ? "" : "s", dir.string().c_str(), names.c_str());
 }
 
 }  // namespace
@@ -232,6 +282,10 @@ bool Trainer::main_rank() const {
   return !options_.reducer || options_.reducer->communicator().rank() == 0;
 }
 
+int Trainer::world_size() const {
+  return options_.reducer ? options_.reducer->communicator().world_size() : 1;
+}
+
 void Trainer::ensure_step_state() {
   const Device device = model_.device();
   if (!monitor_.defined() || monitor_.device() != device)
@@ -351,6 +405,13 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
 
 FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
   STOKER_CHECK(epochs >= 0, "Trainer::fit: epochs ", epochs, " must be >= 0");
+  if (resumed_) check_resumed_run(source);
+  // Checked before the first step: an unwritable folder must not cost the run (rank 0 writes).
+  if (!options_.checkpoint_dir.empty() && main_rank())
+    core::check_output_dir(options_.checkpoint_dir, "TrainerOptions::checkpoint_dir");
+  // What checkpoints record of the data: the real source's, also under the ablation below.
+  const data::SourceIdentity identity =
+      options_.checkpoint_dir.empty() ? data::SourceIdentity{} : source.identity();
   // The synthetic-data ablation (diagnostics) trains on a replay of the first batch.
   data::BatchSource& train = diag_ ? diag_->source(source) : source;
   const Device device = model_.device();
@@ -410,8 +471,9 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
       if (!options_.checkpoint_dir.empty() && options_.checkpoint_interval > 0 &&
           step_ % options_.checkpoint_interval == 0 &&
           (main_rank() || optimizer_.checkpoint_is_collective())) {
-        save_checkpoint(
-            options_.checkpoint_dir / ("step_" + std::to_string(step_) + ".safetensors"), &train);
+        write_checkpoint(
+            options_.checkpoint_dir / ("step_" + std::to_string(step_) + ".safetensors"), &train,
+            identity);
       }
     }
     if (window_steps > 0) {  // the epoch ended between log lines: report its tail
@@ -430,7 +492,7 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
   optimizer_.flush();  // a delayed (background) update reaches the weights before fit() returns
   if (diag_) result.diagnosis = diag_->end_fit();
   if (!options_.checkpoint_dir.empty() && (main_rank() || optimizer_.checkpoint_is_collective()))
-    save_checkpoint(options_.checkpoint_dir / "last.safetensors", &train);
+    write_checkpoint(options_.checkpoint_dir / "last.safetensors", &train, identity);
   result.steps = step_;
   result.seconds = seconds_since(start);
   if (!result.log.empty()) result.final_loss = result.log.back().loss;
@@ -477,6 +539,11 @@ EvalResult Trainer::evaluate(data::BatchSource& data) {
 
 void Trainer::save_checkpoint(const std::filesystem::path& path,
                               const data::BatchSource* source) const {
+  write_checkpoint(path, source, source ? source->identity() : data::SourceIdentity{});
+}
+
+void Trainer::write_checkpoint(const std::filesystem::path& path, const data::BatchSource* source,
+                               const data::SourceIdentity& identity) const {
   optimizer_.flush();  // weights and optimizer state of the same step
   std::vector<NamedTensor> tensors;
   model_.visit_parameters("", [&](const std::string& n, nn::Parameter& p) {
@@ -504,9 +571,14 @@ void Trainer::save_checkpoint(const std::filesystem::path& path,
       batch = 0;
     }
   }
-  std::filesystem::create_directories(path.parent_path().empty() ? "." : path.parent_path());
+  const std::filesystem::path dir = path.parent_path().empty() ? "." : path.parent_path();
+  std::filesystem::create_directories(dir);
+  remove_leftover_temporaries(dir);
+  // save_safetensors adds the tensors' checksums (kChecksumsKey).
   save_safetensors(path, tensors,
                    {{"stoker.kind", "training-checkpoint"},
+                    {"stoker.checkpoint_version", std::to_string(kCheckpointVersion)},
+                    {"stoker.data", recorded_run_json(world_size(), identity)},
                     {"stoker.step", std::to_string(step_)},
                     {"stoker.epoch", std::to_string(epoch)},
                     {"stoker.batch_index", std::to_string(batch)},
@@ -518,22 +590,64 @@ void Trainer::save_checkpoint(const std::filesystem::path& path,
 
 void Trainer::resume(const std::filesystem::path& path) {
   const SafetensorsReader reader(path);
+  const std::string file = path.string();
   const auto& meta = reader.metadata();
   auto meta_int = [&](const std::string& key) -> int64_t {
     const auto it = meta.find(key);
-    STOKER_CHECK(it != meta.end(), path.string(), " is not a stoker training checkpoint (no ", key,
+    STOKER_CHECK(it != meta.end(), file, " is not a stoker training checkpoint (no ", key,
                  " in its metadata); to load weights only, use SafetensorsReader");
     try {
       return std::stoll(it->second);
     } catch (const std::exception&) {
-      STOKER_THROW(path.string(), ": metadata ", key, " = '", it->second, "' is not an integer");
+      STOKER_THROW(file, ": metadata ", key, " = '", it->second, "' is not an integer");
     }
   };
-  step_ = meta_int("stoker.step");
-  resume_epoch_ = meta_int("stoker.epoch");
-  resume_batch_ = meta_int("stoker.batch_index");
-  optimizer_.set_steps(meta_int("stoker.optimizer_steps"));
+  // Everything is read and checked before anything changes: a damaged or foreign file leaves
+  // this Trainer as it was.
+  const int64_t step = meta_int("stoker.step");
+  const int64_t epoch = meta_int("stoker.epoch");
+  const int64_t batch = meta_int("stoker.batch_index");
+  const int64_t optimizer_steps = meta_int("stoker.optimizer_steps");
+  const int64_t version =
+      meta.count("stoker.checkpoint_version") ? meta_int("stoker.checkpoint_version") : 1;
+  STOKER_CHECK_HINT(version >= 1 && version <= kCheckpointVersion,
+                    "resume it with the (newer) stoker build that wrote it", "checkpoint ", file,
+                    " has version ", version, "; this build reads versions 1 to ",
+                    kCheckpointVersion);
+  const std::string damaged_hint =
+      "an earlier step_N.safetensors of the run (TrainerOptions::checkpoint_interval) or a copy "
+      "of this file resumes instead";
+  STOKER_CHECK_HINT(version < 2 || reader.has_checksums(), damaged_hint, "checkpoint ", file,
+                    " is version ", version, " but has no ", kChecksumsKey,
+                    ": the header is damaged");
+  for (const std::string& name : reader.names()) {
+    const SafetensorsReader::ChecksumCheck c = reader.check_checksum(name);
+    STOKER_CHECK_HINT(c.ok(), damaged_hint, "checkpoint ", file, ": tensor ", name,
+                      " fails its checksum (stored ", util::checksum_hex(c.expected), ", computed ",
+                      util::checksum_hex(c.computed),
+                      "): the file is damaged; resume from an earlier checkpoint");
+  }
+  int recorded_world = -1;
+  data::SourceIdentity recorded;
+  if (const auto it = meta.find("stoker.data"); it != meta.end())
+    parse_recorded_run(file, it->second, recorded_world, recorded);
+  nlohmann::json gens;
+  try {
+    gens = nlohmann::json::parse(meta.count("stoker.generators") ? meta.at("stoker.generators")
+                                                                 : std::string("{}"));
+  } catch (const nlohmann::json::exception& e) {
+    STOKER_THROW(file, ": metadata stoker.generators is not valid JSON (", e.what(), ")");
+  }
+  model_.visit_generators("", [&](const std::string& n, Generator&) {
+    STOKER_CHECK(gens.contains(n) && gens[n].is_array() && gens[n].size() == 2 &&
+                     gens[n][0].is_string() && gens[n][1].is_string(),
+                 file, ": no saved position for generator '", n, "'");
+  });
 
+  step_ = step;
+  resume_epoch_ = epoch;
+  resume_batch_ = batch;
+  optimizer_.set_steps(optimizer_steps);
   model_.visit_parameters("", [&](const std::string& n, nn::Parameter& p) {
     reader.load_into("model." + n, p.value());
     p.value_changed();
@@ -548,22 +662,57 @@ void Trainer::resume(const std::filesystem::path& path) {
       sstate.emplace_back(n, reader.load("scaler." + n, t.device()));
     scaler_->load_state(sstate);
   }
-
-  nlohmann::json gens;
-  try {
-    gens = nlohmann::json::parse(meta.count("stoker.generators") ? meta.at("stoker.generators")
-                                                                 : std::string("{}"));
-  } catch (const nlohmann::json::exception& e) {
-    STOKER_THROW(path.string(), ": metadata stoker.generators is not valid JSON (", e.what(), ")");
-  }
   model_.visit_generators("", [&](const std::string& n, Generator& g) {
-    STOKER_CHECK(gens.contains(n) && gens[n].is_array() && gens[n].size() == 2, path.string(),
-                 ": no saved position for generator '", n, "'");
-    g = Generator(std::stoull(gens[n][0].get<std::string>()),
-                  std::stoull(gens[n][1].get<std::string>()));
+    try {
+      g = Generator(std::stoull(gens[n][0].get<std::string>()),
+                    std::stoull(gens[n][1].get<std::string>()));
+    } catch (const std::exception&) {
+      STOKER_THROW(file, ": the saved position of generator '", n, "' is not two integers");
+    }
   });
   for (nn::Parameter* p : params_) p->zero_grad();
+  resume_path_ = path;
+  resume_world_size_ = recorded_world;
+  resume_identity_ = recorded;
   resumed_ = true;
+}
+
+void Trainer::check_resumed_run(const data::BatchSource& source) const {
+  const std::string ckpt = "checkpoint " + resume_path_.string();
+  const std::string new_run = "or start a new run with another checkpoint_dir";
+  const int world = world_size();
+  STOKER_CHECK_HINT(
+      resume_world_size_ < 0 || resume_world_size_ == world,
+      core::detail::str("resume with ", resume_world_size_,
+                        " ranks as the run that wrote it (stoker launch --nproc-per-node), ",
+                        new_run),
+      ckpt, " was written by ", resume_world_size_, " rank", resume_world_size_ == 1 ? "" : "s",
+      ", resumed by ", world, ": resuming at another world size is not supported yet");
+  const data::SourceIdentity now = source.identity();
+  const data::SourceIdentity& then = resume_identity_;
+  STOKER_CHECK_HINT(then.batch_size < 0 || now.batch_size < 0 || then.batch_size == now.batch_size,
+                    core::detail::str("resume with batch size ", then.batch_size,
+                                      " as the run that wrote it (--batch ", then.batch_size,
+                                      " in the examples), ", new_run),
+                    ckpt, ": the batch size differs: the run that wrote it took batches of ",
+                    then.batch_size, " samples per rank, this one ", now.batch_size);
+  STOKER_CHECK_HINT(
+      !then.seed || !now.seed || *then.seed == *now.seed,
+      core::detail::str("resume with seed ", then.seed.value_or(0),
+                        " as the run that wrote it (--seed in the examples), ", new_run),
+      ckpt, ": the data seed differs: the run that wrote it drew its order from seed ",
+      then.seed.value_or(0), ", this one from seed ", now.seed.value_or(0));
+  const auto where = [](const data::SourceIdentity& id) {
+    return id.location.empty() ? std::string() : " at " + id.location;
+  };
+  const std::string same_data = "resume on the data the run was trained on, " + new_run;
+  STOKER_CHECK_HINT(then.samples < 0 || now.samples < 0 || then.samples == now.samples, same_data,
+                    ckpt, ": the dataset differs: the run that wrote it read ", then.samples,
+                    " samples", where(then), ", this one ", now.samples, where(now));
+  STOKER_CHECK_HINT(
+      then.fingerprint.empty() || now.fingerprint.empty() || then.fingerprint == now.fingerprint,
+      same_data, ckpt, ": the dataset differs: the run that wrote it read ", then.fingerprint,
+      where(then), ", this one ", now.fingerprint, where(now));
 }
 
 }  // namespace stoker::train

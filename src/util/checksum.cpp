@@ -11,6 +11,10 @@ namespace stoker::util {
 
 uint64_t checksum64(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
+uint64_t checksum64(const void* data, size_t size, uint64_t seed) {
+  return XXH3_64bits_withSeed(data, size, seed);
+}
+
 Checksum64::Checksum64() : state_(XXH3_createState()) {
   if (state_ == nullptr) throw std::bad_alloc();
   XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));

@@ -11,6 +11,8 @@
 namespace stoker::util {
 
 uint64_t checksum64(const void* data, size_t size);
+// Seeded: checksum64(data, size, checksum64(prefix)) chains a prefix into the value.
+uint64_t checksum64(const void* data, size_t size, uint64_t seed);
 inline uint64_t checksum64(std::span<const uint8_t> bytes) {
   return checksum64(bytes.data(), bytes.size());
 }

@@ -2,12 +2,58 @@
 # End-to-end check of `stoker doctor` on the CPU: static checks, the ablations on the bundled
 # model (real vs synthetic data, sweep, 1 vs 2 ranks over TCP), the overhead measurement, the
 # JSON file, and the user-program mode (stoker's own doctor worker stands in for a user's
-# Trainer program). Usage: doctor_cli_test.sh STOKER_BINARY SCRATCH_DIR
+# Trainer program); before those, bad options refused before any work and --on-corrupt on a
+# database with a damaged record. Usage: doctor_cli_test.sh STOKER_BINARY SCRATCH_DIR
 set -eu
 stoker="$1"
 dir="$2"
 rm -rf "$dir"
 mkdir -p "$dir"
+
+# Bad input is refused before any work (no static checks, no synthetic set packed).
+refused() {  # refused STATUS PATTERN ARGS...: doctor ARGS exits STATUS, its stderr matches
+  want="$1" pattern="$2"
+  shift 2
+  status=0
+  "$stoker" doctor "$@" > "$dir/bad_out.txt" 2> "$dir/bad_err.txt" || status=$?
+  [ "$status" = "$want" ] ||
+    { echo "doctor $*: status $status, not $want"; cat "$dir/bad_err.txt"; exit 1; }
+  grep -q -- "$pattern" "$dir/bad_err.txt" ||
+    { echo "doctor $*: no '$pattern' in:"; cat "$dir/bad_err.txt"; exit 1; }
+  if grep -q "packing\|== static checks" "$dir/bad_out.txt"; then
+    echo "doctor $*: worked before refusing"; exit 1
+  fi
+}
+printf 'x' > "$dir/plain"
+refused 105 "^--model: foo not in" --device cpu --model foo
+refused 105 "^--threads: Value 5000 not in range" --device cpu --threads 5000
+refused 105 "^--on-corrupt: maybe not in" --device cpu --on-corrupt maybe
+refused 1 "^stoker: error: --json $dir/plain/d.json: $dir/plain is not a folder" \
+  --device cpu --json "$dir/plain/d.json"
+refused 1 "^stoker: error: --trace $dir: is a folder" --device cpu --trace "$dir"
+refused 1 "^stoker: error: --device tpu: unknown device" --device tpu
+# CUDA_VISIBLE_DEVICES="" hides every GPU, so this holds on GPU machines too.
+(export CUDA_VISIBLE_DEVICES= &&
+  refused 1 "^stoker: error: --device cuda: no CUDA device is visible" --device cuda)
+
+# A damaged record in --data (tests/cli/damage_record.sh): --on-corrupt fail (the default)
+# names its key; skip replaces it and says how many were skipped. 9 steps of 8 cover the epoch.
+"$stoker" pack synth --out "$dir/bad" --samples 64 --classes 4 --size 32 --no-progress > /dev/null
+sh "$(dirname "$0")/damage_record.sh" "$dir/bad" > /dev/null
+bad_doctor() {
+  "$stoker" doctor --device cpu --no-static --data "$dir/bad" --steps 8 --warmup 1 --batch 8 \
+    --size 16 --width 16 --threads 1 --prefetch 2 --sweep 8 "$@"
+}
+status=0
+bad_doctor > "$dir/bad_out.txt" 2> "$dir/bad_err.txt" || status=$?
+[ "$status" = 1 ] || { echo "doctor on a damaged database: status $status, not 1"; exit 1; }
+grep -q "^stoker: error: .*key 00000000[0-9][0-9]: bad magic" "$dir/bad_err.txt" ||
+  { echo "doctor on a damaged database: no key named:"; cat "$dir/bad_err.txt"; exit 1; }
+bad_doctor --on-corrupt skip > "$dir/bad_out.txt" 2> "$dir/bad_err.txt"
+grep -q "^  --on-corrupt skip: [1-9][0-9]* bad samples of $dir/bad skipped" "$dir/bad_out.txt" ||
+  { echo "doctor --on-corrupt skip: no skip count:"; cat "$dir/bad_out.txt"; exit 1; }
+grep -q "== conclusions ==" "$dir/bad_out.txt"
+
 "$stoker" doctor --device cpu --steps 3 --warmup 1 --batch 8 --size 16 --synth-images 32 \
   --synth-image-size 64 --width 16 --threads 1 --prefetch 2 --sweep 4,8 --gpus 2 --overhead \
   --repeats 1 --json "$dir/doctor.json" --trace "$dir/trace.json" \

@@ -58,4 +58,17 @@ grep -q "received signal 15, forwarding it to every rank" "$scratch/stderr_term"
 status=0
 "$stoker" launch -n 2 2> /dev/null || status=$?
 [ "$status" = 2 ] || { echo "expected status 2 without a program, got $status"; exit 1; }
+
+# -n 0 and out-of-range values are refused (CLI11's status 105, naming the flag); nothing runs.
+for bad in "-n 0" "--nproc-per-node -1" "--master-port 70000" "--nnodes 0" "--tail -1"; do
+  flag=${bad%% *}
+  [ "$flag" = "-n" ] && flag=--nproc-per-node
+  status=0
+  # shellcheck disable=SC2086 # the flag and its value are two words
+  "$stoker" launch $bad sh -c 'touch "$0/ran"' "$scratch" 2> "$scratch/stderr_bad" || status=$?
+  [ "$status" = 105 ] || { echo "launch $bad: expected status 105, got $status"; exit 1; }
+  grep -q -- "^$flag: " "$scratch/stderr_bad" ||
+    { echo "launch $bad: the error does not name $flag:"; cat "$scratch/stderr_bad"; exit 1; }
+  [ ! -e "$scratch/ran" ] || { echo "launch $bad: the program ran"; exit 1; }
+done
 echo "launch CLI test passed"

@@ -229,7 +229,7 @@ TEST(BFloat16Test, FloatToBf16TiesAndBoundaries) {
       {0x3f808001u, 0x3f81u},  // above tie: up
       {0xbf818000u, 0xbf82u},  // negative tie, odd: away from zero
       {0xbf808000u, 0xbf80u},  // negative tie, even: toward zero
-      {0x3f7fffffu, 0x3f80u},  // carry into the exponent
+      {0x3f7fffffu, 0x3f80u},  // rounds up into the exponent
       {0x7f7f7fffu, 0x7f7fu},  // largest finite bf16 stays
       {0x7f7f8000u, 0x7f80u},  // tie above largest finite (odd): Inf
       {0x7f7fffffu, 0x7f80u},  // FLT_MAX: Inf

@@ -351,6 +351,50 @@ TEST(JpegDecoder, ReusableAfterErrors) {
   }
 }
 
+// `jpeg` without its marker segments of type `marker` (FF xx) before the first scan: an
+// "abbreviated" JPEG that relies on tables it does not hold.
+std::vector<uint8_t> without_segments(const std::vector<uint8_t>& jpeg, uint8_t marker) {
+  std::vector<uint8_t> out(jpeg.begin(), jpeg.begin() + 2);
+  size_t i = 2;
+  while (i + 4 <= jpeg.size() && jpeg[i] == 0xFF && jpeg[i + 1] != 0xDA) {
+    const size_t end = i + 2 + (size_t{jpeg[i + 2]} << 8 | jpeg[i + 3]);
+    if (jpeg[i + 1] != marker) out.insert(out.end(), jpeg.begin() + i, jpeg.begin() + end);
+    i = end;
+  }
+  out.insert(out.end(), jpeg.begin() + i, jpeg.end());
+  return out;
+}
+
+// A decoder reused across images decodes each as a new one would: tables a JPEG does not
+// define are not taken from the image decoded before (found by the jpeg fuzz target: a
+// JPEG without Huffman tables decoded with the previous image's fitted tables, so its pixels
+// depended on what the thread had decoded last).
+TEST(JpegDecoder, AReusedDecoderUsesNoTablesOfThePreviousImage) {
+  const auto rgb = test::synthetic_rgb(64, 48);
+  // Fitted (optimized) Huffman tables in slots 0 and 1: a progressive JPEG.
+  const auto fitted = test::tj_encode(rgb, 64, 48, TJPF_RGB, TJSAMP_420, 90, TJFLAG_PROGRESSIVE);
+  const auto baseline = test::encode_rgb(rgb, 64, 48);  // the standard Huffman tables
+  const auto no_dht = without_segments(baseline, 0xC4);
+  const auto no_dqt = without_segments(baseline, 0xDB);
+  ASSERT_LT(no_dht.size(), baseline.size());
+  ASSERT_LT(no_dqt.size(), baseline.size());
+
+  JpegDecoder fresh;
+  const Image expected = fresh.decode_full(baseline);
+  EXPECT_EQ(JpegDecoder().decode_full(no_dht).pixels, expected.pixels);  // standard tables
+  expect_decode_error([&] { JpegDecoder().decode_full(no_dqt, "no_dqt"); });
+
+  JpegDecoder reused;
+  for (int i = 0; i < 2; ++i) {
+    reused.decode_full(fitted);
+    EXPECT_EQ(reused.decode_full(no_dht).pixels, expected.pixels) << "round " << i;
+    reused.decode_full(fitted);
+    const DecodeError e = expect_decode_error([&] { reused.decode_full(no_dqt, "no_dqt"); });
+    EXPECT_NE(std::string(e.what()).find("quantization table 0"), std::string::npos) << e.what();
+    EXPECT_EQ(reused.decode_full(baseline).pixels, expected.pixels);  // still reusable
+  }
+}
+
 TEST(JpegDecoder, CropOutsideImageIsAUserError) {
   const auto jpeg = test::encode_rgb(test::synthetic_rgb(97, 61), 97, 61);
   JpegDecoder dec;

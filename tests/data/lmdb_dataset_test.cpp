@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <thread>
 
 #include "data/jpeg_restart.h"
@@ -128,7 +131,7 @@ TEST(LmdbImageDataset, BadRecordsNameTheKey) {
   std::string bad_magic = record(0);
   bad_magic[1] = '?';
   std::string bad_version = record(0);
-  bad_version[4] = 2;
+  bad_version[4] = 3;
   const std::string truncated = record(1).substr(0, kRecordHeaderBytes + 3);
   const auto path = handmade(dir,
                              {{sample_key(0), bad_magic},
@@ -141,7 +144,7 @@ TEST(LmdbImageDataset, BadRecordsNameTheKey) {
   LmdbImageDataset ds(path);
   auto reader = ds.reader();
   const std::vector<std::pair<int64_t, std::string>> cases = {{0, "bad magic"},
-                                                              {1, "unknown record version 2"},
+                                                              {1, "unknown record version 3"},
                                                               {2, "truncated payload"},
                                                               {3, "zero-length value"},
                                                               {4, "label 2 out of range [0, 2)"},
@@ -156,6 +159,169 @@ TEST(LmdbImageDataset, BadRecordsNameTheKey) {
   }
   EXPECT_EQ(reader.read(5).label, 1);
   EXPECT_TRUE(reader.try_read(6).has_value());
+}
+
+// A packed database copied with its data file cut short: opening it must throw, naming the file
+// and what is missing, before anything reads a page past the end (which would be a SIGBUS).
+TEST(LmdbImageDataset, TruncatedDataFileIsAnErrorNotASignal) {
+  test::TempDir dir;
+  const auto db = dir / "db";
+  pack_synth({.samples = 200, .classes = 3, .size = 32, .seed = 1}, db, kQuiet);
+  const auto bytes = test::read_bytes(db / "data.mdb");
+  ASSERT_GT(bytes.size(), 16384u);
+  const size_t half = bytes.size() / 2, most = bytes.size() * 9 / 10;
+  for (const size_t keep : {half, most, bytes.size() - 1, size_t{8192}, size_t{4096}, size_t{0}}) {
+    SCOPED_TRACE(keep);
+    const auto copy = dir / ("cut" + std::to_string(keep));
+    std::filesystem::create_directories(copy);
+    test::write_bytes(copy / "data.mdb", bytes.data(), keep);
+    try {
+      LmdbImageDataset ds(copy);
+      ADD_FAILURE() << "opened a data.mdb cut to " << keep << " of " << bytes.size() << " bytes";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find((copy / "data.mdb").string()), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("truncated"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find(std::to_string(keep) + " bytes"), std::string::npos)
+          << e.message();
+      EXPECT_NE(e.hint().find("copy it again or re-pack it"), std::string::npos) << e.hint();
+    }
+  }
+  // A cut past the meta pages says how much is missing.
+  const auto copy = dir / ("cut" + std::to_string(most));
+  try {
+    LmdbImageDataset ds(copy);
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find(std::to_string(bytes.size() - most) + " bytes are missing"),
+              std::string::npos)
+        << e.message();
+  }
+  // Bytes past the pages in use are harmless (a copy padded by a tool): it opens and reads.
+  auto padded = bytes;
+  padded.resize(bytes.size() + 12345, 0);
+  test::write_bytes(dir / "padded" / "data.mdb", padded);
+  LmdbImageDataset ds(dir / "padded");
+  EXPECT_EQ(ds.size(), 200);
+  EXPECT_EQ(ds.file_bytes(), padded.size());
+  EXPECT_TRUE(ds.reader().try_read(199).has_value());
+}
+
+// Finds `needle` in `haystack` (once).
+size_t find_bytes(const std::vector<uint8_t>& haystack, std::span<const uint8_t> needle) {
+  const auto it = std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end());
+  return it == haystack.end() ? std::string::npos : static_cast<size_t>(it - haystack.begin());
+}
+
+// A byte flipped inside a stored JPEG (in the data file, as a disk or a copy would): the record's
+// checksum catches it and the read names the key; the other records read.
+TEST(LmdbImageDataset, DamagedPayloadInTheFileIsABadRecord) {
+  test::TempDir dir;
+  const auto db = dir / "db";
+  pack_synth({.samples = 40, .classes = 2, .size = 32, .seed = 5}, db, kQuiet);
+  std::vector<uint8_t> payload;
+  {
+    LmdbImageDataset ds(db);
+    const SampleView v = ds.reader().read(17);
+    EXPECT_EQ(v.version, kRecordVersion);
+    payload.assign(v.payload.begin(), v.payload.end());
+  }
+  auto bytes = test::read_bytes(db / "data.mdb");
+  const size_t at = find_bytes(bytes, payload);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + payload.size() / 2] ^= 0x10;
+  test::write_bytes(db / "data.mdb", bytes);
+
+  LmdbImageDataset ds(db);
+  auto reader = ds.reader();
+  for (int64_t i = 0; i < ds.size(); ++i) {
+    std::string error;
+    const bool ok = reader.try_read(i, &error).has_value();
+    if (i != 17) {
+      EXPECT_TRUE(ok) << error;
+      continue;
+    }
+    EXPECT_FALSE(ok);
+    EXPECT_NE(error.find("key 0000000017: record checksum mismatch"), std::string::npos) << error;
+  }
+  expect_error([&] { reader.read(17); }, "0000000017");
+}
+
+// LMDB page header: flags (u16) at byte 10 of each page; P_LEAF = 0x02, P_META = 0x08. A leaf's
+// node offsets (u16) start at byte 16, up to mp_lower (u16 at byte 12); a node is data size
+// (u32), flags (u16), key size (u16), then the key.
+std::vector<std::string> leaf_keys(const uint8_t* page) {
+  auto u16 = [&](size_t at) { return static_cast<size_t>(page[at] | (page[at + 1] << 8)); };
+  std::vector<std::string> keys;
+  for (size_t p = 16; p < u16(12); p += 2) {
+    const size_t node = u16(p);
+    keys.emplace_back(reinterpret_cast<const char*>(page + node + 8), u16(node + 6));
+  }
+  return keys;
+}
+
+// Whether `key` is a sample key ("0000000042"), not a metadata key or a free-list entry.
+bool is_sample_key(const std::string& key) {
+  return key.size() == static_cast<size_t>(kSampleKeyDigits) &&
+         std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A damaged LMDB page (here: a leaf's flags) makes LMDB fail the lookups that meet it
+// (MDB_CORRUPTED): each is a bad record naming its key, and the Reader keeps reading the records
+// on intact pages afterwards.
+TEST(LmdbImageDataset, DamagedLmdbPageIsABadRecordAndTheReaderRecovers) {
+  test::TempDir dir;
+  const auto db = dir / "db";
+  pack_synth({.samples = 120, .classes = 2, .size = 32, .seed = 6}, db, kQuiet);
+  const auto clean = test::read_bytes(db / "data.mdb");
+  const size_t psize = 4096;  // LMDB's page size is the OS's (x86-64, aarch64 with 4 KiB pages)
+  ASSERT_EQ(static_cast<size_t>(sysconf(_SC_PAGESIZE)), psize);
+  // Leaf pages of sample keys only. The file also holds stale copies of pages that the last
+  // transaction no longer uses (copy-on-write): damaging one of those changes nothing, so try
+  // the candidates until one is in use.
+  int64_t tried = 0, bad = 0;
+  for (size_t page = 2; page * psize < clean.size() && bad == 0; ++page) {
+    const uint8_t* p = clean.data() + page * psize;
+    if ((p[10] & 0x02) == 0 || (p[10] & 0x08) != 0) continue;
+    const auto keys = leaf_keys(p);
+    if (keys.empty() || !std::all_of(keys.begin(), keys.end(), is_sample_key)) continue;
+    ASSERT_LT(keys.size(), 120u);
+    ++tried;
+    auto bytes = clean;
+    bytes[page * psize + 10] = 0;  // neither branch nor leaf
+    test::write_bytes(db / "data.mdb", bytes);
+
+    LmdbImageDataset ds(db);
+    auto reader = ds.reader();
+    int64_t good_after_bad = 0;
+    for (int64_t i = 0; i < ds.size(); ++i) {
+      std::string error;
+      const bool ok = reader.try_read(i, &error).has_value();
+      if (!ok) {
+        ++bad;
+        EXPECT_NE(error.find("key " + sample_key(i) + ": LMDB lookup failed"), std::string::npos)
+            << error;
+        EXPECT_NE(std::find(keys.begin(), keys.end(), sample_key(i)), keys.end())
+            << sample_key(i) << " is not on the damaged page: " << error;
+      } else if (bad > 0) {
+        ++good_after_bad;
+      }
+    }
+    if (bad == 0) continue;  // a stale page
+    EXPECT_EQ(bad, static_cast<int64_t>(keys.size())) << "page " << page;
+    // Unless the damaged leaf is the last one, the reads after the failures worked.
+    if (keys.back() != sample_key(119)) EXPECT_GT(good_after_bad, 0);
+  }
+  EXPECT_GT(tried, 0) << "no leaf page of sample keys";
+  EXPECT_GT(bad, 0) << "no damaged page made a lookup fail (" << tried << " tried)";
+}
+
+TEST(LmdbImageDataset, ReportsItsReaderSlots) {
+  test::TempDir dir;
+  const auto path = handmade(dir, {}, 3);
+  LmdbImageDataset ds(path, {.max_readers = 40});
+  EXPECT_GE(ds.reader_slots(), 40);  // LMDB may round the lock table up to whole pages
+  std::vector<LmdbImageDataset::Reader> readers;
+  for (int i = 0; i < ds.reader_slots(); ++i) readers.push_back(ds.reader());
+  EXPECT_THROW(ds.reader(), Error);  // one more: MDB_READERS_FULL
 }
 
 TEST(LmdbImageDataset, MissingRecord) {

@@ -6,8 +6,11 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <thread>
 
+#include "data/data_test_util.h"
 #include "stoker/data/pack.h"
 #include "stoker/data/synth.h"
 #include "stoker/nn/activation.h"
@@ -176,6 +179,249 @@ TEST_F(LoaderTest, CorruptSampleFailsNamingTheKeyOrIsSkipped) {
   }
   EXPECT_EQ(samples, 96);
   EXPECT_EQ(l.counters().skipped, 1);
+}
+
+// A hand-written database of `n` synthetic JPEGs in which the records at `bad` are damaged in
+// turn: a flipped payload bit (checksum), a payload that is not a JPEG (with a valid checksum),
+// a missing record, a value cut short. Returns the damaged indices.
+std::set<int64_t> pack_with_bad_records(const fs::path& db, int64_t n,
+                                        const std::vector<int64_t>& bad) {
+  const data::SynthOptions synth{.samples = n, .classes = 4, .size = 40, .seed = 3};
+  std::map<std::string, std::string> entries = {
+      {data::kMetaFormatKey, data::kImageFormatTag},
+      {data::kMetaClassesKey, "circle\nsquare\ntriangle\ncross"},
+      {data::kMetaSamplesKey, std::to_string(n)}};
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t label = 0;
+    const std::vector<uint8_t> jpeg = data::synth_jpeg(synth, i, label);
+    entries[data::sample_key(i)] = data::encode_record(label, data::PayloadKind::jpeg, jpeg);
+  }
+  for (size_t k = 0; k < bad.size(); ++k) {
+    std::string& value = entries[data::sample_key(bad[k])];
+    switch (k % 4) {
+      case 0:  // one bit of the JPEG flipped
+        value[data::kRecordHeaderBytes + (value.size() - data::kRecordHeaderBytes) / 2] ^= 0x04;
+        break;
+      case 1: {  // stored intact, but not a JPEG
+        const std::vector<uint8_t> junk(64, 0x42);
+        value = data::encode_record(0, data::PayloadKind::jpeg, junk);
+        break;
+      }
+      case 2:
+        entries.erase(data::sample_key(bad[k]));
+        break;
+      case 3:
+        value.resize(value.size() - 10);
+        break;
+    }
+  }
+  test::lmdb_put(db, entries);
+  return {bad.begin(), bad.end()};
+}
+
+// The bad samples a loader meets in one epoch of `order`: each sampled bad index and, walking
+// forward from it to the replacement, every bad one the walk passes.
+std::set<int64_t> bad_met(const std::set<int64_t>& bad, std::span<const int64_t> order, int64_t n) {
+  std::set<int64_t> met;
+  for (const int64_t first : order) {
+    for (int64_t idx = first; bad.count(idx) != 0; idx = (idx + 1) % n) met.insert(idx);
+  }
+  return met;
+}
+
+// The stderr lines of `log` that contain `what`.
+std::vector<std::string> lines_with(const std::string& log, const std::string& what) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < log.size()) {
+    const size_t end = std::min(log.find('\n', start), log.size());
+    const std::string line = log.substr(start, end - start);
+    if (line.find(what) != std::string::npos) out.push_back(line);
+    start = end + 1;
+  }
+  return out;
+}
+
+// Policy skip: a bad sample counts once per epoch however many replacement walks pass it (runs
+// of adjacent bad records, one at the end that wraps around), the first few are named on stderr
+// with their reasons, then one line counts the rest.
+TEST_F(LoaderTest, SkipCountsEachBadSampleOncePerEpochAndNamesThem) {
+  const std::vector<int64_t> damaged = {5, 6, 7, 20, 40, 63};
+  const auto bad = pack_with_bad_records(dir_ / "six_bad", 64, damaged);
+  data::LmdbImageDataset ds(dir_ / "six_bad");
+  LoaderOptions o = options(2);  // 4 batches of 16: every sample each epoch
+  o.on_corrupt = data::CorruptPolicy::skip;
+  Loader l(ds, o);
+  const int64_t k = static_cast<int64_t>(bad.size());
+  for (int64_t e = 0; e < 2; ++e) {
+    ::testing::internal::CaptureStderr();
+    l.start_epoch(e);
+    data::Batch b;
+    int64_t samples = 0;
+    while (l.next(b)) {
+      ASSERT_EQ(b.size, 16);
+      samples += b.size;
+    }
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(samples, 64);
+    EXPECT_EQ(l.counters().skipped, (e + 1) * k) << "epoch " << e;
+    const std::string epoch = "stoker loader: epoch " + std::to_string(e) + ": ";
+    const auto named = lines_with(log, epoch + "skipped ");
+    ASSERT_EQ(named.size(), static_cast<size_t>(Loader::kLoggedSkipsPerEpoch)) << log;
+    std::set<std::string> keys;
+    for (const std::string& line : named) {
+      // "<db> key <key>: <reason>"
+      const size_t at = line.find(" key ");
+      ASSERT_NE(at, std::string::npos) << line;
+      const std::string key = line.substr(at + 5, data::kSampleKeyDigits);
+      EXPECT_EQ(bad.count(std::stoll(key)), 1u) << line;
+      EXPECT_NE(line.find((dir_ / "six_bad").string()), std::string::npos) << line;
+      EXPECT_GT(line.size(), at + 5 + data::kSampleKeyDigits + 2) << "no reason: " << line;
+      keys.insert(key);
+    }
+    EXPECT_EQ(keys.size(), named.size()) << log;  // each named once
+    EXPECT_EQ(lines_with(log, epoch + std::to_string(k - Loader::kLoggedSkipsPerEpoch) +
+                                  " more skipped this epoch (" + std::to_string(k) + " in all)")
+                  .size(),
+              1u)
+        << log;
+  }
+  // The reasons name what is wrong with each kind of damage.
+  ::testing::internal::CaptureStderr();
+  LoaderOptions in_order = o;
+  in_order.shuffle = false;
+  Loader sequential(ds, in_order);
+  sequential.start_epoch(0);
+  data::Batch b;
+  while (sequential.next(b)) {
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(sequential.counters().skipped, k);
+  EXPECT_NE(log.find("key 0000000005: record checksum mismatch"), std::string::npos) << log;
+  EXPECT_NE(log.find("key 0000000006: JPEG decode failed"), std::string::npos) << log;
+  EXPECT_NE(log.find("key 0000000007: record missing"), std::string::npos) << log;
+  EXPECT_NE(log.find("key 0000000020: truncated payload"), std::string::npos) << log;
+  EXPECT_NE(log.find("key 0000000040: record checksum mismatch"), std::string::npos) << log;
+}
+
+// With a shard per rank, the count is the bad samples this rank met (its own and those its
+// replacement walks passed), and the log lines say which rank.
+TEST_F(LoaderTest, SkipCountIsPerRankAndTheLogNamesTheRank) {
+  const auto bad = pack_with_bad_records(dir_ / "ranked", 64, {2, 3, 30, 31, 32, 50, 51});
+  data::LmdbImageDataset ds(dir_ / "ranked");
+  LoaderOptions o = options(2);
+  o.on_corrupt = data::CorruptPolicy::skip;
+  o.world_size = 2;
+  o.rank = 1;
+  o.batch_size = 8;  // 32 samples per rank: 4 batches
+  Loader l(ds, o);
+  data::Sampler order(64, {.shuffle = true,
+                           .seed = o.seed,
+                           .rank = 1,
+                           .world_size = 2,
+                           .batch_size = 8,
+                           .drop_last = true});
+  int64_t want = 0;
+  for (int64_t e = 0; e < 3; ++e) {
+    order.set_epoch(e);
+    const auto met = bad_met(bad, order.indices(), 64);
+    want += static_cast<int64_t>(met.size());
+    ::testing::internal::CaptureStderr();
+    l.start_epoch(e);
+    data::Batch b;
+    while (l.next(b)) {
+    }
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(l.counters().skipped, want) << "epoch " << e;
+    const auto named = lines_with(log, "stoker loader [rank 1]: epoch " + std::to_string(e));
+    EXPECT_EQ(named.size(), std::min<size_t>(met.size(), Loader::kLoggedSkipsPerEpoch) +
+                                (met.size() > Loader::kLoggedSkipsPerEpoch ? 1 : 0))
+        << log;
+  }
+  EXPECT_GT(want, 0);
+}
+
+// Policy fail: a flipped payload bit stops the epoch with an error that names the key and the
+// checksum, and whose hint names both ways to skip instead.
+TEST_F(LoaderTest, FlippedPayloadBitFailsNamingTheKeyOrIsSkipped) {
+  const auto bad = pack_with_bad_records(dir_ / "one_flip", 32, {9});
+  data::LmdbImageDataset ds(dir_ / "one_flip");
+  LoaderOptions o = options(2);
+  o.shuffle = false;
+  {
+    Loader l(ds, o);
+    l.start_epoch(0);
+    data::Batch b;
+    try {
+      l.next(b);
+      FAIL() << "a damaged sample was not reported";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("key 0000000009: record checksum mismatch"), std::string::npos)
+          << e.message();
+      EXPECT_NE(e.hint().find("--on-corrupt skip"), std::string::npos) << e.hint();
+      EXPECT_NE(e.hint().find("LoaderOptions::on_corrupt"), std::string::npos) << e.hint();
+    }
+  }
+  o.on_corrupt = data::CorruptPolicy::skip;
+  Loader l(ds, o);
+  l.start_epoch(0);
+  data::Batch b;
+  int64_t samples = 0;
+  while (l.next(b)) samples += b.size;
+  EXPECT_EQ(samples, 32);
+  EXPECT_EQ(l.counters().skipped, 1);
+}
+
+// Options are checked when the Loader is made, each error naming its LoaderOptions field: more
+// decode threads than the dataset's reader slots would fail later from a worker thread.
+TEST_F(LoaderTest, OptionsAreCheckedAtConstruction) {
+  data::LmdbImageDataset ds(dir_ / "synth");
+  const int slots = ds.reader_slots();
+  ASSERT_GT(slots, 0);
+  auto error_of = [&](const LoaderOptions& o) -> std::string {
+    try {
+      Loader l(ds, o);
+    } catch (const Error& e) {
+      return e.message() + "\n" + e.hint();
+    }
+    return "(no error)";
+  };
+  LoaderOptions o = options(slots + 1);
+  std::string e = error_of(o);
+  EXPECT_NE(e.find("LoaderOptions::threads (`--threads`) is " + std::to_string(slots + 1)),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("[0, " + std::to_string(slots) + "]"), std::string::npos) << e;
+  EXPECT_NE(e.find("LmdbOptions::max_readers"), std::string::npos) << e;
+  o = options(0);
+  o.max_threads = slots + 1;
+  e = error_of(o);
+  EXPECT_NE(e.find("LoaderOptions::max_threads is " + std::to_string(slots + 1)), std::string::npos)
+      << e;
+  o = options(-1);
+  EXPECT_NE(error_of(o).find("LoaderOptions::threads (`--threads`) is -1"), std::string::npos);
+  o = options(1);
+  o.batch_size = -4;
+  EXPECT_NE(error_of(o).find("LoaderOptions::batch_size is -4"), std::string::npos);
+  o = options(1);
+  o.prefetch = -1;
+  EXPECT_NE(error_of(o).find("LoaderOptions::prefetch is -1"), std::string::npos);
+}
+
+// A dataset with fewer reader slots than hardware threads bounds the autotuner's default thread
+// count (instead of workers failing with MDB_READERS_FULL).
+TEST_F(LoaderTest, FewReaderSlotsBoundTheDefaultThreadCount) {
+  // A copy without lock.mdb: the open creates a lock file with exactly the slots asked for.
+  const fs::path copy = dir_ / "one_slot";
+  fs::create_directories(copy);
+  fs::copy_file(dir_ / "synth" / "data.mdb", copy / "data.mdb",
+                fs::copy_options::overwrite_existing);
+  fs::remove(copy / "lock.mdb");
+  data::LmdbImageDataset ds(copy, {.max_readers = 1});
+  ASSERT_EQ(ds.reader_slots(), 1);
+  Loader l(ds, options(0));
+  EXPECT_EQ(l.max_threads(), 1);
+  EXPECT_EQ(epoch_bytes(l, 0).size(), 6u);
 }
 
 TEST_F(LoaderTest, DestructorReturnsPromptlyWhileThreadsAreBusy) {

@@ -14,7 +14,7 @@ namespace diag = stoker::diag;
 using stoker::Device;
 
 // The fake NVML is built beside the tests; a copy of the test binary without it (the GPU
-// machine's carry) skips the tests that load it.
+// bundle, docs/development.md) skips the tests that load it.
 #define REQUIRE_FAKE_NVML()                                                \
   do {                                                                     \
     if (!std::filesystem::exists(STOKER_FAKE_NVML))                        \

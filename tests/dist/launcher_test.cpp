@@ -77,8 +77,8 @@ class LauncherTest : public ::testing::Test {
 TEST_F(LauncherTest, GivesEveryRankTorchrunsEnvironment) {
   dist::LaunchOptions o = sh(3,
                              "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR "
-                             "$MASTER_PORT $GROUP_RANK $EXTRA\" > \"$OUT/rank_$RANK\"");
-  o.extra_env = {{"OUT", dir_.string()}, {"EXTRA", "x"}};
+                             "$MASTER_PORT $GROUP_RANK $EXTRA\" > \"$DIR/rank_$RANK\"");
+  o.extra_env = {{"DIR", dir_.string()}, {"EXTRA", "x"}};
   const dist::LaunchResult r = dist::launch(o);
   EXPECT_EQ(r.exit_code, 0) << r.failure;
   EXPECT_EQ(r.failed_rank, -1);
@@ -94,11 +94,11 @@ TEST_F(LauncherTest, GivesEveryRankTorchrunsEnvironment) {
 }
 
 TEST_F(LauncherTest, NodeRankOffsetsTheGlobalRanks) {
-  dist::LaunchOptions o = sh(2, "echo \"$RANK $WORLD_SIZE $LOCAL_RANK\" > \"$OUT/r_$RANK\"");
+  dist::LaunchOptions o = sh(2, "echo \"$RANK $WORLD_SIZE $LOCAL_RANK\" > \"$DIR/r_$RANK\"");
   o.nnodes = 3;
   o.node_rank = 2;
   o.master_port = 29999;
-  o.extra_env = {{"OUT", dir_.string()}};
+  o.extra_env = {{"DIR", dir_.string()}};
   const dist::LaunchResult r = dist::launch(o);
   EXPECT_EQ(r.exit_code, 0) << r.failure;
   std::string line;
@@ -126,10 +126,10 @@ TEST_F(LauncherTest, ARankThatIgnoresSigtermIsKilled) {
   const auto start = Clock::now();
   // Rank 0 fails once rank 1 ignores SIGTERM (the marker file says so).
   dist::LaunchOptions o = sh(2,
-                             "if [ \"$RANK\" = 0 ]; then while [ ! -f \"$OUT/trapped\" ]; do "
-                             "sleep 0.02; done; exit 1; fi; trap '' TERM; touch \"$OUT/trapped\"; "
+                             "if [ \"$RANK\" = 0 ]; then while [ ! -f \"$DIR/trapped\" ]; do "
+                             "sleep 0.02; done; exit 1; fi; trap '' TERM; touch \"$DIR/trapped\"; "
                              "sleep 30 & wait; sleep 30");
-  o.extra_env = {{"OUT", dir_.string()}};
+  o.extra_env = {{"DIR", dir_.string()}};
   const dist::LaunchResult r = dist::launch(o);
   EXPECT_LT(seconds_since(start), 8.0);
   EXPECT_EQ(r.failed_rank, 0);

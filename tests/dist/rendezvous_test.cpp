@@ -6,6 +6,7 @@
 #include <future>
 #include <thread>
 
+#include "dist/rendezvous_message.h"
 #include "dist_test_util.h"
 
 namespace dist = stoker::dist;
@@ -38,8 +39,10 @@ int raw_connect(int port) {
   return -1;
 }
 
-// A raw TCP server on `port` that accepts one connection, reads its hello and answers `reply`.
-std::thread fake_server(int port, std::vector<uint8_t> reply, std::promise<void>& listening) {
+// A raw TCP server on `port` that accepts one connection, reads its hello, answers `reply` and
+// keeps the connection open for `hold_ms`.
+std::thread fake_server(int port, std::vector<uint8_t> reply, std::promise<void>& listening,
+                        int hold_ms = 300) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -50,12 +53,12 @@ std::thread fake_server(int port, std::vector<uint8_t> reply, std::promise<void>
   ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
   ::listen(fd, 4);
   listening.set_value();
-  return std::thread([fd, reply] {
+  return std::thread([fd, reply, hold_ms] {
     const int c = ::accept(fd, nullptr, nullptr);
     char hello[20];
     [[maybe_unused]] ssize_t n = ::recv(c, hello, sizeof(hello), MSG_WAITALL);
     n = ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
     ::close(c);
     ::close(fd);
   });
@@ -124,19 +127,59 @@ TEST(RendezvousTest, PortInUseIsAClearError) {
   ::close(fd);
 }
 
-TEST(RendezvousTest, WrongMagicOnRankZeroSide) {
-  const int port = free_port();
+// Connections that are not stoker ranks (an HTTP client, garbage, one that closes at once, one
+// that stays silent) are closed and logged; rank 0 goes on and the real ranks join.
+TEST(RendezvousTest, StrayConnectionsAreIgnoredAndTheRanksStillJoin) {
+  const int port = free_port(), world = 3;
+  const std::vector<uint8_t> id = {4, 5, 6};
+  ::testing::internal::CaptureStderr();
+  const auto start = Clock::now();
   auto rank0 = std::async(std::launch::async, [&] {
-    return error_of([&] { dist::rendezvous_broadcast(options(port, 5), 0, 2, {}); });
+    return dist::rendezvous_broadcast(options(port, 20), 0, world, id);
   });
-  const int fd = raw_connect(port);
-  ASSERT_GE(fd, 0);
-  const char http[20] = {'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P'};
-  [[maybe_unused]] ssize_t n = ::send(fd, http, sizeof(http), MSG_NOSIGNAL);
-  const std::string e = rank0.get();
-  ::close(fd);
-  EXPECT_NE(e.find("sent magic 0x20544547"), std::string::npos) << e;
-  EXPECT_NE(e.find("it is not a stoker rank"), std::string::npos) << e;
+  const int http = raw_connect(port), closer = raw_connect(port), junk = raw_connect(port),
+            silent = raw_connect(port);
+  ASSERT_GE(http, 0);
+  ASSERT_GE(closer, 0);
+  ASSERT_GE(junk, 0);
+  ASSERT_GE(silent, 0);
+  const std::string get = "GET / HTTP/1.1\r\n\r\n";  // shorter than a hello: waits for a reply
+  [[maybe_unused]] ssize_t n = ::send(http, get.data(), get.size(), MSG_NOSIGNAL);
+  ::close(closer);
+  const std::vector<uint8_t> garbage(20, 0xee);
+  n = ::send(junk, garbage.data(), garbage.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the strays come first
+  std::vector<std::future<std::vector<uint8_t>>> peers;
+  for (int r = 1; r < world; ++r)
+    peers.push_back(std::async(std::launch::async, [&, r] {
+      return dist::rendezvous_broadcast(options(port, 20), r, world, {});
+    }));
+  std::string error;
+  try {
+    EXPECT_EQ(rank0.get(), id);
+    for (auto& f : peers) EXPECT_EQ(f.get(), id);
+  } catch (const stoker::Error& e) {
+    error = e.what();
+  }
+  const double took = seconds_since(start);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(error, "");
+  EXPECT_LT(took, 5.0);  // the silent connection delayed nobody (its hello timeout is 10 s)
+  // Rank 0 closed the HTTP client's connection: it reads the end of the stream, no answer.
+  char buf[64];
+  EXPECT_EQ(::recv(http, buf, sizeof(buf), 0), 0);
+  const std::string ignored = "ignored a connection from 127.0.0.1:";
+  EXPECT_NE(log.find(ignored), std::string::npos) << log;
+  EXPECT_NE(log.find("that is not a stoker rank: its greeting starts with \"GET / HTTP/1.1\\r\\n"
+                     "\\r\\n\" instead of the magic \"STKR\""),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("it closed the connection without a greeting"), std::string::npos) << log;
+  EXPECT_NE(log.find("\\xee\\xee"), std::string::npos) << log;
+  EXPECT_NE(log.find("it had sent 0 of the 20 bytes of a greeting when every rank had joined"),
+            std::string::npos)
+      << log;
+  for (int fd : {http, junk, silent}) ::close(fd);
 }
 
 TEST(RendezvousTest, WrongMagicOnPeerSide) {
@@ -148,7 +191,78 @@ TEST(RendezvousTest, WrongMagicOnPeerSide) {
   listening.get_future().wait();
   const std::string e = error_of([&] { dist::rendezvous_broadcast(options(port, 5), 1, 2, {}); });
   server.join();
-  EXPECT_NE(e.find("this is not a stoker rendezvous"), std::string::npos) << e;
+  EXPECT_NE(e.find("answered but is not a stoker rendezvous"), std::string::npos) << e;
+}
+
+// A rank pointed at a server that answers something else says so at once: no waiting for more
+// bytes, for the server to close, or for the timeout.
+TEST(RendezvousTest, ARankPointedAtAnotherServerFailsAtOnce) {
+  struct Case {
+    std::string name, answer, expected;
+  };
+  const std::vector<Case> cases = {
+      {"garbage", "hi!", "its answer starts with \"hi!\" instead of the magic \"STKR\""},
+      {"http", "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+       "its answer starts with \"HTTP/1.1 400\" instead of the magic \"STKR\""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int port = free_port();
+    std::promise<void> listening;
+    std::thread server = fake_server(port, std::vector<uint8_t>(c.answer.begin(), c.answer.end()),
+                                     listening, /*hold_ms=*/3000);
+    listening.get_future().wait();
+    const auto start = Clock::now();
+    const std::string e =
+        error_of([&] { dist::rendezvous_broadcast(options(port, 30), 1, 2, {}); });
+    EXPECT_LT(seconds_since(start), 2.0);
+    server.join();
+    EXPECT_NE(e.find("rendezvous: 127.0.0.1:" + std::to_string(port) +
+                     " answered but is not a stoker rendezvous: " + c.expected),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("MASTER_ADDR/MASTER_PORT"), std::string::npos) << e;
+  }
+}
+
+// The parser on its own: prefixes of a message are incomplete, the first wrong byte is invalid.
+TEST(RendezvousTest, MessagesParseIncrementally) {
+  namespace detail = dist::detail;
+  using Status = detail::RendezvousMessage::Status;
+  const auto hello = detail::encode_rendezvous_hello(3, 5, 8);
+  for (size_t n = 0; n < hello.size(); ++n) {
+    const auto m = detail::parse_rendezvous_message(std::span(hello.data(), n),
+                                                    detail::RendezvousMessageKind::hello);
+    EXPECT_EQ(m.status, Status::incomplete) << n;
+    EXPECT_EQ(m.size, hello.size()) << n;
+  }
+  auto m = detail::parse_rendezvous_message(hello, detail::RendezvousMessageKind::hello);
+  ASSERT_EQ(m.status, Status::complete);
+  EXPECT_EQ(m.version, dist::kRendezvousVersion);
+  EXPECT_EQ(m.purpose, 3);
+  EXPECT_EQ(m.rank, 5);
+  EXPECT_EQ(m.world_size, 8);
+  const uint8_t g[] = {'G'};
+  m = detail::parse_rendezvous_message(g, detail::RendezvousMessageKind::hello);
+  EXPECT_EQ(m.status, Status::invalid);
+  EXPECT_NE(m.error.find("\"G\""), std::string::npos) << m.error;
+
+  std::vector<uint8_t> reply;
+  const auto header = detail::encode_rendezvous_reply_header(0, 3);
+  reply.assign(header.begin(), header.end());
+  reply.insert(reply.end(), {7, 8, 9});
+  m = detail::parse_rendezvous_message(std::span(reply.data(), 13),
+                                       detail::RendezvousMessageKind::reply);
+  EXPECT_EQ(m.status, Status::incomplete);
+  EXPECT_EQ(m.size, 15u);
+  m = detail::parse_rendezvous_message(reply, detail::RendezvousMessageKind::reply);
+  ASSERT_EQ(m.status, Status::complete);
+  EXPECT_EQ(std::vector<uint8_t>(m.payload.begin(), m.payload.end()),
+            (std::vector<uint8_t>{7, 8, 9}));
+  const auto bad_status = detail::encode_rendezvous_reply_header(9, 0);
+  m = detail::parse_rendezvous_message(bad_status, detail::RendezvousMessageKind::reply);
+  EXPECT_EQ(m.status, Status::invalid);
+  EXPECT_NE(m.error.find("status 9"), std::string::npos) << m.error;
 }
 
 TEST(RendezvousTest, AnOversizedPayloadIsRejectedBeforeReading) {

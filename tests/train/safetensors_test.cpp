@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "stoker/nn/linear.h"
+#include "stoker/train/weights.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -200,6 +202,12 @@ TEST_F(SafetensorsTest, OffsetsMustMatchShapeAndStayInside) {
   msg = open_error(raw_file(
       "neg.safetensors", R"({"x": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 0]}})", ""));
   EXPECT_NE(msg.find("non-negative"), std::string::npos) << msg;
+  // A zero extent keeps the element count 0 whatever follows: 2^64-1 would wrap to -1 (found by
+  // the safetensors fuzz target; tests/fuzz/regressions/safetensors).
+  msg = open_error(raw_file(
+      "huge.safetensors",
+      R"({"x": {"dtype": "U8", "shape": [0, 18446744073709551615], "data_offsets": [0, 0]}})", ""));
+  EXPECT_NE(msg.find("impossibly large extent"), std::string::npos) << msg;
   msg = open_error(raw_file("notobj.safetensors", R"([1, 2, 3])", ""));
   EXPECT_NE(msg.find("JSON object"), std::string::npos) << msg;
 }
@@ -233,6 +241,100 @@ TEST_F(SafetensorsTest, PythonInterop) {
   for (const NamedTensor& nt : interop_tensors()) {
     SCOPED_TRACE(nt.name);
     expect_same(r.load(nt.name), nt.tensor);
+  }
+}
+
+// Flips one bit of byte `k` of tensor `name`'s data in the file.
+void damage(const fs::path& p, const std::string& name, size_t k) {
+  uint64_t header = 0;
+  std::ifstream(p, std::ios::binary).read(reinterpret_cast<char*>(&header), 8);
+  size_t at = 0;
+  {
+    const SafetensorsReader r(p);
+    at = 8 + header + r.entry(name).begin + k;
+  }
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  f.seekg(static_cast<std::streamoff>(at));
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x01);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&c, 1);
+}
+
+// Every tensor's checksum is stored; a flipped bit fails the load of that tensor only, naming
+// the file and the tensor.
+TEST_F(SafetensorsTest, AFlippedBitFailsTheLoadOfItsTensor) {
+  const fs::path p = dir_ / "sums.safetensors";
+  stoker::train::save_safetensors(p, interop_tensors(), {{"step", "3"}});
+  {
+    const SafetensorsReader r(p);
+    EXPECT_TRUE(r.has_checksums());
+    const std::string& sums = r.metadata().at(stoker::train::kChecksumsKey);
+    for (const NamedTensor& nt : interop_tensors()) {
+      EXPECT_TRUE(r.entry(nt.name).has_checksum) << nt.name;
+      EXPECT_NE(sums.find("\"" + nt.name + "\":\""), std::string::npos) << sums;
+      EXPECT_TRUE(r.check_checksum(nt.name).ok()) << nt.name;
+    }
+  }
+  damage(p, "w_f16", 3);
+  const SafetensorsReader r(p);
+  const stoker::train::SafetensorsReader::ChecksumCheck c = r.check_checksum("w_f16");
+  EXPECT_TRUE(c.stored);
+  EXPECT_NE(c.expected, c.computed);
+  try {
+    r.load("w_f16");
+    FAIL() << "a damaged tensor loaded";
+  } catch (const stoker::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(p.string() + ": tensor 'w_f16' fails its checksum (stored "),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("the file is damaged"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(r.load_into("w_f16", Tensor::empty({4, 2, 3}, DType::f16)), stoker::Error);
+  expect_same(r.load("w_f32"), interop_tensors()[0].tensor);  // the others are intact
+}
+
+// Files without the key (PyTorch's, or written with checksums off) load unchecked.
+TEST_F(SafetensorsTest, FilesWithoutChecksumsLoadUnchecked) {
+  const fs::path p = dir_ / "plain.safetensors";
+  stoker::train::save_safetensors(p, interop_tensors(), {}, {.checksums = false});
+  damage(p, "w_f32", 0);
+  const SafetensorsReader r(p);
+  EXPECT_FALSE(r.has_checksums());
+  EXPECT_EQ(r.metadata().count(stoker::train::kChecksumsKey), 0u);
+  EXPECT_FALSE(r.check_checksum("w_f32").stored);
+  EXPECT_NO_THROW(r.load("w_f32"));
+}
+
+TEST_F(SafetensorsTest, AMalformedChecksumTableIsAnError) {
+  const std::string tensor = R"("x": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]})";
+  std::string msg = open_error(
+      raw_file("json.safetensors",
+               "{" + tensor + R"(, "__metadata__": {"stoker.checksums": "{oops"}})", "ab"));
+  EXPECT_NE(msg.find("stoker.checksums is not valid JSON"), std::string::npos) << msg;
+  msg = open_error(raw_file(
+      "hex.safetensors",
+      "{" + tensor + R"(, "__metadata__": {"stoker.checksums": "{\"x\": \"12zz\"}"}})", "ab"));
+  EXPECT_NE(msg.find("the checksum of 'x' is \"12zz\", not 16 hex digits"), std::string::npos)
+      << msg;
+}
+
+// Weight files hold checksums too: load_weights refuses a damaged one.
+TEST_F(SafetensorsTest, DamagedWeightsFailLoadWeights) {
+  stoker::nn::manual_seed(3);
+  stoker::nn::Linear a(4, 3), b(4, 3);
+  const fs::path p = dir_ / "w.safetensors";
+  stoker::train::save_weights(a, p);
+  EXPECT_NO_THROW(stoker::train::load_weights(b, p));
+  damage(p, "weight", 7);
+  try {
+    stoker::train::load_weights(b, p);
+    FAIL() << "damaged weights loaded";
+  } catch (const stoker::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("tensor 'weight' fails its checksum"), std::string::npos) << msg;
   }
 }
 

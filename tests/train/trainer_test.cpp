@@ -1,18 +1,26 @@
 #include "stoker/train/trainer.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
+#include "stoker/data/loader.h"
+#include "stoker/data/synth.h"
 #include "stoker/data/tensor_batches.h"
+#include "stoker/data/token_batches.h"
+#include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/thread_communicator.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/dropout.h"
 #include "stoker/nn/linear.h"
 #include "stoker/ops/random.h"
+#include "stoker/train/safetensors.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -21,6 +29,7 @@ using stoker::DType;
 using stoker::Tensor;
 namespace nn = stoker::nn;
 namespace data = stoker::data;
+using stoker::train::SafetensorsReader;
 using stoker::train::Trainer;
 using stoker::train::TrainerOptions;
 
@@ -56,6 +65,45 @@ std::vector<std::vector<float>> weights(nn::Module& m) {
   std::vector<std::vector<float>> out;
   for (auto* p : m.parameters()) out.push_back(p->value().to_vector<float>());
   return out;
+}
+
+// The message of the stoker::Error fn throws ("(no error)" when it returns).
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const stoker::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Offset in the file of byte `k` of tensor `name`'s data.
+size_t byte_of_tensor(const fs::path& file, const std::string& name, size_t k) {
+  uint64_t header = 0;
+  std::ifstream(file, std::ios::binary).read(reinterpret_cast<char*>(&header), 8);
+  const SafetensorsReader r(file);
+  const auto& e = r.entry(name);
+  EXPECT_LT(k, e.end - e.begin) << name;
+  return 8 + header + e.begin + k;
+}
+
+void flip_byte(const fs::path& file, size_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  f.seekg(static_cast<std::streamoff>(offset));
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x20);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+// A pid that no process has any more: a child's, after it exited and was reaped.
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
 }
 
 class TrainerTest : public ::testing::Test {
@@ -215,6 +263,249 @@ TEST_F(TrainerTest, CheckpointErrorsNameFileAndTensor) {
     EXPECT_NE(msg.find("model.0.weight"), std::string::npos) << msg;
   }
   EXPECT_THROW(t2.resume(dir_ / "missing.safetensors"), stoker::Error);
+}
+
+// A byte flipped in a tensor of a checkpoint fails resume() with the file and the tensor named,
+// and the Trainer that tried keeps its weights.
+TEST_F(TrainerTest, ADamagedCheckpointTensorFailsResumeAndChangesNothing) {
+  const Blobs d = make_blobs(100, 8);
+  const fs::path ckpt = dir_ / "last.safetensors";
+  {
+    auto model = make_mlp(21, 0.0f);
+    stoker::optim::AdamW opt(model->named_parameters());
+    nn::CrossEntropyLoss loss;
+    Trainer t(*model, loss, opt,
+              {.progress_bar = false, .checkpoint_dir = dir_, .max_steps = 4, .quiet = true});
+    data::TensorBatches b(d.x, d.y, {.batch_size = 10, .seed = 1});
+    t.fit(b, 10);
+  }
+  std::string optim_tensor;
+  {
+    const SafetensorsReader r(ckpt);
+    EXPECT_EQ(r.metadata().count("stoker.checksums"), 1u);
+    ASSERT_EQ(r.metadata().count("stoker.checkpoint_version"), 1u);
+    EXPECT_EQ(r.metadata().at("stoker.checkpoint_version"), "2");
+    for (const std::string& n : r.names())
+      if (optim_tensor.empty() && n.rfind("optim.", 0) == 0 && r.entry(n).end > r.entry(n).begin)
+        optim_tensor = n;
+  }
+  ASSERT_FALSE(optim_tensor.empty());
+  for (const std::string& victim : {optim_tensor, std::string("model.3.bias")}) {
+    SCOPED_TRACE(victim);
+    const size_t at = byte_of_tensor(ckpt, victim, 5);
+    flip_byte(ckpt, at);
+    auto model = make_mlp(99, 0.0f);
+    stoker::optim::AdamW opt(model->named_parameters());
+    nn::CrossEntropyLoss loss;
+    Trainer t(*model, loss, opt, {.progress_bar = false, .quiet = true});
+    const auto before = weights(*model);
+    const std::string e = error_of([&] { t.resume(ckpt); });
+    EXPECT_NE(e.find("checkpoint " + ckpt.string()), std::string::npos) << e;
+    EXPECT_NE(e.find("tensor " + victim + " fails its checksum"), std::string::npos) << e;
+    EXPECT_NE(e.find("the file is damaged; resume from an earlier checkpoint"), std::string::npos)
+        << e;
+    EXPECT_EQ(weights(*model), before);
+    EXPECT_EQ(t.step(), 0);
+    flip_byte(ckpt, at);  // repaired: it resumes
+    EXPECT_EQ(error_of([&] { t.resume(ckpt); }), "(no error)");
+    EXPECT_EQ(t.step(), 4);
+  }
+}
+
+// A checkpoint written before checksums and run records (version 1: none of their keys) still
+// resumes, bit for bit.
+TEST_F(TrainerTest, AVersionOneCheckpointStillResumesBitForBit) {
+  const Blobs d = make_blobs(200, 5);
+  auto run = [&](int64_t stop_at, const fs::path& resume_from) {
+    auto model = make_mlp(13, 0.2f);
+    stoker::optim::AdamW opt(model->named_parameters(), {.lr = 1e-2f});
+    nn::CrossEntropyLoss loss;
+    Trainer t(*model, loss, opt,
+              {.progress_bar = false, .checkpoint_dir = dir_, .max_steps = stop_at, .quiet = true});
+    if (!resume_from.empty()) t.resume(resume_from);
+    data::TensorBatches b(d.x, d.y, {.batch_size = 16, .seed = 99});
+    t.fit(b, 100);
+    return weights(*model);
+  };
+  const auto straight = run(20, {});
+  run(10, {});
+  const fs::path v1 = dir_ / "v1.safetensors";
+  {
+    const SafetensorsReader r(dir_ / "last.safetensors");
+    auto meta = r.metadata();
+    ASSERT_EQ(meta.erase("stoker.checksums") + meta.erase("stoker.data") +
+                  meta.erase("stoker.checkpoint_version"),
+              3u);
+    stoker::train::save_safetensors(v1, stoker::train::load_safetensors(dir_ / "last.safetensors"),
+                                    meta, {.checksums = false});
+  }
+  ASSERT_FALSE(SafetensorsReader(v1).has_checksums());
+  EXPECT_EQ(run(20, v1), straight);
+}
+
+// A checkpoint refuses to resume into a run that reads other data or reads it otherwise,
+// naming the checkpoint, the field and both values; the same run resumes.
+TEST_F(TrainerTest, ResumingIntoADifferentRunIsRefused) {
+  const Blobs d = make_blobs(200, 5);
+  const fs::path ckpt = dir_ / "last.safetensors";
+  {
+    auto model = make_mlp(13, 0.0f);
+    stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.1f});
+    nn::CrossEntropyLoss loss;
+    Trainer t(*model, loss, opt,
+              {.progress_bar = false, .checkpoint_dir = dir_, .max_steps = 5, .quiet = true});
+    data::TensorBatches b(d.x, d.y, {.batch_size = 16, .seed = 99});
+    t.fit(b, 100);
+  }
+  auto resume_into = [&](const Blobs& data, data::TensorBatchesOptions o) {
+    auto model = make_mlp(13, 0.0f);
+    stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.1f});
+    nn::CrossEntropyLoss loss;
+    Trainer t(*model, loss, opt, {.progress_bar = false, .max_steps = 8, .quiet = true});
+    t.resume(ckpt);
+    data::TensorBatches b(data.x, data.y, o);
+    return error_of([&] { t.fit(b, 100); });
+  };
+  const std::string at = "checkpoint " + ckpt.string();
+  std::string e = resume_into(d, {.batch_size = 32, .seed = 99});
+  EXPECT_NE(e.find(at + ": the batch size differs"), std::string::npos) << e;
+  EXPECT_NE(e.find("batches of 16 samples per rank, this one 32"), std::string::npos) << e;
+  EXPECT_NE(e.find("resume with batch size 16"), std::string::npos) << e;
+  EXPECT_NE(e.find("another checkpoint_dir"), std::string::npos) << e;
+  e = resume_into(d, {.batch_size = 16, .seed = 7});
+  EXPECT_NE(e.find(at + ": the data seed differs"), std::string::npos) << e;
+  EXPECT_NE(e.find("from seed 99, this one from seed 7"), std::string::npos) << e;
+  e = resume_into(make_blobs(150, 5), {.batch_size = 16, .seed = 99});
+  EXPECT_NE(e.find(at + ": the dataset differs"), std::string::npos) << e;
+  EXPECT_NE(e.find("read 200 samples"), std::string::npos) << e;
+  EXPECT_NE(e.find("this one 150"), std::string::npos) << e;
+  e = resume_into(make_blobs(200, 6), {.batch_size = 16, .seed = 99});  // same count, other data
+  EXPECT_NE(e.find(at + ": the dataset differs"), std::string::npos) << e;
+  EXPECT_NE(e.find("xxh3"), std::string::npos) << e;
+  EXPECT_EQ(resume_into(d, {.batch_size = 16, .seed = 99}), "(no error)");
+}
+
+// A checkpoint of a 2-rank job does not resume in a single process.
+TEST_F(TrainerTest, ResumingAtAnotherWorldSizeIsRefused) {
+  const Blobs d = make_blobs(120, 9);
+  const fs::path dir = dir_ / "two_ranks";
+  std::vector<std::unique_ptr<nn::Sequential>> models;
+  for (int r = 0; r < 2; ++r) models.push_back(make_mlp(31, 0.0f));
+  stoker::dist::run_ranks(2, [&](stoker::dist::Communicator& comm) {
+    nn::Sequential& m = *models[static_cast<size_t>(comm.rank())];
+    stoker::dist::GradReducer reducer(comm, m);
+    stoker::optim::SGD opt(m.named_parameters(), {.lr = 0.1f});
+    nn::CrossEntropyLoss loss;
+    Trainer t(m, loss, opt,
+              {.progress_bar = false,
+               .checkpoint_dir = dir,
+               .max_steps = 3,
+               .quiet = true,
+               .reducer = &reducer});
+    data::TensorBatches b(d.x, d.y,
+                          {.batch_size = 10, .seed = 4, .rank = comm.rank(), .world_size = 2});
+    t.fit(b, 10);
+  });
+  auto model = make_mlp(31, 0.0f);
+  stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.1f});
+  nn::CrossEntropyLoss loss;
+  Trainer t(*model, loss, opt, {.progress_bar = false, .max_steps = 6, .quiet = true});
+  t.resume(dir / "last.safetensors");
+  data::TensorBatches b(d.x, d.y, {.batch_size = 10, .seed = 4});
+  const std::string e = error_of([&] { t.fit(b, 10); });
+  EXPECT_NE(e.find("checkpoint " + (dir / "last.safetensors").string() +
+                   " was written by 2 ranks, resumed by 1: resuming at another world size is "
+                   "not supported yet"),
+            std::string::npos)
+      << e;
+}
+
+// The data's fingerprint is its content, not its path: a moved dataset keeps it, changed data
+// does not (tensors, token files, image databases).
+TEST_F(TrainerTest, DataFingerprintsFollowContentNotLocation) {
+  const Blobs d = make_blobs(50, 3);
+  const data::TensorBatches a(d.x, d.y, {.batch_size = 5});
+  const data::TensorBatches same(d.x.clone(), d.y.clone(), {.batch_size = 5});
+  Tensor changed_x = d.x.clone();
+  changed_x.data<float>()[123] += 1.0f;
+  const data::TensorBatches changed(changed_x, d.y, {.batch_size = 5});
+  EXPECT_EQ(a.identity().fingerprint, same.identity().fingerprint);
+  EXPECT_NE(a.identity().fingerprint, changed.identity().fingerprint);
+  EXPECT_EQ(a.identity().samples, 50);
+  EXPECT_EQ(a.identity().batch_size, 5);
+
+  std::vector<uint16_t> tokens(20000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 7919) % 50000);
+  auto write = [&](const fs::path& p, const std::vector<uint16_t>& t) {
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(t.data()), static_cast<std::streamsize>(t.size() * 2));
+  };
+  write(dir_ / "a.bin", tokens);
+  fs::create_directories(dir_ / "moved");
+  fs::copy_file(dir_ / "a.bin", dir_ / "moved" / "a.bin");
+  std::vector<uint16_t> other = tokens;
+  other[17] ^= 1;
+  write(dir_ / "other.bin", other);
+  const data::TokenDataset ta(dir_ / "a.bin", {.context = 16, .seed = 2});
+  const data::TokenDataset tm(dir_ / "moved" / "a.bin", {.context = 16, .seed = 2});
+  const data::TokenDataset to(dir_ / "other.bin", {.context = 16, .seed = 2});
+  const data::TokenBatches ba(ta, {.batch_size = 4}), bm(tm, {.batch_size = 4}),
+      bo(to, {.batch_size = 4});
+  EXPECT_EQ(ba.identity().fingerprint, bm.identity().fingerprint);
+  EXPECT_NE(ba.identity().location, bm.identity().location);
+  EXPECT_NE(ba.identity().fingerprint, bo.identity().fingerprint);
+  EXPECT_EQ(ba.identity().seed, std::optional<uint64_t>(2));
+
+  const data::SynthOptions synth{.samples = 12, .classes = 3, .size = 16, .seed = 1};
+  data::pack_synth(synth, dir_ / "db", {.threads = 1, .progress = false});
+  fs::copy(dir_ / "db", dir_ / "db_moved", fs::copy_options::recursive);
+  data::pack_synth({.samples = 12, .classes = 3, .size = 16, .seed = 2}, dir_ / "db_other",
+                   {.threads = 1, .progress = false});
+  auto loader_identity = [](const fs::path& p) {
+    const data::LmdbImageDataset ds(p);
+    data::LoaderOptions o;
+    o.batch_size = 4;
+    o.threads = 1;
+    o.prefetch = 1;
+    o.transform.output_size = 16;
+    o.seed = 5;
+    const data::Loader loader(ds, o);
+    return loader.identity();
+  };
+  const auto la = loader_identity(dir_ / "db");
+  EXPECT_EQ(la.fingerprint, loader_identity(dir_ / "db_moved").fingerprint);
+  EXPECT_NE(la.fingerprint, loader_identity(dir_ / "db_other").fingerprint);
+  EXPECT_EQ(la.samples, 12);
+  EXPECT_EQ(la.seed, std::optional<uint64_t>(5));
+}
+
+// A checkpoint write removes the temporaries of writers that died, and only those.
+TEST_F(TrainerTest, CheckpointWritesRemoveTemporariesOfDeadWriters) {
+  const Blobs d = make_blobs(50, 7);
+  auto model = make_mlp(19, 0.0f);
+  stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.1f});
+  nn::CrossEntropyLoss loss;
+  Trainer t(*model, loss, opt, {.progress_bar = false, .quiet = true});
+  data::TensorBatches b(d.x, d.y, {.batch_size = 10});
+  const pid_t dead = dead_pid();
+  const std::string ours = std::to_string(::getpid());
+  const fs::path stale = dir_ / ("step_40.safetensors.tmp." + std::to_string(dead) + ".3");
+  const fs::path live = dir_ / ("step_50.safetensors.tmp." + ours + ".0");
+  const fs::path unrelated = dir_ / ("notes.txt.tmp." + std::to_string(dead) + ".0");
+  for (const fs::path& p : {stale, live, unrelated}) std::ofstream(p) << "partial";
+  ::testing::internal::CaptureStderr();
+  t.save_checkpoint(dir_ / "step_60.safetensors", &b);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(unrelated));
+  EXPECT_TRUE(fs::exists(dir_ / "step_60.safetensors"));
+  EXPECT_NE(err.find("removed 1 temporary file in " + dir_.string()), std::string::npos) << err;
+  EXPECT_NE(err.find(stale.filename().string()), std::string::npos) << err;
+  // Nothing left to remove: nothing said.
+  ::testing::internal::CaptureStderr();
+  t.save_checkpoint(dir_ / "step_60.safetensors", &b);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Precision: the arithmetic a training run uses (DESIGN.md §5).
+// Precision: the arithmetic a training run uses (docs/architecture.md#mixed-precision).
 //   fp32  everything in f32 (GEMMs exact fp32 unless ops::set_allow_tf32(true))
 //   bf16  activations and GEMM inputs in bf16, fp32 accumulation and master weights; no loss
 //         scaling needed (bf16 has fp32's exponent range)

@@ -63,7 +63,7 @@ STOKER_HD STOKER_FORCEINLINE uint16_t float_to_half_bits(float f) {
     if (rem > half || (rem == half && (m & 1u))) ++m;
     return static_cast<uint16_t>(sign | m);
   }
-  // Normal: rebias exponent 127 -> 15 and round 23 -> 10 mantissa bits; a carry into the
+  // Normal: rebias exponent 127 -> 15 and round 23 -> 10 mantissa bits; rounding up into the
   // exponent is the correct result (it may become Inf only above the threshold handled above).
   uint32_t h = ((abs - 0x38000000u) >> 13);
   const uint32_t rem = abs & 0x1fffu;

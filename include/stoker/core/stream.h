@@ -1,6 +1,6 @@
 // Stream and Event: thin, copyable handles over CUDA streams and events.
 //
-// Each CUDA device has three long-lived streams (DESIGN.md §2): `compute` (kernels), `copy`
+// A CUDA device has three fixed streams (docs/architecture.md#streams): `compute` (kernels), `copy`
 // (loader H2D) and `comm` (NCCL). Ops run on the calling thread's *current* stream for the
 // tensor's device: the compute stream unless a StreamGuard says otherwise. Work crosses streams
 // only through events (`Event::record` + `Event::block`), never through the host.

@@ -3,9 +3,12 @@
 // The LMDB/JPEG data loader and the in-memory TensorBatches implement it. A source is
 // deterministic given its seed: the order of epoch e is a pure function of (seed, e), and
 // `position()`/`restore()` capture where it stands, so a resumed run sees the same batches.
+// `identity()` says what it delivers (batch size, seed, the data), so that a training
+// checkpoint can refuse to resume into a run that reads other data or reads it differently.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "stoker/core/tensor.h"
@@ -16,6 +19,19 @@ struct Batch {
   Tensor input;   // on the source's device
   Tensor target;  // on the source's device
   int64_t size = 0;
+};
+
+// What a source delivers, as a training checkpoint records it (Trainer::save_checkpoint) and
+// the next fit() after a resume compares it. A field left at its default is unknown and is not
+// compared. The job's world size is the Trainer's to record (its reducer's communicator).
+struct SourceIdentity {
+  int64_t batch_size = -1;       // samples per batch on this rank
+  std::optional<uint64_t> seed;  // the seed of the order and augmentation; none: not used
+  int64_t samples = -1;          // samples of the whole dataset (every rank's)
+  // The data by content, not by location: counts, shapes and a checksum of (part of) the bytes.
+  // A dataset moved or copied elsewhere keeps its fingerprint; other data does not.
+  std::string fingerprint;
+  std::string location;  // where the data is (a path), for messages; never compared
 };
 
 class BatchSource {
@@ -35,6 +51,8 @@ class BatchSource {
   // Continues from a saved position: start_epoch(epoch), then skips `batch_index` batches
   // without producing them.
   virtual void restore(int64_t epoch, int64_t batch_index) = 0;
+  // What this source delivers (default: nothing known, nothing checked).
+  virtual SourceIdentity identity() const { return {}; }
 };
 
 }  // namespace stoker::data

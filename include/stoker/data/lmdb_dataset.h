@@ -7,9 +7,13 @@
 // worker thread its own Reader (MDB_NOTLS lets a Reader move between threads, but never use one
 // from two threads at once).
 //
-// Opening checks that the path is a database written by `stoker pack` (format tag, class names,
-// sample count); `read` throws stoker::Error naming the key and the fix, while `try_read` returns
-// std::nullopt and the reason, so a loader's skip policy needs no exceptions.
+// Opening checks, in this order, that data.mdb holds every page the environment says it uses
+// (a truncated or damaged copy is an error naming the bytes missing, never a SIGBUS when a page
+// past the end of the file is touched) and that the path is a database written by `stoker pack`
+// (format tag, class names, sample count). `read` throws stoker::Error naming the key and the
+// fix, while `try_read` returns std::nullopt and the reason (a malformed record, a payload
+// checksum mismatch, an LMDB error on a damaged page), so a loader's skip policy needs no
+// exceptions.
 //
 // Ownership: the dataset owns the environment and must outlive its Readers. Thread-safety: the
 // dataset's const methods are thread-safe; a Reader is not.
@@ -18,6 +22,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +50,13 @@ class LmdbImageDataset {
   int num_classes() const { return static_cast<int>(class_names_.size()); }
   const std::vector<std::string>& class_names() const { return class_names_; }
   const std::filesystem::path& path() const { return path_; }
+  // Size of data.mdb in bytes (checked at open to hold every page in use).
+  uint64_t file_bytes() const { return file_bytes_; }
+  // Reader slots of the environment: at most this many Readers may exist at once, in all the
+  // processes that share the database's lock file (a Loader holds one per worker thread). LMDB
+  // may round LmdbOptions::max_readers up, or take a larger table from an existing lock file;
+  // with no_lock it keeps no table and this is max_readers as configured.
+  int reader_slots() const { return reader_slots_; }
 
   // A read transaction for one thread at a time.
   class Reader {
@@ -59,6 +71,11 @@ class LmdbImageDataset {
     SampleView read(int64_t index);
     // Sample `index`, or std::nullopt with the reason in *error (when error is not null).
     std::optional<SampleView> try_read(int64_t index, std::string* error = nullptr);
+    // The stored value of sample `index` (record header + payload, not parsed), or
+    // std::nullopt with the reason. try_read is try_value + parse_record. An LMDB error (a
+    // damaged page) leaves the transaction unusable; try_value then renews it, so views from
+    // earlier reads of this Reader must not be used after a failed read.
+    std::optional<std::span<const uint8_t>> try_value(int64_t index, std::string* error = nullptr);
     // Releases the snapshot (views die) but keeps the reader slot; renew() takes a new one.
     void reset();
     void renew();
@@ -77,6 +94,8 @@ class LmdbImageDataset {
   MDB_env* env_ = nullptr;
   unsigned dbi_ = 0;
   int64_t size_ = 0;
+  uint64_t file_bytes_ = 0;
+  int reader_slots_ = 0;
   std::vector<std::string> class_names_;
 };
 

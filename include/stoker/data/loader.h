@@ -1,5 +1,5 @@
 // Loader: batches of decoded, augmented, normalized images from an LMDB dataset, prepared ahead
-// of the training step by a pool of threads (DESIGN.md §6).
+// of the training step by a pool of threads (docs/architecture.md#data-loading).
 //
 //   opener thread ── takes a free pinned slot, gives it the next batch position (epoch, batch)
 //     and that batch's sample indices ─► open batches (in position order)
@@ -35,10 +35,19 @@
 // Determinism: the sample order is the Sampler's (seed, epoch, rank) permutation and the
 // augmentation of sample i in epoch e is a pure function of (seed, e, i): the same seed gives
 // the same batches bit for bit, whatever the thread count, depth, autotuning or overlap.
-// Robustness: a bad sample either fails next() with an error naming its key and the reason
-// (policy fail) or is replaced by the next valid sample so the batch stays full (policy skip;
-// counted in counters().skipped). No wait is unbounded: no batch for stall_timeout_s makes
-// next() throw. The destructor stops the threads (it waits only for the samples being decoded).
+// Robustness: a bad sample (a malformed record, a payload checksum mismatch, a JPEG that does not
+// decode) either fails next() with an error naming its key and the reason and a hint naming the
+// skip policy (policy fail), or is replaced by the next valid sample so the batch stays full
+// (policy skip): counted once per epoch in counters().skipped, the first
+// kLoggedSkipsPerEpoch (5) of an epoch named with their reasons on stderr, then one line with
+// the rest's count at the epoch's end (prefixed with the rank when world_size > 1). No wait is
+// unbounded: no batch for stall_timeout_s makes next() throw. The destructor stops the threads
+// (it waits only for the samples being decoded).
+//
+// Options are checked at construction (each error names the LoaderOptions field): batch_size
+// >= 1, prefetch >= 0, threads and max_threads in [0, dataset.reader_slots()] (every decode
+// thread holds an LMDB reader slot; the autotuner's default bound is min(hardware threads,
+// reader slots)).
 //
 // Ownership: the dataset is borrowed and must outlive the Loader; slots (pinned host and device
 // buffers) are the Loader's. Thread-safety: one consumer thread calls next/start_epoch/restore;
@@ -51,8 +60,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,8 +122,10 @@ struct LoaderCounters {
   double consumer_wait_s = 0;        // time next() waited for a batch: the input-bound share
   int64_t batches = 0, samples = 0;  // delivered by next()
   int64_t samples_decoded = 0;       // finished by the workers (includes discarded batches)
-  int64_t skipped = 0;        // bad samples replaced under CorruptPolicy::skip in delivered batches
-  int64_t early_batches = 0;  // delivered batches prepared before their start_epoch (overlap)
+  // Bad samples replaced under CorruptPolicy::skip in delivered batches: each counts once per
+  // epoch (however many replacement walks meet it), so an epoch adds the bad samples it met.
+  int64_t skipped = 0;
+  int64_t early_batches = 0;      // delivered batches prepared before their start_epoch (overlap)
   int64_t discarded_batches = 0;  // prepared but dropped by a start_epoch/restore elsewhere
 };
 
@@ -165,6 +178,8 @@ class Loader : public BatchSource {
   static constexpr double kWaitLow = 0.005;
   static constexpr double kHeadroom = 1.25;
   static constexpr double kFasterMargin = 1.1;
+  // Policy skip: bad samples named on stderr per epoch (then one line with the rest's count).
+  static constexpr int kLoggedSkipsPerEpoch = 5;
 
   Loader(const LmdbImageDataset& dataset, LoaderOptions options);
   ~Loader() override;
@@ -178,6 +193,12 @@ class Loader : public BatchSource {
   int64_t epoch() const override { return epoch_; }
   int64_t batch_index() const override;
   void restore(int64_t epoch, int64_t batch_index) override;
+  // The batch size, the seed (when shuffling or augmenting), the dataset's samples and a
+  // fingerprint of its content (sample and class counts, XXH3-64 of the class names and of the
+  // first and last records), not its path: a moved database still matches. Computed once at
+  // construction, before the workers start (it needs a read transaction, hence a reader slot,
+  // which a checkpoint taken mid-epoch could not get when every slot is busy).
+  SourceIdentity identity() const override { return identity_; }
 
   LoaderCounters counters() const;
   // Current worker count and depth (autotuned or fixed).
@@ -204,11 +225,14 @@ class Loader : public BatchSource {
   Slot* find_work_locked() const;
   bool can_open_locked() const;
   void tune_locked(int64_t delivered);
+  void count_skipped_locked(const Slot& slot);
   std::unique_ptr<Slot> make_slot() const;
   std::string summary_locked() const;
+  SourceIdentity compute_identity() const;
 
   const LmdbImageDataset& dataset_;
   LoaderOptions options_;
+  SourceIdentity identity_;
   int64_t batches_per_epoch_ = 0;
   int64_t samples_per_rank_ = 0;
   size_t batch_bytes_ = 0;        // pinned bytes of one slot
@@ -232,6 +256,8 @@ class Loader : public BatchSource {
   LoaderTuning tuning_;
   std::atomic<bool> stop_{false};
   std::string fatal_error_;  // an error outside any batch (e.g. a failed allocation)
+  // Policy skip: per epoch (the consumer's and later ones), the bad samples met so far.
+  std::map<int64_t, std::set<int64_t>> bad_seen_;
 
   // Autotuner state (consumer side, under mu_).
   bool window_open_ = false;

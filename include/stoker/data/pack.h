@@ -2,28 +2,62 @@
 // the LMDB format that LmdbImageDataset reads (docs/formats.md). This is what `stoker pack`
 // runs; it is public so that programs and tests can pack without the CLI.
 //
-// Every image is validated (header decode + full decompress with TurboJPEG); unreadable or
-// corrupt files are reported on stderr by path, skipped and counted. Work runs on a oneTBB
-// arena of `threads` threads, chunk by chunk; records are written in order with keys
-// 0..samples-1. The database is built in "<out>.tmp-<pid>" and renamed to <out> only after its
+// Every input is validated the way the loader will read it: the header is checked against the
+// pixel budget (PackOptions::max_pixels, the loader's DecoderOptions::max_pixels default)
+// before anything is allocated, then every pixel is decoded with the loader's JpegDecoder
+// (libjpeg warnings such as a premature end of data count as failures; CMYK/YCCK decode to RGB
+// as in the loader). Anything that is not a readable, complete JPEG within the budget -- a
+// missing file, a directory, a FIFO or socket, a dangling symbolic link or a link loop, an
+// empty or truncated file, an out-of-memory while handling one input -- is reported on stderr
+// by path with the reason, skipped and counted: one bad input never ends the pack. Inputs are
+// opened only when they are regular files (a FIFO is never opened for reading: it would block).
+// Work runs on a oneTBB arena of `threads` threads, chunk by chunk; records are written in order
+// with keys 0..samples-1.
+//
+// Atomicity: the database is built in "<out>.tmp-<pid>" and renamed to <out> only after its
 // last transaction (which writes the format tag) is committed and synced: an interrupted pack
 // never leaves a database at <out>, and the temporary folder never carries the format tag.
+// SIGINT/SIGTERM during a pack stop it after the current chunk: the temporary folder is
+// removed and PackInterrupted is thrown (the previous handlers are restored when the pack
+// ends). A pack removes the "<out>.tmp-<pid>" leftovers of earlier packs to the same <out>
+// whose process is gone (a killed pack), and leaves those of live processes alone.
 //
-// Thread-safety: each call is independent; calls may run concurrently on different outputs.
+// Thread-safety: each call is independent; calls may run concurrently on different outputs (a
+// signal interrupts all of them).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
+
+#include "stoker/core/error.h"
 
 namespace stoker::data {
 
+// The largest class count a pack accepts (given with `classes` or inferred from the labels).
+inline constexpr int64_t kPackMaxClasses = int64_t{1} << 20;
+
 struct PackOptions {
-  int threads = 0;         // 0: all hardware threads
-  int resize_shorter = 0;  // > 0: re-encode so the shorter side is at most this (never enlarges)
-  int quality = 90;        // JPEG quality of re-encoded images
+  int threads = 0;         // >= 0; 0: all hardware threads
+  int resize_shorter = 0;  // >= 0; > 0: re-encode so the shorter side is at most this (never
+                           // enlarges); 0: keep the images' size
+  int quality = 90;        // JPEG quality of re-encoded images, 1..100
+  // Inputs whose header claims more pixels (width x height) are skipped before any pixel memory
+  // is allocated: the loader's budget (DecoderOptions::max_pixels), so nothing packed is
+  // refused by the loader's default decoder. >= 1.
+  int64_t max_pixels = int64_t{16384} * 16384;
+  // List files only: the number of classes, 0..kPackMaxClasses. 0: inferred as max label + 1
+  // (a grossly sparse set of labels is then an error, a sparse one a warning: see pack_list).
+  // N > 0: a label >= N is an error naming its line, and the dataset has N classes.
+  int64_t classes = 0;
+  // Rotate/flip each image upright as its Exif orientation tag (APP1, values 2..8) says, and
+  // re-encode it at `quality` (without its Exif and other APPn markers). Off: the pixels are
+  // stored as coded; the loader never applies Exif orientation (docs/data_loader.md).
+  bool apply_exif_orientation = false;
   // Rewrite each JPEG losslessly (the same DCT coefficients, hence the same pixels) as baseline
   // with Huffman tables fitted to it and restart markers that tile its MCU rows, so a crop
   // decodes only the tiles it covers (DecoderOptions::restart_tiles). Off: the bytes as given.
@@ -33,7 +67,7 @@ struct PackOptions {
   int64_t map_size_gib = 1024;  // LMDB map size (address space only; the file grows as written)
   bool overwrite = false;       // replace an existing database at the output path
   bool progress = true;         // progress bar on stderr (only when stderr is a terminal)
-  bool report_skipped = true;   // one stderr line per skipped file
+  bool report_skipped = true;   // one stderr line per skipped file, warning and note
   // For tests: throw after this many samples were written (simulates a crash mid-pack).
   int64_t fail_after = -1;
 };
@@ -44,8 +78,27 @@ struct PackSummary {
   int64_t bytes = 0;                        // payload bytes written
   int64_t skipped = 0;                      // unreadable or corrupt inputs
   std::vector<std::string> skipped_inputs;  // "path: reason"
+  // With apply_exif_orientation: images re-encoded upright, and images whose Exif could not be
+  // read (malformed APP1, an orientation outside 1..8), packed unrotated.
+  int64_t exif_rotated = 0;
+  int64_t exif_unreadable = 0;
+  // What was worth saying but did not stop the pack (sparse labels, leftovers of interrupted
+  // packs removed or left alone, unreadable Exif), as printed on stderr.
+  std::vector<std::string> warnings;
   double seconds = 0;
   std::filesystem::path output;
+};
+
+// Thrown when SIGINT or SIGTERM stopped a pack; nothing was written to the output and the
+// temporary folder was removed. The CLI exits with 128 + signal() (130, 143).
+class PackInterrupted : public core::Error {
+ public:
+  PackInterrupted(int signal, std::string what, std::string where)
+      : core::Error(std::move(what), std::move(where)), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
 };
 
 // One input image: where it is and its label.
@@ -54,15 +107,30 @@ struct PackItem {
   int32_t label = 0;
 };
 
-// Sub-folders of `root` (sorted by name) are the classes, label = position; every regular file
-// below a class folder (recursively, sorted; hidden files ignored) is an input.
+// Sub-folders of `root` (sorted by name; links to folders count) are the classes, label =
+// position; every file below a class folder (recursively, sorted; hidden files ignored) is an
+// input. Below a class folder, links to folders are not followed (each is a skipped input, as
+// are FIFOs, sockets, dangling links and link loops); a dangling link or a link loop directly
+// in `root` is a skipped input too.
 PackSummary pack_folder(const std::filesystem::path& root, const std::filesystem::path& out,
                         const PackOptions& options);
 
-// `list` has one "path label" line per image (paths relative to the list's folder unless
-// absolute; '#' comments and blank lines ignored). Class names are "0".."max label".
+// `list` has one "path label" line per image: the label is the last field (a decimal integer
+// >= 0, separated by spaces or tabs), the path everything before it (it may contain spaces;
+// relative paths are relative to the list's folder). '#' comments and blank lines are ignored;
+// a UTF-8 byte-order mark at the start and CRLF line ends are accepted. Class names are
+// "0".."N-1" with N = options.classes, or inferred as max label + 1 when it is 0: then a
+// grossly sparse inference (over kPackMaxClasses classes, or over 1000 classes and over 10
+// per distinct label: a label typo such as 1000000) is an error, and a sparse one (more than
+// half of the classes without a sample) a warning naming the largest labels, their counts and
+// lines. Both suggest --classes N.
 PackSummary pack_list(const std::filesystem::path& list, const std::filesystem::path& out,
                       const PackOptions& options);
+
+// Parses a list file's text: one "path label" line per image (see pack_list). Relative paths
+// are joined to `base`. Throws stoker::Error naming `list_name` and the line on a bad line.
+std::vector<PackItem> parse_list_file(std::string_view text, const std::filesystem::path& base,
+                                      const std::string& list_name);
 
 // Lower level: packs `items` with the given class names.
 PackSummary pack_items(std::vector<PackItem> items, std::vector<std::string> class_names,
@@ -76,10 +144,12 @@ PackSummary pack_generated(int64_t count, const SampleProducer& produce,
                            std::vector<std::string> class_names, const std::filesystem::path& out,
                            const PackOptions& options);
 
-// Validates `jpeg` by decoding it fully; returns an empty string when it is a good JPEG,
-// otherwise the reason. With resize_shorter > 0, `reencoded` receives the resized JPEG.
+// Validates `jpeg` as the packer does (start markers, pixel budget from the header, then a full
+// decode with the loader's decoder); returns an empty string when it is a good JPEG, otherwise
+// the reason. With resize_shorter > 0, `reencoded` receives the resized JPEG (RGB).
 std::string validate_jpeg(const std::vector<uint8_t>& jpeg, int resize_shorter, int quality,
-                          std::vector<uint8_t>* reencoded);
+                          std::vector<uint8_t>* reencoded,
+                          int64_t max_pixels = int64_t{16384} * 16384);
 
 // Human-readable summary lines ("packed 60 samples of 3 classes ...").
 std::string format_summary(const PackSummary& summary);

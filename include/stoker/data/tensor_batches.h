@@ -5,8 +5,13 @@
 // `device`. The last partial batch is kept unless drop_last. With world_size > 1 each rank sees
 // its shard of every epoch (the Sampler's DistributedSampler semantics: padded so every rank has
 // as many samples).
+//
+// identity(): the batch size, the seed (when shuffling) and a fingerprint of the tensors'
+// dtypes, shapes and bytes (XXH3-64 over all of them, computed at the first call and kept: the
+// tensors must not change afterwards).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "stoker/data/batch_source.h"
@@ -36,6 +41,7 @@ class TensorBatches : public BatchSource {
   int64_t epoch() const override { return epoch_; }
   int64_t batch_index() const override { return batch_; }
   void restore(int64_t epoch, int64_t batch_index) override;
+  SourceIdentity identity() const override;
 
  private:
   Tensor gather(const Tensor& src, std::span<const int64_t> rows) const;
@@ -45,6 +51,7 @@ class TensorBatches : public BatchSource {
   Sampler sampler_;
   int64_t epoch_ = -1;
   int64_t batch_ = 0;
+  mutable std::string fingerprint_;  // identity(): computed once
 };
 
 }  // namespace stoker::data

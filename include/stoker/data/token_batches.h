@@ -11,6 +11,10 @@
 // dataset's disjoint windows fill on every rank (partial batches are dropped), or
 // `batches_per_epoch` when that is set.
 //
+// identity(): the batch size, the dataset's seed, its windows as samples, and a fingerprint of
+// the file (token count and width, context, XXH3-64 of its first and last 4096 tokens: a
+// sample of the content that costs no full read of a file of billions of tokens), not its path.
+//
 // Ownership: borrows the dataset, which must outlive the source. Copies to a GPU are queued on
 // the current stream. Not thread-safe.
 #pragma once
@@ -42,6 +46,7 @@ class TokenBatches : public BatchSource {
   int64_t epoch() const override { return epoch_; }
   int64_t batch_index() const override { return batch_; }
   void restore(int64_t epoch, int64_t batch_index) override;
+  SourceIdentity identity() const override;
 
   // Batch `b` of `epoch` on this rank, without moving the position (evaluation, tests).
   Batch batch_at(int64_t epoch, int64_t b) const;

@@ -1,6 +1,6 @@
 // Diagnostics: one training run's diagnosis — the StepTimer, the GpuMonitor, the trace, NVTX
 // ranges, reports with a verdict, baseline cards — behind the few calls the Trainer makes
-// (DESIGN.md §8, docs/diagnostics.md). Built by the Trainer when
+// (docs/architecture.md#diagnostics, docs/diagnostics.md). Built by the Trainer when
 // TrainerOptions::diagnostics.enabled; usable from a custom loop the same way:
 //
 //   diag::Diagnostics d({.enabled = true, .report_interval = 100}, device);

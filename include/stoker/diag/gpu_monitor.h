@@ -1,5 +1,5 @@
 // GpuMonitor: the GPU's health while training, sampled through NVML in a background thread
-// (DESIGN.md §8, docs/diagnostics.md).
+// (docs/architecture.md#diagnostics, docs/diagnostics.md).
 //
 // NVML is loaded at run time (dlopen of libnvidia-ml.so.1, from the driver): stoker neither
 // links it nor needs its header. Without it — no driver, a CPU machine, a container without the
@@ -73,7 +73,7 @@ struct GpuHealth {
   double temperature_c = -1, temperature_max_c = -1;
   double util_gpu = -1, util_memory = -1;  // mean percent
   double pcie_tx_mb_s = -1, pcie_rx_mb_s = -1;
-  // Share of busy samples carrying each reason, and any slowdown reason (clock_event::kSlowdown).
+  // Share of busy samples with each reason, and any slowdown reason (clock_event::kSlowdown).
   double power_cap_share = 0, thermal_share = 0, hw_slowdown_share = 0, power_brake_share = 0;
   double slowdown_share = 0;
   // Summary of the above, one line ("SM 1,755/1,980 MHz (89 %), power 512/700 W, ...").

@@ -1,5 +1,6 @@
-// DiagnosticsOptions: what the Trainer's diagnostics measure, print and write (DESIGN.md §8,
-// docs/diagnostics.md). A plain struct: TrainerOptions{.diagnostics = {.enabled = true}}.
+// DiagnosticsOptions: what the Trainer's diagnostics measure, print and write
+// (docs/architecture.md#diagnostics, docs/diagnostics.md). A plain struct:
+// TrainerOptions{.diagnostics = {.enabled = true}}.
 //
 // Off by default. Off, the Trainer keeps only the log line's data-wait share (two clock reads
 // per batch); on, it times every step's phases (host clocks, and CUDA events on a GPU),

@@ -1,6 +1,6 @@
 // Report: the verdict on a window of training steps — input-bound, compute-bound, launch-bound,
 // communication-bound or throttled — with the numbers behind it and concrete advice
-// (DESIGN.md §8; docs/diagnostics.md defines every number and the rules below).
+// (docs/architecture.md#diagnostics; docs/diagnostics.md defines every number and the rules below).
 //
 // Rules (Thresholds, seeded from TensorFlow's profiler):
 //   1. Each of input, launch and exposed communication is rated by its share of the step time:

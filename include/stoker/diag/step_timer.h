@@ -1,4 +1,4 @@
-// StepTimer: where the time of each training step goes (DESIGN.md §8, docs/diagnostics.md).
+// StepTimer: where the time of each training step goes (docs/architecture.md#diagnostics).
 //
 // The Trainer opens a step, names each phase as it starts (data, forward, backward, comm,
 // optimizer; a phase ends where the next begins, and repeats over micro-steps add up) and

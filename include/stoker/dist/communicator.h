@@ -1,4 +1,5 @@
-// Communicator: the collectives data parallelism needs, over one group of ranks (DESIGN.md §7).
+// Communicator: the collectives data parallelism needs, over one group of ranks
+// (docs/architecture.md#data-parallelism).
 //
 // Backends: NcclCommunicator (GPU tensors, the real engine), ThreadCommunicator (ranks as threads
 // of one process, CPU tensors: tests and CPU training) and TcpCommunicator (ranks as processes,

@@ -1,4 +1,5 @@
-// GradReducer: data-parallel gradient averaging, overlapped with backward (DESIGN.md §7).
+// GradReducer: data-parallel gradient averaging, overlapped with backward
+// (docs/architecture.md#data-parallelism).
 //
 // Buckets: the parameters that require gradients are taken in REVERSE registration order (the
 // order backward produces their gradients) and packed into buckets of about `bucket_bytes`

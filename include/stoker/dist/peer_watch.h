@@ -13,7 +13,7 @@
 // Failing calls `on_failure` with a message naming the dead rank and its address; the default
 // (exit_on_failure) prints it on stderr and ends the process with exit code 1, since a thread
 // blocked in a collective cannot be woken safely. A rank that leaves normally (destructor, or
-// exit() through the atexit hook) says goodbye first, so its peers carry on (rank 0 may still
+// exit() through the atexit hook) says goodbye first, so its peers go on (rank 0 may still
 // write a checkpoint alone); a rank that leaves while an exception unwinds says it failed, and
 // its peers fail too rather than wait in a collective for it.
 //

@@ -7,8 +7,14 @@
 // NCCL unique id, for instance. Every step has a deadline (`timeout_s`), every read is bounded
 // (the payload length is checked against kRendezvousMaxPayload before anything is allocated).
 // Errors say what happened and what to do: a port in use, a peer that never connected (naming
-// the missing ranks), something that is not a stoker rank on the port (bad magic), a version,
-// purpose, world-size or duplicate-rank mismatch (rank 0 tells the peer why it was refused).
+// the missing ranks), a version, purpose, world-size or duplicate-rank mismatch (rank 0 tells
+// the peer why it was refused), a MASTER_ADDR:MASTER_PORT that answers but is no stoker
+// rendezvous (said as soon as the first wrong byte arrives, not after a timeout).
+// Stray connections to rank 0's port (an HTTP client, a port scanner, a health check) are not
+// errors: one that sends something other than a hello (wrong magic), closes before its hello, or
+// sends no whole hello within 10 s is closed and logged on stderr ("ignored a connection from
+// ADDR that is not a stoker rank: ..."), and rank 0 goes on waiting for the ranks. Connections
+// are served side by side, so a silent one delays nobody.
 //
 // Thread-safety: each call is independent.
 #pragma once

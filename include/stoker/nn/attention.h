@@ -14,9 +14,9 @@
 // half compute copies, fp32 weight gradients), the attention core (ops/attention.h) runs its
 // GEMMs in x's dtype with fp32 accumulation and the softmax in fp32.
 //
-// Saved for backward (while saving_activations(), DESIGN.md §4): the qkv Linear keeps x, the
-// proj Linear keeps the attention output a [B, T, C]; this module keeps q, k, v permuted per
-// head [3, B, H, T, D] (the qkv output's size, 3BTC) and the softmax probabilities
+// Saved for backward (while saving_activations(), docs/architecture.md#modules): the qkv Linear
+// keeps x, the proj Linear keeps the attention output a [B, T, C]; this module keeps q, k, v
+// permuted per head [3, B, H, T, D] (the qkv output's size, 3BTC) and the softmax probabilities
 // P [B, H, T, T], both in x's dtype (P dominates at long sequences: 12 heads × 1024² × 2 bytes
 // = 24 MiB per sample in bf16). All are released by backward.
 // Inside a Checkpoint's first forward nothing is kept; forward_for_backward runs the whole

@@ -1,5 +1,5 @@
 // Activation checkpointing and selective recomputation: trading compute for activation memory
-// (DESIGN.md §4).
+// (docs/architecture.md#modules).
 //
 // Why: the activations a forward saves for backward grow with depth × batch × width and, in
 // deep models, dominate the memory of a step (weights, gradients and optimizer state do not

@@ -1,4 +1,4 @@
-// Module: a layer with an explicit forward and backward (DESIGN.md §4).
+// Module: a layer with an explicit forward and backward (docs/architecture.md#modules).
 //
 //   Tensor forward(const Tensor& x)   computes y and saves what backward needs;
 //   Tensor backward(const Tensor& dy) returns dx and ADDS into its parameters' gradients,

@@ -1,5 +1,6 @@
-// Layout: how a 4-D image tensor orders its extents. Tensors have no strides (DESIGN.md §2), so
-// NCHW vs NHWC is a shape convention that every image op takes explicitly:
+// Layout: how a 4-D image tensor orders its extents. Tensors have no strides
+// (docs/architecture.md#tensors-and-memory), so NCHW vs NHWC is a shape convention that every
+// image op takes explicitly:
 //   nchw: [N, C, H, W] (PyTorch's default; filters KCRS = [K, C/groups, R, S])
 //   nhwc: [N, H, W, C] (channels-last, what tensor cores prefer; filters KRSC)
 // A filter is a 4-D tensor too: K plays N, C/groups plays C, R and S play H and W, so the same

@@ -11,9 +11,18 @@
 // tensor — never a crash or an over-read. Writing is atomic: a temporary file in the same
 // folder, fsync, rename, fsync of the folder; an interrupted save leaves the old file intact.
 //
+// Checksums: stoker writes the XXH3-64 of every tensor's bytes (exactly as stored) into the
+// metadata key "stoker.checksums" (a JSON object name -> 16 lower-case hex digits). A reader
+// checks a tensor against it before its bytes are first used (load, load_into, verify), so a
+// flipped byte fails with an error naming the file and the tensor instead of loading silently.
+// Files without the key (from PyTorch, or written before) load unchecked, as do tensors the key
+// does not list. The checksum detects accidental damage; it is no protection against tampering.
+//
 // Thread-safety: a SafetensorsReader may be read from several threads once opened.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -30,10 +39,20 @@ struct NamedTensor {
   Tensor tensor;
 };
 
+// The metadata key of the per-tensor checksums.
+inline constexpr const char* kChecksumsKey = "stoker.checksums";
+
+struct SafetensorsWriteOptions {
+  // Store kChecksumsKey (replacing a value given in the metadata). Off: the file carries only
+  // the metadata given (as files written before checksums existed).
+  bool checksums = true;
+};
+
 // Writes `tensors` (any devices: GPU tensors are copied to the host) and optional string
 // metadata to `path`, atomically. Names must be unique and non-empty.
 void save_safetensors(const std::filesystem::path& path, std::span<const NamedTensor> tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      const SafetensorsWriteOptions& options = {});
 
 // An opened, validated safetensors file; tensors are read on demand.
 class SafetensorsReader {
@@ -48,6 +67,18 @@ class SafetensorsReader {
     Shape shape;
     size_t begin = 0;  // byte offsets in the data section
     size_t end = 0;
+    bool has_checksum = false;  // kChecksumsKey lists this tensor
+    uint64_t checksum = 0;      // the stored XXH3-64 of its bytes
+    size_t index = 0;           // position in names()
+  };
+
+  // A tensor's stored checksum against the one of its bytes now (`computed` is only evaluated
+  // when one is stored; ok() without one).
+  struct ChecksumCheck {
+    bool stored = false;
+    uint64_t expected = 0;
+    uint64_t computed = 0;
+    bool ok() const { return !stored || expected == computed; }
   };
 
   const std::filesystem::path& path() const { return path_; }
@@ -56,11 +87,20 @@ class SafetensorsReader {
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
   const Entry& entry(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Whether the file carries checksums (kChecksumsKey).
+  bool has_checksums() const { return has_checksums_; }
 
-  // The tensor's values, copied into a new tensor on `device`.
+  // Checks the tensor's bytes against its stored checksum. A tensor that passes is not checked
+  // again by this reader.
+  ChecksumCheck check_checksum(const std::string& name) const;
+  // check_checksum(), throwing on a mismatch: the error names the file, the tensor and both
+  // values ("the file is damaged").
+  void verify(const std::string& name) const;
+
+  // The tensor's values, copied into a new tensor on `device` (verified first).
   Tensor load(const std::string& name, Device device = Device::cpu()) const;
   // Copies the tensor's values into `dst`, which must have the file's dtype and shape (the
-  // error names the file, the tensor, and both shapes otherwise).
+  // error names the file, the tensor, and both shapes otherwise); verified first.
   void load_into(const std::string& name, const Tensor& dst) const;
 
  private:
@@ -72,6 +112,9 @@ class SafetensorsReader {
   std::map<std::string, Entry> entries_;
   std::vector<std::string> names_;
   std::map<std::string, std::string> metadata_;
+  bool has_checksums_ = false;
+  // Tensors whose checksum passed, by Entry::index (readers may run on several threads).
+  std::unique_ptr<std::atomic<bool>[]> verified_;
 };
 
 // All tensors of a file, on `device`.

@@ -1,6 +1,6 @@
 // Trainer: the training loop — micro-batches, gradient accumulation, clipping, the optimizer
 // step, the learning-rate schedule, logging, checkpoints — composed from a model, a loss and an
-// optimizer (DESIGN.md §9).
+// optimizer (docs/architecture.md#a-training-step).
 //
 // One optimizer step:
 //   for each of grad_accum_steps micro-batches: forward, loss, backward(scale = 1/k)
@@ -12,11 +12,15 @@
 // them every `log_interval` steps (and at the end of an epoch), which is also when a NaN/Inf
 // loss is noticed — the error names the first bad step and the last finite loss.
 //
-// Checkpoints (one safetensors file, written atomically): weights ("model.<name>"), buffers
-// ("buffer.<name>"), optimizer state ("optim.<name>"), the loss scaler ("scaler.<name>", fp16),
-// and in the metadata the step, epoch,
-// position in the epoch, optimizer steps and generator offsets. `resume()` restores all of it:
-// a run of 2n steps equals n steps + checkpoint + resume + n steps, bit for bit on the CPU.
+// Checkpoints (one safetensors file, written atomically; docs/checkpointing.md): weights
+// ("model.<name>"), buffers ("buffer.<name>"), optimizer state ("optim.<name>"), the loss scaler
+// ("scaler.<name>", fp16), and in the metadata the step, epoch, position in the epoch, optimizer
+// steps, generator offsets, a checksum of every tensor, the job's world size and the data
+// source's identity (data::SourceIdentity). `resume()` checks every checksum before it changes
+// anything and restores all of it: a run of 2n steps equals n steps + checkpoint + resume + n
+// steps, bit for bit on the CPU. The next fit() refuses a source that is not the one the
+// checkpoint's run read (another batch size, seed or dataset) and another world size.
+// Writing a checkpoint first removes the temporaries that killed writers left in its folder.
 //
 // Activation memory: `activation_checkpoint_every` wraps blocks of a Sequential model in
 // nn::Checkpoint and `selective_recompute` turns on selective recomputation (nn/checkpoint.h);
@@ -115,7 +119,9 @@ struct TrainerOptions {
   int log_interval = 10;                      // steps between log lines (and host syncs)
   bool log_grad_norm = true;                  // compute the norm for logs even without clipping
   bool progress_bar = true;                   // on stderr when it is a terminal
-  std::filesystem::path checkpoint_dir;       // empty: no periodic checkpoints
+  // Empty: no checkpoints. Else fit() checks before its first step that rank 0 can write there
+  // (core::check_output_dir: created when missing) and throws naming it otherwise.
+  std::filesystem::path checkpoint_dir;
   int64_t checkpoint_interval = 0;            // steps between checkpoints (0: only at the end)
   bool continue_on_nan = false;               // true: keep going after a non-finite loss
   int64_t max_steps = -1;                     // stop after this many optimizer steps (-1: epochs)
@@ -169,11 +175,17 @@ class Trainer {
   // Loss (and accuracy for classification) over one epoch of `data`, in evaluation mode.
   EvalResult evaluate(data::BatchSource& data);
 
-  // Writes a training checkpoint (atomic). `source` supplies the data position. With a ZeRO-1
-  // optimizer (Optimizer::checkpoint_is_collective) every rank calls it and rank 0 writes.
+  // Writes a training checkpoint (atomic, version 2). `source` supplies the data position and
+  // identity (nullptr: none recorded). With a ZeRO-1 optimizer (checkpoint_is_collective) every
+  // rank calls it and rank 0 writes. Temporaries that dead checkpoint writers left in the folder
+  // ("*.safetensors.tmp.<pid>.<n>" of a pid that no longer runs) are removed first, with one
+  // line on stderr.
   void save_checkpoint(const std::filesystem::path& path, const data::BatchSource* source) const;
   // Restores model, optimizer, generators and position from a checkpoint; the next fit()
-  // continues from there. Errors name the file and the tensor that does not fit.
+  // continues from there. Every tensor is checked against its checksum before anything is
+  // changed (version 1 files, which have none, load unchecked). Errors name the file and the
+  // tensor that is damaged or does not fit. The recorded world size and data identity are
+  // compared by the next fit(), against the source it is given: the source is not known here.
   void resume(const std::filesystem::path& path);
 
   int64_t step() const { return step_; }
@@ -213,6 +225,13 @@ class Trainer {
   StepStats log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps);
   // Rank 0 of a data-parallel job, or a single process: the one that prints and saves.
   bool main_rank() const;
+  int world_size() const;
+  // save_checkpoint with the position of `position` and the identity `identity` (fit() passes
+  // the real source's identity when diagnostics replace the source).
+  void write_checkpoint(const std::filesystem::path& path, const data::BatchSource* position,
+                        const data::SourceIdentity& identity) const;
+  // After a resume: throws when `source` or this job is not the run that wrote the checkpoint.
+  void check_resumed_run(const data::BatchSource& source) const;
 
   nn::Module& model_;
   nn::Loss& loss_;
@@ -225,6 +244,10 @@ class Trainer {
   int64_t resume_epoch_ = 0;
   int64_t resume_batch_ = 0;
   bool resumed_ = false;
+  // What the resumed checkpoint recorded of its run (-1 / unknown fields: not recorded).
+  std::filesystem::path resume_path_;
+  int resume_world_size_ = -1;
+  data::SourceIdentity resume_identity_;
   Tensor monitor_;                           // loss monitor on the device
   Tensor step_loss_;                         // rank-0 f32 accumulator of the current step's loss
   Tensor grad_norm_;                         // rank-0 f32, the last step's total gradient norm

@@ -1,0 +1,100 @@
+#include "data/pack_input.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "stoker/core/error.h"
+
+namespace stoker::data::detail {
+
+using core::detail::str;
+
+namespace {
+
+// Why `path` cannot be stat()ed, after stat failed with `error`.
+std::string stat_failure(const std::string& path, int error) {
+  if (error == ELOOP) return "symbolic link loop (too many levels of symbolic links)";
+  struct stat link {};
+  if (error == ENOENT && ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+    char target[4096];
+    const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
+    const std::string to = n > 0 ? std::string(target, static_cast<size_t>(n)) : "?";
+    return str("dangling symbolic link to '", to, "' (its target does not exist)");
+  }
+  return str("cannot open: ", std::strerror(error));
+}
+
+std::string not_regular(const std::string& path, mode_t mode) {
+  struct stat link {};
+  const bool through_link = ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+  return str("not a regular file (", through_link ? "a symbolic link to " : "",
+             file_type_name(mode), ")");
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+const char* file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISREG(mode)) return "a regular file";
+  return "an unknown kind of file";
+}
+
+std::string read_input_file(const std::string& path, std::vector<uint8_t>& bytes) {
+  bytes.clear();
+  if (path.empty()) return "empty path";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return stat_failure(path, errno);
+  if (!S_ISREG(st.st_mode)) return not_regular(path, st.st_mode);
+  // O_NONBLOCK: should the path have become a FIFO since the stat, open returns at once instead
+  // of waiting for a writer; it changes nothing for a regular file.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) {
+    const int error = errno;
+    return error == ELOOP || error == ENOENT ? stat_failure(path, error)
+                                             : str("cannot open: ", std::strerror(error));
+  }
+  if (::fstat(fd.get(), &st) != 0) return str("cannot stat: ", std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) {
+    return str("not a regular file (", file_type_name(st.st_mode), ", replaced while opened)");
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size > kMaxInputBytes) {
+    return str("file of ", size, " bytes is larger than a record holds (4 GiB)");
+  }
+  bytes.resize(static_cast<size_t>(size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return str("read error: ", std::strerror(errno));
+    if (n == 0) break;  // it shrank since fstat: keep what is there (validation judges it)
+    done += static_cast<size_t>(n);
+  }
+  bytes.resize(done);
+  return {};
+}
+
+}  // namespace stoker::data::detail

@@ -1,0 +1,164 @@
+#!/bin/sh
+# Bad input to the programs (the example trainers and `stoker` itself) ends in one clear error,
+# before any work, never in an uncaught exception (status 134): bad values and enumerations
+# (CLI11's status 105 and a message naming the flag and its range), a device that is not there,
+# output paths that cannot be written (checked before training: a path below a regular file and
+# /proc refuse root too), --classes and --val databases that do not match --data, and a
+# database with a damaged record under --on-corrupt fail and skip. Every check runs and the
+# failures are listed at the end.
+# Usage: examples_cli_test.sh STOKER STOKER_MLP STOKER_DEMO STOKER_CLASSIFIER STOKER_GPT SCRATCH
+set -u
+stoker="$1"
+mlp="$2"
+demo="$3"
+classifier="$4"
+gpt="$5"
+dir="$6"
+rm -rf "$dir"
+mkdir -p "$dir"
+out="$dir/out.txt"
+err="$dir/err.txt"
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  echo "  stdout: $(head -c 600 "$out")"
+  echo "  stderr: $(head -c 600 "$err")"
+  failures=$((failures + 1))
+}
+
+# expect STATUS COMMAND...: runs COMMAND (stdout in $out, stderr in $err) and checks its status.
+expect() {
+  want="$1"
+  shift
+  status=0
+  "$@" > "$out" 2> "$err" || status=$?
+  [ "$status" = "$want" ] || fail "status $status, expected $want: $*"
+}
+# has FILE PATTERN: FILE matches the grep pattern.
+has() { grep -q -- "$2" "$1" || fail "no '$2' in $(basename "$1")"; }
+hasnt() { if grep -q -- "$2" "$1"; then fail "unexpected '$2' in $(basename "$1")"; fi; }
+
+# A small database (4 classes) and the classifier's quick settings on the CPU.
+"$stoker" pack synth --out "$dir/db" --samples 64 --classes 4 --size 32 --no-progress > /dev/null
+run_classifier() {
+  "$classifier" --data "$dir/db" --device cpu --epochs 1 --batch 16 --image-size 16 "$@"
+}
+
+# --- uncaught exceptions: every program ends a bad input with "NAME: error: ...", status 1.
+expect 104 "$mlp" --epochs abc
+has "$err" "--epochs"
+expect 1 "$mlp" --device tpu
+has "$err" "^stoker_mlp: error: --device tpu: unknown device"
+expect 105 "$mlp" --epochs 0
+has "$err" "--epochs: 0 is below the minimum 1"
+expect 109 "$mlp" --no-such-flag
+hasnt "$out" "parameters"
+expect 0 "$mlp" --help
+has "$out" "--epochs"
+hasnt "$out" "parameters"  # the help, no training
+expect 1 "$demo" tpu
+has "$err" "^stoker_demo: error: DEVICE tpu: unknown device"
+expect 1 "$gpt" --device tpu --cache "$dir/gpt-cache"
+has "$err" "^stoker_gpt: error: --device tpu"
+# CUDA_VISIBLE_DEVICES="" hides every GPU, so this holds on GPU machines too.
+expect 1 env CUDA_VISIBLE_DEVICES= "$classifier" --data "$dir/db" --device cuda
+has "$err" "^stoker_classifier: error: --device cuda: no CUDA device is visible"
+has "$err" "^  hint: use --device cpu"
+expect 1 env CUDA_VISIBLE_DEVICES= "$mlp" --device cuda:1
+has "$err" "^stoker_mlp: error: --device cuda:1: no CUDA device is visible"
+
+# --- output paths are checked before the first step.
+expect 0 run_classifier --save "$dir/new/folder/w.safetensors"
+[ -s "$dir/new/folder/w.safetensors" ] || fail "--save into a missing folder wrote nothing"
+printf 'x' > "$dir/plain"
+expect 1 run_classifier --save "$dir/plain/w.safetensors"
+has "$err" "^stoker_classifier: error: --save $dir/plain/w.safetensors: $dir/plain is not a folder"
+has "$err" "^  hint: "
+hasnt "$out" "^step "  # nothing trained
+expect 1 "$classifier" --synthetic --device cpu --save "$dir/bench.safetensors"
+has "$err" "^stoker_classifier: error: --save $dir/bench.safetensors: a --synthetic run is a speed bench"
+expect 1 run_classifier --save "$dir/new"
+has "$err" "--save $dir/new: is a folder, not a file"
+hasnt "$out" "^step "
+if [ -d /proc/self ]; then
+  expect 1 run_classifier --save /proc/stoker-w.safetensors
+  has "$err" "--save /proc/stoker-w.safetensors: cannot create a file in /proc"
+  hasnt "$out" "^step "
+fi
+expect 1 "$gpt" --device cpu --cache "$dir/gpt-cache" --parity-dir "$dir/plain/parity"
+has "$err" "^stoker_gpt: error: --parity-dir $dir/plain/parity: $dir/plain is not a folder"
+
+# --- values are checked before any work, naming the flag and the valid range.
+expect 105 run_classifier --lr -1
+has "$err" "--lr: -1 is not a positive number"
+expect 105 run_classifier --lr nan
+has "$err" "--lr: nan is not a finite number"
+expect 105 "$classifier" --batch 0
+has "$err" "--batch: 0 is below the minimum 1"
+expect 105 "$classifier" --epochs -2
+has "$err" "--epochs: -2 is below the minimum 1"
+expect 105 "$classifier" --threads 10000
+has "$err" "--threads: 10000 is not in \[0, 1024\]"
+expect 105 "$classifier" --precision fp8
+has "$err" "--precision: fp8 not in"
+expect 105 "$classifier" --on-corrupt maybe
+has "$err" "--on-corrupt: maybe not in"
+expect 105 "$classifier" --seed -1  # not wrapped around to 2^64 - 1
+has "$err" "--seed: -1 is below the minimum 0"
+expect 105 "$gpt" --batch 0
+has "$err" "--batch: 0 is below the minimum 1"
+hasnt "$err" "179769"  # not CLI::PositiveNumber's 300-digit upper bound
+expect 105 "$gpt" --lr -1
+has "$err" "--lr: -1 is not a positive number"
+expect 105 "$gpt" --dropout 1.5
+has "$err" "--dropout: 1.5 is not in \[0, 1\]"
+expect 1 "$gpt" --device cpu --cache "$dir/gpt-cache" --width 100 --heads 3
+has "$err" "--width 100 is not a multiple of --heads 3"
+expect 1 "$gpt" --device cpu --prompt ""
+has "$err" "^stoker_gpt: error: --prompt is empty"
+expect 1 run_classifier --classes 2
+has "$err" "^stoker_classifier: error: --classes 2 is below the 4 classes of $dir/db"
+hasnt "$out" "^step "
+expect 1 run_classifier --eval-resize 8
+has "$err" "--eval-resize 8 is smaller than the --image-size 16"
+expect 1 run_classifier --min-accuracy 0.5
+has "$err" "--min-accuracy 0.5 needs a validation set"
+# --val with other classes than --data: another count, then other names.
+"$stoker" pack synth --out "$dir/db3" --samples 16 --classes 3 --size 32 --no-progress > /dev/null
+expect 1 run_classifier --val "$dir/db3"
+has "$err" "--val $dir/db3 has 3 classes but --data $dir/db has 4"
+"$stoker" pack synth --out "$dir/imgs" --samples 16 --classes 4 --size 32 --as-folder > /dev/null
+mv "$dir/imgs/circle" "$dir/imgs/aardvark"
+"$stoker" pack "$dir/imgs" --out "$dir/db-renamed" --no-progress > /dev/null
+expect 1 run_classifier --val "$dir/db-renamed"
+has "$err" "class 0 is 'circle' in --data $dir/db but 'aardvark' in --val $dir/db-renamed"
+# No validation set: said so, no made-up accuracy.
+expect 0 run_classifier
+has "$out" "^epoch 1/1: train loss [0-9.]*, no validation set"
+hasnt "$out" "-100.00"
+
+# --- the stoker tool: an unknown subcommand is named, with the valid ones.
+expect 109 "$stoker" frobnicate
+has "$err" "unknown subcommand 'frobnicate': the subcommands are pack, info, launch, doctor"
+
+# --- a damaged record (tests/cli/damage_record.sh: its magic overwritten).
+"$stoker" pack synth --out "$dir/bad" --samples 64 --classes 4 --size 32 --no-progress > /dev/null
+[ "$(sh "$(dirname "$0")/damage_record.sh" "$dir/bad")" -ge 1 ] || fail "no record damaged"
+bad_classifier() {
+  "$classifier" --data "$dir/bad" --device cpu --epochs 2 --batch 16 --image-size 16 "$@"
+}
+expect 1 bad_classifier
+has "$err" "^stoker_classifier: error: .*key 00000000[0-9][0-9]: bad magic"
+expect 1 bad_classifier --on-corrupt fail
+has "$err" "key 00000000[0-9][0-9]: bad magic"
+expect 0 bad_classifier --on-corrupt skip
+has "$out" "^epoch 2/2: "
+has "$out" "^--on-corrupt skip: [1-9][0-9]* bad samples skipped"
+
+rm -rf "$dir"
+if [ "$failures" -gt 0 ]; then
+  echo "examples CLI test: $failures failures"
+  exit 1
+fi
+echo "examples CLI test passed"

@@ -1,0 +1,154 @@
+// The example programs' shared handler and argument checks (examples/common/program.h): the
+// number validators' verdicts and messages, --device against the visible GPUs, and run()'s
+// exit statuses and error lines.
+#include "common/program.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace stoker::program {
+namespace {
+
+// What the validator says about `word` (empty: accepted).
+std::string verdict(const CLI::Validator& v, std::string word) { return v(word); }
+
+TEST(ProgramArgsTest, AtLeastNamesTheMinimum) {
+  const CLI::Validator v = at_least(1);
+  EXPECT_EQ(verdict(v, "1"), "");
+  EXPECT_EQ(verdict(v, "65536"), "");
+  EXPECT_EQ(verdict(v, "0"), "0 is below the minimum 1");
+  EXPECT_EQ(verdict(v, "-3"), "-3 is below the minimum 1");
+  EXPECT_EQ(verdict(at_least(0.5), "0.25"), "0.25 is below the minimum 0.5");
+}
+
+TEST(ProgramArgsTest, NonFiniteNumbersNeverPass) {
+  for (const CLI::Validator& v : {at_least(0), positive(), in_range(0, 1e9)})
+    for (const char* word : {"nan", "inf", "-inf", "1e999"})
+      EXPECT_EQ(verdict(v, word), std::string(word) + " is not a finite number") << word;
+}
+
+TEST(ProgramArgsTest, WordsThatAreNoNumberAreLeftToTheConversion) {
+  // CLI11's conversion then reports "Could not convert: --epochs = abc".
+  EXPECT_EQ(verdict(at_least(1), "abc"), "");
+  EXPECT_EQ(verdict(in_range(0, 1), "0.5x"), "");
+}
+
+TEST(ProgramArgsTest, PositiveAndRanges) {
+  EXPECT_EQ(verdict(positive(), "1e-9"), "");
+  EXPECT_EQ(verdict(positive(), "0"), "0 is not a positive number");
+  EXPECT_EQ(verdict(positive(), "-1"), "-1 is not a positive number");
+  EXPECT_EQ(verdict(positive(1), "1"), "");
+  EXPECT_EQ(verdict(positive(1), "1.5"), "1.5 is not in (0, 1]");
+  EXPECT_EQ(verdict(in_range(0, 1024), "0"), "");
+  EXPECT_EQ(verdict(in_range(0, 1024), "1024"), "");
+  EXPECT_EQ(verdict(in_range(0, 1024), "10000"), "10000 is not in [0, 1024]");
+  EXPECT_EQ(verdict(in_range(0, 1024), "-1"), "-1 is not in [0, 1024]");
+}
+
+TEST(ProgramArgsTest, ThroughCli11TheErrorNamesTheFlag) {
+  CLI::App app{"test"};
+  int64_t batch = 8;
+  float lr = 0.1f;
+  app.add_option("--batch", batch)->check(at_least(1));
+  app.add_option("--lr", lr)->check(positive());
+  try {
+    app.parse(std::vector<std::string>{"0", "--batch"});  // reversed: CLI11 pops from the back
+    FAIL() << "--batch 0 accepted";
+  } catch (const CLI::ValidationError& e) {
+    EXPECT_EQ(std::string(e.what()), "--batch: 0 is below the minimum 1");
+    EXPECT_EQ(e.get_exit_code(), static_cast<int>(CLI::ExitCodes::ValidationError));
+  }
+  app.parse(std::vector<std::string>{"0.5", "--lr", "16", "--batch"});
+  EXPECT_EQ(batch, 16);
+  EXPECT_FLOAT_EQ(lr, 0.5f);
+}
+
+// The error `f` throws (fails the test when it does not throw).
+template <typename F>
+Error error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no stoker::Error thrown";
+  return Error("", "");
+}
+
+TEST(ProgramArgsTest, DeviceChecksTheVisibleGpus) {
+  EXPECT_EQ(device("auto"), core::best_device());
+  EXPECT_EQ(device(""), core::best_device());
+  EXPECT_EQ(device("cpu"), Device::cpu());
+  const Error unknown = error_of([] { device("tpu"); });
+  EXPECT_EQ(unknown.message(), "--device tpu: unknown device; use auto, cpu, cuda or cuda:N");
+  // No machine has 1000 GPUs: refused with the way out in the hint.
+  const Error missing = error_of([] { device("cuda:999", "--gpu"); });
+  EXPECT_EQ(missing.message().rfind("--gpu cuda:999: ", 0), 0u) << missing.message();
+  EXPECT_EQ(missing.hint().empty(), false);
+  if (core::cuda_device_count() == 0) {
+    const Error none = error_of([] { device("cuda"); });
+    EXPECT_NE(none.message().find("--device cuda: no CUDA device is visible"), std::string::npos)
+        << none.message();
+    EXPECT_EQ(none.hint().rfind("use --device cpu", 0), 0u) << none.hint();
+  } else {
+    EXPECT_EQ(device("cuda"), Device::cuda(0));
+  }
+}
+
+// run() on argv with a body; returns the status and what went to stderr.
+std::pair<int, std::string> run_with(std::vector<std::string> args,
+                                     const std::function<int()>& body) {
+  CLI::App app{"test"};
+  int64_t batch = 8;
+  app.add_option("--batch", batch)->check(at_least(1));
+  std::vector<char*> argv;
+  args.insert(args.begin(), "prog");
+  for (std::string& a : args) argv.push_back(a.data());
+  ::testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStdout();
+  const int status = run("prog", app, static_cast<int>(argv.size()), argv.data(), body);
+  ::testing::internal::GetCapturedStdout();
+  return {status, ::testing::internal::GetCapturedStderr()};
+}
+
+TEST(ProgramRunTest, EveryExceptionEndsInOneErrorLineAndStatus1) {
+  auto [status, err] = run_with({}, []() -> int {
+    STOKER_CHECK_HINT(false, "use --batch 8", "--batch 0 is too small");
+    return 0;
+  });
+  EXPECT_EQ(status, 1);
+  EXPECT_EQ(err, "prog: error: --batch 0 is too small\n  hint: use --batch 8\n");
+  std::tie(status, err) = run_with({}, []() -> int { throw std::runtime_error("plain"); });
+  EXPECT_EQ(status, 1);
+  EXPECT_EQ(err, "prog: error: plain\n");
+  std::tie(status, err) = run_with({}, []() -> int { throw 42; });
+  EXPECT_EQ(status, 1);
+  EXPECT_EQ(err, "prog: error: an unknown exception\n");
+  std::tie(status, err) = run_with({}, [] { return 3; });
+  EXPECT_EQ(status, 3);
+  EXPECT_EQ(err, "");
+}
+
+TEST(ProgramRunTest, ParseErrorsKeepCli11sStatusAndTheBodyDoesNotRun) {
+  bool ran = false;
+  auto body = [&] {
+    ran = true;
+    return 0;
+  };
+  EXPECT_EQ(run_with({"--batch", "0"}, body).first,
+            static_cast<int>(CLI::ExitCodes::ValidationError));
+  EXPECT_EQ(run_with({"--no-such-flag"}, body).first,
+            static_cast<int>(CLI::ExitCodes::ExtrasError));
+  EXPECT_EQ(run_with({"--help"}, body).first, 0);
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(run_with({"--batch", "4"}, body).first, 0);
+  EXPECT_TRUE(ran);
+}
+
+}  // namespace
+}  // namespace stoker::program
