@@ -334,7 +334,7 @@ TEST(CheckpointTest, ScopesNestAndRestore) {
 // checkpoint every block: the forward keeps only the block outputs (N*a). The last block's
 //   backward recomputes U and G (2b), then its backward adds one more b as above; the
 //   recomputation's own transient (U, G, Linear2's output and the residual sum: 2b + 2a) is
-//   lower when b > a. Earlier blocks reach the same height: the input gradient they carry
+//   lower when b > a. Earlier blocks reach the same height: the input gradient they hold
 //   replaces the block output already freed.
 //     peak = N*a + 3*b
 // selective recomputation: Linear2 gives G up after its forward (GELU can rebuild it): the

@@ -207,7 +207,7 @@ TEST(LayersTest, EmbeddingGradientMatchesFiniteDifferencesWithRepeatedIds) {
   manual_seed(3);
   Embedding emb(7, 4);
   const Tensor ids = Tensor::from_vector<int64_t>({1, 3, 1, 6, 0, 3}, {2, 3});
-  check_module(emb, ids, 26, 1e-2);  // ids carry no gradient: only the weight is checked
+  check_module(emb, ids, 26, 1e-2);  // ids have no gradient: only the weight is checked
   const Tensor y = emb.forward(ids);
   EXPECT_EQ(y.shape(), (Shape{2, 3, 4}));
   EXPECT_FALSE(emb.backward(Tensor::zeros({2, 3, 4}, DType::f32)).defined());

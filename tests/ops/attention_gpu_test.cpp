@@ -5,7 +5,7 @@
 // shapes cover T = 1, T not a multiple of the Pack width (scalar softmax path), D not a
 // multiple of it (scalar permutation), and T = 2048 (the register limit); T = 2049 is refused.
 // Tolerances (both sides round S, P, O, dP, dS to the dtype; only the GEMMs' fp32 summation
-// order and expf differ, so an element may land one rounding step apart and carry it on):
+// order and expf differ, so an element may land one rounding step apart and pass it on):
 //   per element |gpu - cpu| <= atol + rtol |cpu|, and for gradients a relative L2 error bound:
 //     f32  rtol 1e-4, atol 1e-5 (forward); L2 1e-5 (backward)
 //     f16  rtol 2^-8, atol 2e-4;            L2 5e-3
