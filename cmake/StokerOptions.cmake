@@ -12,6 +12,10 @@ option(STOKER_WITH_CUDA "Build the CUDA backend (needs the CUDA toolkit, cuBLASL
 option(STOKER_BUILD_TESTS "Build the GoogleTest suites" ON)
 option(STOKER_BUILD_BENCHMARKS "Build the Google Benchmark programs" ON)
 option(STOKER_BUILD_EXAMPLES "Build the demo and example trainers" ON)
+# libFuzzer targets (tests/fuzz/README.md): clang only, with the library built with
+# -fsanitize=fuzzer-no-link (the `asan` preset does both). The replay programs that run the seed
+# corpora and regressions as CTest tests are built with the tests, with any compiler.
+option(STOKER_BUILD_FUZZERS "Build the libFuzzer targets of tests/fuzz (clang)" OFF)
 set(STOKER_BLAS_VENDOR "OpenBLAS" CACHE STRING
     "BLAS for the CPU GEMM, passed to FindBLAS as BLA_VENDOR (OpenBLAS, Generic, Intel10_64lp, ...)")
 set(STOKER_BLAS_LIBRARIES "" CACHE STRING

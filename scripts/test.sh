@@ -68,14 +68,18 @@ step "configure (preset ci)" cmake --preset ci ${STOKER_CONFIGURE_ARGS:-}
 step "build (preset ci)" cmake --build --preset ci --parallel "$JOBS"
 step "ctest (preset ci)" ctest --preset ci --parallel "$JOBS" --output-junit "$JUNIT"
 # The data layer's threads and parsers also run under AddressSanitizer + UndefinedBehaviorSanitizer
-# (leaks included), and under ThreadSanitizer built with clang (gcc 12's works as well since
-# src/data/resize.cpp leaves out its target_clones under TSan, whose ifunc resolver crashed every
-# gcc TSan binary at startup). Under TSan oneTBB runs serially (its prebuilt library is not
-# instrumented: tests/data/thread_sanitizer_test.cpp), so TSan checks the Loader's own
-# threads; any report fails the step (exit code 66).
+# (leaks included; built with clang, whose build also links the libFuzzer targets of tests/fuzz
+# from the same objects: one sanitizer build for both), and under ThreadSanitizer built with
+# clang (gcc 12's works as well since src/data/resize.cpp leaves out its target_clones under
+# TSan, whose ifunc resolver crashed every gcc TSan binary at startup). Under TSan oneTBB runs
+# serially (its prebuilt library is not instrumented: tests/data/thread_sanitizer_test.cpp), so
+# TSan checks the Loader's own threads; any report fails the step (exit code 66).
 step "asan: configure" cmake --preset asan
-step "asan: build data tests" cmake --build --preset asan --parallel "$JOBS"
+step "asan: build data tests + fuzzers" cmake --build --preset asan --parallel "$JOBS"
 step "asan: run data tests" build/asan/tests/stoker_data_tests --gtest_brief=1
+# Each fuzz target for 30 s from its seed corpus and regressions (tests/fuzz/README.md); any
+# finding fails the step, its input kept in build/asan/fuzz-findings/<target>/.
+step "fuzz: each target 30 s" bash tests/fuzz/run.sh build/asan 30
 step "tsan: configure" cmake --preset tsan
 step "tsan: build data tests" cmake --build --preset tsan --parallel "$JOBS"
 step "tsan: run data tests" build/tsan-clang/tests/stoker_data_tests --gtest_brief=1
