@@ -25,7 +25,7 @@ PACKAGES=(
   cmake                  # build system (presets need >= 3.25)
   ninja-build            # generator used by CMakePresets.json
   g++                    # C++20 compiler
-  clang                  # ThreadSanitizer build of the data tests (preset tsan)
+  clang                  # sanitizer builds: ASan+UBSan with the fuzz targets (asan), ThreadSanitizer (tsan)
   libclang-rt-dev        # clang's sanitizer runtimes
   binutils               # strip/ldd-side tools used by scripts/gpu-check.sh
   libtbb-dev             # oneTBB: CPU parallelism, data-loader pipeline

@@ -1,8 +1,10 @@
 // Helpers shared by the fuzz targets (tests/fuzz/*_fuzz.cpp).
 #pragma once
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,7 +25,8 @@ namespace stoker::fuzz {
   } while (0)
 
 // A folder of this process's own, in /dev/shm when there is one (no disk writes), else in
-// $TMPDIR or /tmp; created on first use and removed at exit.
+// $TMPDIR or /tmp; created on first use and removed at exit. A process that ends in a finding
+// (abort) leaves its folder: the next one removes the folders of processes that are gone.
 inline const std::filesystem::path& scratch_dir(const char* target) {
   static const std::filesystem::path dir = [&] {
     namespace fs = std::filesystem;
@@ -33,7 +36,15 @@ inline const std::filesystem::path& scratch_dir(const char* target) {
       const char* tmp = std::getenv("TMPDIR");
       root = tmp && *tmp ? tmp : "/tmp";
     }
-    fs::path d = root / ("stoker-fuzz-" + std::string(target) + "-" + std::to_string(::getpid()));
+    const std::string prefix = "stoker-fuzz-" + std::string(target) + "-";
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        fs::remove_all(e.path(), ec);
+    }
+    fs::path d = root / (prefix + std::to_string(::getpid()));
     fs::create_directories(d);
     return d;
   }();
