@@ -277,10 +277,10 @@ SourceIdentity Loader::compute_identity() const {
   id.batch_size = options_.batch_size;
   if (options_.shuffle || options_.transform.train) id.seed = options_.seed;
   id.samples = dataset_.size();
-  id.fingerprint = core::detail::str(
-      "image database of ", dataset_.size(), " samples, ", dataset_.num_classes(),
-      " classes, xxh3 of the class names ", util::checksum_hex(names.value()),
-      " and of the first and last records ", util::checksum_hex(records.value()));
+  id.fingerprint =
+      core::detail::str("image database of ", dataset_.size(), " samples, ", dataset_.num_classes(),
+                        " classes, xxh3 of the class names ", util::checksum_hex(names.value()),
+                        " and of the first and last records ", util::checksum_hex(records.value()));
   id.location = dataset_.path().string();
   return id;
 }

@@ -54,9 +54,10 @@ std::string encode_record(int32_t label, PayloadKind kind, std::span<const uint8
   put_le(s, 0, 1);
   put_le(s, static_cast<uint32_t>(label), 4);
   put_le(s, payload.size(), 4);
-  put_le(s, record_checksum({reinterpret_cast<const uint8_t*>(s.data()), kRecordHeaderBytesV1},
-                            payload),
-         8);
+  put_le(
+      s,
+      record_checksum({reinterpret_cast<const uint8_t*>(s.data()), kRecordHeaderBytesV1}, payload),
+      8);
   s.append(reinterpret_cast<const char*>(payload.data()), payload.size());
   return s;
 }

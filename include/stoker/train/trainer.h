@@ -122,10 +122,10 @@ struct TrainerOptions {
   // Empty: no checkpoints. Else fit() checks before its first step that rank 0 can write there
   // (core::check_output_dir: created when missing) and throws naming it otherwise.
   std::filesystem::path checkpoint_dir;
-  int64_t checkpoint_interval = 0;            // steps between checkpoints (0: only at the end)
-  bool continue_on_nan = false;               // true: keep going after a non-finite loss
-  int64_t max_steps = -1;                     // stop after this many optimizer steps (-1: epochs)
-  bool quiet = false;                         // no log lines on stdout
+  int64_t checkpoint_interval = 0;  // steps between checkpoints (0: only at the end)
+  bool continue_on_nan = false;     // true: keep going after a non-finite loss
+  int64_t max_steps = -1;           // stop after this many optimizer steps (-1: epochs)
+  bool quiet = false;               // no log lines on stdout
   // Activation checkpointing for a Sequential model of blocks (a transformer's layers): k > 0
   // wraps children 0, k, 2k, ... in an nn::Checkpoint when the Trainer is built — each wrapped
   // block keeps only its input and re-runs its forward during backward (about one more forward
