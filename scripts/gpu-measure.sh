@@ -189,7 +189,7 @@ run_gpt() {
   local g=$B/examples/stoker_gpt
   section "GPT-2 124M B=16 T=1024: stoker bf16 / bf16 + per-block checkpointing / fp32 (TF32)"
   "$g" "${GPT_ARGS[@]}" --batch 16 --precision bf16
-  "$g" "${GPT_ARGS[@]}" --batch 16 --precision bf16 --checkpoint-every 1
+  "$g" "${GPT_ARGS[@]}" --batch 16 --precision bf16 --activation-checkpoint-every 1
   "$g" "${GPT_ARGS[@]}" --batch 16 --precision fp32
   section "GPT-2 124M B=32 bf16: stoker"
   "$g" "${GPT_ARGS[@]}" --batch 32 --precision bf16

@@ -47,7 +47,7 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """forward(ids, targets) -> the mean cross-entropy (computed in fp32) of the next-token
     logits. checkpoint=True recomputes each block in backward (per-block activation
-    checkpointing, as stoker_gpt --checkpoint-every 1)."""
+    checkpointing, as stoker_gpt --activation-checkpoint-every 1)."""
 
     def __init__(self, vocab=50304, context=1024, width=768, layers=12, heads=12,
                  checkpoint_blocks=False):

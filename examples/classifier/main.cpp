@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "common/program.h"
+#include "common/run_flags.h"
 #include "resnet.h"
 #include "stoker/core/output_path.h"
 #include "stoker/stoker.h"
@@ -61,7 +62,9 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string arch = "small";
   std::string data;  // empty: the synthetic shapes
-  std::string val;
+  // Checkpoints and resume, --val and evaluation, --save, --metrics, --on-corrupt, activation
+  // checkpointing (common/run_flags.h: the same as stoker_gpt's).
+  stoker::program::RunFlags run;
   int image_size = 32;
   int64_t epochs = 3;
   int64_t batch = 64;
@@ -72,7 +75,6 @@ struct Args {
   std::string precision = "fp32";
   // Channels-last: tensor cores on the GPU; on the CPU one large GEMM per conv chunk.
   std::string layout = "nhwc";
-  int checkpoint_every = 0;
   int threads = 0;
   bool diagnostics = false;
   std::string device = "auto";
@@ -89,10 +91,8 @@ struct Args {
   int64_t synth_val = 1000;
   int synth_classes = 8;
   std::string cache;
-  std::string save;
   int log_interval = 50;
   double min_accuracy = 0;
-  std::string on_corrupt = "fail";
 };
 
 Precision parse_precision(const std::string& s) {
@@ -113,6 +113,12 @@ double since(Clock::time_point t) {
 }
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
 
 // Where the synthetic shapes are packed: --cache, $STOKER_CACHE_DIR, $XDG_CACHE_HOME/stoker,
 // ~/.cache/stoker, else the system's temp folder.
@@ -170,7 +176,7 @@ data::LoaderOptions loader_options(const Args& a, Device device, Layout layout, 
   o.device = device;
   o.dtype = dtype;
   o.layout = layout;
-  o.on_corrupt = a.on_corrupt == "skip" ? data::CorruptPolicy::skip : data::CorruptPolicy::fail;
+  o.on_corrupt = a.run.corrupt_policy();
   return o;
 }
 
@@ -206,15 +212,11 @@ void check_args(const Args& a) {
                     "use --eval-resize >= --image-size (e.g. 256 and 224)", "--eval-resize ",
                     a.eval_resize, " is smaller than the --image-size ", a.image_size,
                     " crop taken from it");
-  STOKER_CHECK(a.val.empty() || !a.data.empty(),
+  STOKER_CHECK(a.run.val.empty() || !a.data.empty(),
                "--val needs --data (the synthetic set brings its own split)");
-  STOKER_CHECK_HINT(a.min_accuracy == 0 || a.synthetic || a.data.empty() || !a.val.empty(),
+  STOKER_CHECK_HINT(a.min_accuracy == 0 || a.synthetic || a.data.empty() || !a.run.val.empty(),
                     "give --val VAL, or leave --min-accuracy out", "--min-accuracy ",
                     a.min_accuracy, " needs a validation set: there is no --val");
-  STOKER_CHECK_HINT(!a.synthetic || a.save.empty(), "leave --save out of a --synthetic bench",
-                    "--save ", a.save,
-                    ": a --synthetic run is a speed bench on random batches and trains no "
-                    "weights worth saving");
 }
 
 // One optimizer step per call on `batch`, `n` times, between device syncs: seconds.
@@ -261,7 +263,7 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
                       .log_grad_norm = false,
                       .progress_bar = false,
                       .quiet = true,
-                      .activation_checkpoint_every = a.checkpoint_every,
+                      .activation_checkpoint_every = a.run.activation_checkpoint_every,
                       .reducer = reducer.get()});
     data::Batch b;
     const stoker::ops::Dims4 d{a.batch, 3, a.image_size, a.image_size};
@@ -308,7 +310,7 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
                     .log_grad_norm = false,
                     .progress_bar = false,
                     .quiet = true,
-                    .activation_checkpoint_every = a.checkpoint_every});
+                    .activation_checkpoint_every = a.run.activation_checkpoint_every});
   Args la = a;
   if (la.crop_scale < 0) la.crop_scale = 0.08;
   if (la.eval_resize <= 0) la.eval_resize = la.image_size * 8 / 7;
@@ -357,10 +359,7 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   const Precision p = parse_precision(a.precision);
   const Layout layout = parse_layout(a.layout);
   const DType dtype = stoker::amp::compute_dtype(p);
-  // Where the weights go is checked now, not after the training run.
-  if (main_rank && !a.save.empty()) stoker::core::check_output_path(a.save, "--save");
-
-  fs::path train_db = a.data, val_db = a.val;
+  fs::path train_db = a.data, val_db = a.run.val;
   const bool synth = a.data.empty();
   if (synth) {
     const fs::path dir = cache_root(a) / ("synth-" + std::to_string(a.synth_classes) + "c-" +
@@ -412,11 +411,13 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
                                                   a.epochs * steps_per_epoch);
   to.log_interval = a.log_interval;
   to.log_grad_norm = false;
-  to.activation_checkpoint_every = a.checkpoint_every;
   to.reducer = reducer.get();
   to.diagnostics.enabled = a.diagnostics;
   to.diagnostics.print = false;  // the final report is printed below, once
+  to.activation_checkpoint_every = a.run.activation_checkpoint_every;
+  a.run.apply(to);  // checkpoints, metrics, evaluation
   train::Trainer trainer(*model, loss, opt, to);
+  const int64_t total_steps = a.epochs * steps_per_epoch;
 
   if (main_rank) {
     std::printf("%s: %s, %lld parameters, %s, %s, on %s x %d rank%s\n", a.arch.c_str(),
@@ -426,80 +427,107 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
                 world > 1 ? "s" : "");
     std::printf(
         "data: %s (%lld images, %lld classes)%s; %dx%d crops, batch %lld x accum %d x %d "
-        "ranks, SGD lr %.4g (cosine, %d warm-up epoch%s), %lld epochs\n",
+        "rank%s = global batch %lld, SGD lr %.4g (cosine, %d warm-up epoch%s)\n",
         train_db.c_str(), static_cast<long long>(train_ds.size()), static_cast<long long>(classes),
         val_ds ? (", val " + std::to_string(val_ds->size()) + " images").c_str() : ", no --val",
-        a.image_size, a.image_size, static_cast<long long>(a.batch), a.accum, world, lr,
-        a.warmup_epochs, a.warmup_epochs == 1 ? "" : "s", static_cast<long long>(a.epochs));
+        a.image_size, a.image_size, static_cast<long long>(a.batch), a.accum, world,
+        world > 1 ? "s" : "", static_cast<long long>(a.batch * a.accum * world), lr,
+        a.warmup_epochs, a.warmup_epochs == 1 ? "" : "s");
+    std::printf("run: %lld steps (%lld epochs of %lld)%s%s\n", static_cast<long long>(total_steps),
+                static_cast<long long>(a.epochs), static_cast<long long>(steps_per_epoch),
+                a.run.checkpoint_dir.empty()
+                    ? ", no checkpoints (--checkpoint-dir)"
+                    : (", checkpoints in " + a.run.checkpoint_dir + " every " +
+                       a.run.checkpoint_interval)
+                          .c_str(),
+                a.run.metrics.empty() ? "" : (", metrics to " + a.run.metrics).c_str());
     std::fflush(stdout);
   }
+  a.run.resume_run(trainer, main_rank);
 
-  // Evaluation at each epoch's end, from the log callback: one fit() over all epochs keeps the
-  // Loader's next-epoch prefetch and gives the diagnostics the whole run. An epoch has ended
-  // when the loader has no full step left in it (the callback then follows its last step).
+  // Per epoch: the training loss and rate, then the validation numbers of the evaluation that
+  // follows the epoch's last step (--eval-every 0), and the loader's line.
   struct EpochState {
-    int64_t evaluated = -1, last_step = 0, steps = 0;
-    double loss_sum = 0, eval_s = 0, acc = -1;
+    int64_t last_step = 0, steps = 0;
+    double loss_sum = 0;
     Clock::time_point start = Clock::now();
     data::LoaderCounters c0;
     size_t peak = 0;
+    std::string pending;  // the epoch line, waiting for its evaluation
+    double acc = -1;
   } es;
+  es.last_step = trainer.step();
   const int64_t bpe = train_loader.batches_per_epoch();
+  const bool eval_at_epoch_end = val_loader && a.run.eval_every == 0;
+  const auto print_epoch = [&](const std::string& val) {
+    if (!main_rank) return;
+    std::printf("%s, %s\n", es.pending.c_str(), val.c_str());
+    es.pending.clear();
+    std::fflush(stdout);
+  };
   trainer.add_log_callback([&](const train::StepStats& st) {
     es.loss_sum += st.loss * static_cast<double>(st.step - es.last_step);
     es.steps += st.step - es.last_step;
     es.last_step = st.step;
     es.peak = std::max(es.peak, stoker::core::memory_stats(device).peak_bytes);
-    if (st.epoch <= es.evaluated || train_loader.batch_index() + a.accum <= bpe) return;
-    es.evaluated = st.epoch;
+    // An epoch has ended when the loader has no full step left in it.
+    if (train_loader.batch_index() + a.accum <= bpe) return;
     const double train_s = since(es.start);
     const data::LoaderCounters c = train_loader.counters();
-    double val_loss = -1;
-    const auto t_eval = Clock::now();
-    if (val_loader) {
-      const train::EvalResult r = trainer.evaluate(*val_loader);
-      es.acc = r.accuracy;
-      val_loss = r.loss;
-    }
-    es.eval_s += since(t_eval);
+    const double img_s = static_cast<double>(c.samples - es.c0.samples) / train_s;
+    const double made = static_cast<double>(c.samples_decoded - es.c0.samples_decoded);
+    const double cost = made > 0 ? (c.worker_s - es.c0.worker_s) / made : 0.0;
+    es.pending = stoker::core::detail::str(
+        "epoch ", st.epoch + 1, "/", a.epochs, ": train loss ",
+        fixed(es.loss_sum / static_cast<double>(std::max<int64_t>(1, es.steps)), 4),
+        ", ", static_cast<long long>(img_s * world), " img/s");
     if (main_rank) {
-      const double img_s = static_cast<double>(c.samples - es.c0.samples) / train_s;
-      const double made = static_cast<double>(c.samples_decoded - es.c0.samples_decoded);
-      const double cost = made > 0 ? (c.worker_s - es.c0.worker_s) / made : 0.0;
-      char val[96] = "no validation set";
-      if (val_loader)
-        std::snprintf(val, sizeof(val), "val loss %.4f, val accuracy %.2f %%", val_loss,
-                      es.acc * 100);
-      std::printf("epoch %lld/%lld: train loss %.4f, %s, %.0f img/s (%.1f s + %.1f s eval)\n",
-                  static_cast<long long>(st.epoch + 1), static_cast<long long>(a.epochs),
-                  es.loss_sum / static_cast<double>(std::max<int64_t>(1, es.steps)), val,
-                  img_s * world, train_s, since(t_eval));
       std::printf(
           "  loader: %.0f img/s delivered, waited %.1f %% of the epoch, %.3f ms/img of "
           "worker time (%.0f img/s on its %d threads); %s\n",
           img_s, 100.0 * (c.consumer_wait_s - es.c0.consumer_wait_s) / train_s, cost * 1e3,
           cost > 0 ? train_loader.threads() / cost : 0.0, train_loader.threads(),
           train_loader.summary().c_str());
-      std::fflush(stdout);
     }
+    if (!eval_at_epoch_end)
+      print_epoch(val_loader ? (es.acc >= 0 ? stoker::core::detail::str(
+                                                  "last val accuracy ",
+                                                  fixed(es.acc * 100, 2), " %")
+                                            : std::string("not evaluated yet"))
+                             : std::string("no validation set"));
     es.loss_sum = 0;
     es.steps = 0;
     es.c0 = train_loader.counters();
     es.start = Clock::now();
   });
+  trainer.add_eval_callback([&](const train::EvalRecord& r) {
+    es.acc = r.accuracy;
+    if (!es.pending.empty())
+      print_epoch(stoker::core::detail::str(
+          "val loss ", fixed(r.loss, 4), ", val accuracy ",
+          fixed(r.accuracy * 100, 2), " % (", r.samples, " images, ",
+          fixed(r.seconds, 1), " s)"));
+  });
   const auto start = Clock::now();
-  const train::FitResult fit = trainer.fit(train_loader, a.epochs);
+  const train::FitResult fit = trainer.fit(train_loader, a.epochs, val_loader.get());
   const double acc = es.acc;
-  const size_t peak = es.peak;
+  const size_t peak = std::max(es.peak, stoker::core::memory_stats(device).peak_bytes);
   if (main_rank) {
     if (trainer.diagnostics()) std::printf("\n%s", fit.diagnosis.text().c_str());
     char final_val[64] = "no validation set";
     if (val_loader)
       std::snprintf(final_val, sizeof(final_val), "final val accuracy %.2f %%", acc * 100);
-    std::printf("\npeak memory %s (%s); %lld steps in %.1f s (%.1f s of it evaluation); %s\n",
+    const double wall = since(start);
+    std::printf("\npeak memory %s (%s); %lld steps in %.1f s (%.1f s of it evaluation, %.1f %%); "
+                "%s\n",
                 stoker::core::format_bytes(peak).c_str(), device.str().c_str(),
-                static_cast<long long>(fit.steps), since(start), es.eval_s, final_val);
-    if (a.on_corrupt == "skip") {
+                static_cast<long long>(fit.steps), wall, fit.eval_seconds,
+                wall > 0 ? 100.0 * fit.eval_seconds / wall : 0.0, final_val);
+    if (!fit.log.empty() && wall > 0 && fit.eval_seconds > 0.1 * wall)  // steps ran here
+      std::printf("evaluation took %.0f %% of the wall time: evaluate less often (--eval-every "
+                  "N steps) or on fewer images (--eval-subset K)\n",
+                  100.0 * fit.eval_seconds / wall);
+    if (a.run.on_corrupt == "skip") {
       const int64_t train_skipped = train_loader.counters().skipped;
       const int64_t val_skipped = val_loader ? val_loader->counters().skipped : 0;
       std::printf(
@@ -508,9 +536,9 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
           static_cast<long long>(train_skipped + val_skipped),
           static_cast<long long>(train_skipped), static_cast<long long>(val_skipped));
     }
-    if (!a.save.empty()) {
-      train::save_weights(*model, a.save);
-      std::printf("weights written to %s (torchvision names)\n", a.save.c_str());
+    if (!a.run.save.empty()) {
+      train::save_weights(*model, a.run.save);
+      std::printf("weights written to %s (torchvision names)\n", a.run.save.c_str());
     }
     if (a.min_accuracy > 0 && acc < a.min_accuracy) {
       std::printf("FAILED: val accuracy %.2f %% is below --min-accuracy %.2f %%\n", acc * 100,
@@ -535,7 +563,6 @@ int main(int argc, char** argv) {
   app.add_option("--data", a.data,
                  "training LMDB from `stoker pack` (default: the synthetic shapes, packed into a "
                  "cache folder on first run)");
-  app.add_option("--val", a.val, "validation LMDB (with --data; the same classes)");
   app.add_option("--image-size", a.image_size, "crop side (resnet18/50: 224 by default)")
       ->check(in_range(8, 4096))
       ->capture_default_str();
@@ -562,17 +589,8 @@ int main(int argc, char** argv) {
   app.add_option("--layout", a.layout, "nchw or nhwc (channels-last)")
       ->check(CLI::IsMember({"nchw", "nhwc"}))
       ->capture_default_str();
-  app.add_option("--checkpoint-every", a.checkpoint_every,
-                 "activation checkpointing: every k-th child of the model (blocks), 0 = off")
-      ->check(at_least(0))
-      ->capture_default_str();
   app.add_option("--threads", a.threads, "loader decode threads (0 = autotuned)")
       ->check(in_range(0, 1024))
-      ->capture_default_str();
-  app.add_option("--on-corrupt", a.on_corrupt,
-                 "a bad sample in the data: fail (stop, naming its key) or skip (replace it, "
-                 "count it)")
-      ->check(CLI::IsMember({"fail", "skip"}))
       ->capture_default_str();
   app.add_flag("--diagnostics", a.diagnostics, "time step phases; print breakdown and verdict");
   app.add_option("--device", a.device, "auto, cpu or cuda[:N]")->capture_default_str();
@@ -615,9 +633,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cache", a.cache,
                  "folder for the synthetic set (default $XDG_CACHE_HOME/stoker)");
-  app.add_option("--save", a.save,
-                 "write the trained weights (safetensors) here; the folder is checked (and "
-                 "created) before training");
   app.add_option("--log-interval", a.log_interval, "steps between log lines")
       ->check(at_least(1))
       ->capture_default_str();
@@ -625,11 +640,18 @@ int main(int argc, char** argv) {
                  "exit with status 3 if the final validation accuracy (0..1) is below this")
       ->check(in_range(0, 1))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // scripts/demo.sh sets 0.8
+  a.run.add_to(app, "validation LMDB (with --data; the same classes)");
   return stoker::program::run("stoker_classifier", app, argc, argv, [&] {
     // The ResNets are ImageNet models: 224x224 crops unless told otherwise.
     if (app.count("--image-size") == 0 && a.arch != "small") a.image_size = 224;
     check_args(a);
+    if (a.synthetic)
+      stoker::program::RunFlags::refuse_in(
+          app, "a --synthetic bench",
+          "it times steps on random batches and trains no weights worth keeping");
     const dist::DistEnv env = dist::read_env();
+    // The synthetic shapes bring their own validation split.
+    a.run.check(app, a.data.empty() || !a.run.val.empty(), env.rank == 0);
     if (env.world_size > 1) {  // under a launcher: cuda:LOCAL_RANK (or the CPU over TCP)
       dist::DistContext ctx = dist::init_from_env();
       return a.synthetic ? run_bench(a, ctx.device, &ctx) : run_train(a, ctx.device, &ctx);

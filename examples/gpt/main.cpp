@@ -10,7 +10,7 @@
 // reported in its line format.
 //
 //   stoker_gpt                                                   # tiny model, byte-level text
-//   stoker_gpt --preset gpt2-124m --synthetic --batch 16 --precision bf16 [--checkpoint-every 1]
+//   stoker_gpt --preset gpt2-124m --synthetic --batch 16 --precision bf16 [--activation-checkpoint-every 1]
 //   stoker launch --nproc-per-node 8 stoker_gpt --preset gpt2-124m --synthetic ...
 //   stoker launch --nproc-per-node 2 stoker_gpt --zero1 --optimizer-state bf16 ...
 // --zero1 shards AdamW's state over the ranks (ZeRO-1, dist/sharded_optimizer.h);
@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "common/program.h"
+#include "common/run_flags.h"
 #include "gpt_model.h"
 #include "stoker/core/output_path.h"
 #include "stoker/stoker.h"
@@ -79,7 +80,6 @@ struct Options {
   float weight_decay = 0.1f;
   float clip = 1.0f;
   std::string precision = "fp32";
-  int checkpoint_every = 0;
   bool selective = false;
   std::string data;
   std::string text = STOKER_GPT_TEXT;
@@ -93,7 +93,6 @@ struct Options {
   int top_k = 5;
   float temperature = 0.8f;
   std::string prompt = "And God said";
-  int64_t eval_batches = 10;
   int log_interval = 25;
   bool tf32 = true;
   bool zero1 = false;
@@ -101,6 +100,9 @@ struct Options {
   bool optimizer_offload_delayed = false;  // OffloadOptions::delayed_update
   std::string optimizer_state = "f32";
   std::string parity_dir;  // non-empty: the PyTorch parity run (see the header)
+  // Checkpoints and resume, --val and evaluation, --save, --metrics, --on-corrupt, activation
+  // checkpointing (common/run_flags.h: the same as stoker_classifier's).
+  program::RunFlags run;
 };
 
 // Forwards another BatchSource and appends every batch it hands out to `out` as int32: the
@@ -194,22 +196,6 @@ std::pair<fs::path, fs::path> encode_text(const fs::path& text, const fs::path& 
   return {train, val};
 }
 
-// Mean loss over `batches` batches of `source`'s epoch 0, in evaluation mode, nothing saved.
-double eval_loss(gpt::Gpt& model, data::TokenBatches& source, int64_t batches) {
-  const bool was_training = model.training();
-  model.set_training(false);
-  nn::NoSaveScope no_save;
-  nn::CrossEntropyLoss loss;
-  double sum = 0.0;
-  const int64_t n = std::min(batches, source.batches_per_epoch());
-  for (int64_t b = 0; b < n; ++b) {
-    const data::Batch batch = source.batch_at(0, b);
-    sum += loss.forward(model.forward(batch.input), batch.target).item();
-  }
-  model.set_training(was_training);
-  return n > 0 ? sum / static_cast<double>(n) : NAN;
-}
-
 // The loss on one fixed batch, in evaluation mode, nothing saved (the benchmark's check that
 // it trained).
 double eval_loss_fixed(gpt::Gpt& model, const data::Batch& batch) {
@@ -277,7 +263,7 @@ int run(const Options& o) {
     core::check_output_dir(pdir, "--parity-dir");  // the last files are written after training
     train::save_weights(model, pdir / "init.safetensors");  // before anything trains
   }
-  const int wrapped = o.checkpoint_every > 0 ? model.checkpoint_blocks(o.checkpoint_every) : 0;
+  const int wrapped = o.run.activation_checkpoint_every > 0 ? model.checkpoint_blocks(o.run.activation_checkpoint_every) : 0;
   if (o.selective) nn::set_selective_recompute(model, true);
   std::unique_ptr<dist::GradReducer> reducer;
   // --zero1 builds the reducer even for one rank, so the sharded path runs on one GPU too.
@@ -334,6 +320,7 @@ int run(const Options& o) {
       .reducer = reducer.get(),
   };
   topts.diagnostics.enabled = o.diagnostics;
+  o.run.apply(topts);  // checkpoints, metrics, evaluation (activation checkpointing: above)
   if (parity) {  // exact and simple: constant lr, no clipping, a loss per step
     topts.clip_grad_norm = 0.0f;
     topts.schedule = optim::constant_lr(o.lr);
@@ -386,7 +373,7 @@ int run(const Options& o) {
           "stoker GPT ", o.preset, " B=", o.batch, " T=", t,
           o.accum > 1 ? core::detail::str(" accum=", o.accum) : std::string(), " ",
           precision == amp::Precision::fp32 ? (o.tf32 ? "fp32(tf32)" : "fp32") : o.precision,
-          wrapped > 0 ? core::detail::str(" +ckpt(every ", o.checkpoint_every, ")") : "",
+          wrapped > 0 ? core::detail::str(" +ckpt(every ", o.run.activation_checkpoint_every, ")") : "",
           o.selective ? " +selective" : "",
           world > 1 ? core::detail::str(" x", world, " ranks") : "");
       std::printf("%s: %s tok/s, %.1f ms/step, peak %.1f GiB, ~%.0f TFLOP/s\n", name.c_str(),
@@ -401,24 +388,55 @@ int run(const Options& o) {
     return std::isfinite(last) && last < first ? 0 : 1;
   }
 
-  // Real data: the bundled text (byte level) or a token file.
-  fs::path train_path, val_path;
+  // Real data: the bundled text (byte level) or a token file; validation: --val, else the
+  // text's last 10 %.
+  fs::path train_path, val_path = o.run.val;
   if (o.data.empty()) {
-    std::tie(train_path, val_path) = encode_text(o.text, o.cache, rank);
+    fs::path text_val;
+    std::tie(train_path, text_val) = encode_text(o.text, o.cache, rank);
+    if (val_path.empty()) val_path = text_val;
   } else {
     train_path = o.data;
   }
   data::TokenDataset train_set(train_path,
                                {.context = t, .seed = o.seed, .vocab_size = config.vocab});
-  data::TokenBatches train_data(
-      train_set, {.batch_size = o.batch, .device = device, .rank = rank, .world_size = world});
+  data::TokenBatches train_data(train_set, {.batch_size = o.batch,
+                                            .device = device,
+                                            .rank = rank,
+                                            .world_size = world,
+                                            .on_corrupt = o.run.corrupt_policy()});
   std::unique_ptr<data::TokenDataset> val_set;
   std::unique_ptr<data::TokenBatches> val_data;
   if (!val_path.empty()) {
     val_set = std::make_unique<data::TokenDataset>(
-        val_path, data::TokenDatasetOptions{.context = t, .seed = o.seed + 1});
+        val_path,
+        data::TokenDatasetOptions{.context = t, .seed = o.seed + 1, .vocab_size = config.vocab});
     val_data = std::make_unique<data::TokenBatches>(
-        *val_set, data::TokenBatchesOptions{.batch_size = o.batch, .device = device});
+        *val_set, data::TokenBatchesOptions{.batch_size = o.batch,
+                                            .device = device,
+                                            .on_corrupt = o.run.corrupt_policy()});
+  }
+  const int64_t epochs = (o.steps * o.accum) / train_data.batches_per_epoch() + 1;
+  if (root) {
+    std::printf(
+        "data: %s (%lld tokens, %lld windows of %lld)%s\n"
+        "run: %lld steps of global batch %lld x %d accumulation x %d rank%s = %lld sequences "
+        "(%s tokens)%s%s\n",
+        train_path.string().c_str(), static_cast<long long>(train_set.num_tokens()),
+        static_cast<long long>(train_set.size()), static_cast<long long>(t + 1),
+        val_set ? core::detail::str(", validation ", val_path.string(), " (",
+                                    val_set->num_tokens(), " tokens)")
+                      .c_str()
+                : ", no validation set",
+        static_cast<long long>(o.steps), static_cast<long long>(o.batch), o.accum, world,
+        world == 1 ? "" : "s", static_cast<long long>(o.batch * o.accum * world),
+        core::detail::str(o.batch * o.accum * world * t).c_str(),
+        o.run.checkpoint_dir.empty()
+            ? ", no checkpoints (--checkpoint-dir)"
+            : (", checkpoints in " + o.run.checkpoint_dir + " every " + o.run.checkpoint_interval)
+                  .c_str(),
+        o.run.metrics.empty() ? "" : (", metrics to " + o.run.metrics).c_str());
+    std::fflush(stdout);
   }
 
   std::unique_ptr<RecordingSource> recorder;
@@ -469,14 +487,21 @@ int run(const Options& o) {
                    " steps");
       step_losses.push_back(st.loss);
     });
-  if (root && val_data)
-    std::printf("validation loss before training: %.4f (ln %lld = %.4f)\n",
-                eval_loss(model, *val_data, o.eval_batches), static_cast<long long>(config.vocab),
-                std::log(static_cast<double>(config.vocab)));
+  o.run.resume_run(trainer, root);
+  if (val_data && trainer.step() == 0) {
+    const train::EvalResult before = trainer.evaluate(*val_data, o.run.eval_subset);
+    if (root)
+      std::printf("validation loss before training: %.4f (ln %lld = %.4f)\n", before.loss,
+                  static_cast<long long>(config.vocab),
+                  std::log(static_cast<double>(config.vocab)));
+  }
   core::reset_peak_memory(device);
-  const int64_t epochs = (o.steps * o.accum) / train_data.batches_per_epoch() + 1;
+  const auto wall_start = std::chrono::steady_clock::now();
   const train::FitResult fit =
-      trainer.fit(recorder ? static_cast<data::BatchSource&>(*recorder) : train_data, epochs);
+      trainer.fit(recorder ? static_cast<data::BatchSource&>(*recorder) : train_data, epochs,
+                  parity ? nullptr : val_data.get());
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   if (parity) {
     recorder->close();
     STOKER_CHECK(
@@ -503,9 +528,31 @@ int run(const Options& o) {
         fit.seconds * 1e3 / std::max<int64_t>(1, fit.steps),
         static_cast<double>(core::memory_stats(device).peak_bytes) / (1024.0 * 1024.0),
         device.str().c_str(), fit.final_loss);
-    if (val_data)
-      std::printf("validation loss after training: %.4f\n",
-                  eval_loss(model, *val_data, o.eval_batches));
+    if (!fit.evaluations.empty())
+      std::printf("validation loss after training: %.4f (%lld sequences; evaluation took %.1f s, "
+                  "%.1f %% of the wall time)\n",
+                  fit.evaluations.back().loss,
+                  static_cast<long long>(fit.evaluations.back().samples), fit.eval_seconds,
+                  wall > 0 ? 100.0 * fit.eval_seconds / wall : 0.0);
+    if (!fit.log.empty() && wall > 0 && fit.eval_seconds > 0.1 * wall)  // steps ran here
+      std::printf("evaluation took %.0f %% of the wall time: evaluate less often (--eval-every "
+                  "N steps) or on fewer sequences (--eval-subset K)\n",
+                  100.0 * fit.eval_seconds / wall);
+    if (o.run.on_corrupt == "skip")
+      std::printf("--on-corrupt skip: %lld bad windows replaced (%lld in training, %lld in "
+                  "validation)%s%s\n",
+                  static_cast<long long>(train_data.skipped() +
+                                         (val_data ? val_data->skipped() : 0)),
+                  static_cast<long long>(train_data.skipped()),
+                  static_cast<long long>(val_data ? val_data->skipped() : 0),
+                  train_data.first_skipped().empty() ? "" : "; the first: ",
+                  train_data.first_skipped().c_str());
+    if (!o.run.save.empty()) {
+      train::save_weights(model, o.run.save);
+      std::printf("weights written to %s (safetensors; the names of PyTorch's GPT in "
+                  "benchmarks/peers/gpt_model.py)\n",
+                  o.run.save.c_str());
+    }
     if (o.sample > 0) {
       std::vector<int64_t> prompt;
       for (const unsigned char ch : o.prompt) prompt.push_back(config.vocab <= 256 ? ch : 0);
@@ -527,6 +574,7 @@ int main(int argc, char** argv) {
   using program::in_range;
   using program::positive;
   Options o;
+  o.run.eval_subset = 64;  // the bundled text's validation split is 288 windows: a quick look
   CLI::App app{
       "stoker_gpt: train a GPT-2-style decoder (byte-level text, a token file, or "
       "random tokens for benchmarking)"};
@@ -571,10 +619,6 @@ int main(int argc, char** argv) {
   app.add_option("--precision", o.precision, "fp32 | bf16 | fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  app.add_option("--checkpoint-every", o.checkpoint_every,
-                 "activation checkpointing: every k-th block (1: all; 0: off)")
-      ->check(at_least(0))
-      ->capture_default_str();
   app.add_flag("--selective", o.selective, "selective recomputation (GELU/LayerNorm outputs)");
   app.add_option("--data", o.data, "token file of raw uint16 ids (default: the bundled text)");
   app.add_option("--text", o.text, "text to encode at byte level")->capture_default_str();
@@ -599,9 +643,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--prompt", o.prompt, "text the sample continues (not empty with --sample)")
       ->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "validation batches")
-      ->check(at_least(1))
-      ->capture_default_str();
   app.add_option("--log-interval", o.log_interval, "steps between log lines")
       ->check(at_least(1))
       ->capture_default_str();
@@ -624,7 +665,18 @@ int main(int argc, char** argv) {
   app.add_option("--parity-dir", o.parity_dir,
                  "write init weights, config, batches and per-step losses here for "
                  "benchmarks/peers/torch_gpt_parity.py (constant lr, no clipping, fp32, TF32 off)");
+  o.run.add_to(app,
+               "validation token file (uint16 ids like --data; default: the last 10 % of the "
+               "bundled text, none with --data)");
   return program::run("stoker_gpt", app, argc, argv, [&] {
+    if (o.synthetic)
+      program::RunFlags::refuse_in(
+          app, "a --synthetic bench",
+          "it times steps on random tokens and trains no weights worth keeping");
+    if (!o.parity_dir.empty())
+      program::RunFlags::refuse_in(app, "a --parity-dir run",
+                                   "it writes its own files for the comparison with PyTorch");
+    o.run.check(app, o.data.empty() || !o.run.val.empty(), dist::read_env().rank == 0);
     o.optimizer_offload_delayed = offload_delayed || offload_mode == "delayed";
     o.optimizer_offload = offload->count() > 0 || o.optimizer_offload_delayed;
     STOKER_CHECK_HINT(o.sample == 0 || !o.prompt.empty(), "give --prompt TEXT, or --sample 0",

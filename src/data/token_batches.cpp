@@ -36,6 +36,36 @@ void TokenBatches::start_epoch(int64_t epoch) {
   batch_ = 0;
 }
 
+TokenWindow TokenBatches::window(int64_t epoch, int64_t i) const {
+  if (options_.on_corrupt == CorruptPolicy::fail) {
+    try {
+      return dataset_.window(epoch, i);
+    } catch (const Error& e) {
+      STOKER_CHECK_HINT(false, "fix the token file, or skip such windows (--on-corrupt skip)",
+                        e.message());
+    }
+  }
+  // Replacements are windows of the same epoch with indices past the epoch's own (distinct
+  // Philox draws), a pure function of (epoch, i).
+  constexpr int kAttempts = 16;
+  std::string why;
+  for (int a = 0; a < kAttempts; ++a) {
+    try {
+      return dataset_.window(epoch, i + a * std::max<int64_t>(1, dataset_.size()));
+    } catch (const Error& e) {
+      if (a == 0) {
+        ++skipped_;
+        if (first_skipped_.empty()) first_skipped_ = e.message();
+      }
+      why = e.message();
+    }
+  }
+  STOKER_CHECK_HINT(false, "fix the token file (most windows hold a bad token)", "TokenBatches: ",
+                    kAttempts, " windows in a row drawn for window ", i, " of epoch ", epoch,
+                    " were bad, the last: ", why);
+  return {};
+}
+
 Batch TokenBatches::batch_at(int64_t epoch, int64_t b) const {
   STOKER_CHECK(epoch >= 0 && b >= 0, "TokenBatches::batch_at: epoch ", epoch, " and batch ", b,
                " must be >= 0");
@@ -47,7 +77,7 @@ Batch TokenBatches::batch_at(int64_t epoch, int64_t b) const {
   Tensor target = Tensor::empty({bs * t}, dtype);
   const int64_t first = (b * options_.world_size + options_.rank) * bs;
   for (int64_t j = 0; j < bs; ++j) {
-    const TokenWindow w = dataset_.window(epoch, first + j);
+    const TokenWindow w = window(epoch, first + j);
     std::memcpy(static_cast<char*>(input.data()) + j * row, w.input.data(), row);
     std::memcpy(static_cast<char*>(target.data()) + j * row, w.target.data(), row);
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -18,7 +19,9 @@
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/reduce.h"
 #include "stoker/ops/training.h"
+#include "stoker/train/checkpoint_files.h"
 #include "stoker/train/safetensors.h"
+#include "train/metrics_log.h"
 #include "util/atomic_file.h"
 #include "util/checksum.h"
 #include "util/progress_bar.h"
@@ -108,6 +111,26 @@ void remove_leftover_temporaries(const std::filesystem::path& dir) {
                "checkpoint: removed %zu temporary file%s in %s left by checkpoint writes of "
                "processes that no longer run (%s)\n",
                removed.size(), removed.size() == 1 ? "" : "s", dir.string().c_str(), names.c_str());
+}
+
+// -1 (not known) as JSON null.
+using Json = nlohmann::ordered_json;  // metrics lines keep their fields in a readable order
+Json known(double v) { return v < 0 ? Json(nullptr) : Json(v); }
+Json known(int64_t v) { return v < 0 ? Json(nullptr) : Json(v); }
+
+std::string accuracy_text(double accuracy) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), " | val accuracy %.2f %%", accuracy * 100);
+  return buf;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace
@@ -368,14 +391,21 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.ms_per_step = steps > 0 ? seconds * 1e3 / static_cast<double>(steps) : 0.0;
   st.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
   st.global_samples_per_s = st.samples_per_s;
+  // A checkpoint due by time: this rank's clock; with ranks, due when any rank's clock says so.
+  time_checkpoint_due_ =
+      options_.checkpoint_interval_seconds > 0 &&
+      seconds_since(last_checkpoint_) >= options_.checkpoint_interval_seconds;
   if (options_.reducer) {
     // Every rank logs at the same steps, so this all-reduce pairs up across ranks.
     dist::Communicator& comm = options_.reducer->communicator();
-    const Tensor rate =
-        Tensor::from_floats({static_cast<float>(st.samples_per_s)}, {1}, DType::f32, comm.device());
-    comm.all_reduce(rate, dist::ReduceOp::sum);
+    const Tensor v = Tensor::from_floats(
+        {static_cast<float>(st.samples_per_s), time_checkpoint_due_ ? 1.0f : 0.0f}, {2},
+        DType::f32, comm.device());
+    comm.all_reduce(v, dist::ReduceOp::sum);
+    const std::vector<float> sums = v.to_floats();
     st.world_size = comm.world_size();
-    st.global_samples_per_s = rate.item();
+    st.global_samples_per_s = sums[0];
+    time_checkpoint_due_ = sums[1] > 0.0f;
   }
   st.host_syncs_per_step = static_cast<int64_t>(window_max_syncs_);
   st.data_wait_share = seconds > 0 ? std::min(1.0, window_data_wait_s_ / seconds) : 0.0;
@@ -383,6 +413,13 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.peak_memory_mib =
       static_cast<double>(core::memory_stats(model_.device()).peak_bytes) / (1024.0 * 1024.0);
   window_max_syncs_ = 0;
+  st.elapsed_s = seconds_since(fit_start_);
+  st.eval_share = st.elapsed_s > 0 ? std::min(1.0, fit_eval_s_ / st.elapsed_s) : 0.0;
+  st.total_steps = fit_total_steps_;
+  const int64_t done = step_ - fit_first_step_;
+  if (fit_total_steps_ >= 0 && done > 0)
+    st.eta_s = static_cast<double>(std::max<int64_t>(0, fit_total_steps_ - step_)) *
+               st.elapsed_s / static_cast<double>(done);
   if (!options_.quiet && main_rank()) {
     const std::string throughput =
         st.world_size > 1
@@ -390,28 +427,119 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
                                 static_cast<long long>(st.global_samples_per_s), " samples/s on ",
                                 st.world_size, " ranks")
             : core::detail::str(static_cast<long long>(st.samples_per_s), " samples/s");
+    const std::string eta =
+        st.eta_s >= 0 && st.step < st.total_steps ? " | ETA " + util::format_duration(st.eta_s)
+                                                  : std::string();
     std::printf(
         "step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
-        "%s | data wait %.1f%% | host syncs/step %lld | peak %.1f MiB\n",
+        "%s | data wait %.1f%% | host syncs/step %lld | peak %.1f MiB%s\n",
         static_cast<long long>(st.step), static_cast<long long>(st.epoch), st.loss, st.lr,
         st.grad_norm >= 0 ? core::detail::str(st.grad_norm).c_str() : "-", st.ms_per_step,
         throughput.c_str(), 100.0 * st.data_wait_share,
-        static_cast<long long>(st.host_syncs_per_step), st.peak_memory_mib);
+        static_cast<long long>(st.host_syncs_per_step), st.peak_memory_mib, eta.c_str());
+    if (fit_windows_ == 0 && st.eta_s >= 0 && st.step < st.total_steps)
+      std::printf("estimated time: %s for the %lld steps to step %lld (at the pace of the first "
+                  "%lld; the progress bar and the log lines refine it)\n",
+                  util::format_duration(st.eta_s).c_str(),
+                  static_cast<long long>(st.total_steps - st.step),
+                  static_cast<long long>(st.total_steps), static_cast<long long>(done));
     std::fflush(stdout);
   }
+  ++fit_windows_;
+  if (metrics_)
+    metrics_->write({{"kind", "train"},
+                     {"step", st.step},
+                     {"epoch", st.epoch},
+                     {"loss", std::isfinite(st.loss) ? Json(st.loss) : Json(nullptr)},
+                     {"lr", st.lr},
+                     {"grad_norm", known(st.grad_norm)},
+                     {"ms_per_step", st.ms_per_step},
+                     {"samples_per_s", st.samples_per_s},
+                     {"global_samples_per_s", st.global_samples_per_s},
+                     {"world_size", st.world_size},
+                     {"data_wait_share", st.data_wait_share},
+                     {"peak_memory_mib", st.peak_memory_mib},
+                     {"loss_scale", known(st.loss_scale)},
+                     {"host_syncs_per_step", st.host_syncs_per_step},
+                     {"elapsed_s", st.elapsed_s},
+                     {"eval_share", st.eval_share},
+                     {"total_steps", known(st.total_steps)},
+                     {"eta_s", known(st.eta_s)}});
   for (const Callback& cb : callbacks_) cb(st);
   return st;
 }
 
-FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
+EvalRecord Trainer::evaluate_in_fit(data::BatchSource& validation, int64_t epoch) {
+  const auto t0 = Clock::now();
+  const EvalResult r = evaluate(validation, options_.evaluation.max_samples);
+  EvalRecord rec;
+  rec.step = step_;
+  rec.epoch = epoch;
+  rec.loss = r.loss;
+  rec.accuracy = r.accuracy;
+  rec.samples = r.samples;
+  rec.seconds = seconds_since(t0);
+  fit_eval_s_ += rec.seconds;
+  const double elapsed = seconds_since(fit_start_);
+  rec.share = elapsed > 0 ? std::min(1.0, fit_eval_s_ / elapsed) : 0.0;
+  model_.set_training(true);
+  if (!options_.quiet && main_rank()) {
+    std::printf("eval   %6lld | epoch %lld | val loss %.6f%s | %lld samples in %.2f s | "
+                "evaluation %.1f%% of the wall time so far\n",
+                static_cast<long long>(rec.step), static_cast<long long>(rec.epoch), rec.loss,
+                rec.accuracy >= 0 ? accuracy_text(rec.accuracy).c_str() : "",
+                static_cast<long long>(rec.samples), rec.seconds, 100.0 * rec.share);
+    std::fflush(stdout);
+  }
+  if (metrics_)
+    metrics_->write({{"kind", "eval"},
+                     {"step", rec.step},
+                     {"epoch", rec.epoch},
+                     {"val_loss", std::isfinite(rec.loss) ? Json(rec.loss) : Json(nullptr)},
+                     {"val_accuracy", known(rec.accuracy)},
+                     {"samples", rec.samples},
+                     {"seconds", rec.seconds},
+                     {"eval_share", rec.share},
+                     {"elapsed_s", elapsed}});
+  for (const EvalCallback& cb : eval_callbacks_) cb(rec);
+  return rec;
+}
+
+void Trainer::write_periodic_checkpoint(const data::BatchSource& position,
+                                        const data::SourceIdentity& identity) {
+  write_checkpoint(periodic_checkpoint_path(options_.checkpoint_dir, step_), &position, identity);
+  last_checkpoint_ = Clock::now();
+  if (options_.keep_last > 0 && main_rank())
+    prune_checkpoints(options_.checkpoint_dir, options_.keep_last);
+}
+
+FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSource* validation) {
   STOKER_CHECK(epochs >= 0, "Trainer::fit: epochs ", epochs, " must be >= 0");
+  STOKER_CHECK(options_.checkpoint_interval >= 0 && options_.checkpoint_interval_seconds >= 0 &&
+                   options_.keep_last >= 0,
+               "TrainerOptions: checkpoint_interval ", options_.checkpoint_interval,
+               ", checkpoint_interval_seconds ", options_.checkpoint_interval_seconds,
+               " and keep_last ", options_.keep_last, " must be >= 0");
+  STOKER_CHECK(options_.evaluation.every_steps >= 0 && options_.evaluation.max_samples >= 0,
+               "TrainerOptions::evaluation: every_steps ", options_.evaluation.every_steps,
+               " and max_samples ", options_.evaluation.max_samples, " must be >= 0");
   if (resumed_) check_resumed_run(source);
   // Checked before the first step: an unwritable folder must not cost the run (rank 0 writes).
   if (!options_.checkpoint_dir.empty() && main_rank())
     core::check_output_dir(options_.checkpoint_dir, "TrainerOptions::checkpoint_dir");
+  if (!options_.metrics_path.empty() && main_rank())
+    core::check_output_path(options_.metrics_path, "TrainerOptions::metrics_path");
+  // The checkpoints a resumed run finds further into the run are a branch it abandons.
+  if (resumed_ && !options_.checkpoint_dir.empty() && main_rank()) {
+    const auto aside = set_aside_checkpoints_after(options_.checkpoint_dir, step_);
+    for (const auto& p : aside)
+      std::fprintf(stderr,
+                   "checkpoint: %s is from after the resumed step %lld: renamed so that it is "
+                   "neither resumed nor kept as this run's\n",
+                   p.string().c_str(), static_cast<long long>(step_));
+  }
   // What checkpoints record of the data: the real source's, also under the ablation below.
-  const data::SourceIdentity identity =
-      options_.checkpoint_dir.empty() ? data::SourceIdentity{} : source.identity();
+  const data::SourceIdentity identity = source.identity();
   // The synthetic-data ablation (diagnostics) trains on a replay of the first batch.
   data::BatchSource& train = diag_ ? diag_->source(source) : source;
   const Device device = model_.device();
@@ -433,17 +561,88 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
                      !options_.quiet && main_rank(), main_rank());
   }
   const auto start = Clock::now();
-  auto window_start = start;
-  int64_t window_samples = 0, window_steps = 0;
+  fit_start_ = last_checkpoint_ = start;
+  fit_first_step_ = step_;
+  fit_eval_s_ = 0;
+  fit_windows_ = 0;
+  time_checkpoint_due_ = false;
+  {
+    // An epoch that ends inside an accumulation group still makes a (smaller) step.
+    const int64_t bpe = train.batches_per_epoch();
+    const int64_t k = options_.grad_accum_steps;
+    fit_total_steps_ = bpe >= 0 ? (bpe + k - 1) / k * epochs : -1;
+    if (options_.max_steps >= 0)
+      fit_total_steps_ = fit_total_steps_ < 0 ? options_.max_steps
+                                              : std::min(fit_total_steps_, options_.max_steps);
+  }
   const int64_t first_epoch = resumed_ ? resume_epoch_ : 0;
+  const bool was_resumed = resumed_;
+  metrics_.reset();
+  if (!options_.metrics_path.empty() && main_rank()) {
+    metrics_ = std::make_unique<MetricsLog>(options_.metrics_path, resumed_ ? step_ : -1,
+                                            resumed_ && resume_evaluated_step_ == step_);
+    metrics_->write(
+        {{"kind", "start"},
+         {"step", step_},
+         {"epoch", first_epoch},
+         {"time", utc_now()},
+         {"model", model_.describe()},
+         {"parameters", model_.parameter_count()},
+         {"precision", std::string(amp::precision_name(options_.precision))},
+         {"world_size", world_size()},
+         {"batch_size", known(identity.batch_size)},
+         {"grad_accum_steps", options_.grad_accum_steps},
+         {"global_batch", identity.batch_size < 0
+                              ? Json(nullptr)
+                              : Json(identity.batch_size * options_.grad_accum_steps *
+                                     world_size())},
+         {"total_steps", known(fit_total_steps_)},
+         {"resumed_from", resumed_ ? Json(resume_path_.string()) : Json(nullptr)}});
+  }
+  auto window_start = start;
+  double window_eval_s = 0;  // evaluation inside the window: not the steps' time
+  int64_t window_samples = 0, window_steps = 0;
+  int64_t epoch_now = first_epoch;
+  // The evaluation at the resumed step is done when the checkpoint says so (it was written after
+  // it); one that was due there but came after the checkpoint runs first.
+  evaluated_step_ = resumed_ ? resume_evaluated_step_ : -1;
+  bool positioned = false;  // the source was started or restored in this fit()
   bool stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
+  const auto log_now = [&](int64_t epoch) {
+    bar.clear();
+    result.log.push_back(log_window(epoch, window_samples,
+                                    std::max(0.0, seconds_since(window_start) - window_eval_s),
+                                    window_steps));
+    window_start = Clock::now();
+    window_eval_s = 0;
+    window_samples = window_steps = 0;
+  };
+  const auto evaluate_now = [&](int64_t epoch) {
+    if (!validation || evaluated_step_ == step_) return;
+    evaluated_step_ = step_;
+    bar.clear();
+    const EvalRecord rec = evaluate_in_fit(*validation, epoch);
+    window_eval_s += rec.seconds;
+    result.evaluations.push_back(rec);
+  };
+  const bool writes_checkpoints =
+      !options_.checkpoint_dir.empty() && (main_rank() || optimizer_.checkpoint_is_collective());
+  if (resumed_ && step_ > 0) {
+    const int64_t every = options_.evaluation.every_steps;
+    const bool due = every > 0 ? step_ % every == 0 : resume_batch_ == 0;  // an epoch's end
+    if (due) evaluate_now(first_epoch > 0 && resume_batch_ == 0 ? first_epoch - 1 : first_epoch);
+  }
+  // Where fit() ends when no epoch runs (a resumed run that is complete): the resumed position.
+  const CheckpointPosition resumed_position{resume_epoch_, resume_batch_};
 
   for (int64_t epoch = first_epoch; epoch < epochs && !stop; ++epoch) {
+    epoch_now = epoch;
     if (resumed_ && epoch == resume_epoch_) {
       train.restore(epoch, resume_batch_);
     } else {
       train.start_epoch(epoch);
     }
+    positioned = true;
     resumed_ = false;
     core::reset_peak_memory(device);  // the log's peak memory is per epoch
     bool epoch_done = false;
@@ -454,35 +653,34 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
       window_max_syncs_ = std::max(window_max_syncs_, core::host_sync_count() - syncs_before);
       if (step_ == before) break;  // the epoch had no batch left
       ++window_steps;
-      bar.draw(core::detail::str("  epoch ", epoch + 1, "/", epochs), train.batch_index(),
-               train.batches_per_epoch());
-      stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
-      if (step_ % options_.log_interval == 0 || epoch_done || stop) {
-        bar.clear();
-        result.log.push_back(
-            log_window(epoch, window_samples, seconds_since(window_start), window_steps));
-        window_start = Clock::now();
-        window_samples = window_steps = 0;
+      if (bar.enabled()) {
+        const int64_t done = step_ - fit_first_step_;
+        const double eta = fit_total_steps_ >= 0
+                               ? static_cast<double>(std::max<int64_t>(0, fit_total_steps_ - step_)) *
+                                     seconds_since(start) / static_cast<double>(done)
+                               : -1.0;
+        bar.draw(core::detail::str("  epoch ", epoch + 1, "/", epochs), train.batch_index(),
+                 train.batches_per_epoch(),
+                 fit_total_steps_ >= 0 ? core::detail::str(" | step ", step_, "/", fit_total_steps_,
+                                                           " | ETA ", util::format_duration(eta))
+                                       : std::string());
       }
+      stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
+      if (step_ % options_.log_interval == 0 || epoch_done || stop) log_now(epoch);
       if (diag_ && diag_->report_due(step_)) {
         bar.clear();
         result.reports.push_back(diag_->report("steps"));
       }
-      if (!options_.checkpoint_dir.empty() && options_.checkpoint_interval > 0 &&
-          step_ % options_.checkpoint_interval == 0 &&
-          (main_rank() || optimizer_.checkpoint_is_collective())) {
-        write_checkpoint(
-            options_.checkpoint_dir / ("step_" + std::to_string(step_) + ".safetensors"), &train,
-            identity);
-      }
+      if (options_.evaluation.every_steps > 0 && step_ % options_.evaluation.every_steps == 0)
+        evaluate_now(epoch);
+      const bool by_steps =
+          options_.checkpoint_interval > 0 && step_ % options_.checkpoint_interval == 0;
+      const bool by_time = time_checkpoint_due_;
+      time_checkpoint_due_ = false;
+      if (writes_checkpoints && (by_steps || by_time)) write_periodic_checkpoint(train, identity);
     }
-    if (window_steps > 0) {  // the epoch ended between log lines: report its tail
-      bar.clear();
-      result.log.push_back(
-          log_window(epoch, window_samples, seconds_since(window_start), window_steps));
-      window_start = Clock::now();
-      window_samples = window_steps = 0;
-    }
+    if (window_steps > 0) log_now(epoch);  // the epoch ended between log lines: its tail
+    if (options_.evaluation.every_steps == 0) evaluate_now(epoch);
     if (diag_) {
       bar.clear();
       result.reports.push_back(diag_->report("epoch " + std::to_string(epoch + 1)));
@@ -490,16 +688,23 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs) {
   }
   bar.clear();
   optimizer_.flush();  // a delayed (background) update reaches the weights before fit() returns
+  evaluate_now(epoch_now);  // after fit()'s last step, unless that step was just evaluated
   if (diag_) result.diagnosis = diag_->end_fit();
-  if (!options_.checkpoint_dir.empty() && (main_rank() || optimizer_.checkpoint_is_collective()))
-    write_checkpoint(options_.checkpoint_dir / "last.safetensors", &train, identity);
+  if (writes_checkpoints)
+    write_checkpoint(final_checkpoint_path(options_.checkpoint_dir), &train, identity,
+                     positioned || !was_resumed ? std::nullopt : std::optional(resumed_position));
+  resumed_ = false;
+  metrics_.reset();
   result.steps = step_;
   result.seconds = seconds_since(start);
+  result.eval_seconds = fit_eval_s_;
   if (!result.log.empty()) result.final_loss = result.log.back().loss;
   return result;
 }
 
-EvalResult Trainer::evaluate(data::BatchSource& data) {
+EvalResult Trainer::evaluate(data::BatchSource& data, int64_t max_samples) {
+  STOKER_CHECK(max_samples >= 0, "Trainer::evaluate: max_samples ", max_samples,
+               " must be >= 0 (0: the whole source)");
   optimizer_.flush();  // evaluate the weights after the last step's update
   const bool was_training = model_.training();
   model_.set_training(false);
@@ -507,10 +712,10 @@ EvalResult Trainer::evaluate(data::BatchSource& data) {
   data.start_epoch(0);
   EvalResult r;
   double loss_sum = 0.0;
-  int64_t correct = 0;
+  int64_t correct = 0, predictions = 0;
   bool classification = true;
   data::Batch batch;
-  while (data.next(batch)) {
+  while ((max_samples == 0 || r.samples < max_samples) && data.next(batch)) {
     const Tensor y = model_.forward(batch.input);
     const Tensor l = loss_.forward(y, batch.target);
     loss_sum += l.item() * static_cast<double>(batch.size);
@@ -526,13 +731,15 @@ EvalResult Trainer::evaluate(data::BatchSource& data) {
           if (logits[i * classes + c] > logits[i * classes + best]) best = c;
         correct += best == static_cast<int64_t>(target[i]);
       }
+      predictions += y.size(0);  // a language model predicts every position of a sample
     }
     r.samples += batch.size;
   }
   model_.set_training(was_training);
   if (r.samples > 0) {
     r.loss = loss_sum / static_cast<double>(r.samples);
-    if (classification) r.accuracy = static_cast<double>(correct) / static_cast<double>(r.samples);
+    if (classification && predictions > 0)
+      r.accuracy = static_cast<double>(correct) / static_cast<double>(predictions);
   }
   return r;
 }
@@ -543,7 +750,8 @@ void Trainer::save_checkpoint(const std::filesystem::path& path,
 }
 
 void Trainer::write_checkpoint(const std::filesystem::path& path, const data::BatchSource* source,
-                               const data::SourceIdentity& identity) const {
+                               const data::SourceIdentity& identity,
+                               std::optional<CheckpointPosition> position) const {
   optimizer_.flush();  // weights and optimizer state of the same step
   std::vector<NamedTensor> tensors;
   model_.visit_parameters("", [&](const std::string& n, nn::Parameter& p) {
@@ -563,7 +771,10 @@ void Trainer::write_checkpoint(const std::filesystem::path& path, const data::Ba
     gens[n] = {std::to_string(g.seed()), std::to_string(g.offset())};
   });
   int64_t epoch = 0, batch = 0;
-  if (source) {
+  if (position) {
+    epoch = position->epoch;
+    batch = position->batch;
+  } else if (source) {
     epoch = std::max<int64_t>(0, source->epoch());
     batch = source->batch_index();
     if (source->batches_per_epoch() >= 0 && batch >= source->batches_per_epoch()) {
@@ -583,6 +794,7 @@ void Trainer::write_checkpoint(const std::filesystem::path& path, const data::Ba
                     {"stoker.epoch", std::to_string(epoch)},
                     {"stoker.batch_index", std::to_string(batch)},
                     {"stoker.optimizer_steps", std::to_string(optimizer_.steps())},
+                    {"stoker.evaluated_step", std::to_string(evaluated_step_)},
                     {"stoker.generators", gens.dump()},
                     {"stoker.model", model_.describe()},
                     {"stoker.optimizer", optimizer_.describe()}});
@@ -608,6 +820,8 @@ void Trainer::resume(const std::filesystem::path& path) {
   const int64_t epoch = meta_int("stoker.epoch");
   const int64_t batch = meta_int("stoker.batch_index");
   const int64_t optimizer_steps = meta_int("stoker.optimizer_steps");
+  const int64_t evaluated_step =
+      meta.count("stoker.evaluated_step") ? meta_int("stoker.evaluated_step") : -1;
   const int64_t version =
       meta.count("stoker.checkpoint_version") ? meta_int("stoker.checkpoint_version") : 1;
   STOKER_CHECK_HINT(version >= 1 && version <= kCheckpointVersion,
@@ -672,9 +886,39 @@ void Trainer::resume(const std::filesystem::path& path) {
   });
   for (nn::Parameter* p : params_) p->zero_grad();
   resume_path_ = path;
+  resume_evaluated_step_ = evaluated_step;
   resume_world_size_ = recorded_world;
   resume_identity_ = recorded;
   resumed_ = true;
+}
+
+std::optional<std::filesystem::path> Trainer::resume_latest(const std::filesystem::path& dir) {
+  std::vector<std::string> unreadable;
+  const std::vector<CheckpointFile> files = list_checkpoints(dir, &unreadable);
+  for (const std::string& u : unreadable)
+    std::fprintf(stderr, "checkpoint: left out, its header cannot be read: %s\n", u.c_str());
+  STOKER_CHECK_HINT(!files.empty() || unreadable.empty(),
+                    "copy the folder again from where it was written, or start a new run in an "
+                    "empty folder",
+                    "no checkpoint of ", dir.string(), " can be resumed: ", unreadable.size(),
+                    " file", unreadable.size() == 1 ? " has" : "s have",
+                    " a checkpoint's name but no readable header (named above)");
+  std::string failures;
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    try {
+      resume(it->path);
+      return it->path;
+    } catch (const Error& e) {
+      std::fprintf(stderr, "checkpoint: %s does not resume (%s)%s\n", it->path.string().c_str(),
+                   e.what(), std::next(it) != files.rend() ? "; trying the one before it" : "");
+      failures += core::detail::str("\n  ", it->path.string(), ": ", e.what());
+    }
+  }
+  if (files.empty()) return std::nullopt;
+  STOKER_CHECK_HINT(false, "start a new run in another folder, or copy the checkpoints again",
+                    "none of the ", files.size(), " checkpoints of ", dir.string(),
+                    " resumes:", failures);
+  return std::nullopt;
 }
 
 void Trainer::check_resumed_run(const data::BatchSource& source) const {

@@ -6,6 +6,22 @@
 
 namespace stoker::util {
 
+std::string format_duration(double seconds) {
+  if (!(seconds >= 0)) return "?";
+  const long long s = static_cast<long long>(seconds + 0.5);
+  char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof(buf), "%llds", s);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", s / 60, s % 60);
+  } else if (s < 86400) {
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", s / 3600, (s % 3600) / 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lldd%02lldh", s / 86400, (s % 86400) / 3600);
+  }
+  return buf;
+}
+
 ProgressBar::ProgressBar(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO) == 1) {}
 
 void ProgressBar::draw(const std::string& label, int64_t done, int64_t total,

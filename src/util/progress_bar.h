@@ -8,6 +8,9 @@
 
 namespace stoker::util {
 
+// "45s", "12m30s", "3h05m", "2d04h": a duration as a person reads it (negative: "?").
+std::string format_duration(double seconds);
+
 class ProgressBar {
  public:
   explicit ProgressBar(bool enabled);

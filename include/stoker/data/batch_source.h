@@ -15,6 +15,10 @@
 
 namespace stoker::data {
 
+// What a source does with a sample it cannot make (a damaged record, a token out of the
+// vocabulary): fail stops with an error naming it; skip replaces it and counts it.
+enum class CorruptPolicy { fail, skip };
+
 struct Batch {
   Tensor input;   // on the source's device
   Tensor target;  // on the source's device

@@ -77,8 +77,6 @@
 
 namespace stoker::data {
 
-enum class CorruptPolicy { fail, skip };
-
 struct LoaderOptions {
   int64_t batch_size = 256;
   int threads = 0;   // decode threads; 0 = autotuned (up to max_threads)

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "stoker/core/device.h"
 #include "stoker/data/batch_source.h"
@@ -33,6 +34,10 @@ struct TokenBatchesOptions {
   Device device = Device::cpu();
   int rank = 0;  // data parallelism: this rank's batches of each epoch
   int world_size = 1;
+  // A window with a token the dataset refuses (vocab_size): fail throws naming it; skip takes
+  // another window drawn for the same place (deterministically: every rank and every resume
+  // sees the same one) and counts it (skipped()).
+  CorruptPolicy on_corrupt = CorruptPolicy::fail;
 };
 
 class TokenBatches : public BatchSource {
@@ -51,13 +56,22 @@ class TokenBatches : public BatchSource {
   // Batch `b` of `epoch` on this rank, without moving the position (evaluation, tests).
   Batch batch_at(int64_t epoch, int64_t b) const;
   int64_t context() const { return dataset_.options().context; }
+  // Windows replaced under CorruptPolicy::skip so far (each time one is met), and why the first
+  // one was.
+  int64_t skipped() const { return skipped_; }
+  const std::string& first_skipped() const { return first_skipped_; }
 
  private:
+  // Window i of `epoch`, or its replacement under skip.
+  TokenWindow window(int64_t epoch, int64_t i) const;
+
   const TokenDataset& dataset_;
   TokenBatchesOptions options_;
   int64_t batches_ = 0;
   int64_t epoch_ = -1;
   int64_t batch_ = 0;
+  mutable int64_t skipped_ = 0;
+  mutable std::string first_skipped_;
 };
 
 }  // namespace stoker::data

@@ -81,6 +81,8 @@ class GradReducer;
 
 namespace stoker::train {
 
+class MetricsLog;  // train/metrics_log.h (private)
+
 // What a log line reports, also handed to callbacks.
 struct StepStats {
   int64_t step = 0;  // optimizer steps done
@@ -105,6 +107,36 @@ struct StepStats {
   // Share of the window's wall time the training thread spent in BatchSource::next() (waiting
   // for, or assembling, batches). On a GPU it includes back-pressure: see docs/diagnostics.md.
   double data_wait_share = 0.0;
+  // Wall seconds since this fit() began, and the share of them spent in evaluation.
+  double elapsed_s = 0.0;
+  double eval_share = 0.0;
+  // Optimizer steps this fit() ends at (-1: unknown, a source of unknown length), and the
+  // estimated seconds until then at this fit()'s pace so far, evaluation included (-1: unknown).
+  int64_t total_steps = -1;
+  double eta_s = -1.0;
+};
+
+// Evaluation inside fit(), on the validation source given to it. Evaluation runs between steps,
+// in evaluation mode, and is timed as its own phase: it is left out of the log's ms/step and
+// samples/s and reported as a share of the wall time (StepStats::eval_share, EvalRecord::share).
+struct EvalOptions {
+  // After every N-th optimizer step and after fit()'s last step; 0: after each epoch's last step
+  // (and fit()'s last).
+  int64_t every_steps = 0;
+  // The first `max_samples` samples of the source's epoch 0 (in whole batches: rounded up to a
+  // batch), the same ones each time; 0: all of it.
+  int64_t max_samples = 0;
+};
+
+// One evaluation inside fit().
+struct EvalRecord {
+  int64_t step = 0;  // optimizer steps done
+  int64_t epoch = 0;
+  double loss = 0.0;
+  double accuracy = -1.0;  // top-1 for class-index targets; -1 otherwise
+  int64_t samples = 0;
+  double seconds = 0.0;  // this evaluation's wall time
+  double share = 0.0;    // evaluation's share of the fit's wall time so far
 };
 
 struct TrainerOptions {
@@ -121,8 +153,23 @@ struct TrainerOptions {
   bool progress_bar = true;                   // on stderr when it is a terminal
   // Empty: no checkpoints. Else fit() checks before its first step that rank 0 can write there
   // (core::check_output_dir: created when missing) and throws naming it otherwise.
+  // Periodic checkpoints are step_<N>.safetensors, the one at the end last.safetensors
+  // (train/checkpoint_files.h).
   std::filesystem::path checkpoint_dir;
   int64_t checkpoint_interval = 0;  // steps between checkpoints (0: only at the end)
+  // Also a checkpoint when this many wall seconds have passed since the last one (0: off). It is
+  // checked at log lines (every rank agrees through the log's all-reduce), so a checkpoint
+  // follows the duration by at most log_interval steps.
+  double checkpoint_interval_seconds = 0.0;
+  // Retention: after each periodic checkpoint, all but the newest keep_last periodic ones are
+  // removed; last.safetensors is always kept. 0: keep every one.
+  int keep_last = 0;
+  // One JSON object per log line and per evaluation, appended to this file by rank 0 (JSON
+  // Lines, docs/long_runs.md#metrics); a resumed run continues the file of the run it resumes. Empty: none.
+  // The folder is checked before the first step.
+  std::filesystem::path metrics_path;
+  // Evaluation inside fit() when it is given a validation source.
+  EvalOptions evaluation;
   bool continue_on_nan = false;     // true: keep going after a non-finite loss
   int64_t max_steps = -1;           // stop after this many optimizer steps (-1: epochs)
   bool quiet = false;               // no log lines on stdout
@@ -150,6 +197,8 @@ struct FitResult {
   double final_loss = 0.0;  // mean loss of the last logged window
   double seconds = 0.0;
   std::vector<StepStats> log;  // every logged line
+  std::vector<EvalRecord> evaluations;  // every evaluation inside fit()
+  double eval_seconds = 0.0;            // their wall time
   // Diagnostics (when enabled): every printed report, and the report over the whole fit.
   std::vector<diag::Report> reports;
   diag::Report diagnosis;
@@ -157,7 +206,9 @@ struct FitResult {
 
 struct EvalResult {
   double loss = 0.0;       // mean over batches weighted by batch size
-  double accuracy = -1.0;  // top-1 for class-index targets; -1 otherwise
+  // Top-1 for class-index targets, over the rows of the model's [N, classes] output (a
+  // language model's [B*T, V]: next-token accuracy); -1 otherwise.
+  double accuracy = -1.0;
   int64_t samples = 0;
 };
 
@@ -170,10 +221,13 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // Trains for `epochs` epochs (or until options.max_steps). Continues from the position a
-  // resume() restored.
-  FitResult fit(data::BatchSource& train, int64_t epochs);
-  // Loss (and accuracy for classification) over one epoch of `data`, in evaluation mode.
-  EvalResult evaluate(data::BatchSource& data);
+  // resume() restored. With `validation`, evaluates on it as options.evaluation says (borrowed
+  // for the call).
+  FitResult fit(data::BatchSource& train, int64_t epochs,
+                data::BatchSource* validation = nullptr);
+  // Loss (and accuracy for classification) over epoch 0 of `data` in evaluation mode: all of
+  // it, or its first `max_samples` samples in whole batches (0: all).
+  EvalResult evaluate(data::BatchSource& data, int64_t max_samples = 0);
 
   // Writes a training checkpoint (atomic, version 2). `source` supplies the data position and
   // identity (nullptr: none recorded). With a ZeRO-1 optimizer (checkpoint_is_collective) every
@@ -187,6 +241,11 @@ class Trainer {
   // tensor that is damaged or does not fit. The recorded world size and data identity are
   // compared by the next fit(), against the source it is given: the source is not known here.
   void resume(const std::filesystem::path& path);
+  // Resumes from the newest checkpoint of `dir` (train/checkpoint_files.h) and returns its path;
+  // none there: returns nothing and changes nothing. A newest one that fails its checks (a
+  // damaged file) is named on stderr and the one before it is tried; when every one fails, the
+  // error names them all.
+  std::optional<std::filesystem::path> resume_latest(const std::filesystem::path& dir);
 
   int64_t step() const { return step_; }
   // The fp16 loss scaler (nullptr for fp32/bf16).
@@ -210,6 +269,9 @@ class Trainer {
   using Callback = std::function<void(const StepStats&)>;
   // Called after each log line.
   void add_log_callback(Callback cb) { callbacks_.push_back(std::move(cb)); }
+  using EvalCallback = std::function<void(const EvalRecord&)>;
+  // Called after each evaluation inside fit().
+  void add_eval_callback(EvalCallback cb) { eval_callbacks_.push_back(std::move(cb)); }
 
  private:
   void run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples);
@@ -223,13 +285,23 @@ class Trainer {
   bool begin_memory_measure();
   void end_memory_measure(bool measuring);
   StepStats log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps);
+  // Evaluates on `validation` inside fit() and reports it (log line, metrics, callbacks).
+  EvalRecord evaluate_in_fit(data::BatchSource& validation, int64_t epoch);
+  // A periodic checkpoint now, then retention.
+  void write_periodic_checkpoint(const data::BatchSource& position,
+                                 const data::SourceIdentity& identity);
   // Rank 0 of a data-parallel job, or a single process: the one that prints and saves.
   bool main_rank() const;
   int world_size() const;
   // save_checkpoint with the position of `position` and the identity `identity` (fit() passes
   // the real source's identity when diagnostics replace the source).
-  void write_checkpoint(const std::filesystem::path& path, const data::BatchSource* position,
-                        const data::SourceIdentity& identity) const;
+  struct CheckpointPosition {
+    int64_t epoch = 0, batch = 0;
+  };
+  // `position`: where the run stands when the source cannot say (a fit() that ran no epoch).
+  void write_checkpoint(const std::filesystem::path& path, const data::BatchSource* source,
+                        const data::SourceIdentity& identity,
+                        std::optional<CheckpointPosition> position = std::nullopt) const;
   // After a resume: throws when `source` or this job is not the run that wrote the checkpoint.
   void check_resumed_run(const data::BatchSource& source) const;
 
@@ -239,6 +311,7 @@ class Trainer {
   TrainerOptions options_;
   std::vector<nn::Parameter*> params_;
   std::vector<Callback> callbacks_;
+  std::vector<EvalCallback> eval_callbacks_;
 
   int64_t step_ = 0;
   int64_t resume_epoch_ = 0;
@@ -259,6 +332,20 @@ class Trainer {
   bool memory_printed_ = false;              // fit() printed the report
   size_t activations_peak_ = 0;
   size_t last_batch_bytes_ = 0;  // input + target of the last micro-batch on the device
+  // The fit() in progress: its start, first step and end, evaluation's wall time, the metrics
+  // file, and whether a checkpoint is due by time (decided at log lines).
+  std::chrono::steady_clock::time_point fit_start_{};
+  std::chrono::steady_clock::time_point last_checkpoint_{};
+  int64_t fit_first_step_ = 0;
+  int64_t fit_total_steps_ = -1;
+  double fit_eval_s_ = 0.0;
+  int64_t fit_windows_ = 0;
+  bool time_checkpoint_due_ = false;
+  // The step of the last evaluation inside fit() (-1: none), recorded in checkpoints, and what
+  // the resumed checkpoint recorded.
+  int64_t evaluated_step_ = -1;
+  int64_t resume_evaluated_step_ = -1;
+  std::unique_ptr<MetricsLog> metrics_;
 };
 
 }  // namespace stoker::train

@@ -1,0 +1,177 @@
+#include "run_flags.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <system_error>
+
+#include "program.h"
+#include "stoker/core/error.h"
+#include "stoker/core/output_path.h"
+#include "stoker/train/checkpoint_files.h"
+
+namespace stoker::program {
+
+namespace fs = std::filesystem;
+
+Interval parse_interval(std::string_view text, std::string_view flag) {
+  const std::string word(text);
+  const std::string forms = "give a number of steps (500) or a duration (90s, 30m, 1.5h, 2d)";
+  const char* begin = word.c_str();
+  char* end = nullptr;
+  const double v = word.empty() ? NAN : std::strtod(begin, &end);
+  STOKER_CHECK_HINT(end != begin && std::isfinite(v), forms, flag, " '", word,
+                    "' is neither a number of steps nor a duration");
+  const std::string unit(end);
+  double seconds = 0;
+  if (unit.empty()) {
+    STOKER_CHECK_HINT(v >= 1 && v == std::floor(v) && v < 9e18, forms, flag, " ", word,
+                      ": a number of steps is a whole number of at least 1");
+    return {.steps = static_cast<int64_t>(v)};
+  } else if (unit == "s") {
+    seconds = v;
+  } else if (unit == "m") {
+    seconds = v * 60;
+  } else if (unit == "h") {
+    seconds = v * 3600;
+  } else if (unit == "d") {
+    seconds = v * 86400;
+  } else {
+    STOKER_CHECK_HINT(false, forms, flag, " '", word, "': the unit '", unit,
+                      "' is not s, m, h or d");
+  }
+  STOKER_CHECK_HINT(seconds >= 1, forms, flag, " ", word,
+                    ": a duration is at least 1 second");
+  return {.seconds = seconds};
+}
+
+void RunFlags::add_to(CLI::App& app, const std::string& val_help) {
+  app.add_option("--checkpoint-dir", checkpoint_dir,
+                 "training checkpoints go here; the same command restarted continues the run "
+                 "from the newest (created when missing)");
+  app.add_option("--checkpoint-interval", checkpoint_interval,
+                 "a checkpoint every N steps or every duration (90s, 30m, 2h, 1d)")
+      ->capture_default_str();
+  app.add_option("--keep-last", keep_last,
+                 "periodic checkpoints kept, newest first (0: all); last.safetensors is always kept")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--resume", resume,
+                 "resume from FILE, or (without a value) from the newest checkpoint of "
+                 "--checkpoint-dir, which must exist")
+      ->expected(0, 1);
+  app.add_option("--save", save,
+                 "write the trained weights here (safetensors, PyTorch names); checked before "
+                 "training");
+  app.add_option("--val", val, val_help);
+  app.add_option("--eval-every", eval_every,
+                 "evaluate every N optimizer steps (0: at each epoch's end) and at the end")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--eval-subset", eval_subset,
+                 "evaluate on the first K validation samples, the same each time (0: all)")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--metrics", metrics,
+                 "write one JSON object per log line and per evaluation here (JSON Lines); a "
+                 "resumed run continues it");
+  app.add_option("--on-corrupt", on_corrupt,
+                 "a bad sample in the data: fail (stop, naming it) or skip (replace it, count it)")
+      ->check(CLI::IsMember({"fail", "skip"}))
+      ->capture_default_str();
+  app.add_option("--activation-checkpoint-every", activation_checkpoint_every,
+                 "activation checkpointing: keep only every k-th block's input and recompute the "
+                 "block in backward (1: all blocks; 0: off)")
+      ->check(at_least(0))
+      ->capture_default_str();
+  // The old spelling, easy to take for training checkpoints: still accepted, with a warning.
+  old_spelling_ = app.add_option("--checkpoint-every", activation_checkpoint_every)
+                      ->check(at_least(0))
+                      ->group("");
+}
+
+void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank) {
+  if (old_spelling_ && old_spelling_->count() > 0) {
+    STOKER_CHECK_HINT(app.count("--activation-checkpoint-every") == 0,
+                      "give only --activation-checkpoint-every",
+                      "--checkpoint-every and --activation-checkpoint-every are the same flag "
+                      "(activation checkpointing); give it once");
+    if (main_rank)
+      std::fprintf(stderr,
+                   "warning: --checkpoint-every is now spelled --activation-checkpoint-every "
+                   "(activation checkpointing of every k-th block); training checkpoints are "
+                   "--checkpoint-dir and --checkpoint-interval\n");
+  }
+  const bool dir = !checkpoint_dir.empty();
+  for (const char* flag : {"--checkpoint-interval", "--keep-last"})
+    STOKER_CHECK_HINT(dir || app.count(flag) == 0, "add --checkpoint-dir DIR", flag,
+                      " needs --checkpoint-dir: there is no folder to write checkpoints into");
+  interval_ = parse_interval(checkpoint_interval);
+  if (resume) {
+    STOKER_CHECK_HINT(!resume->empty() || dir,
+                      "add --checkpoint-dir DIR (the run's folder), or give --resume FILE",
+                      "--resume without a file resumes the newest checkpoint of --checkpoint-dir, "
+                      "and there is no --checkpoint-dir");
+    if (!resume->empty()) {
+      std::error_code ec;
+      STOKER_CHECK_HINT(fs::is_regular_file(*resume, ec),
+                        "give the path of a checkpoint file (step_N.safetensors or "
+                        "last.safetensors), or --resume alone for the newest of --checkpoint-dir",
+                        "--resume ", *resume, ": ",
+                        fs::exists(*resume, ec) ? "not a regular file" : "no such file");
+    }
+  }
+  for (const char* flag : {"--eval-every", "--eval-subset"})
+    STOKER_CHECK_HINT(has_validation || app.count(flag) == 0, "add --val, or leave " +
+                                                                  std::string(flag) + " out",
+                      flag, " needs a validation set: there is no --val");
+  if (!main_rank) return;  // rank 0 writes; the others must not race it creating folders
+  if (dir) core::check_output_dir(checkpoint_dir, "--checkpoint-dir");
+  if (!metrics.empty()) core::check_output_path(metrics, "--metrics");
+  if (!save.empty()) core::check_output_path(save, "--save");
+}
+
+void RunFlags::apply(train::TrainerOptions& o) const {
+  o.checkpoint_dir = checkpoint_dir;
+  o.checkpoint_interval = interval_.steps;
+  o.checkpoint_interval_seconds = interval_.seconds;
+  o.keep_last = keep_last;
+  o.metrics_path = metrics;
+  o.evaluation.every_steps = eval_every;
+  o.evaluation.max_samples = eval_subset;
+}
+
+void RunFlags::refuse_in(const CLI::App& app, const std::string& mode, const std::string& why) {
+  for (const char* flag : {"--checkpoint-dir", "--checkpoint-interval", "--keep-last", "--resume",
+                           "--save", "--val", "--eval-every", "--eval-subset", "--metrics"})
+    STOKER_CHECK_HINT(app.count(flag) == 0, std::string("leave ") + flag + " out of " + mode,
+                      flag, " has no use in ", mode, ": ", why);
+}
+
+data::CorruptPolicy RunFlags::corrupt_policy() const {
+  return on_corrupt == "skip" ? data::CorruptPolicy::skip : data::CorruptPolicy::fail;
+}
+
+std::optional<fs::path> RunFlags::resume_run(train::Trainer& trainer, bool print) const {
+  std::optional<fs::path> from;
+  if (resume && !resume->empty()) {
+    trainer.resume(*resume);
+    from = *resume;
+  } else if (!checkpoint_dir.empty()) {
+    from = trainer.resume_latest(checkpoint_dir);
+    STOKER_CHECK_HINT(from || !resume, "leave --resume out to start the run",
+                      "--resume: --checkpoint-dir ", checkpoint_dir,
+                      " holds no checkpoint to resume");
+  }
+  if (from && print) {
+    std::printf("resuming from %s at step %lld%s\n", from->string().c_str(),
+                static_cast<long long>(trainer.step()),
+                resume ? ""
+                       : " (--checkpoint-dir holds this run's checkpoints: a restart continues "
+                         "it; give another folder for a new run)");
+    std::fflush(stdout);
+  }
+  return from;
+}
+
+}  // namespace stoker::program

@@ -1,0 +1,89 @@
+// The flags that make an example trainer (stoker_classifier, stoker_gpt) a tool for runs of
+// hours or days — the same names, checks and meaning in both (docs/long_runs.md):
+//
+//   --checkpoint-dir DIR         training checkpoints go here (step_N.safetensors, and
+//                                last.safetensors at the end); a restart of the same command
+//                                with DIR holding checkpoints continues the run from the newest
+//   --checkpoint-interval N|T    every N steps, or every duration T (90s, 30m, 2h, 1d; checked at
+//                                log lines); default 30m
+//   --keep-last K                keep the K newest periodic checkpoints (default 3; 0 = all);
+//                                last.safetensors is always kept
+//   --resume [FILE]              resume from FILE, or (no value) from DIR's newest, which must
+//                                exist; without --resume, DIR's newest is resumed when there is one
+//   --save FILE                  the trained weights (safetensors, PyTorch names)
+//   --val DB|FILE                the validation set
+//   --eval-every N               evaluate every N steps (0: at each epoch's end) and at the end
+//   --eval-subset K              evaluate on the first K validation samples (0: all)
+//   --metrics FILE               one JSON object per log line and per evaluation
+//                                (docs/long_runs.md#metrics); a resumed run continues the file
+//   --on-corrupt fail|skip       a bad sample: stop naming it, or replace and count it
+//   --activation-checkpoint-every K   activation checkpointing of every K-th block (0: off);
+//                                the old spelling --checkpoint-every still works, with a warning
+//
+// check() runs before any work: every value, the cross-flag rules and the output paths (created
+// when missing), each error naming its flag.
+//
+// Thread-safety: call from the main thread.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "stoker/data/loader.h"
+#include "stoker/train/trainer.h"
+
+namespace stoker::program {
+
+// A checkpoint interval: `steps` steps or `seconds` wall seconds (exactly one is > 0).
+struct Interval {
+  int64_t steps = 0;
+  double seconds = 0;
+};
+// "500" (steps) or a duration "90s", "30m", "1.5h", "2d"; anything else, zero or negative is
+// an error naming `flag` and the accepted forms.
+Interval parse_interval(std::string_view text, std::string_view flag = "--checkpoint-interval");
+
+struct RunFlags {
+  std::string checkpoint_dir;
+  std::string checkpoint_interval = "30m";
+  int keep_last = 3;
+  std::optional<std::string> resume;  // given: a FILE, or "" for the newest in checkpoint_dir
+  std::string save;
+  std::string val;
+  int64_t eval_every = 0;
+  int64_t eval_subset = 0;
+  std::string metrics;
+  std::string on_corrupt = "fail";
+  int activation_checkpoint_every = 0;
+
+  // Registers the flags on `app`; `val_help` says what --val takes in this program.
+  void add_to(CLI::App& app, const std::string& val_help);
+  // After parsing: the old --checkpoint-every spelling (a warning), the interval, the rules
+  // between flags (`has_validation`: the run has a validation set, given or built in) and the
+  // output paths (only the main rank creates folders). Throws stoker::Error naming the flag.
+  void check(const CLI::App& app, bool has_validation, bool main_rank);
+
+  // A mode that trains no run worth keeping (a speed bench): any flag of a run given is an
+  // error saying `why` (activation checkpointing and --on-corrupt stay allowed).
+  static void refuse_in(const CLI::App& app, const std::string& mode, const std::string& why);
+
+  // TrainerOptions' checkpoint, metrics and evaluation fields (activation checkpointing is the
+  // program's to apply: a Sequential model takes TrainerOptions', others their own).
+  void apply(train::TrainerOptions& options) const;
+  data::CorruptPolicy corrupt_policy() const;
+
+  // --resume FILE, --resume, or the automatic resume of a restarted run; returns the file
+  // resumed from. `print`: say so on stdout.
+  std::optional<std::filesystem::path> resume_run(train::Trainer& trainer, bool print) const;
+
+ private:
+  Interval interval_;
+  CLI::Option* old_spelling_ = nullptr;
+};
+
+}  // namespace stoker::program
