@@ -84,6 +84,7 @@
 #include "stoker/optim/offloaded_optimizer.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/optim/schedule.h"
+#include "stoker/train/checkpoint_files.h"
 #include "stoker/train/safetensors.h"
 #include "stoker/train/trainer.h"
 #include "stoker/train/weights.h"

@@ -4,7 +4,8 @@
 # (CLI11's status 105 and a message naming the flag and its range), a device that is not there,
 # output paths that cannot be written (checked before training: a path below a regular file and
 # /proc refuse root too), --classes and --val databases that do not match --data, and a
-# database with a damaged record under --on-corrupt fail and skip. Every check runs and the
+# database with a damaged record under --on-corrupt fail and skip; the flags of long runs
+# (checkpoints, resume, evaluation, metrics) and the old spelling of activation checkpointing. Every check runs and the
 # failures are listed at the end.
 # Usage: examples_cli_test.sh STOKER STOKER_MLP STOKER_DEMO STOKER_CLASSIFIER STOKER_GPT SCRATCH
 set -u
@@ -77,7 +78,7 @@ has "$err" "^stoker_classifier: error: --save $dir/plain/w.safetensors: $dir/pla
 has "$err" "^  hint: "
 hasnt "$out" "^step "  # nothing trained
 expect 1 "$classifier" --synthetic --device cpu --save "$dir/bench.safetensors"
-has "$err" "^stoker_classifier: error: --save $dir/bench.safetensors: a --synthetic run is a speed bench"
+has "$err" "^stoker_classifier: error: --save has no use in a --synthetic bench"
 expect 1 run_classifier --save "$dir/new"
 has "$err" "--save $dir/new: is a folder, not a file"
 hasnt "$out" "^step "
@@ -135,8 +136,47 @@ expect 1 run_classifier --val "$dir/db-renamed"
 has "$err" "class 0 is 'circle' in --data $dir/db but 'aardvark' in --val $dir/db-renamed"
 # No validation set: said so, no made-up accuracy.
 expect 0 run_classifier
-has "$out" "^epoch 1/1: train loss [0-9.]*, no validation set"
+has "$out" "^epoch 1/1: train loss [0-9.]*, [0-9]* img/s, no validation set"
 hasnt "$out" "-100.00"
+
+# --- the flags of long runs (examples/common/run_flags.h), the same in both trainers.
+expect 1 run_classifier --checkpoint-interval 10
+has "$err" "^stoker_classifier: error: --checkpoint-interval needs --checkpoint-dir"
+expect 1 run_classifier --checkpoint-dir "$dir/ck" --checkpoint-interval 30x
+has "$err" "--checkpoint-interval '30x': the unit 'x' is not s, m, h or d"
+has "$err" "hint: give a number of steps (500) or a duration (90s, 30m, 1.5h, 2d)"
+expect 1 "$gpt" --device cpu --cache "$dir/gpt-cache" --checkpoint-dir "$dir/ck" --checkpoint-interval 0
+has "$err" "^stoker_gpt: error: --checkpoint-interval 0: a number of steps is a whole number"
+expect 105 run_classifier --checkpoint-dir "$dir/ck" --keep-last -1
+has "$err" "--keep-last: -1 is below the minimum 0"
+expect 1 run_classifier --resume
+has "$err" "--resume without a file resumes the newest checkpoint of --checkpoint-dir"
+expect 1 "$gpt" --device cpu --cache "$dir/gpt-cache" --resume "$dir/nope.safetensors"
+has "$err" "^stoker_gpt: error: --resume $dir/nope.safetensors: no such file"
+expect 1 run_classifier --checkpoint-dir "$dir/empty-ck" --resume
+has "$err" "--resume: --checkpoint-dir $dir/empty-ck holds no checkpoint to resume"
+has "$err" "hint: leave --resume out to start the run"
+expect 1 run_classifier --eval-every 5
+has "$err" "--eval-every needs a validation set: there is no --val"
+expect 1 run_classifier --checkpoint-dir "$dir/plain/ck"
+has "$err" "--checkpoint-dir $dir/plain/ck: $dir/plain is not a folder"
+hasnt "$out" "^step "
+expect 1 "$gpt" --device cpu --cache "$dir/gpt-cache" --metrics "$dir/plain/m.jsonl"
+has "$err" "--metrics $dir/plain/m.jsonl: $dir/plain is not a folder"
+expect 1 "$gpt" --device cpu --synthetic --checkpoint-dir "$dir/ck"
+has "$err" "^stoker_gpt: error: --checkpoint-dir has no use in a --synthetic bench"
+# The old spelling of activation checkpointing still works, with a warning; not both at once.
+expect 0 run_classifier --checkpoint-every 1
+has "$err" "warning: --checkpoint-every is now spelled --activation-checkpoint-every"
+expect 1 run_classifier --checkpoint-every 1 --activation-checkpoint-every 2
+has "$err" "are the same flag"
+# A folder holding another run's checkpoints (another seed) is refused, not silently continued.
+expect 0 run_classifier --checkpoint-dir "$dir/run-ck"
+[ -s "$dir/run-ck/last.safetensors" ] || fail "no last.safetensors in --checkpoint-dir"
+expect 0 run_classifier --checkpoint-dir "$dir/run-ck"
+has "$out" "^resuming from $dir/run-ck/last.safetensors at step 4"
+expect 1 run_classifier --checkpoint-dir "$dir/run-ck" --seed 7
+has "$err" "the data seed differs"
 
 # --- the stoker tool: an unknown subcommand is named, with the valid ones.
 expect 109 "$stoker" frobnicate
