@@ -121,6 +121,11 @@ void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank) {
                         fs::exists(*resume, ec) ? "not a regular file" : "no such file");
     }
   }
+  if (!val.empty()) {
+    std::error_code ec;
+    STOKER_CHECK_HINT(fs::exists(val, ec), "check the path of the validation set", "--val ", val,
+                      ": no such file or folder");
+  }
   for (const char* flag : {"--eval-every", "--eval-subset"})
     STOKER_CHECK_HINT(has_validation || app.count(flag) == 0, "add --val, or leave " +
                                                                   std::string(flag) + " out",

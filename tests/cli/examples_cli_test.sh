@@ -158,6 +158,8 @@ has "$err" "--resume: --checkpoint-dir $dir/empty-ck holds no checkpoint to resu
 has "$err" "hint: leave --resume out to start the run"
 expect 1 run_classifier --eval-every 5
 has "$err" "--eval-every needs a validation set: there is no --val"
+expect 1 "$gpt" --device cpu --cache "$dir/gpt-cache" --val "$dir/nope.u16"
+has "$err" "^stoker_gpt: error: --val $dir/nope.u16: no such file or folder"
 expect 1 run_classifier --checkpoint-dir "$dir/plain/ck"
 has "$err" "--checkpoint-dir $dir/plain/ck: $dir/plain is not a folder"
 hasnt "$out" "^step "
