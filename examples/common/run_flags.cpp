@@ -1,5 +1,6 @@
 #include "run_flags.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,11 +18,20 @@ namespace fs = std::filesystem;
 Interval parse_interval(std::string_view text, std::string_view flag) {
   const std::string word(text);
   const std::string forms = "give a number of steps (500) or a duration (90s, 30m, 1.5h, 2d)";
-  const char* begin = word.c_str();
+  // Digits, an optional fraction, an optional unit letter: no signs, spaces, hex or exponents.
+  size_t digits = 0;
+  while (digits < word.size() && std::isdigit(static_cast<unsigned char>(word[digits]))) ++digits;
+  size_t number = digits;
+  if (number < word.size() && word[number] == '.') {
+    ++number;
+    while (number < word.size() && std::isdigit(static_cast<unsigned char>(word[number])))
+      ++number;
+  }
+  STOKER_CHECK_HINT(digits > 0 && number + 1 >= word.size() &&
+                        (number == word.size() || std::isalpha(static_cast<unsigned char>(word[number]))),
+                    forms, flag, " '", word, "' is neither a number of steps nor a duration");
   char* end = nullptr;
-  const double v = word.empty() ? NAN : std::strtod(begin, &end);
-  STOKER_CHECK_HINT(end != begin && std::isfinite(v), forms, flag, " '", word,
-                    "' is neither a number of steps nor a duration");
+  const double v = std::strtod(word.c_str(), &end);
   const std::string unit(end);
   double seconds = 0;
   if (unit.empty()) {

@@ -82,15 +82,15 @@ std::vector<fs::path> prune_checkpoints(const fs::path& dir, int keep_last) {
   STOKER_CHECK(keep_last >= 0, "prune_checkpoints: keep_last ", keep_last, " must be >= 0");
   std::vector<fs::path> removed;
   if (keep_last == 0) return removed;
-  std::vector<std::pair<int64_t, fs::path>> periodic;
-  for (const fs::directory_entry& e : regular_files(dir))
-    if (const auto step = periodic_step(e.path().filename().string()))
-      periodic.emplace_back(*step, e.path());
-  if (periodic.size() <= static_cast<size_t>(keep_last)) return removed;
-  std::sort(periodic.begin(), periodic.end());
+  // By the steps their headers record: a file under a checkpoint's name that is not a readable
+  // one (junk, a damaged header) is neither counted nor removed, so it can never push the
+  // run's good checkpoints out.
+  std::vector<CheckpointFile> periodic;
+  for (CheckpointFile& c : list_checkpoints(dir))
+    if (!c.final) periodic.push_back(std::move(c));
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < periodic.size(); ++i) {
     std::error_code ec;
-    if (fs::remove(periodic[i].second, ec)) removed.push_back(periodic[i].second);
+    if (fs::remove(periodic[i].path, ec)) removed.push_back(periodic[i].path);
   }
   return removed;
 }

@@ -681,6 +681,8 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
     }
     if (window_steps > 0) log_now(epoch);  // the epoch ended between log lines: its tail
     if (options_.evaluation.every_steps == 0) evaluate_now(epoch);
+    if (time_checkpoint_due_ && writes_checkpoints) write_periodic_checkpoint(train, identity);
+    time_checkpoint_due_ = false;  // decided by the tail's log line: here, at the epoch's end
     if (diag_) {
       bar.clear();
       result.reports.push_back(diag_->report("epoch " + std::to_string(epoch + 1)));

@@ -99,5 +99,118 @@ TEST(TokenBatches, TooSmallAFileNamesTheFix) {
   }
 }
 
+// A token file whose window 0 of epoch 0 holds one token past the vocabulary (4242 of 1000), at
+// `*bad_pos`; every other token is (k * 7) % 1000.
+std::filesystem::path write_tokens_with_a_bad_one(const test::TempDir& dir, int64_t* bad_pos) {
+  const auto path = write_tokens(dir, 3000, 1000);
+  int64_t off = 0;
+  {
+    const TokenDataset clean(path, {.context = 16, .seed = 5, .vocab_size = 1000});
+    off = clean.offset(0, 0);
+  }
+  *bad_pos = off + 3;
+  std::vector<uint8_t> bytes = test::read_bytes(path);
+  bytes[static_cast<size_t>(*bad_pos) * 2] = static_cast<uint8_t>(4242 & 0xff);
+  bytes[static_cast<size_t>(*bad_pos) * 2 + 1] = static_cast<uint8_t>(4242 >> 8);
+  test::write_bytes(path, bytes);
+  return path;
+}
+
+// Every token of the batch is below `vocab`, and each row is a real window of the file (its
+// tokens step by 7 modulo 1000, the target is the input shifted by one).
+void expect_clean_windows(const Batch& b, int64_t context) {
+  const std::vector<int64_t> in = b.input.to_vector<int64_t>();
+  const std::vector<int64_t> tg = b.target.to_vector<int64_t>();
+  ASSERT_EQ(in.size(), tg.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_LT(in[i], 1000) << i;
+    ASSERT_LT(tg[i], 1000) << i;
+    ASSERT_EQ(tg[i], (in[i] + 7) % 1000) << i;
+    if (i % static_cast<size_t>(context) != 0) ASSERT_EQ(in[i], (in[i - 1] + 7) % 1000) << i;
+  }
+}
+
+TEST(TokenBatches, ACorruptTokenFailsWithAHintToSkip) {
+  test::TempDir dir;
+  int64_t bad = 0;
+  const auto path = write_tokens_with_a_bad_one(dir, &bad);
+  TokenDataset ds(path, {.context = 16, .seed = 5, .vocab_size = 1000});
+  TokenBatches src(ds, {.batch_size = 4});  // fail is the default
+  src.start_epoch(0);
+  Batch b;
+  try {
+    src.next(b);
+    FAIL() << "a window with token 4242 of vocab_size 1000 was delivered";
+  } catch (const Error& e) {
+    EXPECT_NE(e.hint().find("--on-corrupt skip"), std::string::npos) << e.what();
+    EXPECT_NE(e.message().find(path.string()), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("token 4242 at position " + std::to_string(bad)), std::string::npos)
+        << e.message();
+    EXPECT_NE(e.message().find("vocab_size 1000"), std::string::npos) << e.message();
+  }
+  EXPECT_EQ(src.skipped(), 0);
+  EXPECT_THROW(src.batch_at(0, 0), Error);
+}
+
+TEST(TokenBatches, SkipReplacesACorruptWindowDeterministicallyAndCountsIt) {
+  test::TempDir dir;
+  int64_t bad = 0;
+  const auto path = write_tokens_with_a_bad_one(dir, &bad);
+  TokenDataset ds(path, {.context = 16, .seed = 5, .vocab_size = 1000});
+  TokenDataset ds2(path, {.context = 16, .seed = 5, .vocab_size = 1000});
+  const TokenBatchesOptions o{.batch_size = 4, .on_corrupt = CorruptPolicy::skip};
+  TokenBatches src(ds, o), again(ds2, o);
+  ASSERT_GT(src.batches_per_epoch(), 10);
+  std::vector<Batch> first;
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    src.start_epoch(epoch);
+    again.start_epoch(epoch);
+    Batch b, c;
+    int64_t n = 0;
+    while (src.next(b)) {
+      SCOPED_TRACE(testing::Message() << "epoch " << epoch << " batch " << n);
+      ASSERT_TRUE(again.next(c));
+      expect_clean_windows(b, 16);
+      EXPECT_EQ(b.input.to_vector<int64_t>(), c.input.to_vector<int64_t>());
+      EXPECT_EQ(b.target.to_vector<int64_t>(), c.target.to_vector<int64_t>());
+      if (epoch == 0) first.push_back(b);
+      ++n;
+    }
+    EXPECT_FALSE(again.next(c));
+    EXPECT_EQ(n, src.batches_per_epoch());
+  }
+  EXPECT_GE(src.skipped(), 1);
+  EXPECT_EQ(src.skipped(), again.skipped());
+  EXPECT_NE(src.first_skipped().find("token 4242 at position " + std::to_string(bad)),
+            std::string::npos)
+      << src.first_skipped();
+  // Window 0 was replaced; windows 1..3 that do not cover the bad token are the dataset's own.
+  EXPECT_THROW(ds.window(0, 0), Error);
+  int64_t bad_in_batch0 = 1;
+  for (int64_t j = 1; j < 4; ++j) {
+    const int64_t off = ds.offset(0, j);
+    if (off <= bad && bad <= off + 16) {
+      ++bad_in_batch0;
+      continue;
+    }
+    const std::vector<int64_t> in = first[0].input.to_vector<int64_t>();
+    EXPECT_EQ(std::vector<int64_t>(in.begin() + j * 16, in.begin() + (j + 1) * 16),
+              ds.window(0, j).input.to_vector<int64_t>())
+        << j;
+  }
+  // The same replacement after a restore, and from batch_at.
+  TokenBatches resumed(ds, o);
+  resumed.restore(0, 0);
+  Batch r;
+  ASSERT_TRUE(resumed.next(r));
+  EXPECT_EQ(r.input.to_vector<int64_t>(), first[0].input.to_vector<int64_t>());
+  EXPECT_EQ(resumed.skipped(), bad_in_batch0);
+  EXPECT_EQ(resumed.batch_at(0, 0).input.to_vector<int64_t>(), first[0].input.to_vector<int64_t>());
+  EXPECT_EQ(resumed.batch_at(0, 0).target.to_vector<int64_t>(),
+            first[0].target.to_vector<int64_t>());
+  // The identity (and so what a checkpoint records) does not depend on the policy.
+  EXPECT_EQ(src.identity().fingerprint, TokenBatches(ds, {.batch_size = 4}).identity().fingerprint);
+}
+
 }  // namespace
 }  // namespace stoker::data

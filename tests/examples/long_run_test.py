@@ -10,7 +10,9 @@ For stoker_gpt and stoker_classifier, each with its own small run:
   - the --save output loads in Python's safetensors, under the PyTorch names;
   - an evaluation-heavy run reports evaluation's share of the wall time.
 
-usage: long_run_test.py STOKER_GPT STOKER_CLASSIFIER SCRATCH_DIR [SEED]
+usage: long_run_test.py STOKER_GPT STOKER_CLASSIFIER SCRATCH_DIR [SEED [DEVICE]]
+DEVICE (default cpu): cuda runs the same checks on a GPU, where bit-for-bit equality also needs
+the GPU kernels to be deterministic run to run.
 """
 import json
 import os
@@ -24,10 +26,28 @@ import time
 
 try:
     from safetensors.numpy import load_file
-except ImportError:  # scripts/setup.sh installs it; without it the interop checks cannot run
-    print("long_run_test: Python's safetensors is not installed "
-          "(python3 -m pip install safetensors numpy); run scripts/setup.sh")
-    sys.exit(1)
+except ImportError:
+    load_file = None
+
+
+def load_file_plain(path):
+    """The safetensors layout read with numpy alone (a GPU host without the package): 8-byte
+    header length, JSON header, raw little-endian tensors."""
+    import numpy as np
+    dtypes = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+              "U8": np.uint8, "I8": np.int8, "BF16": np.uint16}
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + b:8 + n + end],
+                                  dtype=dtypes[e["dtype"]]).reshape(e["shape"])
+    return out
 
 failures = []
 
@@ -213,25 +233,34 @@ def long_run(name, cmd, scratch, keep_last, rng, expect_names):
 def main():
     gpt, classifier, scratch = sys.argv[1], sys.argv[2], sys.argv[3]
     seed = int(sys.argv[4]) if len(sys.argv) > 4 else int(time.time())
-    print("long_run_test: seed", seed)
+    device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
+    print("long_run_test: seed", seed, "device", device)
+    global load_file
+    if load_file is None:
+        if device == "cpu":  # CI: scripts/setup.sh installs it; the interop check needs it
+            print("long_run_test: Python's safetensors is not installed "
+                  "(python3 -m pip install safetensors numpy); run scripts/setup.sh")
+            sys.exit(1)
+        print("long_run_test: no Python safetensors here; reading the files with numpy")
+        load_file = load_file_plain
     rng = random.Random(seed)
     os.makedirs(scratch, exist_ok=True)
     cache = os.path.join(scratch, "cache")
 
-    gpt_cmd = [gpt, "--device", "cpu", "--cache", cache, "--layers", "2", "--width", "64",
+    gpt_cmd = [gpt, "--device", device, "--cache", cache, "--layers", "2", "--width", "64",
                "--heads", "4", "--context", "64", "--batch", "8", "--steps", "60",
                "--log-interval", "5", "--checkpoint-interval", "10", "--eval-every", "20",
                "--eval-subset", "32", "--sample", "0", "--dropout", "0.1"]
     long_run("gpt", gpt_cmd, scratch, 2, rng,
              ["wte.weight", "wpe.weight", "blocks.0.qkv.weight", "lnf.weight"])
 
-    cls_cmd = [classifier, "--device", "cpu", "--cache", cache, "--image-size", "16",
+    cls_cmd = [classifier, "--device", device, "--cache", cache, "--image-size", "16",
                "--synth-train", "512", "--synth-val", "64", "--batch", "32", "--epochs", "3",
                "--log-interval", "4", "--checkpoint-interval", "8", "--threads", "2"]
     long_run("classifier", cls_cmd, scratch, 3, rng, ["conv1.weight", "bn1.running_mean", "fc.weight"])
 
     # Evaluation-heavy: evaluating the whole validation split after every step.
-    heavy = run([gpt, "--device", "cpu", "--cache", cache, "--layers", "2", "--width", "64",
+    heavy = run([gpt, "--device", device, "--cache", cache, "--layers", "2", "--width", "64",
                  "--heads", "4", "--context", "64", "--batch", "8", "--steps", "6",
                  "--eval-every", "1", "--eval-subset", "0", "--sample", "0",
                  "--metrics", os.path.join(scratch, "heavy.jsonl")])

@@ -2,6 +2,7 @@
 // number validators' verdicts and messages, --device against the visible GPUs, and run()'s
 // exit statuses and error lines.
 #include "common/program.h"
+#include "common/run_flags.h"
 
 #include <gtest/gtest.h>
 
@@ -98,6 +99,46 @@ TEST(ProgramArgsTest, DeviceChecksTheVisibleGpus) {
   } else {
     EXPECT_EQ(device("cuda"), Device::cuda(0));
   }
+}
+
+// --checkpoint-interval: a number of steps or a duration; anything else names the flag.
+TEST(ProgramArgsTest, ParseIntervalTakesStepsOrADuration) {
+  auto steps = [](const char* w) { return parse_interval(w).steps; };
+  auto seconds = [](const char* w) { return parse_interval(w).seconds; };
+  EXPECT_EQ(steps("500"), 500);
+  EXPECT_EQ(seconds("500"), 0.0);
+  EXPECT_EQ(steps("1"), 1);
+  EXPECT_EQ(seconds("90s"), 90.0);
+  EXPECT_EQ(steps("90s"), 0);
+  EXPECT_EQ(seconds("1s"), 1.0);
+  EXPECT_EQ(seconds("30m"), 1800.0);
+  EXPECT_EQ(seconds("1.5h"), 5400.0);
+  EXPECT_EQ(seconds("2d"), 172800.0);
+  EXPECT_EQ(seconds("0.5m"), 30.0);
+  for (const char* w : {"500", "90s", "30m", "1.5h", "2d"}) {
+    const Interval i = parse_interval(w);
+    EXPECT_TRUE((i.steps > 0) != (i.seconds > 0)) << w << ": exactly one of them is set";
+  }
+}
+
+TEST(ProgramArgsTest, ParseIntervalErrorsNameTheFlagAndTheForms) {
+  for (const char* w : {"0", "-5", "30x", "", "m", "0.5s", "1.5", "0s", "-1h", "nan", "inf", "5 m",
+                        "s30", "10ms", "0x10", " 5", "1e3", "+5"}) {
+    SCOPED_TRACE(std::string("'") + w + "'");
+    const Error e = error_of([&] { parse_interval(w); });
+    EXPECT_EQ(e.message().rfind("--checkpoint-interval ", 0), 0u) << e.message();
+    EXPECT_NE(e.message().find(w), std::string::npos) << e.message();
+    EXPECT_NE(e.hint().find("90s, 30m, 1.5h, 2d"), std::string::npos) << e.hint();
+  }
+  EXPECT_NE(error_of([] { parse_interval("30x"); }).message().find("the unit 'x'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_interval("0.5s"); }).message().find("at least 1 second"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_interval("1.5"); }).message().find("whole number"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_interval("0"); }).message().find("at least 1"), std::string::npos);
+  const Error other = error_of([] { parse_interval("soon", "--every"); });
+  EXPECT_EQ(other.message().rfind("--every 'soon'", 0), 0u) << other.message();
 }
 
 // run() on argv with a body; returns the status and what went to stderr.

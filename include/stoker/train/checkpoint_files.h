@@ -36,8 +36,9 @@ std::vector<CheckpointFile> list_checkpoints(const std::filesystem::path& dir,
                                              std::vector<std::string>* skipped = nullptr);
 
 // Retention: removes the periodic checkpoints of `dir` but the `keep_last` newest (by the step
-// in their names); the final one is never removed. keep_last 0 keeps all. Returns what it
-// removed.
+// their headers record); the final one is never removed, nor is a file under a checkpoint's
+// name whose header cannot be read (it is not counted either). keep_last 0 keeps all. Returns
+// what it removed.
 std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path& dir,
                                                      int keep_last);
 
