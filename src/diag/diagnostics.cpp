@@ -8,8 +8,7 @@
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
-#include "stoker/data/loader.h"
-#include "stoker/data/tensor_batches.h"
+#include "stoker/data/input_pipeline.h"
 #include "stoker/diag/nvtx.h"
 #include "util/atomic_file.h"
 
@@ -61,9 +60,9 @@ Diagnostics::~Diagnostics() {
 Diagnostics::LoaderSnapshot Diagnostics::snapshot() const {
   LoaderSnapshot s;
   s.time_ms = now_ms();
-  if (const auto* l = dynamic_cast<const data::Loader*>(source_)) {
+  if (const data::InputPipeline* p = source_ ? source_->pipeline() : nullptr) {
     s.valid = true;
-    s.c = l->counters();
+    s.c = p->counters();
   }
   return s;
 }
@@ -148,7 +147,7 @@ void Diagnostics::end_step(int64_t samples) {
     }
   }
   // Loader stages as counter tracks: busy threads per stage since the previous step.
-  if (trace_ && source_ && dynamic_cast<const data::Loader*>(source_) &&
+  if (trace_ && source_ && source_->pipeline() &&
       traced_steps_ < options_.trace_max_steps && window_start_) {
     LoaderSnapshot now = snapshot();
     if (trace_prev_ && now.valid && now.time_ms > trace_prev_->time_ms) {
@@ -167,7 +166,7 @@ void Diagnostics::end_step(int64_t samples) {
       trace_->counter("loader samples/s", kLoaderPid, now.time_ms,
                       {{"decoded", (b.samples_decoded - a.samples_decoded) / dt_s},
                        {"delivered", (b.samples - a.samples) / dt_s}});
-      const auto* l = dynamic_cast<const data::Loader*>(source_);
+      const data::InputPipeline* l = source_->pipeline();
       const data::LoaderTuning t = l->tuning();
       trace_->counter("loader tuning", kLoaderPid, now.time_ms,
                       {{"threads", t.threads},
@@ -236,19 +235,16 @@ LoaderView Diagnostics::loader_view(const LoaderSnapshot& from, const LoaderSnap
     v.kind = "replayed first batch (synthetic-data ablation)";
     return v;
   }
-  const auto* l = dynamic_cast<const data::Loader*>(source_);
-  if (!l) {
-    v.kind = dynamic_cast<const data::TensorBatches*>(source_) ? "TensorBatches" : "BatchSource";
-    return v;
-  }
-  v.kind = "Loader";
+  const data::InputPipeline* l = source_ ? source_->pipeline() : nullptr;
+  v.kind = source_ ? source_->kind() : "BatchSource";
+  if (!l) return v;
   v.is_loader = true;
   const data::LoaderTuning t = l->tuning();
   v.threads = t.threads;
   v.prefetch = t.prefetch;
   v.max_threads = l->max_threads();
-  v.threads_fixed = l->options().threads > 0;
-  v.image_size = l->options().transform.output_size;
+  v.threads_fixed = l->threads_fixed();
+  v.image_size = l->output_size();
   v.summary = l->summary();
   if (!from.valid || !to.valid) return v;
   const data::LoaderCounters &a = from.c, &b = to.c;

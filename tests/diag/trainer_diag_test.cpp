@@ -157,6 +157,64 @@ TEST_F(TrainerDiagTest, SyntheticDataAblationRemovesTheInputBottleneck) {
   EXPECT_NE(r.loader.kind.find("synthetic"), std::string::npos);
 }
 
+// Diagnostics reads a source's pipeline through BatchSource::pipeline(), whatever its class: a
+// source of its own kind (not a data::Loader) with a worker pipeline gets its counters, tuning
+// and summary into the report, and one without gets its kind and nothing measured.
+class PipelinedBatches : public data::BatchSource, public data::InputPipeline {
+ public:
+  explicit PipelinedBatches(data::TensorBatches inner) : inner_(std::move(inner)) {}
+  void start_epoch(int64_t e) override { inner_.start_epoch(e); }
+  bool next(data::Batch& b) override {
+    if (!inner_.next(b)) return false;
+    counters_.batches += 1;
+    counters_.samples += b.size;
+    counters_.samples_decoded += b.size;
+    counters_.worker_s += 1e-3 * static_cast<double>(b.size);  // 1 ms of work per sample
+    counters_.decode_s += 0.5e-3 * static_cast<double>(b.size);
+    return true;
+  }
+  int64_t batches_per_epoch() const override { return inner_.batches_per_epoch(); }
+  int64_t samples_per_epoch() const override { return inner_.samples_per_epoch(); }
+  int64_t epoch() const override { return inner_.epoch(); }
+  int64_t batch_index() const override { return inner_.batch_index(); }
+  void restore(int64_t e, int64_t b) override { inner_.restore(e, b); }
+  std::string kind() const override { return "PipelinedBatches"; }
+  const data::InputPipeline* pipeline() const override { return this; }
+  data::LoaderCounters counters() const override { return counters_; }
+  data::LoaderTuning tuning() const override { return {.threads = 3, .prefetch = 5}; }
+  int max_threads() const override { return 7; }
+  bool threads_fixed() const override { return true; }
+  int64_t ready_batches() const override { return 2; }
+  int output_size() const override { return 0; }
+  std::string summary() const override { return "3 workers of my own"; }
+
+ private:
+  data::TensorBatches inner_;
+  data::LoaderCounters counters_;
+};
+
+TEST_F(TrainerDiagTest, AnySourceWithAPipelineReachesTheReportThroughBatchSource) {
+  PipelinedBatches source(blobs(512, 16, 64));
+  auto model = mlp(16, 32, 3);
+  stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.01f});
+  nn::CrossEntropyLoss loss;
+  TrainerOptions o{.log_interval = 4, .progress_bar = false, .quiet = true};
+  o.diagnostics.enabled = true;
+  o.diagnostics.warmup_steps = 1;
+  Trainer trainer(*model, loss, opt, o);
+  const diag::Report r = trainer.fit(source, 1).diagnosis;
+  EXPECT_EQ(r.loader.kind, "PipelinedBatches");
+  EXPECT_TRUE(r.loader.is_loader);
+  EXPECT_EQ(r.loader.threads, 3);
+  EXPECT_EQ(r.loader.prefetch, 5);
+  EXPECT_EQ(r.loader.max_threads, 7);
+  EXPECT_TRUE(r.loader.threads_fixed);
+  EXPECT_EQ(r.loader.summary, "3 workers of my own");
+  EXPECT_GT(r.loader.samples_decoded, 0);
+  EXPECT_NEAR(r.loader.worker_s_per_sample, 1e-3, 1e-9);
+  EXPECT_NEAR(r.loader.capacity_samples_per_s, 3 / 1e-3, 1e-3);
+}
+
 TEST_F(TrainerDiagTest, InMemoryMlpIsComputeBoundAndTraceHoldsThePhases) {
   auto batches = blobs(2048, 256, 256);
   auto model = mlp(256, 512, 3);

@@ -15,6 +15,8 @@
 
 namespace stoker::data {
 
+class InputPipeline;
+
 // What a source does with a sample it cannot make (a damaged record, a token out of the
 // vocabulary): fail stops with an error naming it; skip replaces it and counts it.
 enum class CorruptPolicy { fail, skip };
@@ -57,6 +59,11 @@ class BatchSource {
   virtual void restore(int64_t epoch, int64_t batch_index) = 0;
   // What this source delivers (default: nothing known, nothing checked).
   virtual SourceIdentity identity() const { return {}; }
+  // What kind of source it is, for reports ("Loader", "TensorBatches", ...).
+  virtual std::string kind() const { return "BatchSource"; }
+  // Its worker pipeline's counters and tuning (data/input_pipeline.h), for diagnostics; nullptr
+  // for a source without one.
+  virtual const InputPipeline* pipeline() const { return nullptr; }
 };
 
 }  // namespace stoker::data

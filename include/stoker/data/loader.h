@@ -70,6 +70,7 @@
 
 #include "stoker/core/stream.h"
 #include "stoker/data/batch_source.h"
+#include "stoker/data/input_pipeline.h"
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/sampler.h"
 #include "stoker/data/transform.h"
@@ -105,34 +106,6 @@ struct LoaderOptions {
   bool verbose = false;  // one stderr line whenever the autotuner changes threads or depth
 };
 
-// Cumulative counters since construction. Stage times are summed over the worker threads
-// (thread-seconds): divided by the samples they are each sample's cost on one core.
-struct LoaderCounters {
-  double read_s = 0;         // LMDB lookups (the value bytes are faulted in later, during decode)
-  double header_s = 0;       // JPEG header parsing (twice per sample: crop draw, then decode)
-  double decode_s = 0;       // entropy decode + IDCT + colour conversion of the crop window
-  double resize_s = 0;       // resize + flip into the pinned slot
-  double worker_s = 0;       // all of a sample's work (the above + augmentation draws, bookkeeping)
-  double copy_s = 0;         // host time to enqueue the host-to-device copies (GPU loaders)
-  double copy_device_s = 0;  // device time of those copies, from timing events (GPU loaders)
-  double slot_wait_s = 0;    // time the opener waited for a slot's previous copy to finish
-  double normalize_s = 0;    // consumer host time in normalization (CPU) or its launch (GPU)
-  double consumer_wait_s = 0;        // time next() waited for a batch: the input-bound share
-  int64_t batches = 0, samples = 0;  // delivered by next()
-  int64_t samples_decoded = 0;       // finished by the workers (includes discarded batches)
-  // Bad samples replaced under CorruptPolicy::skip in delivered batches: each counts once per
-  // epoch (however many replacement walks meet it), so an epoch adds the bad samples it met.
-  int64_t skipped = 0;
-  int64_t early_batches = 0;      // delivered batches prepared before their start_epoch (overlap)
-  int64_t discarded_batches = 0;  // prepared but dropped by a start_epoch/restore elsewhere
-};
-
-// What the autotuner chose (or what the user fixed).
-struct LoaderTuning {
-  int threads = 0;   // active worker threads
-  int prefetch = 0;  // batches prepared ahead
-};
-
 // One measurement window of a running loader, the autotuner's input.
 struct LoaderWindow {
   double seconds = 0;          // wall time of the window, seen by the consumer
@@ -166,7 +139,7 @@ struct AutotuneLimits {
 LoaderTuning autotune_policy(const LoaderWindow& window, LoaderTuning current,
                              const AutotuneLimits& limits, std::string* reason = nullptr);
 
-class Loader : public BatchSource {
+class Loader : public BatchSource, public InputPipeline {
  public:
   static constexpr int kAutoPrefetchStart = 4;
   static constexpr int kMaxPrefetch = 32;
@@ -198,16 +171,18 @@ class Loader : public BatchSource {
   // which a checkpoint taken mid-epoch could not get when every slot is busy).
   SourceIdentity identity() const override { return identity_; }
 
-  LoaderCounters counters() const;
-  // Current worker count and depth (autotuned or fixed).
-  LoaderTuning tuning() const;
-  // Worker threads started (the autotuner's upper bound); threads() is tuning().threads.
-  int max_threads() const { return max_threads_; }
-  int threads() const { return tuning().threads; }
-  // Batches finished and waiting for next() right now.
-  int64_t ready_batches() const;
-  // One line: threads/depth (auto or fixed), tuning windows and changes, the last decision.
-  std::string summary() const;
+  std::string kind() const override { return "Loader"; }
+  const InputPipeline* pipeline() const override { return this; }
+
+  // InputPipeline (data/input_pipeline.h).
+  LoaderCounters counters() const override;
+  LoaderTuning tuning() const override;
+  int max_threads() const override { return max_threads_; }
+  bool threads_fixed() const override { return options_.threads > 0; }
+  int64_t ready_batches() const override;
+  int output_size() const override { return options_.transform.output_size; }
+  std::string summary() const override;
+  int threads() const { return tuning().threads; }  // tuning().threads
   const LoaderOptions& options() const { return options_; }
 
  private:

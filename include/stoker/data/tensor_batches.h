@@ -42,6 +42,7 @@ class TensorBatches : public BatchSource {
   int64_t batch_index() const override { return batch_; }
   void restore(int64_t epoch, int64_t batch_index) override;
   SourceIdentity identity() const override;
+  std::string kind() const override { return "TensorBatches"; }
 
  private:
   Tensor gather(const Tensor& src, std::span<const int64_t> rows) const;

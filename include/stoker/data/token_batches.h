@@ -52,6 +52,7 @@ class TokenBatches : public BatchSource {
   int64_t batch_index() const override { return batch_; }
   void restore(int64_t epoch, int64_t batch_index) override;
   SourceIdentity identity() const override;
+  std::string kind() const override { return "TokenBatches"; }
 
   // Batch `b` of `epoch` on this rank, without moving the position (evaluation, tests).
   Batch batch_at(int64_t epoch, int64_t b) const;
