@@ -38,14 +38,28 @@ std::string GptConfig::str() const {
 
 // ---------------------------------------------------------------------------------- GptBlock
 
+// Names: attention and MLP add no level, so the parameters are "ln1.*", "qkv.*", "proj.*",
+// "ln2.*", "fc.*", "fc2.*" (PyTorch's Block); the dropouts' generators are "attn_drop.generator"
+// and "mlp.4.generator" (the names training checkpoints have always had: the MLP's dropout is
+// its child 4).
 GptBlock::GptBlock(int64_t d_model, int64_t heads, float dropout) {
-  ln1_ = nn::make<nn::LayerNorm>(d_model);
-  attn_ = nn::make<nn::CausalSelfAttention>(d_model, heads);
-  if (dropout > 0.0f) drop_ = nn::make<nn::Dropout>(dropout);
-  mlp_ = nn::make<nn::Sequential>(nn::make<nn::LayerNorm>(d_model),
-                                  nn::make<nn::Linear>(d_model, 4 * d_model), nn::make<nn::GELU>(),
-                                  nn::make<nn::Linear>(4 * d_model, d_model));
-  if (dropout > 0.0f) mlp_->add(nn::make<nn::Dropout>(dropout));
+  ln1_ = &register_module("ln1", nn::make<nn::LayerNorm>(d_model));
+  attn_ = &register_module("", nn::make<nn::CausalSelfAttention>(d_model, heads));
+  if (dropout > 0.0f) drop_ = &register_module("attn_drop", nn::make<nn::Dropout>(dropout));
+  // Built fc2 first, then fc: the order in which the arguments of the former one-call
+  // Sequential(ln2, fc, gelu, fc2) were evaluated (GCC: right to left), so a seed still gives
+  // the same weights under GptInit::torch.
+  auto fc2 = nn::make<nn::Linear>(4 * d_model, d_model);
+  auto gelu = nn::make<nn::GELU>();
+  auto fc = nn::make<nn::Linear>(d_model, 4 * d_model);
+  auto ln2 = nn::make<nn::LayerNorm>(d_model);
+  auto mlp = nn::make<nn::Sequential>();
+  mlp->add("ln2", std::move(ln2));
+  mlp->add("fc", std::move(fc));
+  mlp->add("gelu", std::move(gelu));
+  mlp->add("fc2", std::move(fc2));
+  if (dropout > 0.0f) mlp->add("mlp.4", nn::make<nn::Dropout>(dropout));
+  mlp_ = &register_module("", std::move(mlp));
 }
 
 Tensor GptBlock::attention_half(const Tensor& x) {
@@ -76,30 +90,6 @@ Tensor GptBlock::backward(const Tensor& dy) {
   return dx;
 }
 
-void GptBlock::visit_parameters(const std::string& prefix,
-                                const std::function<void(const std::string&, nn::Parameter&)>& fn) {
-  const std::string p = prefix.empty() ? "" : prefix + ".";
-  ln1_->visit_parameters(p + "ln1", fn);
-  attn_->visit_parameters(prefix, fn);  // "qkv.*", "proj.*" directly under the block
-  (*mlp_)[0].visit_parameters(p + "ln2", fn);
-  (*mlp_)[1].visit_parameters(p + "fc", fn);
-  (*mlp_)[3].visit_parameters(p + "fc2", fn);
-}
-
-void GptBlock::visit_generators(const std::string& prefix,
-                                const std::function<void(const std::string&, Generator&)>& fn) {
-  const std::string p = prefix.empty() ? "" : prefix + ".";
-  if (drop_) drop_->visit_generators(p + "attn_drop", fn);
-  mlp_->visit_generators(p + "mlp", fn);
-}
-
-void GptBlock::visit_children(const std::function<void(nn::Module&)>& fn) {
-  fn(*ln1_);
-  fn(*attn_);
-  if (drop_) fn(*drop_);
-  fn(*mlp_);
-}
-
 std::string GptBlock::describe() const {
   return core::detail::str("GptBlock(C=", attn_->d_model(), ", heads=", attn_->heads(),
                            drop_ ? ", dropout)" : ")");
@@ -128,13 +118,14 @@ Gpt::Gpt(GptConfig config) : config_(config) {
                " must be divisible by heads ", config_.heads);
   STOKER_CHECK(config_.dropout >= 0.0f && config_.dropout < 1.0f, "Gpt: dropout ", config_.dropout,
                " must be in [0, 1)");
-  wte_ = nn::make<nn::Embedding>(config_.vocab, config_.d_model);
-  wpe_ = nn::make<nn::Embedding>(config_.context, config_.d_model);
-  if (config_.dropout > 0.0f) drop_ = nn::make<nn::Dropout>(config_.dropout);
-  blocks_ = nn::make<nn::Sequential>();
+  wte_ = &register_module("wte", nn::make<nn::Embedding>(config_.vocab, config_.d_model));
+  wpe_ = &register_module("wpe", nn::make<nn::Embedding>(config_.context, config_.d_model));
+  if (config_.dropout > 0.0f)
+    drop_ = &register_module("drop", nn::make<nn::Dropout>(config_.dropout));
+  blocks_ = &register_module("blocks", nn::make<nn::Sequential>());
   for (int64_t l = 0; l < config_.layers; ++l)
     blocks_->add(nn::make<GptBlock>(config_.d_model, config_.heads, config_.dropout));
-  lnf_ = nn::make<nn::LayerNorm>(config_.d_model);
+  lnf_ = &register_module("lnf", nn::make<nn::LayerNorm>(config_.d_model));
 
   if (config_.init == GptInit::gpt2) {
     // Redrawn in parameter order after construction, so a seed still fixes the model.
@@ -214,31 +205,6 @@ Tensor Gpt::backward(const Tensor& dlogits) {
   }
   wte_->backward(dx);  // dwte += scatter(dx); the tied parameter's one grad_ready()
   return Tensor();
-}
-
-void Gpt::visit_parameters(const std::string& prefix,
-                           const std::function<void(const std::string&, nn::Parameter&)>& fn) {
-  const std::string p = prefix.empty() ? "" : prefix + ".";
-  wte_->visit_parameters(p + "wte", fn);
-  wpe_->visit_parameters(p + "wpe", fn);
-  blocks_->visit_parameters(p + "blocks", fn);
-  lnf_->visit_parameters(p + "lnf", fn);
-  // The head reads wte.weight: nothing of its own to visit.
-}
-
-void Gpt::visit_generators(const std::string& prefix,
-                           const std::function<void(const std::string&, Generator&)>& fn) {
-  const std::string p = prefix.empty() ? "" : prefix + ".";
-  if (drop_) drop_->visit_generators(p + "drop", fn);
-  blocks_->visit_generators(p + "blocks", fn);
-}
-
-void Gpt::visit_children(const std::function<void(nn::Module&)>& fn) {
-  fn(*wte_);
-  fn(*wpe_);
-  if (drop_) fn(*drop_);
-  fn(*blocks_);
-  fn(*lnf_);
 }
 
 std::string Gpt::describe() const { return "Gpt(" + config_.str() + ")"; }

@@ -82,12 +82,6 @@ class GptBlock : public nn::Module {
   // nn::Checkpoint's recomputation).
   void forward_for_backward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
-
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, nn::Parameter&)>& fn) override;
-  void visit_generators(const std::string& prefix,
-                        const std::function<void(const std::string&, Generator&)>& fn) override;
-  void visit_children(const std::function<void(nn::Module&)>& fn) override;
   std::string describe() const override;
 
   nn::LayerNorm& ln1() { return *ln1_; }
@@ -99,10 +93,11 @@ class GptBlock : public nn::Module {
   // h = x + dropout(attn(ln1(x))): the input of the MLP half.
   Tensor attention_half(const Tensor& x);
 
-  std::unique_ptr<nn::LayerNorm> ln1_;
-  std::unique_ptr<nn::CausalSelfAttention> attn_;
-  std::unique_ptr<nn::Dropout> drop_;  // nullptr when dropout == 0
-  std::unique_ptr<nn::Sequential> mlp_;
+  // Registered children (GptBlock's constructor gives their names).
+  nn::LayerNorm* ln1_ = nullptr;
+  nn::CausalSelfAttention* attn_ = nullptr;
+  nn::Dropout* drop_ = nullptr;  // nullptr when dropout == 0
+  nn::Sequential* mlp_ = nullptr;
 };
 
 class Gpt : public nn::Module {
@@ -116,12 +111,6 @@ class Gpt : public nn::Module {
   // dlogits [B * T, V] -> an undefined tensor (ids have no gradient); adds into every
   // parameter's gradient and calls each grad_ready() once.
   Tensor backward(const Tensor& dlogits) override;
-
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, nn::Parameter&)>& fn) override;
-  void visit_generators(const std::string& prefix,
-                        const std::function<void(const std::string&, Generator&)>& fn) override;
-  void visit_children(const std::function<void(nn::Module&)>& fn) override;
   std::string describe() const override;
 
   const GptConfig& config() const { return config_; }
@@ -134,10 +123,13 @@ class Gpt : public nn::Module {
 
  private:
   GptConfig config_;
-  std::unique_ptr<nn::Embedding> wte_, wpe_;
-  std::unique_ptr<nn::Dropout> drop_;  // nullptr when dropout == 0
-  std::unique_ptr<nn::Sequential> blocks_;
-  std::unique_ptr<nn::LayerNorm> lnf_;
+  // Registered children "wte", "wpe", "drop", "blocks", "lnf". The head has no parameter of its
+  // own: it reads wte's.
+  nn::Embedding* wte_ = nullptr;
+  nn::Embedding* wpe_ = nullptr;
+  nn::Dropout* drop_ = nullptr;  // nullptr when dropout == 0
+  nn::Sequential* blocks_ = nullptr;
+  nn::LayerNorm* lnf_ = nullptr;
   Tensor h_;       // saved: lnf's output [B * T, C], the head's input
   Tensor w_head_;  // saved: wte in h_'s dtype (the master or its half copy)
   int64_t b_ = 0, t_ = 0;

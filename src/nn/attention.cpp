@@ -30,8 +30,8 @@ CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t heads, Attenti
   STOKER_CHECK(d_model > 0 && heads > 0 && d_model % heads == 0,
                "CausalSelfAttention(d_model=", d_model, ", heads=", heads,
                "): d_model must be a positive multiple of the (positive) head count");
-  qkv_ = std::make_unique<Linear>(d_model, 3 * d_model);
-  proj_ = std::make_unique<Linear>(d_model, d_model);
+  qkv_ = &register_module("qkv", std::make_unique<Linear>(d_model, 3 * d_model));
+  proj_ = &register_module("proj", std::make_unique<Linear>(d_model, d_model));
 }
 
 Tensor CausalSelfAttention::attention(const Tensor& x) {
@@ -95,23 +95,6 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
   qkv_heads_ = Tensor();  // consumed: P and the per-head q, k, v are freed before the qkv backward
   probs_ = Tensor();
   return qkv_->backward(dqkv);
-}
-
-void CausalSelfAttention::collect_parameters(std::vector<Parameter*>& out) {
-  qkv_->collect_parameters(out);
-  proj_->collect_parameters(out);
-}
-
-void CausalSelfAttention::visit_parameters(
-    const std::string& prefix, const std::function<void(const std::string&, Parameter&)>& fn) {
-  const std::string p = prefix.empty() ? "" : prefix + ".";
-  qkv_->visit_parameters(p + "qkv", fn);
-  proj_->visit_parameters(p + "proj", fn);
-}
-
-void CausalSelfAttention::visit_children(const std::function<void(Module&)>& fn) {
-  fn(*qkv_);
-  fn(*proj_);
 }
 
 std::string CausalSelfAttention::describe() const {

@@ -35,6 +35,10 @@ BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum, ops::Layou
   bias_ = Parameter(filled(channels, 0.0));
   running_mean_ = filled(channels, 0.0);
   running_var_ = filled(channels, 1.0);
+  register_parameter("weight", weight_);
+  register_parameter("bias", bias_);
+  register_buffer("running_mean", running_mean_);
+  register_buffer("running_var", running_var_);
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
@@ -100,20 +104,6 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
   if (weight_.requires_grad) weight_.grad_ready();
   if (bias_.requires_grad) bias_.grad_ready();
   return dx;
-}
-
-void BatchNorm2d::visit_parameters(const std::string& prefix,
-                                   const std::function<void(const std::string&, Parameter&)>& fn) {
-  const std::string p = prefix.empty() ? "" : prefix + ".";
-  fn(p + "weight", weight_);
-  fn(p + "bias", bias_);
-}
-
-void BatchNorm2d::visit_buffers(const std::string& prefix,
-                                const std::function<void(const std::string&, Tensor&)>& fn) {
-  const std::string p = prefix.empty() ? "" : prefix + ".";
-  fn(p + "running_mean", running_mean_);
-  fn(p + "running_var", running_var_);
 }
 
 std::string BatchNorm2d::describe() const {

@@ -10,10 +10,11 @@
 
 namespace stoker::nn {
 
-Checkpoint::Checkpoint(std::unique_ptr<Module> body) : body_(std::move(body)) {
-  STOKER_CHECK(body_ != nullptr, "Checkpoint: null body");
-  device_ = body_->device();
-  training_ = body_->training();
+Checkpoint::Checkpoint(std::unique_ptr<Module> body) {
+  STOKER_CHECK(body != nullptr, "Checkpoint: null body");
+  device_ = body->device();
+  training_ = body->training();
+  body_ = &register_module("", std::move(body));
 }
 
 Tensor Checkpoint::forward(const Tensor& x) {
@@ -51,28 +52,7 @@ Tensor Checkpoint::backward(const Tensor& dy) {
   return body_->backward(dy);
 }
 
-void Checkpoint::collect_parameters(std::vector<Parameter*>& out) {
-  body_->collect_parameters(out);
-}
-
-void Checkpoint::visit_parameters(const std::string& prefix,
-                                  const std::function<void(const std::string&, Parameter&)>& fn) {
-  body_->visit_parameters(prefix, fn);
-}
-
-void Checkpoint::visit_buffers(const std::string& prefix,
-                               const std::function<void(const std::string&, Tensor&)>& fn) {
-  body_->visit_buffers(prefix, fn);
-}
-
-void Checkpoint::visit_generators(const std::string& prefix,
-                                  const std::function<void(const std::string&, Generator&)>& fn) {
-  body_->visit_generators(prefix, fn);
-}
-
 std::string Checkpoint::describe() const { return "Checkpoint(" + body_->describe() + ")"; }
-
-void Checkpoint::visit_children(const std::function<void(Module&)>& fn) { fn(*body_); }
 
 int checkpoint_every(Sequential& seq, int every) {
   STOKER_CHECK(every >= 1, "checkpoint_every: every = ", every,

@@ -44,7 +44,11 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel,
   const int64_t fan_in = in_channels / options.groups * kernel * kernel;
   const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
   weight_ = Parameter(init_uniform({out_, in_ / options.groups, kernel, kernel}, bound));
-  if (has_bias_) bias_ = Parameter(init_uniform({out_}, bound));
+  register_parameter("weight", weight_);
+  if (has_bias_) {
+    bias_ = Parameter(init_uniform({out_}, bound));
+    register_parameter("bias", bias_);
+  }
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
@@ -99,13 +103,6 @@ Tensor Conv2d::backward(const Tensor& dy) {
   Tensor dx = Tensor::empty(x_shape, dy.dtype(), device_);
   ops::conv2d_backward_data(dx, dy, w_compute_, params_);
   return dx;
-}
-
-void Conv2d::visit_parameters(const std::string& prefix,
-                              const std::function<void(const std::string&, Parameter&)>& fn) {
-  const std::string p = prefix.empty() ? "" : prefix + ".";
-  fn(p + "weight", weight_);
-  if (has_bias_) fn(p + "bias", bias_);
 }
 
 std::string Conv2d::describe() const {

@@ -17,6 +17,7 @@ uint64_t pick_seed(uint64_t seed) {
 
 Dropout::Dropout(float p, uint64_t seed) : p_(p), gen_(pick_seed(seed)) {
   STOKER_CHECK(p >= 0.0f && p < 1.0f, "Dropout(p=", p, "): p must be in [0, 1)");
+  register_generator("generator", gen_);
 }
 
 Tensor Dropout::forward(const Tensor& x) {

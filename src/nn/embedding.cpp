@@ -10,6 +10,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim) : num_(num_embeddings)
   STOKER_CHECK(num_embeddings > 0 && dim > 0, "Embedding(", num_embeddings, ", ", dim,
                "): sizes must be positive");
   weight_ = Parameter(init_normal({num_, dim_}, 1.0f));
+  register_parameter("weight", weight_);
 }
 
 Tensor Embedding::forward(const Tensor& ids) {
@@ -31,11 +32,6 @@ Tensor Embedding::backward(const Tensor& dy) {
   }
   ids_ = Tensor();  // consumed
   return Tensor();
-}
-
-void Embedding::visit_parameters(const std::string& prefix,
-                                 const std::function<void(const std::string&, Parameter&)>& fn) {
-  fn(prefix.empty() ? "weight" : prefix + ".weight", weight_);
 }
 
 std::string Embedding::describe() const {

@@ -12,6 +12,8 @@ LayerNorm::LayerNorm(int64_t features, float eps) : features_(features), eps_(ep
   ops::fill(w, 1.0);
   weight_ = Parameter(w);
   bias_ = Parameter(Tensor::zeros({features}, DType::f32, Device::cpu()));
+  register_parameter("weight", weight_);
+  register_parameter("bias", bias_);
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
@@ -73,13 +75,6 @@ Tensor LayerNorm::recompute_output(const Tensor& x) {
   Tensor rstd = Tensor::empty({n}, DType::f32, in.device());
   ops::layernorm_forward(y, mean, rstd, in, weight_.value(), bias_.value(), eps_);
   return y.reshape(x_shape_);
-}
-
-void LayerNorm::visit_parameters(const std::string& prefix,
-                                 const std::function<void(const std::string&, Parameter&)>& fn) {
-  const std::string p = prefix.empty() ? "" : prefix + ".";
-  fn(p + "weight", weight_);
-  fn(p + "bias", bias_);
 }
 
 std::string LayerNorm::describe() const {

@@ -15,7 +15,11 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
                "): feature counts must be positive");
   const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
   weight_ = Parameter(init_uniform({out_, in_}, bound));
-  if (has_bias_) bias_ = Parameter(init_uniform({out_}, bound));
+  register_parameter("weight", weight_);
+  if (has_bias_) {
+    bias_ = Parameter(init_uniform({out_}, bound));
+    register_parameter("bias", bias_);
+  }
 }
 
 Tensor Linear::forward(const Tensor& x) {
@@ -88,13 +92,6 @@ void Linear::restore_saved_input(const Tensor& x) {
                describe(), ": restored input ", x.defined() ? x.str() : std::string("undefined"),
                " does not match the forward's input ", x_shape_);
   x_ = x.reshape({-1, in_});
-}
-
-void Linear::visit_parameters(const std::string& prefix,
-                              const std::function<void(const std::string&, Parameter&)>& fn) {
-  const std::string p = prefix.empty() ? "" : prefix + ".";
-  fn(p + "weight", weight_);
-  if (has_bias_) fn(p + "bias", bias_);
 }
 
 std::string Linear::describe() const {

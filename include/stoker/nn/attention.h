@@ -59,10 +59,6 @@ class CausalSelfAttention : public Module {
   // dy [B, T, C] → dx [B, T, C]; adds into the four parameter gradients.
   Tensor backward(const Tensor& dy) override;
 
-  void collect_parameters(std::vector<Parameter*>& out) override;
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, Parameter&)>& fn) override;
-  void visit_children(const std::function<void(Module&)>& fn) override;
   std::string describe() const override;
 
   Linear& qkv() { return *qkv_; }
@@ -76,7 +72,8 @@ class CausalSelfAttention : public Module {
  private:
   int64_t d_model_, heads_;
   AttentionKernel kernel_;
-  std::unique_ptr<Linear> qkv_, proj_;
+  Linear* qkv_ = nullptr;  // registered children "qkv" and "proj"
+  Linear* proj_ = nullptr;
   Tensor qkv_heads_;                 // math: saved q, k, v per head [3, B, H, T, D]
   Tensor probs_;                     // math: saved P [B, H, T, T]
   Tensor qkv_out_, attn_out_, lse_;  // fused: saved qkv [B, T, 3C], a [B, T, C], lse [B, H, T]

@@ -1,6 +1,6 @@
 // BatchNorm2d: batch normalization over (N, H, W) per channel with PyTorch's parameters
 // "weight" (gamma, init 1) and "bias" (beta, init 0) and buffers "running_mean" (init 0) and
-// "running_var" (init 1), all f32 [C] (visit_buffers), so state loads into torch.nn.BatchNorm2d.
+// "running_var" (init 1), all f32 [C] and registered, so state loads into torch.nn.BatchNorm2d.
 //
 // Training mode normalizes with the batch's statistics and updates the running ones with
 // `momentum` and the unbiased variance (PyTorch's rule); evaluation mode uses the running
@@ -24,10 +24,6 @@ class BatchNorm2d : public Module {
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, Parameter&)>& fn) override;
-  void visit_buffers(const std::string& prefix,
-                     const std::function<void(const std::string&, Tensor&)>& fn) override;
   std::string describe() const override;
 
   Parameter& weight() { return weight_; }

@@ -73,21 +73,13 @@ class Checkpoint : public Module {
   // Recomputes the body's forward with saving on, then returns body.backward(dy).
   Tensor backward(const Tensor& dy) override;
 
-  // The body's names, without a level of their own.
-  void collect_parameters(std::vector<Parameter*>& out) override;
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, Parameter&)>& fn) override;
-  void visit_buffers(const std::string& prefix,
-                     const std::function<void(const std::string&, Tensor&)>& fn) override;
-  void visit_generators(const std::string& prefix,
-                        const std::function<void(const std::string&, Generator&)>& fn) override;
   std::string describe() const override;
-  void visit_children(const std::function<void(Module&)>& fn) override;
 
+  // The only child, registered under "": its names are the Checkpoint's, without a level.
   Module& body() { return *body_; }
 
  private:
-  std::unique_ptr<Module> body_;
+  Module* body_ = nullptr;
   Tensor input_;  // the forward's input (undefined: nothing saved)
   std::vector<std::pair<Generator*, uint64_t>> generator_offsets_;  // before the forward
 };

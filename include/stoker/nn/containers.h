@@ -50,8 +50,8 @@ class Sequential : public Module {
   }
   void add_module(std::string name, std::unique_ptr<Module> module);
 
-  size_t size() const { return children_.size(); }
-  Module& operator[](size_t i) { return *children_.at(i); }
+  size_t size() const { return child_count(); }
+  Module& operator[](size_t i) { return child(i); }
   // Replaces child i by wrap(child i), e.g. an nn::Checkpoint around it (nn::checkpoint_every).
   // wrap must return a module; names stay the same when it adds no name level.
   void wrap_child(size_t i,
@@ -66,19 +66,9 @@ class Sequential : public Module {
   // The children's forwards, the last one through forward_for_backward.
   void forward_for_backward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
-  void collect_parameters(std::vector<Parameter*>& out) override;
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, Parameter&)>& fn) override;
-  void visit_buffers(const std::string& prefix,
-                     const std::function<void(const std::string&, Tensor&)>& fn) override;
-  void visit_generators(const std::string& prefix,
-                        const std::function<void(const std::string&, Generator&)>& fn) override;
   std::string describe() const override;
-  void visit_children(const std::function<void(Module&)>& fn) override;
 
  private:
-  std::vector<std::unique_ptr<Module>> children_;
-  std::vector<std::string> names_;  // per child: its index, or the name it was added under
   bool selective_ = false;
   // Per child of the last saving forward: the first child of the run that rebuilds its released
   // input, or -1 (the child kept its input itself).
@@ -112,21 +102,12 @@ class Residual : public Module {
   // The body's (and shortcut's) forward_for_backward; no add.
   void forward_for_backward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
-  void collect_parameters(std::vector<Parameter*>& out) override;
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, Parameter&)>& fn) override;
-  void visit_buffers(const std::string& prefix,
-                     const std::function<void(const std::string&, Tensor&)>& fn) override;
-  void visit_generators(const std::string& prefix,
-                        const std::function<void(const std::string&, Generator&)>& fn) override;
   std::string describe() const override;
-  void visit_children(const std::function<void(Module&)>& fn) override;
-  Module* shortcut() { return shortcut_.get(); }
+  Module* shortcut() { return shortcut_; }
 
  private:
-  std::unique_ptr<Module> body_;
-  std::unique_ptr<Module> shortcut_;  // null: identity
-  ResidualNames names_;
+  Module* body_ = nullptr;      // registered under ResidualNames::body
+  Module* shortcut_ = nullptr;  // registered under ResidualNames::shortcut; null: identity
 };
 
 // Creates a module: nn::make<Linear>(784, 256).

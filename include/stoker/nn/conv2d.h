@@ -40,8 +40,6 @@ class Conv2d : public Module {
   // x [N, in, H, W] (NCHW) or [N, H, W, in] (NHWC), float dtype -> y in x's dtype.
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, Parameter&)>& fn) override;
   std::string describe() const override;
 
   Parameter& weight() { return weight_; }

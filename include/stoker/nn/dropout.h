@@ -21,14 +21,10 @@ class Dropout : public Module {
   std::string describe() const override;
   OutputRecompute output_recompute() const override { return OutputRecompute::from_input; }
   Tensor recompute_output(const Tensor& x) override;
-  void visit_generators(const std::string& prefix,
-                        const std::function<void(const std::string&, Generator&)>& fn) override {
-    fn(prefix.empty() ? "generator" : prefix + ".generator", gen_);
-  }
 
   float p() const { return p_; }
-  // The generator position, saved in training checkpoints so a resumed run drops the same
-  // elements.
+  // The generator (registered as "generator"): its position is saved in training checkpoints,
+  // so a resumed run drops the same elements.
   Generator& generator() { return gen_; }
 
  private:

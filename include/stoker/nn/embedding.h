@@ -15,8 +15,6 @@ class Embedding : public Module {
   Tensor forward(const Tensor& ids) override;
   // Returns an undefined tensor: ids have no gradient.
   Tensor backward(const Tensor& dy) override;
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, Parameter&)>& fn) override;
   std::string describe() const override;
   void set_compute_dtype(DType dtype) override { output_dtype_ = dtype; }
   Parameter& weight() { return weight_; }

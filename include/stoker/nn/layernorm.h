@@ -20,8 +20,6 @@ class LayerNorm : public Module {
   Tensor recompute_output(const Tensor& x) override;
   bool release_saved_input() override;
   void restore_saved_input(const Tensor& x) override;
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, Parameter&)>& fn) override;
   std::string describe() const override;
 
  private:

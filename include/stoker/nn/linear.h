@@ -23,8 +23,6 @@ class Linear : public Module {
   // back (nn/checkpoint.h).
   bool release_saved_input() override;
   void restore_saved_input(const Tensor& x) override;
-  void visit_parameters(const std::string& prefix,
-                        const std::function<void(const std::string&, Parameter&)>& fn) override;
   std::string describe() const override;
 
   Parameter& weight() { return weight_; }

@@ -9,6 +9,12 @@
 // and backward in reverse. Parameter names follow PyTorch's state_dict convention ("0.weight",
 // "2.bias" inside a Sequential), so weight files load into the equivalent PyTorch model.
 //
+// Parts: a module registers its parameters, buffers, random generators and child modules in
+// its constructor (register_parameter, register_buffer, register_generator, register_module,
+// as torch.nn.Module's). Every traversal — names, parameters() for the optimizer, checkpoints
+// and weight files, to(device), set_training — is written once, here, over those
+// registrations: a layer writes none, so none can leave a part out.
+//
 // Saved activations: forward saves what backward needs only while saving_activations() is true
 // (the default). An nn::Checkpoint runs its body's first forward inside a NoSaveScope, so the
 // body keeps nothing, and recomputes it under a RecomputeScope before the body's backward
@@ -20,6 +26,7 @@
 // Work runs on the current stream of the module's device. Not thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -33,7 +40,12 @@ namespace stoker::nn {
 
 class Module {
  public:
+  Module() = default;
   virtual ~Module() = default;
+  // A module registers references to its own members (see Registration), so it is neither
+  // copied nor moved: build it in place or behind a pointer (nn::make).
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
 
   virtual Tensor forward(const Tensor& x) = 0;
   virtual Tensor backward(const Tensor& dy) = 0;
@@ -44,28 +56,37 @@ class Module {
   // GEMM; Sequential runs its last child this way, Residual its body (and no add).
   virtual void forward_for_backward(const Tensor& x) { forward(x); }
 
-  // Appends this module's parameters (and its children's), in registration order.
-  virtual void collect_parameters(std::vector<Parameter*>& out);
-  // Visits (name, parameter) pairs with PyTorch-style dotted names under `prefix`.
-  virtual void visit_parameters(const std::string& prefix,
-                                const std::function<void(const std::string&, Parameter&)>& fn);
+  // Traversal, written once here over what the modules registered (see Registration; no module
+  // overrides it). Names are PyTorch state_dict names: a module's own entries are named
+  // "<prefix>.<name>" ("<name>" under an empty prefix) in registration order, then each child's
+  // follow in registration order under "<prefix>.<child name>"; a child registered under ""
+  // adds no name level (an nn::Checkpoint's body, a ResNet block's Residual).
+  //
+  // Visits (name, parameter) pairs. The order is the optimizer's, the checkpoints' and the
+  // GradReducer's (which buckets in reverse of it).
+  void visit_parameters(const std::string& prefix,
+                        const std::function<void(const std::string&, Parameter&)>& fn);
   // Visits non-trainable state that belongs in weight files (BatchNorm running statistics).
-  virtual void visit_buffers(const std::string& prefix,
-                             const std::function<void(const std::string&, Tensor&)>& fn);
-
+  void visit_buffers(const std::string& prefix,
+                     const std::function<void(const std::string&, Tensor&)>& fn);
   // Visits the random generators whose positions belong in training checkpoints (Dropout), so
   // a resumed run draws the same masks.
-  virtual void visit_generators(const std::string& prefix,
-                                const std::function<void(const std::string&, Generator&)>& fn);
+  void visit_generators(const std::string& prefix,
+                        const std::function<void(const std::string&, Generator&)>& fn);
+  // Calls fn on each direct child module in registration order, so settings that concern the
+  // whole tree (nn::set_compute_dtype, nn::set_selective_recompute) reach every module.
+  void visit_children(const std::function<void(Module&)>& fn);
+  // Appends this module's parameters (and its children's) in visit_parameters order.
+  void collect_parameters(std::vector<Parameter*>& out);
 
   // Training mode (dropout active, batch statistics) or evaluation mode; for this module and
-  // every child (visit_children).
-  virtual void set_training(bool training);
+  // every child.
+  void set_training(bool training);
   bool training() const { return training_; }
 
-  // Moves parameters and buffers to `device` (a container: its children's, through
-  // visit_children); later forwards expect inputs there.
-  virtual void to(Device device);
+  // Moves the registered parameters and buffers, and every child, to `device`; later forwards
+  // expect inputs there.
+  void to(Device device);
   Device device() const { return device_; }
 
   // Short description: "Linear(in=784, out=256, bias)".
@@ -75,10 +96,6 @@ class Module {
   // non-float inputs (Embedding's lookup). Modules fed float inputs follow their input's dtype
   // and ignore it. Set for a whole tree with nn::set_compute_dtype (the Trainer does).
   virtual void set_compute_dtype(DType) {}
-
-  // Calls fn on each direct child module (containers override it), so settings that concern
-  // the whole tree (nn::set_selective_recompute) reach every module.
-  virtual void visit_children(const std::function<void(Module&)>& fn);
 
   // Selective recomputation (nn/checkpoint.h): how the output of the last forward can be
   // rebuilt during backward instead of being kept by the module that consumes it.
@@ -104,8 +121,40 @@ class Module {
   int64_t parameter_count();
 
  protected:
+  // Registration, in the constructor, in the order the names should appear. Parameters,
+  // buffers and generators are the module's own members, registered by reference (they must
+  // live as long as the module: members do); names are non-empty and unique among the module's
+  // parameters and buffers (which share a weight file), and among its generators. An optional
+  // member (Linear's bias without bias) is simply not registered.
+  void register_parameter(std::string name, Parameter& parameter);
+  void register_buffer(std::string name, Tensor& buffer);
+  void register_generator(std::string name, Generator& generator);
+  // Children are owned here; the returned reference lives as long as this module (keep it, or a
+  // pointer, to call the child). The child is moved to this module's device. `name` is its name
+  // level ("" adds none; dots are allowed: "layer1.0"); non-empty names are unique.
+  template <typename M>
+  M& register_module(std::string name, std::unique_ptr<M> child) {
+    return static_cast<M&>(add_child(std::move(name), std::move(child)));
+  }
+  // The registered children, for containers that run them.
+  size_t child_count() const { return children_.size(); }
+  Module& child(size_t i) const;
+  // Replaces child i by wrap(child i) under the same name (an nn::Checkpoint around it); the
+  // result is moved to this module's device.
+  void wrap_child_at(size_t i,
+                     const std::function<std::unique_ptr<Module>(std::unique_ptr<Module>)>& wrap);
+
   bool training_ = true;
   Device device_ = Device::cpu();
+
+ private:
+  Module& add_child(std::string name, std::unique_ptr<Module> child);
+  void check_new_name(const std::string& name, bool generator) const;
+
+  std::vector<std::pair<std::string, Parameter*>> parameters_;
+  std::vector<std::pair<std::string, Tensor*>> buffers_;
+  std::vector<std::pair<std::string, Generator*>> generators_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
 };
 
 // Whether forwards on this thread save activations for backward (true unless a NoSaveScope is
