@@ -91,16 +91,30 @@ def kill_during_write(cmd, ck, log, deadline_s):
     return False
 
 
-def kill_after(cmd, delay_s, log):
-    """Starts cmd and kills it -9 after delay_s; False when it had already ended."""
-    p = start(cmd, log)
+def kill_at_step(cmd, step, delay_s, log):
+    """Starts cmd and kills it -9 delay_s after its first log line of a step >= `step` (so the
+    kill lands inside the run, whatever the machine's speed); False when it ended first."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in p.stdout:
+        log.write(line)
+        m = LOG_LINE.match(line)
+        if m and int(m.group(1)) >= step:
+            time.sleep(delay_s)
+            p.send_signal(signal.SIGKILL)
+            p.stdout.close()
+            p.wait()
+            return True
+    p.wait()
+    return False
+
+
+def newest_periodic_step(ck):
     try:
-        p.wait(timeout=delay_s)
-        return False
-    except subprocess.TimeoutExpired:
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        return True
+        steps = [int(m.group(1)) for m in
+                 (re.fullmatch(r"step_(\d+)\.safetensors", n) for n in os.listdir(ck)) if m]
+    except FileNotFoundError:
+        return 0
+    return max(steps, default=0)
 
 
 def tensor_difference(a_path, b_path):
@@ -174,7 +188,8 @@ def check_metrics_match_log(name, metrics, log_text):
           name + ": no eval lines with val_loss and eval_share")
 
 
-def long_run(name, cmd, scratch, keep_last, rng, expect_names, device):
+def long_run(name, cmd, scratch, keep_last, rng, expect_names, device, total_steps):
+    log_every = int(cmd[cmd.index("--log-interval") + 1])
     """The kill/restart check for one program; cmd takes --checkpoint-dir/--save/--metrics."""
     root = os.path.join(scratch, name)
     shutil.rmtree(root, ignore_errors=True)
@@ -214,17 +229,20 @@ def long_run(name, cmd, scratch, keep_last, rng, expect_names, device):
                 landed = kill_during_write(killed, ck, log, ref_s * 1.5)
                 during_write += landed
                 kills += landed
-            elif kill_after(killed, rng.uniform(first_s, 0.95 * ref_s), log):
-                kills += 1
+            else:
+                # After a random log line ahead of the newest checkpoint, and at least two log
+                # lines before the end (the kill lands inside the run, not after its last step).
+                last = total_steps - 2 * log_every
+                ahead = min(newest_periodic_step(ck) + 1, last)
+                if kill_at_step(killed, rng.randint(ahead, last), rng.uniform(0, 0.05), log):
+                    kills += 1
             if kills >= 5 and during_write >= 1:
                 break
         final = run(killed)
     log_text = open(os.path.join(root, "killed.log")).read()
     print("%s: uninterrupted %.1f s; %d kills (%d during a checkpoint write), then completed"
           % (name, ref_s, kills, during_write))
-    # A GPU run is mostly start-up: a restart near its end often finishes before its kill.
-    check(kills >= (3 if device == "cpu" else 2),
-          "%s: only %d kills landed before the run ended" % (name, kills))
+    check(kills >= 3, "%s: only %d kills landed before the run ended" % (name, kills))
     check(during_write >= 1, "%s: no kill landed during a checkpoint write" % name)
     if not check(final.returncode == 0, "%s: the last restart failed: %s"
                  % (name, final.stderr[-2000:])):
@@ -298,13 +316,13 @@ def main():
                "--log-interval", "5", "--checkpoint-interval", "10", "--eval-every", "20",
                "--eval-subset", "32", "--sample", "0", "--dropout", "0.1"]
     long_run("gpt", gpt_cmd, scratch, 2, rng,
-             ["wte.weight", "wpe.weight", "blocks.0.qkv.weight", "lnf.weight"], device)
+             ["wte.weight", "wpe.weight", "blocks.0.qkv.weight", "lnf.weight"], device, 60)
 
     cls_cmd = [classifier, "--device", device, "--cache", cache, "--image-size", "16",
                "--synth-train", "512", "--synth-val", "64", "--batch", "32", "--epochs", "3",
                "--log-interval", "4", "--checkpoint-interval", "8", "--threads", "2"]
     long_run("classifier", cls_cmd, scratch, 3, rng,
-             ["conv1.weight", "bn1.running_mean", "fc.weight"], device)
+             ["conv1.weight", "bn1.running_mean", "fc.weight"], device, 48)
 
     # Evaluation-heavy: evaluating the whole validation split after every step.
     heavy = run([gpt, "--device", device, "--cache", cache, "--text", text, "--layers", "2", "--width", "64",
