@@ -252,13 +252,6 @@ int run_collectives(const Options& o, dist::DistContext& ctx, nlohmann::json& ou
   return total_wrong == 0 ? 0 : 1;
 }
 
-stoker::amp::Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return stoker::amp::Precision::fp32;
-  if (s == "bf16") return stoker::amp::Precision::bf16;
-  if (s == "fp16") return stoker::amp::Precision::fp16;
-  STOKER_THROW("--precision: '", s, "' is not fp32, bf16 or fp16");
-}
-
 dist::GradCompression parse_compression(const std::string& s) {
   if (s == "none") return dist::GradCompression::none;
   if (s == "bf16") return dist::GradCompression::bf16;
@@ -283,7 +276,7 @@ double time_steps(dist::Communicator& comm, Device device, stoker::train::Traine
 int run_train_step(const Options& o, dist::DistContext& ctx, nlohmann::json& out) {
   dist::Communicator& comm = *ctx.comm;
   const Device device = ctx.device;
-  const auto precision = parse_precision(o.precision);
+  const auto precision = stoker::amp::parse_precision(o.precision);
   nn::manual_seed(0);
   nn::Sequential model;
   for (int l = 0; l < o.layers; ++l) {

@@ -59,6 +59,7 @@ using stoker::Device;
 using stoker::DType;
 using stoker::Tensor;
 namespace nn = stoker::nn;
+using stoker::amp::parse_precision;
 using stoker::amp::Precision;
 
 struct Options {
@@ -110,13 +111,6 @@ Mode parse_mode(const std::string& s) {
   }
   STOKER_THROW("--modes: '", s,
                "' is not none, selective, block, every<k> or every<k>+selective (k >= 1)");
-}
-
-Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return Precision::fp32;
-  if (s == "bf16") return Precision::bf16;
-  if (s == "fp16") return Precision::fp16;
-  STOKER_THROW("--precision: '", s, "' is not fp32, bf16 or fp16");
 }
 
 // Saved activations of the whole stack at the end of the forward, from the sizes (T tokens,

@@ -36,6 +36,7 @@ using stoker::Device;
 using stoker::DType;
 using stoker::Tensor;
 namespace nn = stoker::nn;
+using stoker::amp::parse_precision;
 using stoker::amp::Precision;
 
 struct Options {
@@ -65,13 +66,6 @@ stoker::optim::StateFormat parse_state(const std::string& s, int64_t block) {
   if (s == "bf16") return {.dtype = StateDType::bf16};
   if (s == "int8") return {.dtype = StateDType::int8_blockwise, .block = block};
   STOKER_THROW("--optimizer-state: '", s, "' is not f32, bf16 or int8");
-}
-
-Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return Precision::fp32;
-  if (s == "bf16") return Precision::bf16;
-  if (s == "fp16") return Precision::fp16;
-  STOKER_THROW("--precision: '", s, "' is not fp32, bf16 or fp16");
 }
 
 // mean(model(x)^2) in the run's compute dtype (a host read: outside the timed steps).

@@ -1,110 +1,32 @@
-// Multi-tensor SGD, AdamW, gradient clipping and loss-scale unscaling: every parameter of a model
-// updated in one launch (or a few, for very long lists), instead of one launch per tensor and per
-// operation as a naive loop would.
-//
-// Each tensor is cut into chunks of kChunk elements; the chunk counts' prefix sums travel in the
-// kernel parameters with the tensors' pointers, and block b handles chunks b, b + grid, ... .
-// A chunk's tensor is found by binary search over the prefix (uniform across the block). The
-// per-element math is ops/optim_math.h, shared with the CPU; this file is compiled with
-// -fmad=false so that only the explicit fmaf calls fuse, on both sides: bit-identical updates.
+// Multi-tensor SGD and AdamW: every parameter of a model updated in one launch (or a few, for
+// very long lists) through multi_tensor.cuh, over f32 state, and over compact state (bf16,
+// block-wise 8-bit) with launches of their own below. The per-element math is ops/optim_math.h,
+// shared with the CPU; this file is compiled with -fmad=false so that only the explicit fmaf
+// calls fuse, on both sides: bit-identical updates.
 //
 // found_inf (optional, a device flag written by the gradient scaler) is read by every thread
 // before it writes anything: an overflowed step leaves parameters and state untouched without
-// a host sync.
+// a host sync. (Clipping, loss scaling and the loss monitor: training.cu; cast_multi:
+// copy.cu.)
 #include <algorithm>
 #include <vector>
 
 #include "kernel_util.cuh"
+#include "multi_tensor.cuh"
 #include "ops/optim_backend.h"
-#include "ops/quant_math.h"
+#include "ops/quantize_math.h"
 #include "stoker/ops/quantize.h"
 
 namespace stoker::ops::cuda {
 
 namespace {
 
-constexpr int64_t kChunk = 65536;
-constexpr int kMaxTensorsPerLaunch = 480;  // 4 pointers + 2 ints per tensor within 32 KB
-constexpr int kOptimBlock = 256;
-
-struct OptimArgs {
-  const float* found_inf;
-  float* flag;          // a device flag some updates set (unscale: found_inf)
-  const float* scalar;  // a device scalar some updates read (the clipping norm)
-  int32_t count;
-  int64_t chunk_begin[kMaxTensorsPerLaunch + 1];
-  int64_t numel[kMaxTensorsPerLaunch];
-  float* p[kMaxTensorsPerLaunch];
-  const float* g[kMaxTensorsPerLaunch];
-  float* s1[kMaxTensorsPerLaunch];
-  float* s2[kMaxTensorsPerLaunch];
-};
-static_assert(sizeof(OptimArgs) <= 32764, "optimizer kernel parameters exceed 32764 bytes");
-
-__device__ STOKER_FORCEINLINE int find_tensor(const OptimArgs& a, int64_t chunk) {
-  int lo = 0, hi = a.count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (a.chunk_begin[mid] <= chunk)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
-template <typename Update>
-__global__ void __launch_bounds__(kOptimBlock)
-    optim_kernel(const __grid_constant__ OptimArgs a, Update update) {
-  if (a.found_inf && *a.found_inf != 0.0f) return;
-  const int64_t chunks = a.chunk_begin[a.count];
-  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
-    const int t = find_tensor(a, c);
-    const int64_t begin = (c - a.chunk_begin[t]) * kChunk;
-    const int64_t end = min(begin + kChunk, a.numel[t]);
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) update(a, t, i);
-  }
-}
-
-// Launches `update` over the tensors in groups that fit the parameter block.
-template <typename Update>
-void launch(std::span<const Tensor> params, std::span<const Tensor> grads,
-            std::span<const Tensor> s1, std::span<const Tensor> s2, const Tensor& found_inf,
-            Update update, const Tensor& scalar = {}, const Tensor& flag = {}) {
-  const Device device = params[0].device();
-  core::DeviceScope scope(device.index);
-  for (size_t first = 0; first < params.size(); first += kMaxTensorsPerLaunch) {
-    const size_t last = std::min(params.size(), first + kMaxTensorsPerLaunch);
-    auto a = std::make_unique<OptimArgs>();  // 30 KB: keep it off the host stack
-    a->found_inf = found_inf.defined() ? static_cast<const float*>(found_inf.data()) : nullptr;
-    a->scalar = scalar.defined() ? static_cast<const float*>(scalar.data()) : nullptr;
-    a->flag = flag.defined() ? static_cast<float*>(flag.data()) : nullptr;
-    int n = 0;
-    int64_t chunks = 0;
-    for (size_t t = first; t < last; ++t) {
-      if (params[t].numel() == 0) continue;
-      a->chunk_begin[n] = chunks;
-      a->numel[n] = params[t].numel();
-      a->p[n] = static_cast<float*>(params[t].data());
-      a->g[n] = grads.empty() ? nullptr : static_cast<const float*>(grads[t].data());
-      a->s1[n] = s1.empty() ? nullptr : static_cast<float*>(s1[t].data());
-      a->s2[n] = s2.empty() ? nullptr : static_cast<float*>(s2[t].data());
-      chunks += (params[t].numel() + kChunk - 1) / kChunk;
-      ++n;
-    }
-    if (n == 0) continue;
-    a->count = n;
-    a->chunk_begin[n] = chunks;
-    const unsigned grid = static_cast<unsigned>(
-        std::min<int64_t>(chunks, static_cast<int64_t>(sm_count(device.index)) * 8));
-    optim_kernel<<<grid, kOptimBlock, 0, core::cuda_stream(device)>>>(*a, update);
-    STOKER_CUDA_CHECK(cudaGetLastError());
-  }
-}
+// The compact kernels' block: the multi-tensor one's size.
+constexpr int kOptimBlock = kMultiTensorBlock;
 
 struct SgdOp {
   detail::SgdConsts c;
-  __device__ void operator()(const OptimArgs& a, int t, int64_t i) const {
+  __device__ void operator()(const MultiTensorArgs& a, int t, int64_t i) const {
     float p = a.p[t][i];
     float buf = c.has_momentum ? a.s1[t][i] : 0.0f;
     detail::sgd_update(p, buf, a.g[t][i], c);
@@ -116,7 +38,7 @@ struct SgdOp {
 struct AdamWOp {
   detail::AdamWConsts c;
   const AdamWStepState* state;  // device step state (bias corrections), or null
-  __device__ void operator()(const OptimArgs& a, int t, int64_t i) const {
+  __device__ void operator()(const MultiTensorArgs& a, int t, int64_t i) const {
     float p = a.p[t][i], m = a.s1[t][i], v = a.s2[t][i];
     detail::AdamWConsts k = c;
     if (state) {
@@ -130,42 +52,12 @@ struct AdamWOp {
   }
 };
 
-// p *= min(1, max_norm / (norm + 1e-6)); a NaN norm leaves p alone (the scaler or the NaN
-// check deals with it), as the CPU does.
-struct ClipOp {
-  float max_norm;
-  __device__ void operator()(const OptimArgs& a, int t, int64_t i) const {
-    const float factor = max_norm / (*a.scalar + 1e-6f);
-    if (factor < 1.0f) a.p[t][i] *= factor;
-  }
-};
-
-// g *= 1/scale; a non-finite g sets the flag (every writer writes 1: a benign race).
-struct UnscaleOp {
-  __device__ void operator()(const OptimArgs& a, int t, int64_t i) const {
-    const float inv = static_cast<float>(1.0 / static_cast<double>(*a.scalar));
-    const float g = a.p[t][i];
-    if (!isfinite(g)) *a.flag = 1.0f;
-    a.p[t][i] = g * inv;
-  }
-};
-
-// Mixed-precision weight refresh: the f32 master (p) rounded into its half copy. The copy's
-// pointer travels in s1 (typed as float* there, reinterpreted here: one argument block serves
-// every multi-tensor op).
-template <typename T>
-struct CastToHalfOp {
-  __device__ void operator()(const OptimArgs& a, int t, int64_t i) const {
-    reinterpret_cast<T*>(a.s1[t])[i] = from_float<T>(a.p[t][i]);
-  }
-};
-
 // ---- updates over compact state (bf16, block-wise 8-bit; ops/optim.h) ----
 //
-// One launch over the list, like `launch` above, but a tensor's chunk depends on how its state
-// is stored: kChunk elements for f32 and bf16 state (grid-stride within the chunk), one tile of
-// quantization blocks for 8-bit state. The tensor (and so the branch) is uniform in a block,
-// which makes the __syncthreads of the reduction legal.
+// One launch over the list, like launch_multi_tensor (multi_tensor.cuh), but a tensor's chunk
+// depends on how its state is stored: kChunk elements for f32 and bf16 state (grid-stride
+// within the chunk), one tile of quantization blocks for 8-bit state. The tensor (and so the
+// branch) is uniform in a block, which makes the __syncthreads of the reduction legal.
 //
 // 8-bit tiles: a tile is one quantization block, or 1024 / block of them when the block
 // divides 1024 (so that a block of 256 keeps every thread busy). Each thread owns quads, 4
@@ -176,7 +68,7 @@ struct CastToHalfOp {
 // then decodes (map in shared memory), updates and stores p, keeping the new states in
 // registers; the CUDA block reduces each quantization block's new absmax (a warp's 32 quads,
 // 128 values, never straddle two quantization blocks: block is a multiple of 256); then each
-// thread encodes its values (quant_math.h's table, in shared memory) and stores 4 codes as one
+// thread encodes its values (quantize_math.h's table, in shared memory) and stores 4 codes as one
 // u32. Per value this moves p (read, written), g, and a code per state (read, written): 16
 // bytes for AdamW against 28 with f32 state. bf16 chunks of aligned tensors also run as quads
 // (bf16_quads); f32 chunks (small parameters) stay scalar.
@@ -187,7 +79,7 @@ constexpr int kMaxQ8Passes = 4096 / (kOptimBlock * kQuad);
 struct CompactArgs {
   const float* found_inf;
   alignas(16) float maps[2][256];   // the 8-bit map of each state (decoding)
-  detail::EncodeTable encoders[2];  // its encode table (quant_math.h)
+  detail::EncodeTable encoders[2];  // its encode table (quantize_math.h)
   int64_t block;                    // values per absmax (8-bit state)
   int64_t tile;                     // values per 8-bit chunk: a multiple of block
   int32_t has_q8;                   // any 8-bit tensor in this launch (else: no tables needed)
@@ -205,18 +97,6 @@ struct CompactArgs {
   uint8_t vec[kMaxCompactTensors];  // p, g and the states aligned for quads (see launch)
 };
 static_assert(sizeof(CompactArgs) <= 32764, "compact optimizer kernel parameters too large");
-
-__device__ STOKER_FORCEINLINE int find_compact_tensor(const CompactArgs& a, int64_t chunk) {
-  int lo = 0, hi = a.count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (a.chunk_begin[mid] <= chunk)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
 
 // Copies `bytes` (a multiple of 16) from the kernel parameters to shared memory, 16 bytes per
 // thread and step (parameter space serves distinct addresses one at a time: wide words, fewer
@@ -433,7 +313,7 @@ __global__ void __launch_bounds__(kOptimBlock)
   }
   const int64_t chunks = a.chunk_begin[a.count];
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
-    const int t = find_compact_tensor(a, c);
+    const int t = find_tensor(a, c);
     const int form = a.form[t];
     float* p = a.p[t];
     const float* g = a.g[t];
@@ -596,61 +476,12 @@ __global__ void adamw_advance_kernel(AdamWStepState* s, const float* found_inf, 
   detail::adamw_advance(*s, found_inf && *found_inf != 0.0f, beta1, beta2, lr);
 }
 
-__global__ void update_scale_kernel(float* scale, int32_t* state, const float* found_inf,
-                                    ScaleUpdate u) {
-  detail::scale_update(*scale, state, *found_inf != 0.0f, u.growth_factor, u.backoff_factor,
-                       u.growth_interval, u.hysteresis, u.min_scale);
-}
-
-__global__ void loss_monitor_kernel(LossMonitorState* s, const float* loss, int64_t step) {
-  const float l = *loss;
-  if (isfinite(l)) {
-    s->loss_sum += l;
-    s->steps += 1;
-    s->last_finite_loss = l;
-    s->last_finite_step = step;
-  } else if (s->first_bad_step < 0) {
-    s->first_bad_step = step;
-  }
-}
-
 }  // namespace
-
-void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, float max_norm) {
-  launch(xs, {}, {}, {}, Tensor(), ClipOp{max_norm}, total_norm);
-}
-
-void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,
-                       const Tensor& found_inf) {
-  launch(grads, {}, {}, {}, Tensor(), UnscaleOp{}, scale, found_inf);
-}
-
-void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
-  if (dsts[0].dtype() == DType::f16)
-    launch(srcs, {}, dsts, {}, Tensor(), CastToHalfOp<core::Half>{});
-  else
-    launch(srcs, {}, dsts, {}, Tensor(), CastToHalfOp<core::BFloat16>{});
-}
-
-void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,
-                  const ScaleUpdate& u) {
-  core::DeviceScope scope(scale.device().index);
-  update_scale_kernel<<<1, 1, 0, core::cuda_stream(scale.device())>>>(
-      static_cast<float*>(scale.data()), static_cast<int32_t*>(state.data()),
-      static_cast<const float*>(found_inf.data()), u);
-  STOKER_CUDA_CHECK(cudaGetLastError());
-}
-
-void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step) {
-  core::DeviceScope scope(monitor.device().index);
-  loss_monitor_kernel<<<1, 1, 0, core::cuda_stream(monitor.device())>>>(
-      static_cast<LossMonitorState*>(monitor.data()), static_cast<const float*>(loss.data()), step);
-  STOKER_CUDA_CHECK(cudaGetLastError());
-}
 
 void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
               std::span<const Tensor> bufs, const detail::SgdConsts& c, const Tensor& found_inf) {
-  launch(params, grads, c.has_momentum ? bufs : std::span<const Tensor>{}, {}, found_inf, SgdOp{c});
+  launch_multi_tensor(params, grads, c.has_momentum ? bufs : std::span<const Tensor>{}, {},
+                      found_inf, SgdOp{c});
 }
 
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
@@ -668,7 +499,7 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
         beta2, lr);
     STOKER_CUDA_CHECK(cudaGetLastError());
   }
-  launch(params, grads, exp_avgs, exp_avg_sqs, found_inf, AdamWOp{c, st});
+  launch_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, found_inf, AdamWOp{c, st});
 }
 
 void sgd_step_compact(std::span<const Tensor> params, std::span<const Tensor> grads,

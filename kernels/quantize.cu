@@ -1,12 +1,12 @@
 // Block-wise 8-bit quantization (ops/quantize.h) on the GPU: one CUDA block of 256 threads per
 // quantization block (256..4096 values, at most 16 per thread, kept in registers between the
-// absmax reduction and the encoding). The encode table (quant_math.h) and the map travel in the
+// absmax reduction and the encoding). The encode table (quantize_math.h) and the map travel in the
 // kernel parameters and are copied to shared memory (lookups read scattered entries; constant
-// memory would serialize them). Arithmetic from ops/quant_math.h, the CPU reference's:
+// memory would serialize them). Arithmetic from ops/quantize_math.h, the CPU reference's:
 // identical codes.
 #include "kernel_util.cuh"
-#include "ops/quant_math.h"
 #include "ops/quantize_backend.h"
+#include "ops/quantize_math.h"
 #include "stoker/ops/quantize.h"
 
 namespace stoker::ops::cuda {

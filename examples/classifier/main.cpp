@@ -55,6 +55,7 @@ namespace train = stoker::train;
 using stoker::Device;
 using stoker::DType;
 using stoker::Tensor;
+using stoker::amp::parse_precision;
 using stoker::amp::Precision;
 using stoker::ops::Layout;
 using Clock = std::chrono::steady_clock;
@@ -94,13 +95,6 @@ struct Args {
   int log_interval = 50;
   double min_accuracy = 0;
 };
-
-Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return Precision::fp32;
-  if (s == "bf16") return Precision::bf16;
-  if (s == "fp16") return Precision::fp16;
-  STOKER_THROW("--precision '", s, "': use fp32, bf16 or fp16");
-}
 
 Layout parse_layout(const std::string& s) {
   if (s == "nchw") return Layout::nchw;

@@ -20,6 +20,9 @@
 // background during the next step, with weights one step stale (ZeRO-Offload's delayed
 // parameter update).
 //
+// --synthetic is bench.cpp, --parity-dir parity.cpp (gpt_program.h); this file parses the flags
+// and trains.
+//
 // --parity-dir DIR: a run to compare with PyTorch (benchmarks/peers/torch_gpt_parity.py DIR, issue
 // #9). Training is made exact and simple: constant learning rate --lr (no warmup, no cosine),
 // no clipping, no dropout, no accumulation, one rank, fp32 with TF32 off, AdamW (betas 0.9,
@@ -44,120 +47,19 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iomanip>
 #include <string>
 #include <vector>
 
 #include "common/program.h"
-#include "common/run_flags.h"
-#include "gpt_model.h"
+#include "gpt_program.h"
 #include "stoker/core/output_path.h"
-#include "stoker/stoker.h"
-
-#ifndef STOKER_GPT_TEXT
-#define STOKER_GPT_TEXT "data/kjv-genesis-exodus.txt"
-#endif
-#ifndef STOKER_GPT_CACHE
-#define STOKER_GPT_CACHE "stoker_gpt_data"
-#endif
 
 namespace {
 
 using namespace stoker;
+using gpt_program::Options;
+using gpt_program::ParityRun;
 namespace fs = std::filesystem;
-
-struct Options {
-  std::string preset = "tiny";
-  int64_t layers = 0, heads = 0, width = 0, context = 0, vocab = 0;  // 0: the preset's
-  float dropout = 0.0f;
-  std::string init = "gpt2";
-  int64_t batch = 8;
-  int accum = 1;
-  int64_t steps = 150;
-  float lr = 2e-3f;
-  int64_t warmup = 15;
-  float min_lr = 1e-4f;
-  float weight_decay = 0.1f;
-  float clip = 1.0f;
-  std::string precision = "fp32";
-  bool selective = false;
-  std::string data;
-  std::string text = STOKER_GPT_TEXT;
-  std::string cache = STOKER_GPT_CACHE;
-  bool synthetic = false;
-  int bench_warmup = 8;
-  std::string device;
-  bool diagnostics = false;
-  uint64_t seed = 0;
-  int64_t sample = 200;
-  int top_k = 5;
-  float temperature = 0.8f;
-  std::string prompt = "And God said";
-  int log_interval = 25;
-  bool tf32 = true;
-  bool zero1 = false;
-  bool optimizer_offload = false;
-  bool optimizer_offload_delayed = false;  // OffloadOptions::delayed_update
-  std::string optimizer_state = "f32";
-  std::string parity_dir;  // non-empty: the PyTorch parity run (see the header)
-  // Checkpoints and resume, --val and evaluation, --save, --metrics, --on-corrupt, activation
-  // checkpointing (common/run_flags.h: the same as stoker_classifier's).
-  program::RunFlags run;
-};
-
-// Forwards another BatchSource and appends every batch it hands out to `out` as int32: the
-// B*T input ids, then the B*T target ids (batches.i32 of --parity-dir). Reading the ids back
-// from a GPU costs a host sync per batch, which a parity run does not mind.
-class RecordingSource : public data::BatchSource {
- public:
-  RecordingSource(data::BatchSource& inner, const fs::path& path)
-      : inner_(inner), out_(path, std::ios::binary | std::ios::trunc) {
-    STOKER_CHECK(out_.good(), "stoker_gpt: cannot write ", path.string());
-  }
-  void start_epoch(int64_t epoch) override { inner_.start_epoch(epoch); }
-  bool next(data::Batch& batch) override {
-    if (!inner_.next(batch)) return false;
-    write_ids(batch.input);
-    write_ids(batch.target);
-    ++batches_;
-    return true;
-  }
-  int64_t batches_per_epoch() const override { return inner_.batches_per_epoch(); }
-  int64_t samples_per_epoch() const override { return inner_.samples_per_epoch(); }
-  int64_t epoch() const override { return inner_.epoch(); }
-  int64_t batch_index() const override { return inner_.batch_index(); }
-  void restore(int64_t epoch, int64_t batch_index) override { inner_.restore(epoch, batch_index); }
-  int64_t batches() const { return batches_; }
-  void close() {
-    out_.close();
-    STOKER_CHECK(!out_.fail(), "stoker_gpt: writing batches.i32 failed");
-  }
-
- private:
-  void write_ids(const Tensor& ids) {
-    std::vector<int32_t> v;
-    if (ids.dtype() == DType::i32) {
-      v = ids.to_vector<int32_t>();
-    } else {
-      STOKER_CHECK(ids.dtype() == DType::i64, "stoker_gpt: token ids of dtype ",
-                   dtype_name(ids.dtype()));
-      const std::vector<int64_t> w = ids.to_vector<int64_t>();
-      v.assign(w.begin(), w.end());
-    }
-    out_.write(reinterpret_cast<const char*>(v.data()),
-               static_cast<std::streamsize>(v.size() * sizeof(int32_t)));
-  }
-  data::BatchSource& inner_;
-  std::ofstream out_;
-  int64_t batches_ = 0;
-};
-
-amp::Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return amp::Precision::fp32;
-  if (s == "bf16") return amp::Precision::bf16;
-  if (s == "fp16") return amp::Precision::fp16;
-  STOKER_THROW("--precision: '", s, "' is not fp32, bf16 or fp16");
-}
 
 optim::StateFormat parse_state(const std::string& s) {
   if (s == "f32") return {};
@@ -196,18 +98,6 @@ std::pair<fs::path, fs::path> encode_text(const fs::path& text, const fs::path& 
   return {train, val};
 }
 
-// The loss on one fixed batch, in evaluation mode, nothing saved (the benchmark's check that
-// it trained).
-double eval_loss_fixed(gpt::Gpt& model, const data::Batch& batch) {
-  const bool was_training = model.training();
-  model.set_training(false);
-  nn::NoSaveScope no_save;
-  nn::CrossEntropyLoss loss;
-  const double l = loss.forward(model.forward(batch.input), batch.target).item();
-  model.set_training(was_training);
-  return l;
-}
-
 std::string printable(const std::vector<int64_t>& tokens, int64_t vocab) {
   std::string s;
   for (const int64_t t : tokens) {
@@ -229,13 +119,7 @@ int run(const Options& o) {
   Device device = ctx.device;
   if (world == 1 && !o.device.empty()) device = program::device(o.device);
   const bool parity = !o.parity_dir.empty();
-  if (parity) {
-    STOKER_CHECK(world == 1, "--parity-dir: one rank only, not ", world);
-    STOKER_CHECK(o.accum == 1 && o.precision == "fp32" && o.dropout == 0.0f && !o.zero1 &&
-                     o.optimizer_state == "f32" && !o.synthetic,
-                 "--parity-dir: needs --accum 1 --precision fp32 --dropout 0 "
-                 "--optimizer-state f32, no --zero1, no --synthetic");
-  }
+  if (parity) ParityRun::check(o, world);
   ops::set_allow_tf32(o.tf32 && !parity);
 
   gpt::GptConfig config = gpt::GptConfig::preset(o.preset);
@@ -252,17 +136,14 @@ int run(const Options& o) {
   config.init = o.init == "gpt2" ? gpt::GptInit::gpt2 : gpt::GptInit::torch;
   // Byte-level text needs 256 ids; a bigger vocabulary only wastes the head.
   if (!o.synthetic && o.data.empty() && o.vocab == 0) config.vocab = 256;
-  const amp::Precision precision = parse_precision(o.precision);
+  const amp::Precision precision = amp::parse_precision(o.precision);
   const int64_t t = config.context;
 
   nn::manual_seed(o.seed);
   gpt::Gpt model(config);
   model.to(device);
-  const fs::path pdir = o.parity_dir;
-  if (parity) {
-    core::check_output_dir(pdir, "--parity-dir");  // the last files are written after training
-    train::save_weights(model, pdir / "init.safetensors");  // before anything trains
-  }
+  std::unique_ptr<ParityRun> parity_run;  // writes the initial weights: before anything trains
+  if (parity) parity_run = std::make_unique<ParityRun>(o, model);
   const int wrapped = o.run.activation_checkpoint_every > 0 ? model.checkpoint_blocks(o.run.activation_checkpoint_every) : 0;
   if (o.selective) nn::set_selective_recompute(model, true);
   std::unique_ptr<dist::GradReducer> reducer;
@@ -321,72 +202,11 @@ int run(const Options& o) {
   };
   topts.diagnostics.enabled = o.diagnostics;
   o.run.apply(topts);  // checkpoints, metrics, evaluation (activation checkpointing: above)
-  if (parity) {  // exact and simple: constant lr, no clipping, a loss per step
-    topts.clip_grad_norm = 0.0f;
-    topts.schedule = optim::constant_lr(o.lr);
-    topts.log_interval = 1;
-    topts.progress_bar = false;
-    topts.diagnostics.enabled = false;
-  }
+  if (parity_run) parity_run->adjust(topts);  // exact and simple: constant lr, no clipping
 
-  if (o.synthetic) {
-    // The peer's benchmark: one fixed batch of random ids (its randint(0, 50257)), per rank.
-    topts.progress_bar = false;
-    topts.quiet = true;
-    train::Trainer trainer(model, loss, opt, topts);
-    const int64_t hi = std::min<int64_t>(config.vocab, 50257);
-    auto random_ids = [&](const Shape& shape, uint64_t stream) {
-      std::vector<int64_t> v(static_cast<size_t>(shape.numel()));
-      for (size_t i = 0; i < v.size(); ++i)
-        v[i] = core::philox_block(o.seed + 1 + rank, stream, i).v[0] % hi;
-      return Tensor::from_vector(v, shape, device);
-    };
-    std::vector<data::Batch> micro;
-    for (int m = 0; m < o.accum; ++m)
-      micro.push_back({.input = random_ids({o.batch, t}, 2 * m),
-                       .target = random_ids({o.batch * t}, 2 * m + 1),
-                       .size = o.batch});
-    const double first = eval_loss_fixed(model, micro[0]);
-    for (int i = 0; i < o.bench_warmup; ++i) trainer.train_step(micro);
-    core::synchronize_device(device);
-    core::reset_peak_memory(device);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < o.steps; ++i) trainer.train_step(micro);
-    core::synchronize_device(device);
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                static_cast<double>(o.steps);
-    const double peak_gib =
-        static_cast<double>(core::memory_stats(device).peak_bytes) / (1024.0 * 1024.0 * 1024.0);
-    if (world > 1) {  // the slowest rank's step time
-      const Tensor x =
-          Tensor::from_floats({static_cast<float>(dt)}, {1}, DType::f32, ctx.comm->device());
-      ctx.comm->all_reduce(x, dist::ReduceOp::max);
-      dt = x.item();
-    }
-    const double last = eval_loss_fixed(model, micro[0]);
-    const double tokens = static_cast<double>(o.batch * t * o.accum);
-    // torch_train.py's FLOP model: 6 N per token + 12 L C T per token for attention.
-    const double flops = 6.0 * static_cast<double>(params) * tokens +
-                         12.0 * config.layers * config.d_model * t * tokens;
-    if (root) {
-      const std::string name = core::detail::str(
-          "stoker GPT ", o.preset, " B=", o.batch, " T=", t,
-          o.accum > 1 ? core::detail::str(" accum=", o.accum) : std::string(), " ",
-          precision == amp::Precision::fp32 ? (o.tf32 ? "fp32(tf32)" : "fp32") : o.precision,
-          wrapped > 0 ? core::detail::str(" +ckpt(every ", o.run.activation_checkpoint_every, ")") : "",
-          o.selective ? " +selective" : "",
-          world > 1 ? core::detail::str(" x", world, " ranks") : "");
-      std::printf("%s: %s tok/s, %.1f ms/step, peak %.1f GiB, ~%.0f TFLOP/s\n", name.c_str(),
-                  core::detail::str(static_cast<long long>(tokens / dt)).c_str(), dt * 1e3,
-                  peak_gib, flops / dt / 1e12);
-      if (world > 1)
-        std::printf("job: %.0f tok/s over %d ranks (slowest rank's step time)\n",
-                    tokens * world / dt, world);
-      std::printf("loss on the fixed batch: %.4f before, %.4f after %d + %lld steps\n", first, last,
-                  o.bench_warmup, static_cast<long long>(o.steps));
-    }
-    return std::isfinite(last) && last < first ? 0 : 1;
-  }
+  if (o.synthetic)
+    return gpt_program::run_bench(
+        o, {ctx, device, config, model, loss, opt, topts, precision, params, wrapped});
 
   // Real data: the bundled text (byte level) or a token file; validation: --val, else the
   // text's last 10 %.
@@ -439,54 +259,11 @@ int run(const Options& o) {
     std::fflush(stdout);
   }
 
-  std::unique_ptr<RecordingSource> recorder;
-  std::vector<double> step_losses;
-  if (parity) {
-    recorder = std::make_unique<RecordingSource>(train_data, pdir / "batches.i32");
-    const char* data_name = o.data.empty() ? o.text.c_str() : o.data.c_str();
-    std::ofstream cfg(pdir / "config.json");
-    cfg << "{\n"
-        << "  \"model\": \"" << model.describe() << "\",\n"
-        << "  \"vocab\": " << config.vocab << ",\n"
-        << "  \"context\": " << config.context << ",\n"
-        << "  \"layers\": " << config.layers << ",\n"
-        << "  \"heads\": " << config.heads << ",\n"
-        << "  \"width\": " << config.d_model << ",\n"
-        << "  \"init\": \"" << o.init << "\",\n"
-        << "  \"seed\": " << o.seed << ",\n"
-        << "  \"batch\": " << o.batch << ",\n"
-        << "  \"seq\": " << t << ",\n"
-        << "  \"steps\": " << o.steps << ",\n"
-        << "  \"optimizer\": \"AdamW\",\n"
-        << std::setprecision(9) << "  \"lr\": " << adamw.lr << ",\n"
-        << "  \"betas\": [" << adamw.beta1 << ", " << adamw.beta2 << "],\n"
-        << "  \"eps\": " << adamw.eps << ",\n"
-        << "  \"weight_decay\": " << adamw.weight_decay << ",\n"
-        << "  \"schedule\": \"constant\",\n"
-        << "  \"clip_grad_norm\": 0,\n"
-        << "  \"dropout\": 0,\n"
-        << "  \"grad_accum_steps\": 1,\n"
-        << "  \"precision\": \"fp32\",\n"
-        << "  \"tf32\": false,\n"
-        << "  \"device\": \"" << device.str() << "\",\n"
-        << "  \"data\": \"" << fs::path(data_name).filename().string() << "\",\n"
-        << "  \"batches_file\": \"batches.i32\",\n"
-        << "  \"batches_layout\": \"int32 little-endian [steps, 2, batch, seq]: per step the "
-           "input ids then the target ids\",\n"
-        << "  \"loss\": \"mean cross-entropy over batch*seq tokens\"\n"
-        << "}\n";
-    STOKER_CHECK(cfg.good(), "stoker_gpt: cannot write ", (pdir / "config.json").string());
-  }
+  data::BatchSource& train_source =
+      parity_run ? parity_run->record(train_data, config, adamw, device) : train_data;
 
   train::Trainer trainer(model, loss, opt, topts);
-  if (parity)
-    trainer.add_log_callback([&](const train::StepStats& st) {
-      // log_interval 1: each line is one step's loss
-      STOKER_CHECK(st.step == static_cast<int64_t>(step_losses.size()) + 1,
-                   "--parity-dir: a log line for step ", st.step, " after ", step_losses.size(),
-                   " steps");
-      step_losses.push_back(st.loss);
-    });
+  if (parity_run) parity_run->watch(trainer);
   o.run.resume_run(trainer, root);
   if (val_data && trainer.step() == 0) {
     const train::EvalResult before = trainer.evaluate(*val_data, o.run.eval_subset);
@@ -497,28 +274,10 @@ int run(const Options& o) {
   }
   core::reset_peak_memory(device);
   const auto wall_start = std::chrono::steady_clock::now();
-  const train::FitResult fit =
-      trainer.fit(recorder ? static_cast<data::BatchSource&>(*recorder) : train_data, epochs,
-                  parity ? nullptr : val_data.get());
+  const train::FitResult fit = trainer.fit(train_source, epochs, parity ? nullptr : val_data.get());
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  if (parity) {
-    recorder->close();
-    STOKER_CHECK(
-        recorder->batches() == fit.steps && static_cast<int64_t>(step_losses.size()) == fit.steps,
-        "--parity-dir: ", fit.steps, " steps but ", recorder->batches(), " batches and ",
-        step_losses.size(), " losses recorded");
-    std::ofstream lf(pdir / "losses.json");
-    lf << std::setprecision(9) << "{\"steps\": " << fit.steps << ", \"losses\": [";
-    for (size_t i = 0; i < step_losses.size(); ++i) lf << (i ? ", " : "") << step_losses[i];
-    lf << "]}\n";
-    STOKER_CHECK(lf.good(), "stoker_gpt: cannot write ", (pdir / "losses.json").string());
-    train::save_weights(model, pdir / "final.safetensors");
-    std::printf(
-        "parity files in %s: config.json, init.safetensors, batches.i32 (%lld steps), "
-        "losses.json, final.safetensors\n",
-        pdir.string().c_str(), static_cast<long long>(fit.steps));
-  }
+  if (parity_run) parity_run->finish(fit);
   const double tokens = static_cast<double>(fit.steps * o.batch * t * o.accum * world);
   if (root) {
     std::printf(

@@ -1,5 +1,6 @@
 // `stoker doctor`: static checks of the machine and ablations that tell why training is slow
-// (docs/diagnostics.md, "stoker doctor"). Private to the CLI.
+// (docs/diagnostics.md, "stoker doctor"). Private to the CLI (and benchmarks/diag_overhead.cpp);
+// its parts: doctor_parts.h.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -41,12 +42,13 @@ struct DoctorOptions {
   std::string worker_json;           // internal: a rank of the 1-vs-N ablation
 };
 
-// `stoker doctor [options] -- PROGRAM ARGS...`: takes PROGRAM ARGS out of the command line
-// (argc shrinks to the `--`) so that CLI11 never parses the program's own options.
-std::vector<std::string> split_program(int& argc, char** argv);
-// The same on a list of words (without the program name): everything after the first `--`
-// that follows the `doctor` word is removed from `args` and returned.
+// `stoker doctor [options] -- PROGRAM ARGS...`: takes PROGRAM ARGS out of the command line so
+// that CLI11 never parses the program's own options. On a list of words (without the program
+// name): when the first word that is not an option is `doctor`, everything from the first `--`
+// after it is removed from `args` and what followed the `--` returned; otherwise nothing.
 std::vector<std::string> split_program_args(std::vector<std::string>& args);
+// The same on main's argv (argc shrinks to the `--`).
+std::vector<std::string> split_program(int& argc, char** argv);
 
 // Registers the subcommand on `app`; run it with run_doctor when parsed.
 CLI::App* add_doctor_command(CLI::App& app, DoctorOptions& options);

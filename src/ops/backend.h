@@ -21,6 +21,7 @@ namespace stoker::ops {
 #define STOKER_OPS_BACKEND_DECLS                                                                   \
   void fill(const Tensor& out, double value);                                                      \
   void cast(const Tensor& dst, const Tensor& src); /* float dtypes; also same-dtype copy */        \
+  void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs);                     \
   void add(const Tensor& out, const Tensor& a, const Tensor& b);                                   \
   void mul(const Tensor& out, const Tensor& a, const Tensor& b);                                   \
   void axpy(const Tensor& y, float alpha, const Tensor& x);                                        \

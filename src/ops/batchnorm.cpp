@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "ops/backend.h"
-#include "ops/image.h"
+#include "ops/geometry.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {

@@ -7,7 +7,7 @@
 #include "stoker/ops/conv.h"
 
 #include "ops/backend.h"
-#include "ops/image.h"
+#include "ops/geometry.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {

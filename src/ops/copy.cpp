@@ -3,7 +3,6 @@
 #include <string>
 
 #include "ops/backend.h"
-#include "ops/optim_backend.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {

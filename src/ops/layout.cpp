@@ -4,7 +4,7 @@
 #include "stoker/ops/layout.h"
 
 #include "ops/backend.h"
-#include "ops/image.h"
+#include "ops/geometry.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {

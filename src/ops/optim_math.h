@@ -59,34 +59,4 @@ STOKER_HD STOKER_FORCEINLINE void adamw_advance(AdamWStepState& s, bool skip, do
   s.bc2_sqrt = static_cast<float>(sqrt(1.0 - s.beta2_pow));
 }
 
-// The scale update of ops::update_scale (see training.h); state = {tracker, hysteresis_left,
-// hit_min_scale}. Shared by the CPU and the single-thread CUDA kernel.
-STOKER_HD STOKER_FORCEINLINE void scale_update(float& scale, int32_t* state, bool found_inf,
-                                               float growth, float backoff, int64_t interval,
-                                               int32_t hysteresis, float min_scale) {
-  if (found_inf) {
-    state[0] = 0;
-    if (state[1] > 1) {
-      state[1] -= 1;
-      return;
-    }
-    float s = scale * backoff;
-    if (s <= min_scale) {
-      s = min_scale;
-      state[2] = 1;
-    }
-    scale = s;
-    return;
-  }
-  const int32_t t = state[0] + 1;
-  if (t >= interval) {
-    const float grown = scale * growth;
-    if (grown - grown == 0.0f) scale = grown;  // finite
-    state[0] = 0;
-    state[1] = hysteresis;
-  } else {
-    state[0] = t;
-  }
-}
-
 }  // namespace stoker::ops::detail

@@ -5,7 +5,7 @@
 #include "stoker/ops/pool.h"
 
 #include "ops/backend.h"
-#include "ops/image.h"
+#include "ops/geometry.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "ops/backend.h"
-#include "ops/quant_math.h"
 #include "ops/quantize_backend.h"
+#include "ops/quantize_math.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {
@@ -42,7 +42,7 @@ std::array<float, 256> build_map(bool is_signed) {
   return map;
 }
 
-// The definition of a value's code (quant_math.h): binary search for map[lo] <= x < map[lo + 1],
+// The definition of a value's code (quantize_math.h): binary search for map[lo] <= x < map[lo + 1],
 // then the nearer entry, ties to the lower. Used only to build the encode tables.
 int nearest_by_search(const float* map, int codes, float x) {
   if (!(x > map[0])) return 0;
@@ -65,7 +65,7 @@ uint32_t ordered_key(float f) {
 }
 float from_ordered_key(uint32_t k) { return core::bits_float((k >> 31) ? (k & 0x7fffffffu) : ~k); }
 
-// The thresholds and the buckets of quant_math.h's encode_nearest, from the search. Checks that
+// The thresholds and the buckets of quantize_math.h's encode_nearest, from the search. Checks that
 // no bucket holds more than kEncodeSteps thresholds (else encode_nearest would be wrong).
 detail::EncodeTable build_encode_table(bool is_signed) {
   const auto& map = dynamic_map(is_signed);

@@ -1,5 +1,5 @@
 // Private: backend entry points of block-wise quantization (see backend.h for the convention).
-// Each backend takes the map (dynamic_map) and its encode table (quant_math.h's encode_table)
+// Each backend takes the map (dynamic_map) and its encode table (quantize_math.h's encode_table)
 // from is_signed; the CUDA side passes them to its kernels.
 #pragma once
 

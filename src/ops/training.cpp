@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "ops/backend.h"
-#include "ops/optim_backend.h"
+#include "ops/training_backend.h"
 #include "ops/validate.h"
 #include "stoker/core/stream.h"
 

@@ -1,4 +1,4 @@
-// GPU vs CPU of the 8-bit encoder (quant_math.h's lookup table) in its two kernels: block-wise
+// GPU vs CPU of the 8-bit encoder (quantize_math.h's lookup table) in its two kernels: block-wise
 // quantization on the values where an encoder could go wrong (every map entry, midpoint and
 // bucket boundary with their float neighbours), and the 8-bit AdamW / SGD updates for every
 // tiling of the kernel (blocks of 256 .. 4096 values: several quantization blocks per tile, one

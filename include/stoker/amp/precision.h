@@ -22,4 +22,9 @@ constexpr std::string_view precision_name(Precision p) {
   return p == Precision::bf16 ? "bf16" : p == Precision::fp16 ? "fp16" : "fp32";
 }
 
+// The Precision named `name` ("fp32", "bf16" or "fp16", as precision_name spells them); any
+// other word throws stoker::Error naming `flag` and the valid values:
+// "--precision: 'fp8' is not fp32, bf16 or fp16".
+Precision parse_precision(std::string_view name, std::string_view flag = "--precision");
+
 }  // namespace stoker::amp

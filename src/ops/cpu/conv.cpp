@@ -19,7 +19,7 @@
 
 #include "ops/backend.h"
 #include "ops/cpu/parallel.h"
-#include "ops/image.h"
+#include "ops/geometry.h"
 
 namespace stoker::ops::cpu {
 

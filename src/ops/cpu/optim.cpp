@@ -7,8 +7,6 @@
 // clone and libm calls in the baseline; both are correctly rounded, so the two clones (and the
 // GPU kernels) give the same bits. This file is compiled with -fno-math-errno (sqrtf without an
 // errno branch, so it vectorizes; the result is the same correctly rounded square root).
-#include <oneapi/tbb/parallel_reduce.h>
-
 #include <cmath>
 
 #include "ops/backend.h"
@@ -79,72 +77,6 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
       adamw_chunk(p + s, g + s, m + s, v + s, e - s, c);
     });
   }
-}
-
-}  // namespace stoker::ops::cpu
-
-namespace stoker::ops::cpu {
-
-void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, float max_norm) {
-  const float norm = *static_cast<const float*>(total_norm.data());
-  const float factor = max_norm / (norm + 1e-6f);
-  if (!(factor < 1.0f)) return;  // also leaves NaN norms alone, like clamp(max=1) of NaN
-  for (const Tensor& x : xs) {
-    float* p = static_cast<float*>(x.data());
-    parallel_range(x.numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) p[i] *= factor;
-    });
-  }
-}
-
-void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step) {
-  auto* s = static_cast<LossMonitorState*>(monitor.data());
-  const float l = *static_cast<const float*>(loss.data());
-  if (std::isfinite(l)) {
-    s->loss_sum += l;
-    s->steps += 1;
-    s->last_finite_loss = l;
-    s->last_finite_step = step;
-  } else if (s->first_bad_step < 0) {
-    s->first_bad_step = step;
-  }
-}
-
-}  // namespace stoker::ops::cpu
-
-namespace stoker::ops::cpu {
-
-void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,
-                       const Tensor& found_inf) {
-  const float inv = static_cast<float>(1.0 / static_cast<double>(*scale.data<float>()));
-  bool bad = false;
-  for (const Tensor& g : grads) {
-    float* p = static_cast<float*>(g.data());
-    const bool tensor_bad = tbb::parallel_reduce(
-        tbb::blocked_range<int64_t>(0, g.numel(), kGrain), false,
-        [&](const tbb::blocked_range<int64_t>& r, bool acc) {
-          for (int64_t i = r.begin(); i < r.end(); ++i) {
-            acc = acc || !std::isfinite(p[i]);
-            p[i] *= inv;
-          }
-          return acc;
-        },
-        [](bool a, bool b) { return a || b; });
-    bad = bad || tensor_bad;
-  }
-  if (bad) *found_inf.data<float>() = 1.0f;
-}
-
-void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,
-                  const ScaleUpdate& u) {
-  detail::scale_update(*scale.data<float>(), state.data<int32_t>(),
-                       *found_inf.data<float>() != 0.0f, u.growth_factor, u.backoff_factor,
-                       u.growth_interval, u.hysteresis, u.min_scale);
-}
-
-void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
-  for (size_t t = 0; t < dsts.size(); ++t)
-    if (dsts[t].numel() > 0) cast(dsts[t], srcs[t]);
 }
 
 }  // namespace stoker::ops::cpu

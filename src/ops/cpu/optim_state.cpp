@@ -1,6 +1,6 @@
 // CPU reference of the optimizer updates over compact state (ops/optim.h, "compact"): the same
 // per-element math as the f32 updates (ops/optim_math.h), with loads and stores that decode and
-// encode bf16 or block-wise 8-bit state (ops/quant_math.h). 8-bit tensors run one task per run
+// encode bf16 or block-wise 8-bit state (ops/quantize_math.h). 8-bit tensors run one task per run
 // of quantization blocks: a block is decoded and updated into a local f32 buffer, its new absmax
 // taken, then encoded. kernels/optim.cu does exactly this per CUDA block, so codes agree.
 //
@@ -15,7 +15,7 @@
 #include "ops/cpu/optim_simd.h"
 #include "ops/cpu/parallel.h"
 #include "ops/optim_backend.h"
-#include "ops/quant_math.h"
+#include "ops/quantize_math.h"
 #include "stoker/ops/quantize.h"
 
 namespace stoker::ops::cpu {

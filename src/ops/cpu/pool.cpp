@@ -11,7 +11,7 @@
 
 #include "ops/backend.h"
 #include "ops/cpu/parallel.h"
-#include "ops/image.h"
+#include "ops/geometry.h"
 
 namespace stoker::ops::cpu {
 

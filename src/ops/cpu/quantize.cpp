@@ -1,11 +1,11 @@
 // CPU reference of block-wise quantization (ops/quantize.h): one oneTBB task per run of blocks;
-// per-element arithmetic from ops/quant_math.h, shared with kernels/quantize.cu.
+// per-element arithmetic from ops/quantize_math.h, shared with kernels/quantize.cu.
 #include <algorithm>
 #include <cmath>
 
 #include "ops/cpu/parallel.h"
-#include "ops/quant_math.h"
 #include "ops/quantize_backend.h"
+#include "ops/quantize_math.h"
 #include "stoker/ops/quantize.h"
 
 namespace stoker::ops::cpu {

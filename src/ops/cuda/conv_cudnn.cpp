@@ -23,7 +23,7 @@
 
 #include "ops/backend.h"
 #include "ops/cuda/cudnn_util.h"
-#include "ops/image.h"
+#include "ops/geometry.h"
 #include "stoker/ops/gemm.h"
 
 namespace stoker::ops::cuda {

@@ -12,7 +12,7 @@
 
 #include "ops/backend.h"
 #include "ops/cuda/cudnn_util.h"
-#include "ops/image.h"
+#include "ops/geometry.h"
 
 namespace stoker::ops::cuda {
 

@@ -1,5 +1,5 @@
-// CPU reference for fill and cast (conversions through core/half.h, the same code the CUDA
-// kernels use, so both backends produce identical bits).
+// CPU reference for fill, cast and cast_multi (conversions through core/half.h, the same code
+// the CUDA kernels use, so both backends produce identical bits).
 #include <algorithm>
 
 #include "ops/backend.h"
@@ -45,6 +45,11 @@ void cast(const Tensor& dst, const Tensor& src) {
       });
     });
   });
+}
+
+void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
+  for (size_t t = 0; t < dsts.size(); ++t)
+    if (dsts[t].numel() > 0) cast(dsts[t], srcs[t]);
 }
 
 }  // namespace stoker::ops::cpu

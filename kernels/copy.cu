@@ -1,4 +1,4 @@
-// CUDA fill and cast.
+// CUDA fill, cast and cast_multi.
 //
 // fill: the value is converted to the tensor's dtype ONCE, on the host, with exactly the
 // expression the CPU reference uses (static_cast<float> then core/half.h for f16/bf16,
@@ -8,9 +8,12 @@
 // cast: widen exactly to fp32, round once to the destination (RNE, NaN payload kept) with the
 // conversions of kernel_util.cuh, which give the bits of core/half.h, as the CPU reference
 // does. Same dtype is a device-to-device copy.
+// cast_multi: the same conversions over a list of f32 tensors in one multi-tensor launch
+// (multi_tensor.cuh), the refresh of mixed-precision weight copies after an optimizer step.
 #include <cstring>
 
 #include "kernel_util.cuh"
+#include "multi_tensor.cuh"
 #include "ops/backend.h"
 
 namespace stoker::ops::cuda {
@@ -64,6 +67,15 @@ struct IdentityOp {
   __device__ float operator()(float v) const { return v; }
 };
 
+// The f32 list (p) rounded into its half copies. A copy's pointer travels in s1 (typed as
+// float* there, reinterpreted here: one argument block serves every multi-tensor op).
+template <typename T>
+struct CastToHalfOp {
+  __device__ void operator()(const MultiTensorArgs& a, int t, int64_t i) const {
+    reinterpret_cast<T*>(a.s1[t])[i] = from_float<T>(a.p[t][i]);
+  }
+};
+
 }  // namespace
 
 void fill(const Tensor& out, double value) {
@@ -104,6 +116,13 @@ void cast(const Tensor& dst, const Tensor& src) {
       }
     });
   });
+}
+
+void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
+  if (dsts[0].dtype() == DType::f16)
+    launch_multi_tensor(srcs, {}, dsts, {}, Tensor(), CastToHalfOp<core::Half>{});
+  else
+    launch_multi_tensor(srcs, {}, dsts, {}, Tensor(), CastToHalfOp<core::BFloat16>{});
 }
 
 }  // namespace stoker::ops::cuda

@@ -1,6 +1,8 @@
-// Private: the geometry of convolution and pooling problems, shared by the public validation
-// (src/ops/conv.cpp, pool.cpp) and both backends. Everything is derived from validated shapes,
+// Private: the geometry of 4-D image tensors (layout.h) and of the convolution and pooling
+// problems over them, shared by the public validation (src/ops/conv.cpp, pool.cpp,
+// batchnorm.cpp, layout.cpp) and both backends. Everything is derived from validated shapes,
 // so the backends never re-check; all extents are logical (N, C, H, W), whatever the layout.
+// (Not the image normalization of stoker/ops/image.h.)
 #pragma once
 
 #include <cstdint>
