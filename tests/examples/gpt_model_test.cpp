@@ -94,6 +94,21 @@ TEST(GptModel, NamesFollowThePeerAndTheTiedWeightAppearsOnce) {
   EXPECT_EQ(after, expected);
 }
 
+// The random generators' names are part of every training checkpoint (a resume looks each one up
+// by name): they stay those of the model's first checkpoints.
+TEST(GptModel, GeneratorNamesStayThoseOfEarlierCheckpoints) {
+  nn::manual_seed(1);
+  Gpt model(small_config(GptInit::torch, 0.1f));
+  std::vector<std::string> names;
+  model.visit_generators("", [&](const std::string& n, Generator&) { names.push_back(n); });
+  std::vector<std::string> expected{"drop.generator"};
+  for (int l = 0; l < 2; ++l) {
+    expected.push_back("blocks." + std::to_string(l) + ".attn_drop.generator");
+    expected.push_back("blocks." + std::to_string(l) + ".mlp.4.generator");
+  }
+  EXPECT_EQ(names, expected);
+}
+
 TEST(GptModel, Gpt2InitDrawsSmallWeightsAndZeroBiases) {
   nn::manual_seed(2);
   Gpt model({.vocab = 64, .context = 16, .layers = 4, .heads = 2, .d_model = 32});
