@@ -1,9 +1,12 @@
-# `cmake --install` produces a relocatable package: find_package(stoker) + stoker::stoker.
+# `cmake --install` produces a relocatable package: find_package(stoker [COMPONENTS <layer>...])
+# gives stoker::<layer> per layer (core ops nn optim amp data dist diag train) and the umbrella
+# stoker::stoker, all in one export set (stokerTargets.cmake).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(STOKER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/stoker)
-install(TARGETS stoker EXPORT stokerTargets
+install(TARGETS stoker_core stoker_util stoker_ops stoker_nn stoker_optim stoker_amp stoker_data
+                stoker_dist stoker_diag stoker_train stoker EXPORT stokerTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}

@@ -88,4 +88,5 @@ step "consumer: configure" cmake -S tests/consumer -B "$TMP/consumer" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TMP/prefix"
 step "consumer: build" cmake --build "$TMP/consumer" --parallel "$JOBS"
 step "consumer: run" "$TMP/consumer/stoker_consumer"
+step "consumer: run ops-only" "$TMP/consumer/stoker_ops_only"
 CURRENT=""

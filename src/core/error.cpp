@@ -1,15 +1,10 @@
 #include "stoker/core/error.h"
 
-#include <lmdb.h>
-
 #include <atomic>
 #include <cstring>
 
 #if STOKER_WITH_CUDA
-#include <cublasLt.h>
 #include <cuda_runtime.h>
-#include <cudnn.h>
-#include <nccl.h>
 #endif
 
 namespace stoker::core {
@@ -53,13 +48,11 @@ void throw_error(const char* file, int line, std::string what, std::string hint)
   throw Error(std::move(what), where(file, line), std::move(hint));
 }
 
-namespace {
-[[noreturn]] void library_error(const char* lib, const char* expr, int status, const char* msg,
-                                const char* file, int line, std::string hint) {
+void library_error(const char* lib, const char* expr, int status, const char* msg,
+                   const char* file, int line, std::string hint) {
   throw Error(str(lib, " call `", expr, "` failed with status ", status, ": ", msg),
               where(file, line) + current_cuda_device(), std::move(hint));
 }
-}  // namespace
 
 void check_cuda(int status, const char* expr, const char* file, int line) {
   if (status == 0) return;
@@ -79,47 +72,6 @@ void check_cuda(int status, const char* expr, const char* file, int line) {
 #else
   library_error("CUDA", expr, status, "CUDA error", file, line, {});
 #endif
-}
-
-void check_cublas(int status, const char* expr, const char* file, int line) {
-  if (status == 0) return;
-#if STOKER_WITH_CUDA
-  library_error("cuBLAS", expr, status,
-                cublasLtGetStatusString(static_cast<cublasStatus_t>(status)), file, line,
-                status == CUBLAS_STATUS_NOT_SUPPORTED
-                    ? "this dtype/shape/alignment combination is not supported by cuBLASLt"
-                    : "");
-#else
-  library_error("cuBLAS", expr, status, "cuBLAS error", file, line, {});
-#endif
-}
-
-void check_cudnn(int status, const char* expr, const char* file, int line) {
-  if (status == 0) return;
-#if STOKER_WITH_CUDA
-  library_error("cuDNN", expr, status, cudnnGetErrorString(static_cast<cudnnStatus_t>(status)),
-                file, line, {});
-#else
-  library_error("cuDNN", expr, status, "cuDNN error", file, line, {});
-#endif
-}
-
-void check_nccl(int status, const char* expr, const char* file, int line) {
-  if (status == 0) return;
-#if STOKER_WITH_CUDA
-  library_error("NCCL", expr, status, ncclGetErrorString(static_cast<ncclResult_t>(status)), file,
-                line, "set NCCL_DEBUG=INFO for NCCL's own account of what went wrong");
-#else
-  library_error("NCCL", expr, status, "NCCL error", file, line, {});
-#endif
-}
-
-void check_lmdb(int status, const char* expr, const char* file, int line) {
-  if (status == 0) return;
-  std::string hint;
-  if (status == ENOENT) hint = "the LMDB dataset does not exist: build it with `stoker pack`";
-  if (status == MDB_MAP_FULL) hint = "the LMDB map is full: pack with a larger --map-size";
-  library_error("LMDB", expr, status, mdb_strerror(status), file, line, hint);
 }
 
 }  // namespace detail

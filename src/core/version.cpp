@@ -1,14 +1,14 @@
 #include "stoker/core/version.h"
 
+#include <dlfcn.h>
 #include <oneapi/tbb/version.h>
+
+#include <initializer_list>
 
 #include "stoker/core/error.h"
 
 #if STOKER_WITH_CUDA
-#include <cublasLt.h>
 #include <cuda_runtime.h>
-#include <cudnn.h>
-#include <nccl.h>
 #endif
 
 extern "C" {
@@ -17,6 +17,22 @@ __attribute__((weak)) char* openblas_get_config();
 }
 
 namespace stoker::core {
+
+#if STOKER_WITH_CUDA
+namespace {
+// core links only the CUDA runtime: cuBLASLt and cuDNN belong to ops, NCCL to dist. Their
+// versions are asked of the copy the program runs with (already loaded when the program links
+// that layer), else of the one the loader would find; nullptr when there is none.
+void* library_symbol(const char* symbol, std::initializer_list<const char*> sonames) {
+  if (void* f = dlsym(RTLD_DEFAULT, symbol)) return f;
+  for (const char* so : sonames)
+    if (void* h = dlopen(so, RTLD_LAZY | RTLD_LOCAL))
+      if (void* f = dlsym(h, symbol)) return f;  // the handle stays open: f is used after
+  return nullptr;
+}
+std::string dotted3(size_t v) { return detail::str(v / 10000, ".", (v % 10000) / 100, ".", v % 100); }
+}  // namespace
+#endif
 
 const char* version() { return STOKER_VERSION; }
 
@@ -38,13 +54,23 @@ std::vector<LibraryVersion> library_versions() {
   else
     out.push_back({"CUDA driver", "none (no GPU driver on this machine)"});
   cudaGetLastError();
-  const size_t lt = cublasLtGetVersion();
-  out.push_back({"cuBLASLt", detail::str(lt / 10000, ".", (lt % 10000) / 100, ".", lt % 100)});
-  const size_t dnn = cudnnGetVersion();
-  out.push_back({"cuDNN", detail::str(dnn / 10000, ".", (dnn % 10000) / 100, ".", dnn % 100)});
+  using SizeVersion = size_t (*)();
+  if (auto lt = reinterpret_cast<SizeVersion>(library_symbol(
+          "cublasLtGetVersion", {"libcublasLt.so", "libcublasLt.so.13", "libcublasLt.so.12"})))
+    out.push_back({"cuBLASLt", dotted3(lt())});
+  else
+    out.push_back({"cuBLASLt", "not found"});
+  if (auto dnn = reinterpret_cast<SizeVersion>(
+          library_symbol("cudnnGetVersion", {"libcudnn.so", "libcudnn.so.9"})))
+    out.push_back({"cuDNN", dotted3(dnn())});
+  else
+    out.push_back({"cuDNN", "not found"});
+  using IntVersion = int (*)(int*);
   int nccl = 0;
-  if (ncclGetVersion(&nccl) == ncclSuccess)
-    out.push_back({"NCCL", detail::str(nccl / 10000, ".", (nccl % 10000) / 100, ".", nccl % 100)});
+  if (auto get = reinterpret_cast<IntVersion>(
+          library_symbol("ncclGetVersion", {"libnccl.so", "libnccl.so.2"}));
+      get && get(&nccl) == 0)
+    out.push_back({"NCCL", dotted3(static_cast<size_t>(nccl))});
 #else
   out.push_back({"CUDA", "not built (STOKER_WITH_CUDA=OFF)"});
 #endif

@@ -53,7 +53,13 @@ std::string str(const Args&... args) {
 std::string where(const char* file, int line);
 [[noreturn]] void throw_error(const char* file, int line, std::string what, std::string hint = {});
 
-// Library status checks: return normally on success, throw a stoker::Error otherwise.
+// Throws the Error of a failed library call: "<lib> call `<expr>` failed with status ...".
+[[noreturn]] void library_error(const char* lib, const char* expr, int status, const char* msg,
+                                const char* file, int line, std::string hint);
+
+// Library status checks: return normally on success, throw a stoker::Error otherwise. Each is
+// defined by the layer that links the library: check_cuda in core, check_cublas / check_cudnn in
+// ops (stoker::ops), check_lmdb in data (stoker::data), check_nccl in dist (stoker::dist).
 void check_cuda(int status, const char* expr, const char* file, int line);
 void check_cublas(int status, const char* expr, const char* file, int line);
 void check_cudnn(int status, const char* expr, const char* file, int line);
