@@ -429,11 +429,10 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
         a.warmup_epochs, a.warmup_epochs == 1 ? "" : "s");
     std::printf("run: %lld steps (%lld epochs of %lld)%s%s\n", static_cast<long long>(total_steps),
                 static_cast<long long>(a.epochs), static_cast<long long>(steps_per_epoch),
-                a.run.checkpoint_dir.empty()
-                    ? ", no checkpoints (--checkpoint-dir)"
-                    : (", checkpoints in " + a.run.checkpoint_dir + " every " +
-                       a.run.checkpoint_interval)
-                          .c_str(),
+                a.run.checkpoint_dir.empty() ? ", no checkpoints (--checkpoint-dir)"
+                                             : (", checkpoints in " + a.run.checkpoint_dir +
+                                                " every " + a.run.checkpoint_interval)
+                                                   .c_str(),
                 a.run.metrics.empty() ? "" : (", metrics to " + a.run.metrics).c_str());
     std::fflush(stdout);
   }
@@ -473,8 +472,8 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
     const double cost = made > 0 ? (c.worker_s - es.c0.worker_s) / made : 0.0;
     es.pending = stoker::core::detail::str(
         "epoch ", st.epoch + 1, "/", a.epochs, ": train loss ",
-        fixed(es.loss_sum / static_cast<double>(std::max<int64_t>(1, es.steps)), 4),
-        ", ", static_cast<long long>(img_s * world), " img/s");
+        fixed(es.loss_sum / static_cast<double>(std::max<int64_t>(1, es.steps)), 4), ", ",
+        static_cast<long long>(img_s * world), " img/s");
     if (main_rank) {
       std::printf(
           "  loader: %.0f img/s delivered, waited %.1f %% of the epoch, %.3f ms/img of "
@@ -484,11 +483,11 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
           train_loader.summary().c_str());
     }
     if (!eval_at_epoch_end)
-      print_epoch(val_loader ? (es.acc >= 0 ? stoker::core::detail::str(
-                                                  "last val accuracy ",
-                                                  fixed(es.acc * 100, 2), " %")
-                                            : std::string("not evaluated yet"))
-                             : std::string("no validation set"));
+      print_epoch(val_loader
+                      ? (es.acc >= 0 ? stoker::core::detail::str("last val accuracy ",
+                                                                 fixed(es.acc * 100, 2), " %")
+                                     : std::string("not evaluated yet"))
+                      : std::string("no validation set"));
     es.loss_sum = 0;
     es.steps = 0;
     es.c0 = train_loader.counters();
@@ -497,10 +496,9 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   trainer.add_eval_callback([&](const train::EvalRecord& r) {
     es.acc = r.accuracy;
     if (!es.pending.empty())
-      print_epoch(stoker::core::detail::str(
-          "val loss ", fixed(r.loss, 4), ", val accuracy ",
-          fixed(r.accuracy * 100, 2), " % (", r.samples, " images, ",
-          fixed(r.seconds, 1), " s)"));
+      print_epoch(stoker::core::detail::str("val loss ", fixed(r.loss, 4), ", val accuracy ",
+                                            fixed(r.accuracy * 100, 2), " % (", r.samples,
+                                            " images, ", fixed(r.seconds, 1), " s)"));
   });
   const auto start = Clock::now();
   const train::FitResult fit = trainer.fit(train_loader, a.epochs, val_loader.get());
@@ -512,15 +510,17 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
     if (val_loader)
       std::snprintf(final_val, sizeof(final_val), "final val accuracy %.2f %%", acc * 100);
     const double wall = since(start);
-    std::printf("\npeak memory %s (%s); %lld steps in %.1f s (%.1f s of it evaluation, %.1f %%); "
-                "%s\n",
-                stoker::core::format_bytes(peak).c_str(), device.str().c_str(),
-                static_cast<long long>(fit.steps), wall, fit.eval_seconds,
-                wall > 0 ? 100.0 * fit.eval_seconds / wall : 0.0, final_val);
+    std::printf(
+        "\npeak memory %s (%s); %lld steps in %.1f s (%.1f s of it evaluation, %.1f %%); "
+        "%s\n",
+        stoker::core::format_bytes(peak).c_str(), device.str().c_str(),
+        static_cast<long long>(fit.steps), wall, fit.eval_seconds,
+        wall > 0 ? 100.0 * fit.eval_seconds / wall : 0.0, final_val);
     if (!fit.log.empty() && wall > 0 && fit.eval_seconds > 0.1 * wall)  // steps ran here
-      std::printf("evaluation took %.0f %% of the wall time: evaluate less often (--eval-every "
-                  "N steps) or on fewer images (--eval-subset K)\n",
-                  100.0 * fit.eval_seconds / wall);
+      std::printf(
+          "evaluation took %.0f %% of the wall time: evaluate less often (--eval-every "
+          "N steps) or on fewer images (--eval-subset K)\n",
+          100.0 * fit.eval_seconds / wall);
     if (a.run.on_corrupt == "skip") {
       const int64_t train_skipped = train_loader.counters().skipped;
       const int64_t val_skipped = val_loader ? val_loader->counters().skipped : 0;

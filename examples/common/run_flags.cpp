@@ -24,12 +24,12 @@ Interval parse_interval(std::string_view text, std::string_view flag) {
   size_t number = digits;
   if (number < word.size() && word[number] == '.') {
     ++number;
-    while (number < word.size() && std::isdigit(static_cast<unsigned char>(word[number])))
-      ++number;
+    while (number < word.size() && std::isdigit(static_cast<unsigned char>(word[number]))) ++number;
   }
-  STOKER_CHECK_HINT(digits > 0 && number + 1 >= word.size() &&
-                        (number == word.size() || std::isalpha(static_cast<unsigned char>(word[number]))),
-                    forms, flag, " '", word, "' is neither a number of steps nor a duration");
+  STOKER_CHECK_HINT(
+      digits > 0 && number + 1 >= word.size() &&
+          (number == word.size() || std::isalpha(static_cast<unsigned char>(word[number]))),
+      forms, flag, " '", word, "' is neither a number of steps nor a duration");
   char* end = nullptr;
   const double v = std::strtod(word.c_str(), &end);
   const std::string unit(end);
@@ -50,8 +50,7 @@ Interval parse_interval(std::string_view text, std::string_view flag) {
     STOKER_CHECK_HINT(false, forms, flag, " '", word, "': the unit '", unit,
                       "' is not s, m, h or d");
   }
-  STOKER_CHECK_HINT(seconds >= 1, forms, flag, " ", word,
-                    ": a duration is at least 1 second");
+  STOKER_CHECK_HINT(seconds >= 1, forms, flag, " ", word, ": a duration is at least 1 second");
   return {.seconds = seconds};
 }
 
@@ -62,8 +61,9 @@ void RunFlags::add_to(CLI::App& app, const std::string& val_help) {
   app.add_option("--checkpoint-interval", checkpoint_interval,
                  "a checkpoint every N steps or every duration (90s, 30m, 2h, 1d)")
       ->capture_default_str();
-  app.add_option("--keep-last", keep_last,
-                 "periodic checkpoints kept, newest first (0: all); last.safetensors is always kept")
+  app.add_option(
+         "--keep-last", keep_last,
+         "periodic checkpoints kept, newest first (0: all); last.safetensors is always kept")
       ->check(at_least(0))
       ->capture_default_str();
   app.add_option("--resume", resume,
@@ -137,9 +137,9 @@ void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank) {
                       ": no such file or folder");
   }
   for (const char* flag : {"--eval-every", "--eval-subset"})
-    STOKER_CHECK_HINT(has_validation || app.count(flag) == 0, "add --val, or leave " +
-                                                                  std::string(flag) + " out",
-                      flag, " needs a validation set: there is no --val");
+    STOKER_CHECK_HINT(has_validation || app.count(flag) == 0,
+                      "add --val, or leave " + std::string(flag) + " out", flag,
+                      " needs a validation set: there is no --val");
   if (!main_rank) return;  // rank 0 writes; the others must not race it creating folders
   if (dir) core::check_output_dir(checkpoint_dir, "--checkpoint-dir");
   if (!metrics.empty()) core::check_output_path(metrics, "--metrics");
@@ -159,8 +159,8 @@ void RunFlags::apply(train::TrainerOptions& o) const {
 void RunFlags::refuse_in(const CLI::App& app, const std::string& mode, const std::string& why) {
   for (const char* flag : {"--checkpoint-dir", "--checkpoint-interval", "--keep-last", "--resume",
                            "--save", "--val", "--eval-every", "--eval-subset", "--metrics"})
-    STOKER_CHECK_HINT(app.count(flag) == 0, std::string("leave ") + flag + " out of " + mode,
-                      flag, " has no use in ", mode, ": ", why);
+    STOKER_CHECK_HINT(app.count(flag) == 0, std::string("leave ") + flag + " out of " + mode, flag,
+                      " has no use in ", mode, ": ", why);
 }
 
 data::CorruptPolicy RunFlags::corrupt_policy() const {

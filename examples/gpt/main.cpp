@@ -10,9 +10,10 @@
 // reported in its line format.
 //
 //   stoker_gpt                                                   # tiny model, byte-level text
-//   stoker_gpt --preset gpt2-124m --synthetic --batch 16 --precision bf16 [--activation-checkpoint-every 1]
-//   stoker launch --nproc-per-node 8 stoker_gpt --preset gpt2-124m --synthetic ...
-//   stoker launch --nproc-per-node 2 stoker_gpt --zero1 --optimizer-state bf16 ...
+//   stoker_gpt --preset gpt2-124m --synthetic --batch 16 --precision bf16
+//   [--activation-checkpoint-every 1] stoker launch --nproc-per-node 8 stoker_gpt --preset
+//   gpt2-124m --synthetic ... stoker launch --nproc-per-node 2 stoker_gpt --zero1 --optimizer-state
+//   bf16 ...
 // --zero1 shards AdamW's state over the ranks (ZeRO-1, dist/sharded_optimizer.h);
 // --optimizer-state stores its moments in f32, bf16 or 8-bit blocks (optim::StateFormat);
 // --optimizer-offload keeps them and the update on the CPU (optim/offloaded_optimizer.h);
@@ -144,7 +145,9 @@ int run(const Options& o) {
   model.to(device);
   std::unique_ptr<ParityRun> parity_run;  // writes the initial weights: before anything trains
   if (parity) parity_run = std::make_unique<ParityRun>(o, model);
-  const int wrapped = o.run.activation_checkpoint_every > 0 ? model.checkpoint_blocks(o.run.activation_checkpoint_every) : 0;
+  const int wrapped = o.run.activation_checkpoint_every > 0
+                          ? model.checkpoint_blocks(o.run.activation_checkpoint_every)
+                          : 0;
   if (o.selective) nn::set_selective_recompute(model, true);
   std::unique_ptr<dist::GradReducer> reducer;
   // --zero1 builds the reducer even for one rank, so the sharded path runs on one GPU too.
@@ -232,9 +235,9 @@ int run(const Options& o) {
         val_path,
         data::TokenDatasetOptions{.context = t, .seed = o.seed + 1, .vocab_size = config.vocab});
     val_data = std::make_unique<data::TokenBatches>(
-        *val_set, data::TokenBatchesOptions{.batch_size = o.batch,
-                                            .device = device,
-                                            .on_corrupt = o.run.corrupt_policy()});
+        *val_set,
+        data::TokenBatchesOptions{
+            .batch_size = o.batch, .device = device, .on_corrupt = o.run.corrupt_policy()});
   }
   const int64_t epochs = (o.steps * o.accum) / train_data.batches_per_epoch() + 1;
   if (root) {
@@ -244,8 +247,8 @@ int run(const Options& o) {
         "(%s tokens)%s%s\n",
         train_path.string().c_str(), static_cast<long long>(train_set.num_tokens()),
         static_cast<long long>(train_set.size()), static_cast<long long>(t + 1),
-        val_set ? core::detail::str(", validation ", val_path.string(), " (",
-                                    val_set->num_tokens(), " tokens)")
+        val_set ? core::detail::str(", validation ", val_path.string(), " (", val_set->num_tokens(),
+                                    " tokens)")
                       .c_str()
                 : ", no validation set",
         static_cast<long long>(o.steps), static_cast<long long>(o.batch), o.accum, world,
@@ -288,29 +291,31 @@ int run(const Options& o) {
         static_cast<double>(core::memory_stats(device).peak_bytes) / (1024.0 * 1024.0),
         device.str().c_str(), fit.final_loss);
     if (!fit.evaluations.empty())
-      std::printf("validation loss after training: %.4f (%lld sequences; evaluation took %.1f s, "
-                  "%.1f %% of the wall time)\n",
-                  fit.evaluations.back().loss,
-                  static_cast<long long>(fit.evaluations.back().samples), fit.eval_seconds,
-                  wall > 0 ? 100.0 * fit.eval_seconds / wall : 0.0);
+      std::printf(
+          "validation loss after training: %.4f (%lld sequences; evaluation took %.1f s, "
+          "%.1f %% of the wall time)\n",
+          fit.evaluations.back().loss, static_cast<long long>(fit.evaluations.back().samples),
+          fit.eval_seconds, wall > 0 ? 100.0 * fit.eval_seconds / wall : 0.0);
     if (!fit.log.empty() && wall > 0 && fit.eval_seconds > 0.1 * wall)  // steps ran here
-      std::printf("evaluation took %.0f %% of the wall time: evaluate less often (--eval-every "
-                  "N steps) or on fewer sequences (--eval-subset K)\n",
-                  100.0 * fit.eval_seconds / wall);
+      std::printf(
+          "evaluation took %.0f %% of the wall time: evaluate less often (--eval-every "
+          "N steps) or on fewer sequences (--eval-subset K)\n",
+          100.0 * fit.eval_seconds / wall);
     if (o.run.on_corrupt == "skip")
-      std::printf("--on-corrupt skip: %lld bad windows replaced (%lld in training, %lld in "
-                  "validation)%s%s\n",
-                  static_cast<long long>(train_data.skipped() +
-                                         (val_data ? val_data->skipped() : 0)),
-                  static_cast<long long>(train_data.skipped()),
-                  static_cast<long long>(val_data ? val_data->skipped() : 0),
-                  train_data.first_skipped().empty() ? "" : "; the first: ",
-                  train_data.first_skipped().c_str());
+      std::printf(
+          "--on-corrupt skip: %lld bad windows replaced (%lld in training, %lld in "
+          "validation)%s%s\n",
+          static_cast<long long>(train_data.skipped() + (val_data ? val_data->skipped() : 0)),
+          static_cast<long long>(train_data.skipped()),
+          static_cast<long long>(val_data ? val_data->skipped() : 0),
+          train_data.first_skipped().empty() ? "" : "; the first: ",
+          train_data.first_skipped().c_str());
     if (!o.run.save.empty()) {
       train::save_weights(model, o.run.save);
-      std::printf("weights written to %s (safetensors; the names of PyTorch's GPT in "
-                  "benchmarks/peers/gpt_model.py)\n",
-                  o.run.save.c_str());
+      std::printf(
+          "weights written to %s (safetensors; the names of PyTorch's GPT in "
+          "benchmarks/peers/gpt_model.py)\n",
+          o.run.save.c_str());
     }
     if (o.sample > 0) {
       std::vector<int64_t> prompt;

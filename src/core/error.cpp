@@ -48,8 +48,8 @@ void throw_error(const char* file, int line, std::string what, std::string hint)
   throw Error(std::move(what), where(file, line), std::move(hint));
 }
 
-void library_error(const char* lib, const char* expr, int status, const char* msg,
-                   const char* file, int line, std::string hint) {
+void library_error(const char* lib, const char* expr, int status, const char* msg, const char* file,
+                   int line, std::string hint) {
   throw Error(str(lib, " call `", expr, "` failed with status ", status, ": ", msg),
               where(file, line) + current_cuda_device(), std::move(hint));
 }

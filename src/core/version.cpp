@@ -30,7 +30,9 @@ void* library_symbol(const char* symbol, std::initializer_list<const char*> sona
       if (void* f = dlsym(h, symbol)) return f;  // the handle stays open: f is used after
   return nullptr;
 }
-std::string dotted3(size_t v) { return detail::str(v / 10000, ".", (v % 10000) / 100, ".", v % 100); }
+std::string dotted3(size_t v) {
+  return detail::str(v / 10000, ".", (v % 10000) / 100, ".", v % 100);
+}
 }  // namespace
 #endif
 

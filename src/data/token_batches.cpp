@@ -60,9 +60,9 @@ TokenWindow TokenBatches::window(int64_t epoch, int64_t i) const {
       why = e.message();
     }
   }
-  STOKER_CHECK_HINT(false, "fix the token file (most windows hold a bad token)", "TokenBatches: ",
-                    kAttempts, " windows in a row drawn for window ", i, " of epoch ", epoch,
-                    " were bad, the last: ", why);
+  STOKER_CHECK_HINT(false, "fix the token file (most windows hold a bad token)",
+                    "TokenBatches: ", kAttempts, " windows in a row drawn for window ", i,
+                    " of epoch ", epoch, " were bad, the last: ", why);
   return {};
 }
 

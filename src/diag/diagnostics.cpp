@@ -147,8 +147,8 @@ void Diagnostics::end_step(int64_t samples) {
     }
   }
   // Loader stages as counter tracks: busy threads per stage since the previous step.
-  if (trace_ && source_ && source_->pipeline() &&
-      traced_steps_ < options_.trace_max_steps && window_start_) {
+  if (trace_ && source_ && source_->pipeline() && traced_steps_ < options_.trace_max_steps &&
+      window_start_) {
     LoaderSnapshot now = snapshot();
     if (trace_prev_ && now.valid && now.time_ms > trace_prev_->time_ms) {
       const double dt_s = (now.time_ms - trace_prev_->time_ms) / 1e3;

@@ -64,9 +64,9 @@ std::vector<CheckpointFile> list_checkpoints(const fs::path& dir,
       const auto& meta = reader.metadata();
       const auto kind = meta.find("stoker.kind");
       const auto step = meta.find("stoker.step");
-      STOKER_CHECK(kind != meta.end() && kind->second == "training-checkpoint" &&
-                       step != meta.end(),
-                   "not a stoker training checkpoint");
+      STOKER_CHECK(
+          kind != meta.end() && kind->second == "training-checkpoint" && step != meta.end(),
+          "not a stoker training checkpoint");
       out.push_back({e.path(), std::stoll(step->second), final});
     } catch (const std::exception& ex) {
       if (skipped) skipped->push_back(e.path().string() + ": " + ex.what());
@@ -103,8 +103,8 @@ std::vector<fs::path> set_aside_checkpoints_after(const fs::path& dir, int64_t s
     to += ".abandoned";
     std::error_code ec;
     fs::rename(c.path, to, ec);
-    STOKER_CHECK_HINT(!ec, "move it out of the checkpoint folder by hand",
-                      "checkpoint ", c.path.string(), " (step ", c.step,
+    STOKER_CHECK_HINT(!ec, "move it out of the checkpoint folder by hand", "checkpoint ",
+                      c.path.string(), " (step ", c.step,
                       ") is further into the run than the resumed step ", step,
                       " and could not be renamed to ", to.string(), ": ", ec.message());
     renamed.push_back(to);

@@ -41,13 +41,12 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t resume_step, b
     : path_(path) {
   const std::string prefix =
       resume_step >= 0 ? kept_prefix(path, resume_step, evaluated) : std::string();
-  util::write_file_atomically(path, [&](int fd) {
-    util::write_all(fd, prefix.data(), prefix.size(), path);
-  });
+  util::write_file_atomically(
+      path, [&](int fd) { util::write_all(fd, prefix.data(), prefix.size(), path); });
   file_ = std::fopen(path.c_str(), "ab");
   STOKER_CHECK_HINT(file_ != nullptr, "choose a path in a folder this process can write",
-                    "metrics file ", path.string(), " cannot be opened for appending: ",
-                    std::strerror(errno));
+                    "metrics file ", path.string(),
+                    " cannot be opened for appending: ", std::strerror(errno));
 }
 
 MetricsLog::~MetricsLog() {
@@ -56,10 +55,10 @@ MetricsLog::~MetricsLog() {
 
 void MetricsLog::write(const nlohmann::ordered_json& line) {
   const std::string text = line.dump() + "\n";
-  const bool ok = std::fwrite(text.data(), 1, text.size(), file_) == text.size() &&
-                  std::fflush(file_) == 0;
-  STOKER_CHECK(ok, "metrics file ", path_.string(), ": writing a line failed: ",
-               std::strerror(errno));
+  const bool ok =
+      std::fwrite(text.data(), 1, text.size(), file_) == text.size() && std::fflush(file_) == 0;
+  STOKER_CHECK(ok, "metrics file ", path_.string(),
+               ": writing a line failed: ", std::strerror(errno));
 }
 
 }  // namespace stoker::train

@@ -2,10 +2,11 @@
 // comparing runs; the fields are documented in docs/long_runs.md#metrics.
 //
 // A run that resumes at step S continues the file of the run it resumes: lines of steps up to S
-// are kept (an evaluation line of step S only when that evaluation is in the checkpoint), later ones (written after the checkpoint, by the process that was stopped) and a
-// torn last line are dropped — the prefix is rewritten atomically — and the new lines are
-// appended. A run that does not resume starts the file afresh. Each line is flushed as written,
-// so a killed run leaves whole lines (and at most one torn last line, dropped on resume).
+// are kept (an evaluation line of step S only when that evaluation is in the checkpoint), later
+// ones (written after the checkpoint, by the process that was stopped) and a torn last line are
+// dropped — the prefix is rewritten atomically — and the new lines are appended. A run that does
+// not resume starts the file afresh. Each line is flushed as written, so a killed run leaves whole
+// lines (and at most one torn last line, dropped on resume).
 #pragma once
 
 #include <cstdint>

@@ -392,15 +392,14 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
   st.global_samples_per_s = st.samples_per_s;
   // A checkpoint due by time: this rank's clock; with ranks, due when any rank's clock says so.
-  time_checkpoint_due_ =
-      options_.checkpoint_interval_seconds > 0 &&
-      seconds_since(last_checkpoint_) >= options_.checkpoint_interval_seconds;
+  time_checkpoint_due_ = options_.checkpoint_interval_seconds > 0 &&
+                         seconds_since(last_checkpoint_) >= options_.checkpoint_interval_seconds;
   if (options_.reducer) {
     // Every rank logs at the same steps, so this all-reduce pairs up across ranks.
     dist::Communicator& comm = options_.reducer->communicator();
     const Tensor v = Tensor::from_floats(
-        {static_cast<float>(st.samples_per_s), time_checkpoint_due_ ? 1.0f : 0.0f}, {2},
-        DType::f32, comm.device());
+        {static_cast<float>(st.samples_per_s), time_checkpoint_due_ ? 1.0f : 0.0f}, {2}, DType::f32,
+        comm.device());
     comm.all_reduce(v, dist::ReduceOp::sum);
     const std::vector<float> sums = v.to_floats();
     st.world_size = comm.world_size();
@@ -417,9 +416,7 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.eval_share = st.elapsed_s > 0 ? std::min(1.0, fit_eval_s_ / st.elapsed_s) : 0.0;
   st.total_steps = fit_total_steps_;
   const int64_t done = step_ - fit_first_step_;
-  if (fit_total_steps_ >= 0 && done > 0)
-    st.eta_s = static_cast<double>(std::max<int64_t>(0, fit_total_steps_ - step_)) *
-               st.elapsed_s / static_cast<double>(done);
+  st.eta_s = eta_seconds(st.elapsed_s);
   if (!options_.quiet && main_rank()) {
     const std::string throughput =
         st.world_size > 1
@@ -427,9 +424,9 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
                                 static_cast<long long>(st.global_samples_per_s), " samples/s on ",
                                 st.world_size, " ranks")
             : core::detail::str(static_cast<long long>(st.samples_per_s), " samples/s");
-    const std::string eta =
-        st.eta_s >= 0 && st.step < st.total_steps ? " | ETA " + util::format_duration(st.eta_s)
-                                                  : std::string();
+    const std::string eta = st.eta_s >= 0 && st.step < st.total_steps
+                                ? " | ETA " + util::format_duration(st.eta_s)
+                                : std::string();
     std::printf(
         "step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
         "%s | data wait %.1f%% | host syncs/step %lld | peak %.1f MiB%s\n",
@@ -438,11 +435,11 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
         throughput.c_str(), 100.0 * st.data_wait_share,
         static_cast<long long>(st.host_syncs_per_step), st.peak_memory_mib, eta.c_str());
     if (fit_windows_ == 0 && st.eta_s >= 0 && st.step < st.total_steps)
-      std::printf("estimated time: %s for the %lld steps to step %lld (at the pace of the first "
-                  "%lld; the progress bar and the log lines refine it)\n",
-                  util::format_duration(st.eta_s).c_str(),
-                  static_cast<long long>(st.total_steps - st.step),
-                  static_cast<long long>(st.total_steps), static_cast<long long>(done));
+      std::printf(
+          "estimated time: %s for the %lld steps to step %lld (at the pace of the first "
+          "%lld; the progress bar and the log lines refine it)\n",
+          util::format_duration(st.eta_s).c_str(), static_cast<long long>(st.total_steps - st.step),
+          static_cast<long long>(st.total_steps), static_cast<long long>(done));
     std::fflush(stdout);
   }
   ++fit_windows_;
@@ -469,6 +466,13 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   return st;
 }
 
+double Trainer::eta_seconds(double elapsed_s) const {
+  const int64_t done = step_ - fit_first_step_;
+  if (fit_total_steps_ < 0 || done <= 0) return -1.0;
+  return static_cast<double>(std::max<int64_t>(0, fit_total_steps_ - step_)) * elapsed_s /
+         static_cast<double>(done);
+}
+
 EvalRecord Trainer::evaluate_in_fit(data::BatchSource& validation, int64_t epoch) {
   const auto t0 = Clock::now();
   const EvalResult r = evaluate(validation, options_.evaluation.max_samples);
@@ -484,11 +488,12 @@ EvalRecord Trainer::evaluate_in_fit(data::BatchSource& validation, int64_t epoch
   rec.share = elapsed > 0 ? std::min(1.0, fit_eval_s_ / elapsed) : 0.0;
   model_.set_training(true);
   if (!options_.quiet && main_rank()) {
-    std::printf("eval   %6lld | epoch %lld | val loss %.6f%s | %lld samples in %.2f s | "
-                "evaluation %.1f%% of the wall time so far\n",
-                static_cast<long long>(rec.step), static_cast<long long>(rec.epoch), rec.loss,
-                rec.accuracy >= 0 ? accuracy_text(rec.accuracy).c_str() : "",
-                static_cast<long long>(rec.samples), rec.seconds, 100.0 * rec.share);
+    std::printf(
+        "eval   %6lld | epoch %lld | val loss %.6f%s | %lld samples in %.2f s | "
+        "evaluation %.1f%% of the wall time so far\n",
+        static_cast<long long>(rec.step), static_cast<long long>(rec.epoch), rec.loss,
+        rec.accuracy >= 0 ? accuracy_text(rec.accuracy).c_str() : "",
+        static_cast<long long>(rec.samples), rec.seconds, 100.0 * rec.share);
     std::fflush(stdout);
   }
   if (metrics_)
@@ -581,23 +586,22 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
   if (!options_.metrics_path.empty() && main_rank()) {
     metrics_ = std::make_unique<MetricsLog>(options_.metrics_path, resumed_ ? step_ : -1,
                                             resumed_ && resume_evaluated_step_ == step_);
-    metrics_->write(
-        {{"kind", "start"},
-         {"step", step_},
-         {"epoch", first_epoch},
-         {"time", utc_now()},
-         {"model", model_.describe()},
-         {"parameters", model_.parameter_count()},
-         {"precision", std::string(amp::precision_name(options_.precision))},
-         {"world_size", world_size()},
-         {"batch_size", known(identity.batch_size)},
-         {"grad_accum_steps", options_.grad_accum_steps},
-         {"global_batch", identity.batch_size < 0
-                              ? Json(nullptr)
-                              : Json(identity.batch_size * options_.grad_accum_steps *
-                                     world_size())},
-         {"total_steps", known(fit_total_steps_)},
-         {"resumed_from", resumed_ ? Json(resume_path_.string()) : Json(nullptr)}});
+    metrics_->write({{"kind", "start"},
+                     {"step", step_},
+                     {"epoch", first_epoch},
+                     {"time", utc_now()},
+                     {"model", model_.describe()},
+                     {"parameters", model_.parameter_count()},
+                     {"precision", std::string(amp::precision_name(options_.precision))},
+                     {"world_size", world_size()},
+                     {"batch_size", known(identity.batch_size)},
+                     {"grad_accum_steps", options_.grad_accum_steps},
+                     {"global_batch",
+                      identity.batch_size < 0
+                          ? Json(nullptr)
+                          : Json(identity.batch_size * options_.grad_accum_steps * world_size())},
+                     {"total_steps", known(fit_total_steps_)},
+                     {"resumed_from", resumed_ ? Json(resume_path_.string()) : Json(nullptr)}});
   }
   auto window_start = start;
   double window_eval_s = 0;  // evaluation inside the window: not the steps' time
@@ -653,18 +657,13 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
       window_max_syncs_ = std::max(window_max_syncs_, core::host_sync_count() - syncs_before);
       if (step_ == before) break;  // the epoch had no batch left
       ++window_steps;
-      if (bar.enabled()) {
-        const int64_t done = step_ - fit_first_step_;
-        const double eta = fit_total_steps_ >= 0
-                               ? static_cast<double>(std::max<int64_t>(0, fit_total_steps_ - step_)) *
-                                     seconds_since(start) / static_cast<double>(done)
-                               : -1.0;
+      if (bar.enabled())
         bar.draw(core::detail::str("  epoch ", epoch + 1, "/", epochs), train.batch_index(),
                  train.batches_per_epoch(),
-                 fit_total_steps_ >= 0 ? core::detail::str(" | step ", step_, "/", fit_total_steps_,
-                                                           " | ETA ", util::format_duration(eta))
-                                       : std::string());
-      }
+                 fit_total_steps_ >= 0
+                     ? core::detail::str(" | step ", step_, "/", fit_total_steps_, " | ETA ",
+                                         util::format_duration(eta_seconds(seconds_since(start))))
+                     : std::string());
       stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
       if (step_ % options_.log_interval == 0 || epoch_done || stop) log_now(epoch);
       if (diag_ && diag_->report_due(step_)) {

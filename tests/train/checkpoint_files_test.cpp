@@ -22,6 +22,7 @@
 #include "stoker/train/safetensors.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"
+#include "train/train_test_util.h"
 
 namespace fs = std::filesystem;
 using stoker::DType;
@@ -32,20 +33,10 @@ namespace train = stoker::train;
 
 namespace {
 
-struct Blobs {
-  Tensor x, y;
-};
-Blobs make_blobs(int64_t n, uint64_t seed) {
-  Tensor x = Tensor::empty({n, 8}, DType::f32);
-  stoker::ops::random_normal(x, 0.0f, 0.5f, seed, 0);
-  std::vector<int64_t> labels(static_cast<size_t>(n));
-  float* px = x.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    labels[i] = i % 3;
-    px[i * 8 + labels[i]] += 2.0f;
-  }
-  return {x, Tensor::from_vector(labels, {n})};
-}
+using stoker::train_test::Blobs;
+using stoker::train_test::byte_of_tensor;
+using stoker::train_test::flip_byte;
+using stoker::train_test::make_blobs;
 
 std::unique_ptr<nn::Sequential> make_mlp(uint64_t seed) {
   nn::manual_seed(seed);

@@ -27,6 +27,7 @@
 #include "stoker/train/trainer.h"
 #include "test_util.h"
 #include "train/metrics_log.h"
+#include "train/train_test_util.h"
 
 namespace fs = std::filesystem;
 using stoker::DType;
@@ -44,20 +45,10 @@ using Json = nlohmann::json;
 
 namespace {
 
-struct Blobs {
-  Tensor x, y;
-};
-Blobs make_blobs(int64_t n, uint64_t seed) {
-  Tensor x = Tensor::empty({n, 8}, DType::f32);
-  stoker::ops::random_normal(x, 0.0f, 0.5f, seed, 0);
-  std::vector<int64_t> labels(static_cast<size_t>(n));
-  float* px = x.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    labels[i] = i % 3;
-    px[i * 8 + labels[i]] += 2.0f;
-  }
-  return {x, Tensor::from_vector(labels, {n})};
-}
+using stoker::train_test::Blobs;
+using stoker::train_test::byte_of_tensor;
+using stoker::train_test::flip_byte;
+using stoker::train_test::make_blobs;
 
 // The first n samples of b, copied.
 Blobs head(const Blobs& b, int64_t n) {
@@ -90,24 +81,6 @@ std::vector<int64_t> steps_of(const std::vector<EvalRecord>& evals) {
 }
 
 // Offset in the file of byte `k` of tensor `name`'s data (past the header).
-size_t byte_of_tensor(const fs::path& file, const std::string& name, size_t k) {
-  uint64_t header = 0;
-  std::ifstream(file, std::ios::binary).read(reinterpret_cast<char*>(&header), 8);
-  const SafetensorsReader r(file);
-  const auto& e = r.entry(name);
-  EXPECT_LT(k, e.end - e.begin) << name;
-  return 8 + header + e.begin + k;
-}
-
-void flip_byte(const fs::path& file, size_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  char c = 0;
-  f.seekg(static_cast<std::streamoff>(offset));
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x20);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
-}
 
 void damage(const fs::path& checkpoint) {
   flip_byte(checkpoint, byte_of_tensor(checkpoint, "model.0.weight", 9));

@@ -22,6 +22,7 @@
 #include "stoker/ops/random.h"
 #include "stoker/train/safetensors.h"
 #include "test_util.h"
+#include "train/train_test_util.h"
 
 namespace fs = std::filesystem;
 using stoker::Device;
@@ -35,21 +36,10 @@ using stoker::train::TrainerOptions;
 
 namespace {
 
-// A learnable toy problem: 3 classes of Gaussian blobs in 8 dimensions.
-struct Blobs {
-  Tensor x, y;
-};
-Blobs make_blobs(int64_t n, uint64_t seed) {
-  Tensor x = Tensor::empty({n, 8}, DType::f32);
-  stoker::ops::random_normal(x, 0.0f, 0.5f, seed, 0);
-  std::vector<int64_t> labels(static_cast<size_t>(n));
-  float* px = x.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    labels[i] = i % 3;
-    px[i * 8 + labels[i]] += 2.0f;  // class c is shifted along axis c
-  }
-  return {x, Tensor::from_vector(labels, {n})};
-}
+using stoker::train_test::Blobs;
+using stoker::train_test::byte_of_tensor;
+using stoker::train_test::flip_byte;
+using stoker::train_test::make_blobs;
 
 std::unique_ptr<nn::Sequential> make_mlp(uint64_t seed, float dropout) {
   nn::manual_seed(seed);
@@ -78,24 +68,6 @@ std::string error_of(const std::function<void()>& fn) {
 }
 
 // Offset in the file of byte `k` of tensor `name`'s data.
-size_t byte_of_tensor(const fs::path& file, const std::string& name, size_t k) {
-  uint64_t header = 0;
-  std::ifstream(file, std::ios::binary).read(reinterpret_cast<char*>(&header), 8);
-  const SafetensorsReader r(file);
-  const auto& e = r.entry(name);
-  EXPECT_LT(k, e.end - e.begin) << name;
-  return 8 + header + e.begin + k;
-}
-
-void flip_byte(const fs::path& file, size_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  char c = 0;
-  f.seekg(static_cast<std::streamoff>(offset));
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x20);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
-}
 
 // A pid that no process has any more: a child's, after it exited and was reaped.
 pid_t dead_pid() {

@@ -34,11 +34,11 @@ const char* level_name(Level l);
 
 // What the data source looked like over the window (the Loader's counters when it is one).
 struct LoaderView {
-  bool present = false;    // filled in
+  bool present = false;  // filled in
   // A source with an input pipeline (BatchSource::pipeline(), e.g. data::Loader): the fields
   // below are measured.
   bool is_loader = false;
-  std::string kind;        // "Loader", "TensorBatches", "replayed batch (synthetic)", ...
+  std::string kind;  // "Loader", "TensorBatches", "replayed batch (synthetic)", ...
   int threads = 0, max_threads = 0, prefetch = 0;
   bool threads_fixed = false;
   int cpu_count = 0;                                 // hardware threads of the machine

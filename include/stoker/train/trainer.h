@@ -165,14 +165,14 @@ struct TrainerOptions {
   // removed; last.safetensors is always kept. 0: keep every one.
   int keep_last = 0;
   // One JSON object per log line and per evaluation, appended to this file by rank 0 (JSON
-  // Lines, docs/long_runs.md#metrics); a resumed run continues the file of the run it resumes. Empty: none.
-  // The folder is checked before the first step.
+  // Lines, docs/long_runs.md#metrics); a resumed run continues the file of the run it resumes.
+  // Empty: none. The folder is checked before the first step.
   std::filesystem::path metrics_path;
   // Evaluation inside fit() when it is given a validation source.
   EvalOptions evaluation;
-  bool continue_on_nan = false;     // true: keep going after a non-finite loss
-  int64_t max_steps = -1;           // stop after this many optimizer steps (-1: epochs)
-  bool quiet = false;               // no log lines on stdout
+  bool continue_on_nan = false;  // true: keep going after a non-finite loss
+  int64_t max_steps = -1;        // stop after this many optimizer steps (-1: epochs)
+  bool quiet = false;            // no log lines on stdout
   // Activation checkpointing for a Sequential model of blocks (a transformer's layers): k > 0
   // wraps children 0, k, 2k, ... in an nn::Checkpoint when the Trainer is built — each wrapped
   // block keeps only its input and re-runs its forward during backward (about one more forward
@@ -196,7 +196,7 @@ struct FitResult {
   int64_t steps = 0;
   double final_loss = 0.0;  // mean loss of the last logged window
   double seconds = 0.0;
-  std::vector<StepStats> log;  // every logged line
+  std::vector<StepStats> log;           // every logged line
   std::vector<EvalRecord> evaluations;  // every evaluation inside fit()
   double eval_seconds = 0.0;            // their wall time
   // Diagnostics (when enabled): every printed report, and the report over the whole fit.
@@ -205,7 +205,7 @@ struct FitResult {
 };
 
 struct EvalResult {
-  double loss = 0.0;       // mean over batches weighted by batch size
+  double loss = 0.0;  // mean over batches weighted by batch size
   // Top-1 for class-index targets, over the rows of the model's [N, classes] output (a
   // language model's [B*T, V]: next-token accuracy); -1 otherwise.
   double accuracy = -1.0;
@@ -223,8 +223,7 @@ class Trainer {
   // Trains for `epochs` epochs (or until options.max_steps). Continues from the position a
   // resume() restored. With `validation`, evaluates on it as options.evaluation says (borrowed
   // for the call).
-  FitResult fit(data::BatchSource& train, int64_t epochs,
-                data::BatchSource* validation = nullptr);
+  FitResult fit(data::BatchSource& train, int64_t epochs, data::BatchSource* validation = nullptr);
   // Loss (and accuracy for classification) over epoch 0 of `data` in evaluation mode: all of
   // it, or its first `max_samples` samples in whole batches (0: all).
   EvalResult evaluate(data::BatchSource& data, int64_t max_samples = 0);
@@ -285,6 +284,9 @@ class Trainer {
   bool begin_memory_measure();
   void end_memory_measure(bool measuring);
   StepStats log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps);
+  // Seconds until fit_total_steps_ at this fit()'s pace so far (`elapsed_s` since it began);
+  // -1 when unknown.
+  double eta_seconds(double elapsed_s) const;
   // Evaluates on `validation` inside fit() and reports it (log line, metrics, callbacks).
   EvalRecord evaluate_in_fit(data::BatchSource& validation, int64_t epoch);
   // A periodic checkpoint now, then retention.
