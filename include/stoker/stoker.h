@@ -85,6 +85,8 @@
 #include "stoker/optim/optimizer.h"
 #include "stoker/optim/schedule.h"
 #include "stoker/train/checkpoint_files.h"
+#include "stoker/train/environment.h"
 #include "stoker/train/safetensors.h"
+#include "stoker/train/step_observer.h"
 #include "stoker/train/trainer.h"
 #include "stoker/train/weights.h"

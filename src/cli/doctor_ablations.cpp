@@ -3,7 +3,7 @@
 //
 //   real vs synthetic data   the model on the Loader over an LMDB (--data, or a synthetic set
 //                            packed for the occasion), then the same Loader's first batch
-//                            replayed (DiagnosticsOptions::synthetic_data)
+//                            replayed (diag::ReplaySource wraps the Loader)
 //   batch-size sweep         the model alone (a batch held on the device) at several sizes
 //   1 vs N GPUs              the model alone under `stoker launch` with 1 and N ranks
 //                            (doctor_worker.cpp)
@@ -13,6 +13,7 @@
 #include "stoker/core/error.h"
 #include "stoker/data/loader.h"
 #include "stoker/data/synth.h"
+#include "stoker/diag/replay_source.h"
 
 namespace stoker::cli::doctor {
 
@@ -63,9 +64,8 @@ std::vector<Measurement> run_bundled_ablations(const DoctorOptions& o, const Set
     if (lo.on_corrupt == data::CorruptPolicy::skip)
       std::printf("  --on-corrupt skip: %lld bad samples of %s skipped\n",
                   static_cast<long long>(loader.counters().skipped), db.c_str());
-    d = {};
-    d.synthetic_data = true;
-    add(to_measurement("synthetic data", "synthetic", o.batch, train(o, s, loader, d)));
+    diag::ReplaySource replay(loader);
+    add(to_measurement("synthetic data", "synthetic", o.batch, train(o, s, replay, {})));
   }
   // The model alone at several batch sizes.
   for (int64_t b : sweep_sizes(o)) {

@@ -104,12 +104,6 @@ void Diagnostics::begin_fit(const data::BatchSource& source, int64_t first_step,
   (void)timer_.completed();  // steps of an earlier fit
 }
 
-data::BatchSource& Diagnostics::source(data::BatchSource& real) {
-  if (!options_.synthetic_data) return real;
-  if (!replay_) replay_ = std::make_unique<ReplaySource>(real);
-  return *replay_;
-}
-
 void Diagnostics::begin_step(int64_t step) {
   if (step == first_timed_step_ || (!window_start_ && step > first_timed_step_)) {
     window_start_ = std::make_unique<LoaderSnapshot>(snapshot());
@@ -231,10 +225,6 @@ LoaderView Diagnostics::loader_view(const LoaderSnapshot& from, const LoaderSnap
   LoaderView v;
   v.present = source_ != nullptr;
   v.cpu_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (replay_) {
-    v.kind = "replayed first batch (synthetic-data ablation)";
-    return v;
-  }
   const data::InputPipeline* l = source_ ? source_->pipeline() : nullptr;
   v.kind = source_ ? source_->kind() : "BatchSource";
   if (!l) return v;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
+#include "stoker/diag/replay_source.h"
 #include "stoker/dist/grad_reducer.h"
 #include "stoker/dist/sharded_optimizer.h"
 #include "stoker/nn/checkpoint.h"
@@ -20,8 +20,14 @@
 #include "stoker/ops/reduce.h"
 #include "stoker/ops/training.h"
 #include "stoker/train/checkpoint_files.h"
+#include "stoker/train/environment.h"
 #include "stoker/train/safetensors.h"
-#include "train/metrics_log.h"
+#include "train/checkpoint_observer.h"
+#include "train/diagnostics_observer.h"
+#include "train/eta.h"
+#include "train/log_printer.h"
+#include "train/metrics_observer.h"
+#include "train/progress_observer.h"
 #include "util/atomic_file.h"
 #include "util/checksum.h"
 #include "util/progress_bar.h"
@@ -113,31 +119,37 @@ void remove_leftover_temporaries(const std::filesystem::path& dir) {
                removed.size(), removed.size() == 1 ? "" : "s", dir.string().c_str(), names.c_str());
 }
 
-// -1 (not known) as JSON null.
-using Json = nlohmann::ordered_json;  // metrics lines keep their fields in a readable order
-Json known(double v) { return v < 0 ? Json(nullptr) : Json(v); }
-Json known(int64_t v) { return v < 0 ? Json(nullptr) : Json(v); }
-
-std::string accuracy_text(double accuracy) {
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), " | val accuracy %.2f %%", accuracy * 100);
-  return buf;
+TrainerOptions effective_options(TrainerOptions options) {
+  return options.environment_overrides ? apply_environment(std::move(options)) : options;
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+// A program's callback as an observer.
+class LogCallbackObserver final : public StepObserver {
+ public:
+  explicit LogCallbackObserver(Trainer::Callback cb) : cb_(std::move(cb)) {}
+  void on_log(const StepStats& st) override { cb_(st); }
+
+ private:
+  Trainer::Callback cb_;
+};
+
+class EvalCallbackObserver final : public StepObserver {
+ public:
+  explicit EvalCallbackObserver(Trainer::EvalCallback cb) : cb_(std::move(cb)) {}
+  void on_eval(const EvalRecord& rec) override { cb_(rec); }
+
+ private:
+  Trainer::EvalCallback cb_;
+};
 
 }  // namespace
 
 Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
                  TrainerOptions options)
-    : model_(model), loss_(loss), optimizer_(optimizer), options_(std::move(options)) {
+    : model_(model),
+      loss_(loss),
+      optimizer_(optimizer),
+      options_(effective_options(std::move(options))) {
   STOKER_CHECK(options_.grad_accum_steps >= 1, "TrainerOptions: grad_accum_steps ",
                options_.grad_accum_steps, " must be >= 1");
   STOKER_CHECK(options_.log_interval >= 1, "TrainerOptions: log_interval ", options_.log_interval,
@@ -181,17 +193,58 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
   } else {
     loss_.set_grad_scale(Tensor());  // a loss reused from an fp16 Trainer
   }
-  options_.diagnostics = diag::apply_env(options_.diagnostics);
-  if (options_.diagnostics.enabled)
-    diag_ = std::make_unique<diag::Diagnostics>(options_.diagnostics, model_.device());
-  if (options_.diagnostics.max_steps >= 0)
-    options_.max_steps = options_.max_steps < 0
-                             ? options_.diagnostics.max_steps
-                             : std::min(options_.max_steps, options_.diagnostics.max_steps);
+  // The Trainer's own observers, in the order they see each event.
+  bar_ =
+      std::make_unique<util::ProgressBar>(options_.progress_bar && !options_.quiet && main_rank());
+  const auto own = [&](std::unique_ptr<StepObserver> o) {
+    observers_.push_back(o.get());
+    owned_observers_.push_back(std::move(o));
+  };
+  if (options_.diagnostics.enabled) {
+    auto d = std::make_unique<DiagnosticsObserver>(options_.diagnostics, model_.device(), *bar_);
+    diag_ = d.get();
+    own(std::move(d));
+  }
+  own(std::make_unique<LogPrinter>(*bar_));
+  if (!options_.metrics_path.empty()) own(std::make_unique<MetricsObserver>(options_.metrics_path));
+  if (!options_.checkpoint_dir.empty())
+    own(std::make_unique<CheckpointObserver>(options_.checkpoint_dir, options_.checkpoint_interval,
+                                             options_.checkpoint_interval_seconds,
+                                             options_.keep_last));
+  own(std::make_unique<ProgressObserver>(*bar_));
+  builtin_observers_ = observers_.size();
   register_trainer(this);
 }
 
 Trainer::~Trainer() { unregister_trainer(this); }
+
+const diag::Diagnostics* Trainer::diagnostics() const {
+  return diag_ ? &diag_->diagnostics() : nullptr;
+}
+
+void Trainer::add_observer(StepObserver& observer) { observers_.push_back(&observer); }
+
+void Trainer::add_log_callback(Callback cb) {
+  owned_observers_.push_back(std::make_unique<LogCallbackObserver>(std::move(cb)));
+  observers_.push_back(owned_observers_.back().get());
+}
+
+void Trainer::add_eval_callback(EvalCallback cb) {
+  owned_observers_.push_back(std::make_unique<EvalCallbackObserver>(std::move(cb)));
+  observers_.push_back(owned_observers_.back().get());
+}
+
+template <typename Event>
+void Trainer::notify(Event&& event, bool erase_bar) {
+  for (size_t i = 0; i < observers_.size(); ++i) {
+    if (erase_bar && i == builtin_observers_) bar_->clear();
+    event(*observers_[i]);
+  }
+}
+
+void Trainer::phase(diag::Phase p) {
+  notify([p](StepObserver& o) { o.on_phase(p); });
+}
 
 MemorySettings Trainer::memory_settings() const {
   return {
@@ -239,7 +292,7 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
   STOKER_CHECK(batch.input.device() == device, "Trainer: the batch is on ",
                batch.input.device().str(), " but the model is on ", device.str(),
                "; create the data source with .device = ", device.str());
-  if (diag_) diag_->begin(diag::Phase::forward);
+  phase(diag::Phase::forward);
   Tensor x = batch.input;
   const DType compute = amp::compute_dtype(options_.precision);
   if (core::is_float(x.dtype()) && x.dtype() != compute) {
@@ -252,7 +305,7 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
       (batch.target.defined() && batch.target.device() == device ? batch.target.nbytes() : 0);
   const Tensor y = model_.forward(x);
   const Tensor l = loss_.forward(y, batch.target);
-  if (diag_) diag_->begin(diag::Phase::backward);
+  phase(diag::Phase::backward);
   Tensor dy = loss_.backward(1.0f / static_cast<float>(k));
   model_.backward(dy);
   ops::axpy(step_loss_, 1.0f / static_cast<float>(k), l);
@@ -262,10 +315,10 @@ void Trainer::apply_step(int micro, int k, bool want_norm) {
   // Data parallelism: the last buckets' all-reduces (or, when the last micro-step ran without
   // sync, all of them) are launched and the compute stream waits for them on the device.
   if (options_.reducer) {
-    if (diag_) diag_->begin(diag::Phase::comm);
+    phase(diag::Phase::comm);
     options_.reducer->finish();
   }
-  if (diag_) diag_->begin(diag::Phase::optimizer);
+  phase(diag::Phase::optimizer);
   if (micro < k) {
     // The epoch ended inside an accumulation group: rescale so the update is the mean over the
     // micro-batches that ran.
@@ -309,6 +362,10 @@ int Trainer::world_size() const {
   return options_.reducer ? options_.reducer->communicator().world_size() : 1;
 }
 
+dist::Communicator* Trainer::communicator() const {
+  return options_.reducer ? &options_.reducer->communicator() : nullptr;
+}
+
 void Trainer::ensure_step_state() {
   const Device device = model_.device();
   if (!monitor_.defined() || monitor_.device() != device)
@@ -320,13 +377,13 @@ void Trainer::ensure_step_state() {
 void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples) {
   const int k = options_.grad_accum_steps;
   const bool measuring = begin_memory_measure();
-  if (diag_) diag_->begin_step(step_);
+  notify([&](StepObserver& o) { o.on_step_begin(step_); });
   ops::fill(step_loss_, 0.0);
   int micro = 0;
   int64_t step_samples = 0;
   for (; micro < k; ++micro) {
     data::Batch batch;
-    if (diag_ && micro > 0) diag_->begin(diag::Phase::data);
+    if (micro > 0) phase(diag::Phase::data);
     const auto wait_start = Clock::now();
     const bool got = train.next(batch);
     window_data_wait_s_ += seconds_since(wait_start);
@@ -340,14 +397,19 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
   }
   samples += step_samples;
   if (micro == 0) {
-    if (diag_) diag_->cancel_step();
+    notify([](StepObserver& o) { o.on_step_skipped(); });
     return;
   }
   const bool logs_now = (step_ + 1) % options_.log_interval == 0 || epoch_done;
   apply_step(micro, k, options_.log_grad_norm && logs_now);
-  if (diag_) diag_->end_step(step_samples);
+  const StepEnd end{.step = step_,
+                    .epoch = std::max<int64_t>(0, train.epoch()),
+                    .samples = step_samples,
+                    .epoch_done = epoch_done};
+  notify([&](StepObserver& o) { o.on_step_end(end); });
   end_memory_measure(measuring);
   if (!memory_printed_ && memory_measured_ && !options_.quiet && main_rank()) {
+    bar_->clear();
     std::printf("%s", format_memory_report(memory_report()).c_str());
     std::fflush(stdout);
   }
@@ -391,20 +453,13 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.ms_per_step = steps > 0 ? seconds * 1e3 / static_cast<double>(steps) : 0.0;
   st.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
   st.global_samples_per_s = st.samples_per_s;
-  // A checkpoint due by time: this rank's clock; with ranks, due when any rank's clock says so.
-  time_checkpoint_due_ = options_.checkpoint_interval_seconds > 0 &&
-                         seconds_since(last_checkpoint_) >= options_.checkpoint_interval_seconds;
-  if (options_.reducer) {
+  st.world_size = world_size();
+  if (dist::Communicator* comm = communicator(); comm && st.world_size > 1) {
     // Every rank logs at the same steps, so this all-reduce pairs up across ranks.
-    dist::Communicator& comm = options_.reducer->communicator();
-    const Tensor v = Tensor::from_floats(
-        {static_cast<float>(st.samples_per_s), time_checkpoint_due_ ? 1.0f : 0.0f}, {2}, DType::f32,
-        comm.device());
-    comm.all_reduce(v, dist::ReduceOp::sum);
-    const std::vector<float> sums = v.to_floats();
-    st.world_size = comm.world_size();
-    st.global_samples_per_s = sums[0];
-    time_checkpoint_due_ = sums[1] > 0.0f;
+    const Tensor v = Tensor::from_floats({static_cast<float>(st.samples_per_s)}, {1}, DType::f32,
+                                         comm->device());
+    comm->all_reduce(v, dist::ReduceOp::sum);
+    st.global_samples_per_s = v.to_floats()[0];
   }
   st.host_syncs_per_step = static_cast<int64_t>(window_max_syncs_);
   st.data_wait_share = seconds > 0 ? std::min(1.0, window_data_wait_s_ / seconds) : 0.0;
@@ -415,62 +470,9 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.elapsed_s = seconds_since(fit_start_);
   st.eval_share = st.elapsed_s > 0 ? std::min(1.0, fit_eval_s_ / st.elapsed_s) : 0.0;
   st.total_steps = fit_total_steps_;
-  const int64_t done = step_ - fit_first_step_;
-  st.eta_s = eta_seconds(st.elapsed_s);
-  if (!options_.quiet && main_rank()) {
-    const std::string throughput =
-        st.world_size > 1
-            ? core::detail::str(static_cast<long long>(st.samples_per_s), " samples/s/rank, ",
-                                static_cast<long long>(st.global_samples_per_s), " samples/s on ",
-                                st.world_size, " ranks")
-            : core::detail::str(static_cast<long long>(st.samples_per_s), " samples/s");
-    const std::string eta = st.eta_s >= 0 && st.step < st.total_steps
-                                ? " | ETA " + util::format_duration(st.eta_s)
-                                : std::string();
-    std::printf(
-        "step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
-        "%s | data wait %.1f%% | host syncs/step %lld | peak %.1f MiB%s\n",
-        static_cast<long long>(st.step), static_cast<long long>(st.epoch), st.loss, st.lr,
-        st.grad_norm >= 0 ? core::detail::str(st.grad_norm).c_str() : "-", st.ms_per_step,
-        throughput.c_str(), 100.0 * st.data_wait_share,
-        static_cast<long long>(st.host_syncs_per_step), st.peak_memory_mib, eta.c_str());
-    if (fit_windows_ == 0 && st.eta_s >= 0 && st.step < st.total_steps)
-      std::printf(
-          "estimated time: %s for the %lld steps to step %lld (at the pace of the first "
-          "%lld; the progress bar and the log lines refine it)\n",
-          util::format_duration(st.eta_s).c_str(), static_cast<long long>(st.total_steps - st.step),
-          static_cast<long long>(st.total_steps), static_cast<long long>(done));
-    std::fflush(stdout);
-  }
-  ++fit_windows_;
-  if (metrics_)
-    metrics_->write({{"kind", "train"},
-                     {"step", st.step},
-                     {"epoch", st.epoch},
-                     {"loss", std::isfinite(st.loss) ? Json(st.loss) : Json(nullptr)},
-                     {"lr", st.lr},
-                     {"grad_norm", known(st.grad_norm)},
-                     {"ms_per_step", st.ms_per_step},
-                     {"samples_per_s", st.samples_per_s},
-                     {"global_samples_per_s", st.global_samples_per_s},
-                     {"world_size", st.world_size},
-                     {"data_wait_share", st.data_wait_share},
-                     {"peak_memory_mib", st.peak_memory_mib},
-                     {"loss_scale", known(st.loss_scale)},
-                     {"host_syncs_per_step", st.host_syncs_per_step},
-                     {"elapsed_s", st.elapsed_s},
-                     {"eval_share", st.eval_share},
-                     {"total_steps", known(st.total_steps)},
-                     {"eta_s", known(st.eta_s)}});
-  for (const Callback& cb : callbacks_) cb(st);
+  st.eta_s = seconds_left(step_, fit_first_step_, fit_total_steps_, st.elapsed_s);
+  notify([&](StepObserver& o) { o.on_log(st); }, /*erase_bar=*/true);
   return st;
-}
-
-double Trainer::eta_seconds(double elapsed_s) const {
-  const int64_t done = step_ - fit_first_step_;
-  if (fit_total_steps_ < 0 || done <= 0) return -1.0;
-  return static_cast<double>(std::max<int64_t>(0, fit_total_steps_ - step_)) * elapsed_s /
-         static_cast<double>(done);
 }
 
 EvalRecord Trainer::evaluate_in_fit(data::BatchSource& validation, int64_t epoch) {
@@ -484,38 +486,11 @@ EvalRecord Trainer::evaluate_in_fit(data::BatchSource& validation, int64_t epoch
   rec.samples = r.samples;
   rec.seconds = seconds_since(t0);
   fit_eval_s_ += rec.seconds;
-  const double elapsed = seconds_since(fit_start_);
-  rec.share = elapsed > 0 ? std::min(1.0, fit_eval_s_ / elapsed) : 0.0;
+  rec.elapsed_s = seconds_since(fit_start_);
+  rec.share = rec.elapsed_s > 0 ? std::min(1.0, fit_eval_s_ / rec.elapsed_s) : 0.0;
   model_.set_training(true);
-  if (!options_.quiet && main_rank()) {
-    std::printf(
-        "eval   %6lld | epoch %lld | val loss %.6f%s | %lld samples in %.2f s | "
-        "evaluation %.1f%% of the wall time so far\n",
-        static_cast<long long>(rec.step), static_cast<long long>(rec.epoch), rec.loss,
-        rec.accuracy >= 0 ? accuracy_text(rec.accuracy).c_str() : "",
-        static_cast<long long>(rec.samples), rec.seconds, 100.0 * rec.share);
-    std::fflush(stdout);
-  }
-  if (metrics_)
-    metrics_->write({{"kind", "eval"},
-                     {"step", rec.step},
-                     {"epoch", rec.epoch},
-                     {"val_loss", std::isfinite(rec.loss) ? Json(rec.loss) : Json(nullptr)},
-                     {"val_accuracy", known(rec.accuracy)},
-                     {"samples", rec.samples},
-                     {"seconds", rec.seconds},
-                     {"eval_share", rec.share},
-                     {"elapsed_s", elapsed}});
-  for (const EvalCallback& cb : eval_callbacks_) cb(rec);
+  notify([&](StepObserver& o) { o.on_eval(rec); }, /*erase_bar=*/true);
   return rec;
-}
-
-void Trainer::write_periodic_checkpoint(const data::BatchSource& position,
-                                        const data::SourceIdentity& identity) {
-  write_checkpoint(periodic_checkpoint_path(options_.checkpoint_dir, step_), &position, identity);
-  last_checkpoint_ = Clock::now();
-  if (options_.keep_last > 0 && main_rank())
-    prune_checkpoints(options_.checkpoint_dir, options_.keep_last);
 }
 
 FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSource* validation) {
@@ -529,24 +504,10 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
                "TrainerOptions::evaluation: every_steps ", options_.evaluation.every_steps,
                " and max_samples ", options_.evaluation.max_samples, " must be >= 0");
   if (resumed_) check_resumed_run(source);
-  // Checked before the first step: an unwritable folder must not cost the run (rank 0 writes).
-  if (!options_.checkpoint_dir.empty() && main_rank())
-    core::check_output_dir(options_.checkpoint_dir, "TrainerOptions::checkpoint_dir");
-  if (!options_.metrics_path.empty() && main_rank())
-    core::check_output_path(options_.metrics_path, "TrainerOptions::metrics_path");
-  // The checkpoints a resumed run finds further into the run are a branch it abandons.
-  if (resumed_ && !options_.checkpoint_dir.empty() && main_rank()) {
-    const auto aside = set_aside_checkpoints_after(options_.checkpoint_dir, step_);
-    for (const auto& p : aside)
-      std::fprintf(stderr,
-                   "checkpoint: %s is from after the resumed step %lld: renamed so that it is "
-                   "neither resumed nor kept as this run's\n",
-                   p.string().c_str(), static_cast<long long>(step_));
-  }
-  // What checkpoints record of the data: the real source's, also under the ablation below.
-  const data::SourceIdentity identity = source.identity();
-  // The synthetic-data ablation (diagnostics) trains on a replay of the first batch.
-  data::BatchSource& train = diag_ ? diag_->source(source) : source;
+  // The ablation trains on a replay of the first batch (which keeps the source's identity).
+  std::optional<diag::ReplaySource> replay;
+  if (options_.replay_first_batch) replay.emplace(source);
+  data::BatchSource& train = replay ? *replay : source;
   const Device device = model_.device();
   model_.set_training(true);
   monitor_ = ops::loss_monitor_create(device);
@@ -555,22 +516,10 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
   window_max_syncs_ = 0;
   window_data_wait_s_ = 0;
   FitResult result;
-  util::ProgressBar bar(options_.progress_bar && !options_.quiet && main_rank());
-  if (diag_) {
-    const int world = options_.reducer ? options_.reducer->communicator().world_size() : 1;
-    diag_->begin_fit(train, step_,
-                     {{"model", model_.describe()},
-                      {"precision", std::string(amp::precision_name(options_.precision))},
-                      {"grad_accum_steps", std::to_string(options_.grad_accum_steps)},
-                      {"world_size", std::to_string(world)}},
-                     !options_.quiet && main_rank(), main_rank());
-  }
   const auto start = Clock::now();
-  fit_start_ = last_checkpoint_ = start;
+  fit_start_ = start;
   fit_first_step_ = step_;
   fit_eval_s_ = 0;
-  fit_windows_ = 0;
-  time_checkpoint_due_ = false;
   {
     // An epoch that ends inside an accumulation group still makes a (smaller) step.
     const int64_t bpe = train.batches_per_epoch();
@@ -582,27 +531,27 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
   }
   const int64_t first_epoch = resumed_ ? resume_epoch_ : 0;
   const bool was_resumed = resumed_;
-  metrics_.reset();
-  if (!options_.metrics_path.empty() && main_rank()) {
-    metrics_ = std::make_unique<MetricsLog>(options_.metrics_path, resumed_ ? step_ : -1,
-                                            resumed_ && resume_evaluated_step_ == step_);
-    metrics_->write({{"kind", "start"},
-                     {"step", step_},
-                     {"epoch", first_epoch},
-                     {"time", utc_now()},
-                     {"model", model_.describe()},
-                     {"parameters", model_.parameter_count()},
-                     {"precision", std::string(amp::precision_name(options_.precision))},
-                     {"world_size", world_size()},
-                     {"batch_size", known(identity.batch_size)},
-                     {"grad_accum_steps", options_.grad_accum_steps},
-                     {"global_batch",
-                      identity.batch_size < 0
-                          ? Json(nullptr)
-                          : Json(identity.batch_size * options_.grad_accum_steps * world_size())},
-                     {"total_steps", known(fit_total_steps_)},
-                     {"resumed_from", resumed_ ? Json(resume_path_.string()) : Json(nullptr)}});
-  }
+  stop_requested_ = false;
+  notify([&](StepObserver& o) {
+    o.on_fit_begin({.trainer = *this,
+                    .train = train,
+                    .validation = validation,
+                    .first_step = step_,
+                    .first_epoch = first_epoch,
+                    .epochs = epochs,
+                    .total_steps = fit_total_steps_,
+                    .model = model_.describe(),
+                    .parameters = model_.parameter_count(),
+                    .precision = std::string(amp::precision_name(options_.precision)),
+                    .grad_accum_steps = options_.grad_accum_steps,
+                    .world_size = world_size(),
+                    .main_rank = main_rank(),
+                    .communicator = communicator(),
+                    .quiet = options_.quiet,
+                    .resumed = resumed_,
+                    .resumed_from = resumed_ ? resume_path_ : std::filesystem::path(),
+                    .resumed_evaluated = resumed_ && resume_evaluated_step_ == step_});
+  });
   auto window_start = start;
   double window_eval_s = 0;  // evaluation inside the window: not the steps' time
   int64_t window_samples = 0, window_steps = 0;
@@ -611,9 +560,8 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
   // it); one that was due there but came after the checkpoint runs first.
   evaluated_step_ = resumed_ ? resume_evaluated_step_ : -1;
   bool positioned = false;  // the source was started or restored in this fit()
-  bool stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
+  bool stop = (options_.max_steps >= 0 && step_ >= options_.max_steps) || stop_requested_;
   const auto log_now = [&](int64_t epoch) {
-    bar.clear();
     result.log.push_back(log_window(epoch, window_samples,
                                     std::max(0.0, seconds_since(window_start) - window_eval_s),
                                     window_steps));
@@ -624,13 +572,10 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
   const auto evaluate_now = [&](int64_t epoch) {
     if (!validation || evaluated_step_ == step_) return;
     evaluated_step_ = step_;
-    bar.clear();
     const EvalRecord rec = evaluate_in_fit(*validation, epoch);
     window_eval_s += rec.seconds;
     result.evaluations.push_back(rec);
   };
-  const bool writes_checkpoints =
-      !options_.checkpoint_dir.empty() && (main_rank() || optimizer_.checkpoint_is_collective());
   if (resumed_ && step_ > 0) {
     const int64_t every = options_.evaluation.every_steps;
     const bool due = every > 0 ? step_ % every == 0 : resume_batch_ == 0;  // an epoch's end
@@ -649,57 +594,42 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
     positioned = true;
     resumed_ = false;
     core::reset_peak_memory(device);  // the log's peak memory is per epoch
+    notify([&](StepObserver& o) { o.on_epoch_begin(epoch); });
     bool epoch_done = false;
     while (!epoch_done && !stop) {
       const int64_t before = step_;
       const uint64_t syncs_before = core::host_sync_count();
-      run_step(train, epoch_done, window_samples);
+      int64_t step_samples = 0;
+      run_step(train, epoch_done, step_samples);
+      window_samples += step_samples;
       window_max_syncs_ = std::max(window_max_syncs_, core::host_sync_count() - syncs_before);
       if (step_ == before) break;  // the epoch had no batch left
       ++window_steps;
-      if (bar.enabled())
-        bar.draw(core::detail::str("  epoch ", epoch + 1, "/", epochs), train.batch_index(),
-                 train.batches_per_epoch(),
-                 fit_total_steps_ >= 0
-                     ? core::detail::str(" | step ", step_, "/", fit_total_steps_, " | ETA ",
-                                         util::format_duration(eta_seconds(seconds_since(start))))
-                     : std::string());
       stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
       if (step_ % options_.log_interval == 0 || epoch_done || stop) log_now(epoch);
-      if (diag_ && diag_->report_due(step_)) {
-        bar.clear();
-        result.reports.push_back(diag_->report("steps"));
-      }
       if (options_.evaluation.every_steps > 0 && step_ % options_.evaluation.every_steps == 0)
         evaluate_now(epoch);
-      const bool by_steps =
-          options_.checkpoint_interval > 0 && step_ % options_.checkpoint_interval == 0;
-      const bool by_time = time_checkpoint_due_;
-      time_checkpoint_due_ = false;
-      if (writes_checkpoints && (by_steps || by_time)) write_periodic_checkpoint(train, identity);
+      const StepEnd done{
+          .step = step_, .epoch = epoch, .samples = step_samples, .epoch_done = epoch_done};
+      notify([&](StepObserver& o) { o.on_step_done(done); });
+      stop = stop || stop_requested_;
     }
     if (window_steps > 0) log_now(epoch);  // the epoch ended between log lines: its tail
     if (options_.evaluation.every_steps == 0) evaluate_now(epoch);
-    if (time_checkpoint_due_ && writes_checkpoints) write_periodic_checkpoint(train, identity);
-    time_checkpoint_due_ = false;  // decided by the tail's log line: here, at the epoch's end
-    if (diag_) {
-      bar.clear();
-      result.reports.push_back(diag_->report("epoch " + std::to_string(epoch + 1)));
-    }
+    notify([&](StepObserver& o) { o.on_epoch_end(epoch); }, /*erase_bar=*/true);
+    stop = stop || stop_requested_;
   }
-  bar.clear();
   optimizer_.flush();  // a delayed (background) update reaches the weights before fit() returns
   evaluate_now(epoch_now);  // after fit()'s last step, unless that step was just evaluated
-  if (diag_) result.diagnosis = diag_->end_fit();
-  if (writes_checkpoints)
-    write_checkpoint(final_checkpoint_path(options_.checkpoint_dir), &train, identity,
+  if (!options_.checkpoint_dir.empty())
+    write_checkpoint(final_checkpoint_path(options_.checkpoint_dir), &train,
                      positioned || !was_resumed ? std::nullopt : std::optional(resumed_position));
   resumed_ = false;
-  metrics_.reset();
   result.steps = step_;
   result.seconds = seconds_since(start);
   result.eval_seconds = fit_eval_s_;
   if (!result.log.empty()) result.final_loss = result.log.back().loss;
+  notify([&](StepObserver& o) { o.on_fit_end(result); }, /*erase_bar=*/true);
   return result;
 }
 
@@ -747,12 +677,12 @@ EvalResult Trainer::evaluate(data::BatchSource& data, int64_t max_samples) {
 
 void Trainer::save_checkpoint(const std::filesystem::path& path,
                               const data::BatchSource* source) const {
-  write_checkpoint(path, source, source ? source->identity() : data::SourceIdentity{});
+  write_checkpoint(path, source);
 }
 
 void Trainer::write_checkpoint(const std::filesystem::path& path, const data::BatchSource* source,
-                               const data::SourceIdentity& identity,
                                std::optional<CheckpointPosition> position) const {
+  if (!main_rank() && !optimizer_.checkpoint_is_collective()) return;  // rank 0 writes
   optimizer_.flush();  // weights and optimizer state of the same step
   std::vector<NamedTensor> tensors;
   model_.visit_parameters("", [&](const std::string& n, nn::Parameter& p) {
@@ -787,18 +717,20 @@ void Trainer::write_checkpoint(const std::filesystem::path& path, const data::Ba
   std::filesystem::create_directories(dir);
   remove_leftover_temporaries(dir);
   // save_safetensors adds the tensors' checksums (kChecksumsKey).
-  save_safetensors(path, tensors,
-                   {{"stoker.kind", "training-checkpoint"},
-                    {"stoker.checkpoint_version", std::to_string(kCheckpointVersion)},
-                    {"stoker.data", recorded_run_json(world_size(), identity)},
-                    {"stoker.step", std::to_string(step_)},
-                    {"stoker.epoch", std::to_string(epoch)},
-                    {"stoker.batch_index", std::to_string(batch)},
-                    {"stoker.optimizer_steps", std::to_string(optimizer_.steps())},
-                    {"stoker.evaluated_step", std::to_string(evaluated_step_)},
-                    {"stoker.generators", gens.dump()},
-                    {"stoker.model", model_.describe()},
-                    {"stoker.optimizer", optimizer_.describe()}});
+  save_safetensors(
+      path, tensors,
+      {{"stoker.kind", "training-checkpoint"},
+       {"stoker.checkpoint_version", std::to_string(kCheckpointVersion)},
+       {"stoker.data",
+        recorded_run_json(world_size(), source ? source->identity() : data::SourceIdentity{})},
+       {"stoker.step", std::to_string(step_)},
+       {"stoker.epoch", std::to_string(epoch)},
+       {"stoker.batch_index", std::to_string(batch)},
+       {"stoker.optimizer_steps", std::to_string(optimizer_.steps())},
+       {"stoker.evaluated_step", std::to_string(evaluated_step_)},
+       {"stoker.generators", gens.dump()},
+       {"stoker.model", model_.describe()},
+       {"stoker.optimizer", optimizer_.describe()}});
 }
 
 void Trainer::resume(const std::filesystem::path& path) {

@@ -14,6 +14,7 @@
 #include "stoker/data/tensor_batches.h"
 #include "stoker/diag/diagnostics.h"
 #include "stoker/diag/nvtx.h"
+#include "stoker/diag/replay_source.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
@@ -184,9 +185,9 @@ TEST(DiagGpu, OneLoaderThreadIsInputBoundOnTheDevice) {
     EXPECT_GT(real.diagnosis.breakdown.input_share, 0.5) << real.diagnosis.text();
     EXPECT_TRUE(real.diagnosis.breakdown.h2d_known) << real.diagnosis.text();
     // The same model on a replayed batch: no longer input-bound.
-    o.diagnostics.synthetic_data = true;
+    diag::ReplaySource replay(loader);
     Trainer again(model, loss, opt, o);
-    const auto synth = again.fit(loader, 3);
+    const auto synth = again.fit(replay, 3);
     EXPECT_NE(synth.diagnosis.verdict, diag::Verdict::input_bound) << synth.diagnosis.text();
   }
   fs::remove_all(dir);

@@ -18,6 +18,7 @@
 #include "stoker/data/synth.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/diag/diagnostics.h"
+#include "stoker/diag/replay_source.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
@@ -25,6 +26,7 @@
 #include "stoker/nn/pool.h"
 #include "stoker/ops/random.h"
 #include "stoker/optim/optimizer.h"
+#include "stoker/train/environment.h"
 #include "stoker/train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -147,9 +149,9 @@ TEST_F(TrainerDiagTest, SyntheticDataAblationRemovesTheInputBottleneck) {
   TrainerOptions o{.progress_bar = false, .quiet = true};
   o.diagnostics.enabled = true;
   o.diagnostics.warmup_steps = 2;
-  o.diagnostics.synthetic_data = true;
+  diag::ReplaySource replay(loader);
   Trainer trainer(*model, loss, opt, o);
-  const auto result = trainer.fit(loader, 4);
+  const auto result = trainer.fit(replay, 4);
   EXPECT_EQ(result.steps, 12);  // the real source's epoch length
   const diag::Report& r = result.diagnosis;
   EXPECT_EQ(r.verdict, diag::Verdict::compute_bound) << r.text();
@@ -312,7 +314,7 @@ TEST_F(TrainerDiagTest, BaselineSavedThenComparedAndEnvironmentOverrides) {
     ::unsetenv(v);
   EXPECT_TRUE(fs::exists(dir_ / "env_report.json"));
   ::setenv("STOKER_DIAG_INTERVAL", "x", 1);
-  EXPECT_THROW(diag::apply_env({}), stoker::Error);
+  EXPECT_THROW(stoker::train::apply_environment({}), stoker::Error);
   ::unsetenv("STOKER_DIAG_INTERVAL");
 }
 

@@ -1,7 +1,8 @@
 // Diagnostics: one training run's diagnosis — the StepTimer, the GpuMonitor, the trace, NVTX
 // ranges, reports with a verdict, baseline cards — behind the few calls the Trainer makes
-// (docs/architecture.md#diagnostics, docs/diagnostics.md). Built by the Trainer when
-// TrainerOptions::diagnostics.enabled; usable from a custom loop the same way:
+// (docs/architecture.md#diagnostics, docs/diagnostics.md). The Trainer attaches it as a step
+// observer when TrainerOptions::diagnostics.enabled; it never changes what is trained (how many
+// steps, on which data: `stoker doctor` wraps sources itself). Usable from a custom loop:
 //
 //   diag::Diagnostics d({.enabled = true, .report_interval = 100}, device);
 //   d.begin_fit(source, {{"model", "mlp"}});
@@ -30,7 +31,6 @@
 #include "stoker/diag/baseline.h"
 #include "stoker/diag/gpu_monitor.h"
 #include "stoker/diag/options.h"
-#include "stoker/diag/replay_source.h"
 #include "stoker/diag/report.h"
 #include "stoker/diag/step_timer.h"
 #include "stoker/diag/trace.h"
@@ -48,14 +48,12 @@ class Diagnostics {
   Diagnostics(const Diagnostics&) = delete;
   Diagnostics& operator=(const Diagnostics&) = delete;
 
-  // A fit starts at optimizer step `first_step`: `source` is inspected (a data::Loader gives
-  // its counters), `config` goes into baseline cards, `print` says whether reports are printed,
-  // and only the `main_rank` of a data-parallel job writes the trace, report JSON and cards.
+  // A fit starts at optimizer step `first_step`: `source` is inspected (its pipeline() gives
+  // the loader's counters), `config` goes into baseline cards, `print` says whether reports are
+  // printed, and only the `main_rank` of a data-parallel job writes the trace, report JSON and
+  // cards.
   void begin_fit(const data::BatchSource& source, int64_t first_step,
                  std::map<std::string, std::string> config, bool print, bool main_rank = true);
-  // The source fit() reads: `real`, or a replay of its first batch (synthetic_data).
-  data::BatchSource& source(data::BatchSource& real);
-
   void begin_step(int64_t step);
   void begin(Phase p);
   void end_step(int64_t samples);
@@ -92,7 +90,6 @@ class Diagnostics {
   StepTimer timer_;
   std::unique_ptr<GpuMonitor> monitor_;
   std::unique_ptr<TraceWriter> trace_;
-  std::unique_ptr<ReplaySource> replay_;
   const data::BatchSource* source_ = nullptr;
   std::map<std::string, std::string> config_;
   bool print_ = false;

@@ -7,14 +7,8 @@
 // samples the GPU through NVML, prints a verdict every `report_interval` steps and at the end
 // of every epoch, and writes the files named below at the end of fit().
 //
-// Environment overrides (apply_env; the Trainer applies them, so `stoker doctor` can diagnose
-// any program built on the Trainer without changing it): STOKER_DIAG=1 turns diagnostics on,
-// STOKER_DIAG_REPORT_JSON, STOKER_DIAG_TRACE, STOKER_DIAG_BASELINE_SAVE,
-// STOKER_DIAG_BASELINE_COMPARE set the paths, STOKER_DIAG_INTERVAL the report interval,
-// STOKER_DIAG_WARMUP the warm-up steps, STOKER_DIAG_SYNTHETIC=1 the synthetic-data ablation,
-// STOKER_DIAG_MAX_STEPS stops fit() after that many steps, STOKER_DIAG_MONITOR=0 turns the GPU
-// monitor off, STOKER_DIAG_MONITOR_PCIE=0 its PCIe readings, STOKER_DIAG_DEVICE_TIMING=0 the
-// CUDA timing events.
+// The STOKER_DIAG* environment variables override these fields; they are read with the rest of
+// the Trainer's environment in one place, train/environment.h.
 #pragma once
 
 #include <cstdint>
@@ -76,16 +70,7 @@ struct DiagnosticsOptions {
   // host clocks only, as on the CPU (no device breakdown, no launch time).
   bool device_timing = true;
   std::string nvml_library = "libnvidia-ml.so.1";
-  // Ablation: fit() trains on the first batch of the data source, replayed for every step (the
-  // source's epoch length is kept). Measures the step without the input pipeline.
-  bool synthetic_data = false;
-  // Stop fit() after this many optimizer steps (-1: TrainerOptions::max_steps decides).
-  int64_t max_steps = -1;
   Thresholds thresholds;
 };
-
-// `options` with the STOKER_DIAG* environment variables applied (see above); throws naming the
-// variable when a value is malformed.
-DiagnosticsOptions apply_env(DiagnosticsOptions options);
 
 }  // namespace stoker::diag

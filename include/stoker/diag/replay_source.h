@@ -1,13 +1,16 @@
 // ReplaySource: the "synthetic data" ablation. It takes the first batch of a real source and
 // hands out that same batch for every step of every epoch (the real source's epoch length),
-// so a training run without any input pipeline can be compared with the real one
-// (DiagnosticsOptions::synthetic_data, `stoker doctor`).
+// so a training run without any input pipeline can be compared with the real one (`stoker
+// doctor` wraps its loader in one; TrainerOptions::replay_first_batch wraps fit()'s source).
+// It reports the real source's identity (a checkpoint records the run's data) but no input
+// pipeline: diagnostics see a source with nothing to wait for.
 //
 // The batch tensors are shared, not copied: the Trainer never writes into its inputs. The real
 // source is borrowed and must outlive the ReplaySource. Not thread-safe (one consumer).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "stoker/data/batch_source.h"
 
@@ -24,6 +27,8 @@ class ReplaySource : public data::BatchSource {
   int64_t epoch() const override { return epoch_; }
   int64_t batch_index() const override { return index_; }
   void restore(int64_t epoch, int64_t batch_index) override;
+  data::SourceIdentity identity() const override { return real_.identity(); }
+  std::string kind() const override { return "replayed first batch (synthetic-data ablation)"; }
 
  private:
   data::BatchSource& real_;

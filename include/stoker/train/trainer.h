@@ -46,6 +46,11 @@
 // and a report with a verdict (input-, compute-, launch-, communication-bound or throttled)
 // is printed every `diagnostics.report_interval` steps and at the end of every epoch.
 //
+// Step observers (train/step_observer.h): the log line, the progress bar, the metrics file,
+// periodic checkpoints and diagnostics watch the loop through one interface; add_observer()
+// attaches a program's own. Environment overrides (STOKER_DIAG*) are applied to the options in
+// one place, train/environment.h.
+//
 // Memory (train/memory_report.h): `memory_report()` says where the device's memory goes by
 // category (parameters, compute copies, gradients, optimizer state, the first step's
 // activation peak, ...). fit() prints it after its first step (unless quiet). While a Trainer
@@ -74,14 +79,19 @@
 #include "stoker/optim/optimizer.h"
 #include "stoker/optim/schedule.h"
 #include "stoker/train/memory_report.h"
+#include "stoker/train/step_observer.h"
 
 namespace stoker::dist {
 class GradReducer;
 }  // namespace stoker::dist
 
+namespace stoker::util {
+class ProgressBar;  // util/progress_bar.h (private)
+}  // namespace stoker::util
+
 namespace stoker::train {
 
-class MetricsLog;  // train/metrics_log.h (private)
+class DiagnosticsObserver;  // train/diagnostics_observer.h (private)
 
 // What a log line reports, also handed to callbacks.
 struct StepStats {
@@ -135,8 +145,9 @@ struct EvalRecord {
   double loss = 0.0;
   double accuracy = -1.0;  // top-1 for class-index targets; -1 otherwise
   int64_t samples = 0;
-  double seconds = 0.0;  // this evaluation's wall time
-  double share = 0.0;    // evaluation's share of the fit's wall time so far
+  double seconds = 0.0;    // this evaluation's wall time
+  double share = 0.0;      // evaluation's share of the fit's wall time so far
+  double elapsed_s = 0.0;  // wall seconds since this fit() began
 };
 
 struct TrainerOptions {
@@ -187,9 +198,16 @@ struct TrainerOptions {
   // Data parallelism: this rank's gradient reducer, built over the same model (borrowed; it
   // must outlive the Trainer). nullptr: a single process.
   dist::GradReducer* reducer = nullptr;
-  // Step breakdown, GPU monitor, verdict reports, traces, baseline cards (off by default;
-  // the STOKER_DIAG* environment variables override these, see diag/options.h).
+  // Step breakdown, GPU monitor, verdict reports, traces, baseline cards (off by default),
+  // attached to fit() as a step observer.
   diag::DiagnosticsOptions diagnostics;
+  // Ablation: fit() trains on its source's first batch, replayed for every step of the
+  // source's epoch length (diag::ReplaySource): the step without the input pipeline.
+  bool replay_first_batch = false;
+  // Whether the STOKER_DIAG* environment variables may override these options
+  // (train/environment.h, applied when the Trainer is built): how `stoker doctor` diagnoses a
+  // program built on the Trainer. false: the options are exactly as given.
+  bool environment_overrides = true;
 };
 
 struct FitResult {
@@ -229,8 +247,9 @@ class Trainer {
   EvalResult evaluate(data::BatchSource& data, int64_t max_samples = 0);
 
   // Writes a training checkpoint (atomic, version 2). `source` supplies the data position and
-  // identity (nullptr: none recorded). With a ZeRO-1 optimizer (checkpoint_is_collective) every
-  // rank calls it and rank 0 writes. Temporaries that dead checkpoint writers left in the folder
+  // identity (nullptr: none recorded). In a data-parallel job only rank 0 writes: call it on
+  // every rank (a ZeRO-1 optimizer gathers its state from every rank here; other ranks return).
+  // Temporaries that dead checkpoint writers left in the folder
   // ("*.safetensors.tmp.<pid>.<n>" of a pid that no longer runs) are removed first, with one
   // line on stderr.
   void save_checkpoint(const std::filesystem::path& path, const data::BatchSource* source) const;
@@ -247,6 +266,11 @@ class Trainer {
   std::optional<std::filesystem::path> resume_latest(const std::filesystem::path& dir);
 
   int64_t step() const { return step_; }
+  // Ends the fit() in progress after the step being done, as reaching max_steps would (the
+  // window's log line, the evaluation due, the final checkpoint): for observers (early
+  // stopping). In a data-parallel job every rank must request it at the same step — decide
+  // from numbers every rank shares. Reset when the next fit() begins.
+  void request_stop() { stop_requested_ = true; }
   // The fp16 loss scaler (nullptr for fp32/bf16).
   const amp::GradScaler* scaler() const { return scaler_.get(); }
 
@@ -263,14 +287,17 @@ class Trainer {
   MemorySettings memory_settings() const;
 
   // The diagnostics of this Trainer (nullptr unless enabled).
-  const diag::Diagnostics* diagnostics() const { return diag_.get(); }
+  const diag::Diagnostics* diagnostics() const;
 
+  // Attaches `observer` to every later fit() (train/step_observer.h), after the Trainer's own
+  // and those added before it. Borrowed: it must outlive the Trainer's fits.
+  void add_observer(StepObserver& observer);
   using Callback = std::function<void(const StepStats&)>;
-  // Called after each log line.
-  void add_log_callback(Callback cb) { callbacks_.push_back(std::move(cb)); }
+  // Called after each log line (an observer's on_log).
+  void add_log_callback(Callback cb);
   using EvalCallback = std::function<void(const EvalRecord&)>;
-  // Called after each evaluation inside fit().
-  void add_eval_callback(EvalCallback cb) { eval_callbacks_.push_back(std::move(cb)); }
+  // Called after each evaluation inside fit() (an observer's on_eval).
+  void add_eval_callback(EvalCallback cb);
 
  private:
   void run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples);
@@ -283,26 +310,27 @@ class Trainer {
   // Around a step: the first one measures the activation peak (memory_report).
   bool begin_memory_measure();
   void end_memory_measure(bool measuring);
+  // The log line's numbers over the window of `steps` steps (reads the device; on every rank).
   StepStats log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps);
-  // Seconds until fit_total_steps_ at this fit()'s pace so far (`elapsed_s` since it began);
-  // -1 when unknown.
-  double eta_seconds(double elapsed_s) const;
-  // Evaluates on `validation` inside fit() and reports it (log line, metrics, callbacks).
+  // Evaluates on `validation` inside fit() and hands the record to the observers.
   EvalRecord evaluate_in_fit(data::BatchSource& validation, int64_t epoch);
-  // A periodic checkpoint now, then retention.
-  void write_periodic_checkpoint(const data::BatchSource& position,
-                                 const data::SourceIdentity& identity);
+  // Every observer's `event`: the Trainer's own, then the program's (before which the
+  // progress bar is erased when `erase_bar`).
+  template <typename Event>
+  void notify(Event&& event, bool erase_bar = false);
+  // The step enters phase `p` (diagnostics).
+  void phase(diag::Phase p);
   // Rank 0 of a data-parallel job, or a single process: the one that prints and saves.
   bool main_rank() const;
   int world_size() const;
-  // save_checkpoint with the position of `position` and the identity `identity` (fit() passes
-  // the real source's identity when diagnostics replace the source).
+  // The job's communicator (nullptr: a single process).
+  dist::Communicator* communicator() const;
   struct CheckpointPosition {
     int64_t epoch = 0, batch = 0;
   };
-  // `position`: where the run stands when the source cannot say (a fit() that ran no epoch).
+  // save_checkpoint; `position`: where the run stands when the source cannot say (a fit() that
+  // ran no epoch).
   void write_checkpoint(const std::filesystem::path& path, const data::BatchSource* source,
-                        const data::SourceIdentity& identity,
                         std::optional<CheckpointPosition> position = std::nullopt) const;
   // After a resume: throws when `source` or this job is not the run that wrote the checkpoint.
   void check_resumed_run(const data::BatchSource& source) const;
@@ -312,8 +340,12 @@ class Trainer {
   optim::Optimizer& optimizer_;
   TrainerOptions options_;
   std::vector<nn::Parameter*> params_;
-  std::vector<Callback> callbacks_;
-  std::vector<EvalCallback> eval_callbacks_;
+  // Observers: the Trainer's own first (owned, builtin_observers_ of them), then the program's.
+  std::unique_ptr<util::ProgressBar> bar_;
+  std::vector<std::unique_ptr<StepObserver>> owned_observers_;
+  std::vector<StepObserver*> observers_;
+  size_t builtin_observers_ = 0;
+  DiagnosticsObserver* diag_ = nullptr;  // one of owned_observers_, when diagnostics are on
 
   int64_t step_ = 0;
   int64_t resume_epoch_ = 0;
@@ -329,25 +361,20 @@ class Trainer {
   std::unique_ptr<amp::GradScaler> scaler_;  // fp16 only
   uint64_t window_max_syncs_ = 0;            // see StepStats::host_syncs_per_step
   double window_data_wait_s_ = 0;            // see StepStats::data_wait_share
-  std::unique_ptr<diag::Diagnostics> diag_;  // when options_.diagnostics.enabled
   bool memory_measured_ = false;             // the first step's activation peak is known
   bool memory_printed_ = false;              // fit() printed the report
   size_t activations_peak_ = 0;
   size_t last_batch_bytes_ = 0;  // input + target of the last micro-batch on the device
-  // The fit() in progress: its start, first step and end, evaluation's wall time, the metrics
-  // file, and whether a checkpoint is due by time (decided at log lines).
+  // The fit() in progress: its start, first step and end, and evaluation's wall time.
   std::chrono::steady_clock::time_point fit_start_{};
-  std::chrono::steady_clock::time_point last_checkpoint_{};
   int64_t fit_first_step_ = 0;
   int64_t fit_total_steps_ = -1;
   double fit_eval_s_ = 0.0;
-  int64_t fit_windows_ = 0;
-  bool time_checkpoint_due_ = false;
   // The step of the last evaluation inside fit() (-1: none), recorded in checkpoints, and what
   // the resumed checkpoint recorded.
   int64_t evaluated_step_ = -1;
   int64_t resume_evaluated_step_ = -1;
-  std::unique_ptr<MetricsLog> metrics_;
+  bool stop_requested_ = false;  // request_stop()
 };
 
 }  // namespace stoker::train

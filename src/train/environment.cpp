@@ -1,11 +1,12 @@
-#include "stoker/diag/options.h"
+#include "stoker/train/environment.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "stoker/core/error.h"
 
-namespace stoker::diag {
+namespace stoker::train {
 
 namespace {
 
@@ -37,7 +38,8 @@ int64_t env_int(const char* name, int64_t fallback) {
 
 }  // namespace
 
-DiagnosticsOptions apply_env(DiagnosticsOptions o) {
+TrainerOptions apply_environment(TrainerOptions options) {
+  diag::DiagnosticsOptions& o = options.diagnostics;
   o.enabled = env_flag("STOKER_DIAG", o.enabled);
   if (const char* v = env("STOKER_DIAG_REPORT_JSON")) o.report_json = v;
   if (const char* v = env("STOKER_DIAG_TRACE")) o.trace_path = v;
@@ -45,16 +47,21 @@ DiagnosticsOptions apply_env(DiagnosticsOptions o) {
   if (const char* v = env("STOKER_DIAG_BASELINE_COMPARE")) o.baseline_compare = v;
   o.report_interval = env_int("STOKER_DIAG_INTERVAL", o.report_interval);
   o.warmup_steps = env_int("STOKER_DIAG_WARMUP", o.warmup_steps);
-  o.synthetic_data = env_flag("STOKER_DIAG_SYNTHETIC", o.synthetic_data);
-  o.max_steps = env_int("STOKER_DIAG_MAX_STEPS", o.max_steps);
   o.monitor = env_flag("STOKER_DIAG_MONITOR", o.monitor);
   o.monitor_pcie = env_flag("STOKER_DIAG_MONITOR_PCIE", o.monitor_pcie);
   o.device_timing = env_flag("STOKER_DIAG_DEVICE_TIMING", o.device_timing);
-  STOKER_CHECK(o.report_interval >= 0, "DiagnosticsOptions: report_interval ", o.report_interval,
+  STOKER_CHECK(o.report_interval >= 0,
+               "STOKER_DIAG_INTERVAL / DiagnosticsOptions::report_interval ", o.report_interval,
                " must be >= 0");
-  STOKER_CHECK(o.warmup_steps >= 0, "DiagnosticsOptions: warmup_steps ", o.warmup_steps,
+  STOKER_CHECK(o.warmup_steps >= 0, "STOKER_DIAG_WARMUP / DiagnosticsOptions::warmup_steps ",
+               o.warmup_steps, " must be >= 0");
+  const int64_t max_steps = env_int("STOKER_DIAG_MAX_STEPS", -1);
+  STOKER_CHECK(max_steps >= -1, "environment variable STOKER_DIAG_MAX_STEPS=", max_steps,
                " must be >= 0");
-  return o;
+  if (max_steps >= 0)
+    options.max_steps = options.max_steps < 0 ? max_steps : std::min(options.max_steps, max_steps);
+  options.replay_first_batch = env_flag("STOKER_DIAG_SYNTHETIC", options.replay_first_batch);
+  return options;
 }
 
-}  // namespace stoker::diag
+}  // namespace stoker::train

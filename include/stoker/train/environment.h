@@ -1,0 +1,28 @@
+// The environment variables that change a Trainer's run, read in this one place (nowhere else
+// in the library reads them), so that `stoker doctor` can diagnose a program built on the
+// Trainer without changing it:
+//   STOKER_DIAG=1                   TrainerOptions::diagnostics.enabled
+//   STOKER_DIAG_REPORT_JSON=path    diagnostics.report_json
+//   STOKER_DIAG_TRACE=path          diagnostics.trace_path
+//   STOKER_DIAG_BASELINE_SAVE=path  diagnostics.baseline_save
+//   STOKER_DIAG_BASELINE_COMPARE=p  diagnostics.baseline_compare
+//   STOKER_DIAG_INTERVAL=N          diagnostics.report_interval
+//   STOKER_DIAG_WARMUP=N            diagnostics.warmup_steps
+//   STOKER_DIAG_MONITOR=0           diagnostics.monitor
+//   STOKER_DIAG_MONITOR_PCIE=0      diagnostics.monitor_pcie
+//   STOKER_DIAG_DEVICE_TIMING=0     diagnostics.device_timing
+//   STOKER_DIAG_MAX_STEPS=N         TrainerOptions::max_steps (the smaller of the two)
+//   STOKER_DIAG_SYNTHETIC=1         TrainerOptions::replay_first_batch
+// The Trainer applies it to the options it is given when TrainerOptions::environment_overrides
+// is true (the default); a program that must not be steered from outside sets it false.
+#pragma once
+
+#include "stoker/train/trainer.h"
+
+namespace stoker::train {
+
+// `options` with the variables above applied; throws naming the variable when a value is
+// malformed (a flag that is not 0/1, a number that is not an integer or is negative).
+TrainerOptions apply_environment(TrainerOptions options);
+
+}  // namespace stoker::train
