@@ -83,40 +83,15 @@ Image apply_orientation(const Image& in, int value) {
   out.width = swap ? h : w;
   out.height = swap ? w : h;
   out.pixels.resize(in.pixels.size());
+  // Each orientation is a mirror of x and / or y after an optional transpose (5..8).
+  const bool mirror_x = value == 2 || value == 3 || value == 7 || value == 8;
+  const bool mirror_y = value == 3 || value == 4 || value == 6 || value == 7;
   for (int y = 0; y < out.height; ++y) {
     for (int x = 0; x < out.width; ++x) {
       // The stored pixel (sx, sy) shown at (x, y) of the upright image.
-      int sx = x, sy = y;
-      switch (value) {
-        case 2:
-          sx = w - 1 - x;
-          break;
-        case 3:
-          sx = w - 1 - x;
-          sy = h - 1 - y;
-          break;
-        case 4:
-          sy = h - 1 - y;
-          break;
-        case 5:
-          sx = y;
-          sy = x;
-          break;
-        case 6:
-          sx = y;
-          sy = h - 1 - x;
-          break;
-        case 7:
-          sx = w - 1 - y;
-          sy = h - 1 - x;
-          break;
-        case 8:
-          sx = w - 1 - y;
-          sy = x;
-          break;
-        default:
-          break;
-      }
+      const int u = swap ? y : x, v = swap ? x : y;
+      const int sx = mirror_x ? w - 1 - u : u;
+      const int sy = mirror_y ? h - 1 - v : v;
       const uint8_t* s = &in.pixels[(static_cast<size_t>(sy) * w + sx) * 3];
       uint8_t* d = &out.pixels[(static_cast<size_t>(y) * out.width + x) * 3];
       d[0] = s[0];

@@ -56,6 +56,17 @@ std::string first_slurm_host(const std::string& list) {
   return prefix + token + suffix;
 }
 
+// A launcher that exports the rank, the world size and their per-node counterparts (torchrun,
+// Open MPI), named by these variables; without the per-node ones, all ranks are on one node.
+void read_ranks(const Lookup& lookup, DistEnv& e, const char* source, const char* rank,
+                const char* world_size, const char* local_rank, const char* local_world_size) {
+  e.source = source;
+  e.rank = int_var(lookup, rank, 0);
+  e.world_size = int_var(lookup, world_size, 1);
+  e.local_rank = int_var(lookup, local_rank, e.rank);
+  e.local_world_size = int_var(lookup, local_world_size, e.world_size);
+}
+
 // "4(x2),3" -> 4: the task count of the first node.
 int first_task_count(const char* name, const char* value) {
   std::string digits;
@@ -91,11 +102,7 @@ DistEnv read_env(const Lookup& lookup) {
     STOKER_CHECK(get(lookup, "RANK") && get(lookup, "WORLD_SIZE"),
                  "environment: RANK and WORLD_SIZE must be set together (found only ",
                  get(lookup, "RANK") ? "RANK" : "WORLD_SIZE", ")");
-    e.source = "torchrun";
-    e.rank = int_var(lookup, "RANK", 0);
-    e.world_size = int_var(lookup, "WORLD_SIZE", 1);
-    e.local_rank = int_var(lookup, "LOCAL_RANK", e.rank);
-    e.local_world_size = int_var(lookup, "LOCAL_WORLD_SIZE", e.world_size);
+    read_ranks(lookup, e, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
     multi_node_needs_addr = true;
   } else if (get(lookup, "SLURM_PROCID") &&
              (get(lookup, "SLURM_NTASKS") || get(lookup, "SLURM_NPROCS"))) {
@@ -117,11 +124,8 @@ DistEnv read_env(const Lookup& lookup) {
       if (nodes) e.master_addr = first_slurm_host(nodes);
     }
   } else if (get(lookup, "OMPI_COMM_WORLD_RANK") && get(lookup, "OMPI_COMM_WORLD_SIZE")) {
-    e.source = "openmpi";
-    e.rank = int_var(lookup, "OMPI_COMM_WORLD_RANK", 0);
-    e.world_size = int_var(lookup, "OMPI_COMM_WORLD_SIZE", 1);
-    e.local_rank = int_var(lookup, "OMPI_COMM_WORLD_LOCAL_RANK", e.rank);
-    e.local_world_size = int_var(lookup, "OMPI_COMM_WORLD_LOCAL_SIZE", e.world_size);
+    read_ranks(lookup, e, "openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+               "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
     multi_node_needs_addr = true;
   }
   if (master_addr) e.master_addr = master_addr;

@@ -47,6 +47,20 @@ void set_nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+// One accept4 on `listener`: the connection (TCP_NODELAY set, named by the peer's address), or
+// an invalid Socket with accept4's errno in `error`.
+Socket accept_one(const Socket& listener, int& error) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  const int fd = ::accept4(listener.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
+  if (fd < 0) {
+    error = errno;
+    return Socket();
+  }
+  set_nodelay(fd);
+  return Socket(fd, address_text(reinterpret_cast<sockaddr*>(&ss)));
+}
+
 }  // namespace
 
 Clock::time_point deadline_after(double seconds) {
@@ -123,15 +137,11 @@ Socket accept_until(const Socket& listener, Clock::time_point deadline) {
     const int r = ::poll(&p, 1, poll_ms(deadline));
     if (r < 0 && errno != EINTR) STOKER_THROW("rendezvous: poll failed: ", errno_text(errno));
     if (r > 0) {
-      sockaddr_storage ss{};
-      socklen_t len = sizeof(ss);
-      const int fd = ::accept4(listener.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
-      if (fd >= 0) {
-        set_nodelay(fd);
-        return Socket(fd, address_text(reinterpret_cast<sockaddr*>(&ss)));
-      }
-      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
-        STOKER_THROW("rendezvous: accept failed: ", errno_text(errno));
+      int error = 0;
+      Socket s = accept_one(listener, error);
+      if (s.valid()) return s;
+      if (error != EINTR && error != EAGAIN && error != ECONNABORTED)
+        STOKER_THROW("rendezvous: accept failed: ", errno_text(error));
     }
     if (Clock::now() >= deadline) return Socket();
   }
@@ -139,16 +149,12 @@ Socket accept_until(const Socket& listener, Clock::time_point deadline) {
 
 Socket accept_ready(const Socket& listener) {
   for (;;) {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    const int fd = ::accept4(listener.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
-    if (fd >= 0) {
-      set_nodelay(fd);
-      return Socket(fd, address_text(reinterpret_cast<sockaddr*>(&ss)));
-    }
-    if (errno == EINTR || errno == ECONNABORTED) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return Socket();
-    STOKER_THROW("rendezvous: accept failed: ", errno_text(errno));
+    int error = 0;
+    Socket s = accept_one(listener, error);
+    if (s.valid()) return s;
+    if (error == EINTR || error == ECONNABORTED) continue;
+    if (error == EAGAIN || error == EWOULDBLOCK) return Socket();
+    STOKER_THROW("rendezvous: accept failed: ", errno_text(error));
   }
 }
 

@@ -239,6 +239,30 @@ struct TcpCommunicator::Impl {
     send_reply(links.peers[static_cast<size_t>(q)], 0, data, n, deadline(),
                core::detail::str("TcpCommunicator: rank 0 answering rank ", q));
   }
+
+  // Starts collective c on every rank: a peer exchanges its request for rank 0's reply (in: what
+  // it sends, out: where the result goes) and is done; rank 0 gathers every peer's request and
+  // returns true, to compute the result and reply.
+  bool begin(const Call& c, int rank, int world, const void* in, void* out) {
+    check_usable(c);
+    ++seq;
+    if (rank != 0) {
+      exchange(c, rank, in, out);
+      return false;
+    }
+    gather_requests(c, world);
+    return true;
+  }
+
+  // Rank 0: `result` = the reduction by op of every rank's input (rank 0's at `mine`).
+  void reduce_inputs(const Call& c, ReduceOp op, const void* mine, int world) {
+    std::vector<const void*> srcs(static_cast<size_t>(world));
+    srcs[0] = mine;
+    for (int q = 1; q < world; ++q)
+      srcs[static_cast<size_t>(q)] = inputs[static_cast<size_t>(q)].data();
+    result.resize(c.in_bytes());
+    detail::host_reduce(c.dtype, op, srcs, result.data(), 0, c.in_n);
+  }
 };
 
 TcpCommunicator::TcpCommunicator(int rank, int world_size, TcpOptions options)
@@ -266,39 +290,25 @@ void TcpCommunicator::abort(const std::string& reason) {
 
 void TcpCommunicator::do_all_reduce(const Tensor& in, const Tensor& out, ReduceOp op) {
   const Call c{Kind::all_reduce, in.dtype(), op, 0, in.numel(), out.numel()};
-  impl_->check_usable(c);
-  ++impl_->seq;
-  if (rank() != 0) return impl_->exchange(c, rank(), in.data(), out.data());
   const int w = world_size();
-  impl_->gather_requests(c, w);
-  std::vector<const void*> srcs(static_cast<size_t>(w));
-  srcs[0] = in.data();
-  for (int q = 1; q < w; ++q)
-    srcs[static_cast<size_t>(q)] = impl_->inputs[static_cast<size_t>(q)].data();
-  impl_->result.resize(c.out_bytes());
-  detail::host_reduce(c.dtype, op, srcs, impl_->result.data(), 0, c.in_n);
+  if (!impl_->begin(c, rank(), w, in.data(), out.data())) return;
+  impl_->reduce_inputs(c, op, in.data(), w);
   std::memcpy(out.data(), impl_->result.data(), c.out_bytes());
   for (int q = 1; q < w; ++q) impl_->reply(q, impl_->result.data(), c.out_bytes());
 }
 
 void TcpCommunicator::do_broadcast(const Tensor& t, int root) {
   const Call c{Kind::broadcast, t.dtype(), ReduceOp::sum, root, t.numel(), t.numel()};
-  impl_->check_usable(c);
-  ++impl_->seq;
-  if (rank() != 0) return impl_->exchange(c, rank(), t.data(), t.data());
   const int w = world_size();
-  impl_->gather_requests(c, w);
+  if (!impl_->begin(c, rank(), w, t.data(), t.data())) return;
   if (root != 0) std::memcpy(t.data(), impl_->inputs[static_cast<size_t>(root)].data(), t.nbytes());
   for (int q = 1; q < w; ++q) impl_->reply(q, t.data(), t.nbytes());
 }
 
 void TcpCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
   const Call c{Kind::all_gather, in.dtype(), ReduceOp::sum, 0, in.numel(), out.numel()};
-  impl_->check_usable(c);
-  ++impl_->seq;
-  if (rank() != 0) return impl_->exchange(c, rank(), in.data(), out.data());
   const int w = world_size();
-  impl_->gather_requests(c, w);
+  if (!impl_->begin(c, rank(), w, in.data(), out.data())) return;
   const size_t bytes = in.nbytes();
   auto* dst = static_cast<uint8_t*>(out.data());
   if (dst != in.data()) std::memmove(dst, in.data(), bytes);
@@ -310,17 +320,9 @@ void TcpCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
 
 void TcpCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
   const Call c{Kind::reduce_scatter, in.dtype(), op, 0, in.numel(), out.numel()};
-  impl_->check_usable(c);
-  ++impl_->seq;
-  if (rank() != 0) return impl_->exchange(c, rank(), in.data(), out.data());
   const int w = world_size();
-  impl_->gather_requests(c, w);
-  std::vector<const void*> srcs(static_cast<size_t>(w));
-  srcs[0] = in.data();
-  for (int q = 1; q < w; ++q)
-    srcs[static_cast<size_t>(q)] = impl_->inputs[static_cast<size_t>(q)].data();
-  impl_->result.resize(c.in_bytes());
-  detail::host_reduce(c.dtype, op, srcs, impl_->result.data(), 0, c.in_n);
+  if (!impl_->begin(c, rank(), w, in.data(), out.data())) return;
+  impl_->reduce_inputs(c, op, in.data(), w);
   const size_t chunk = out.nbytes();
   std::memcpy(out.data(), impl_->result.data(), chunk);
   for (int q = 1; q < w; ++q)
@@ -329,11 +331,8 @@ void TcpCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out, Red
 
 void TcpCommunicator::do_barrier() {
   const Call c{};
-  impl_->check_usable(c);
-  ++impl_->seq;
-  if (rank() != 0) return impl_->exchange(c, rank(), nullptr, nullptr);
   const int w = world_size();
-  impl_->gather_requests(c, w);
+  if (!impl_->begin(c, rank(), w, nullptr, nullptr)) return;
   for (int q = 1; q < w; ++q) impl_->reply(q, nullptr, 0);
 }
 

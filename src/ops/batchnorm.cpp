@@ -4,6 +4,7 @@
 #include "stoker/ops/batchnorm.h"
 
 #include <cmath>
+#include <initializer_list>
 
 #include "ops/backend.h"
 #include "ops/geometry.h"
@@ -29,26 +30,43 @@ void check_like_x(std::string_view op, std::string_view name, const Tensor& t, c
   detail::check_shape(op, name, t, x.shape(), core::detail::str("the shape of x ", x.str()));
 }
 
+// Every pass: valid parameters and a float rank-4 x on a device this build can use.
+void check_x(std::string_view op, const Tensor& x, const BatchNormParams& p) {
+  check_params(op, p);
+  detail::check_image(op, "x", x, p.layout);
+  detail::check_backend(op, x);
+}
+
+// A tensor and the name the messages give it.
+struct Named {
+  std::string_view name;
+  const Tensor& t;
+};
+
+// Each of `vectors` holds one f32 value per channel of x (c of them), checked in order.
+void check_channel_vectors(std::string_view op, std::initializer_list<Named> vectors, int64_t c,
+                           const Tensor& x, Layout layout) {
+  for (const Named& v : vectors) detail::check_channel_vector(op, v.name, v.t, c, "x", x, layout);
+}
+
 }  // namespace
 
 void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
                              const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
                              const Tensor& gamma, const Tensor& beta, const BatchNormParams& p) {
   constexpr const char* op = "batchnorm_forward_train";
-  check_params(op, p);
-  detail::check_image(op, "x", x, p.layout);
-  detail::check_backend(op, x);
+  check_x(op, x, p);
   check_like_x(op, "y", y, x, p.layout);
   const Dims4 d = dims4(x.shape(), p.layout);
-  detail::check_channel_vector(op, "gamma", gamma, d.c, "x", x, p.layout);
-  detail::check_channel_vector(op, "beta", beta, d.c, "x", x, p.layout);
-  detail::check_channel_vector(op, "save_mean", save_mean, d.c, "x", x, p.layout);
-  detail::check_channel_vector(op, "save_invstd", save_invstd, d.c, "x", x, p.layout);
+  check_channel_vectors(
+      op,
+      {{"gamma", gamma}, {"beta", beta}, {"save_mean", save_mean}, {"save_invstd", save_invstd}},
+      d.c, x, p.layout);
   STOKER_CHECK(running_mean.defined() == running_var.defined(), "ops::", op,
                ": running_mean and running_var must both be given or both be undefined");
   if (running_mean.defined()) {
-    detail::check_channel_vector(op, "running_mean", running_mean, d.c, "x", x, p.layout);
-    detail::check_channel_vector(op, "running_var", running_var, d.c, "x", x, p.layout);
+    check_channel_vectors(op, {{"running_mean", running_mean}, {"running_var", running_var}}, d.c,
+                          x, p.layout);
   }
   STOKER_CHECK(d.n * d.h * d.w > 1, "ops::", op, ": x ", x.str(), " has ", d.n * d.h * d.w,
                " value per channel (N*H*W); training needs more than one (as PyTorch)");
@@ -61,15 +79,14 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
                             const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, const BatchNormParams& p) {
   constexpr const char* op = "batchnorm_forward_eval";
-  check_params(op, p);
-  detail::check_image(op, "x", x, p.layout);
-  detail::check_backend(op, x);
+  check_x(op, x, p);
   check_like_x(op, "y", y, x, p.layout);
-  const int64_t c = dims4(x.shape(), p.layout).c;
-  detail::check_channel_vector(op, "gamma", gamma, c, "x", x, p.layout);
-  detail::check_channel_vector(op, "beta", beta, c, "x", x, p.layout);
-  detail::check_channel_vector(op, "running_mean", running_mean, c, "x", x, p.layout);
-  detail::check_channel_vector(op, "running_var", running_var, c, "x", x, p.layout);
+  check_channel_vectors(op,
+                        {{"gamma", gamma},
+                         {"beta", beta},
+                         {"running_mean", running_mean},
+                         {"running_var", running_var}},
+                        dims4(x.shape(), p.layout).c, x, p.layout);
   if (x.numel() == 0) return;
   STOKER_DISPATCH(x.device(), batchnorm_forward_eval, y, x, gamma, beta, running_mean, running_var,
                   p);
@@ -80,17 +97,16 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
                         const Tensor& save_mean, const Tensor& save_invstd,
                         const BatchNormParams& p) {
   constexpr const char* op = "batchnorm_backward";
-  check_params(op, p);
-  detail::check_image(op, "x", x, p.layout);
-  detail::check_backend(op, x);
+  check_x(op, x, p);
   check_like_x(op, "dy", dy, x, p.layout);
   check_like_x(op, "dx", dx, x, p.layout);
-  const int64_t c = dims4(x.shape(), p.layout).c;
-  detail::check_channel_vector(op, "dgamma", dgamma, c, "x", x, p.layout);
-  detail::check_channel_vector(op, "dbeta", dbeta, c, "x", x, p.layout);
-  detail::check_channel_vector(op, "gamma", gamma, c, "x", x, p.layout);
-  detail::check_channel_vector(op, "save_mean", save_mean, c, "x", x, p.layout);
-  detail::check_channel_vector(op, "save_invstd", save_invstd, c, "x", x, p.layout);
+  check_channel_vectors(op,
+                        {{"dgamma", dgamma},
+                         {"dbeta", dbeta},
+                         {"gamma", gamma},
+                         {"save_mean", save_mean},
+                         {"save_invstd", save_invstd}},
+                        dims4(x.shape(), p.layout).c, x, p.layout);
   if (x.numel() == 0) return;
   STOKER_DISPATCH(x.device(), batchnorm_backward, dx, dgamma, dbeta, dy, x, gamma, save_mean,
                   save_invstd, p);

@@ -56,19 +56,6 @@ Dims4 conv_out_dims(std::string_view op, std::string_view x_name, const std::str
   return {xd.n, wd.n, oh, ow};
 }
 
-void check_tensors(std::string_view op, std::string_view a_name, const Tensor& a,
-                   std::string_view b_name, const Tensor& b, std::string_view c_name,
-                   const Tensor& c, bool same_dtype_c) {
-  detail::check_float(op, a_name, a);
-  detail::check_float(op, b_name, b);
-  detail::check_float(op, c_name, c);
-  detail::check_backend(op, a);
-  detail::check_same_device(op, a_name, a, b_name, b);
-  detail::check_same_device(op, a_name, a, c_name, c);
-  detail::check_same_dtype(op, b_name, b, c_name, c);
-  if (same_dtype_c) detail::check_same_dtype(op, a_name, a, b_name, b);
-}
-
 }  // namespace
 
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
@@ -78,7 +65,8 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p)
 
 void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   constexpr const char* op = "conv2d_forward";
-  check_tensors(op, "y", y, "x", x, "w", w, true);
+  detail::check_float_operands(op, "y", y, "x", x, "w", w);
+  detail::check_same_dtype(op, "y", y, "x", x);
   const Dims4 out = conv_out_dims(op, "x", x.str(), x.shape(), "w", w.str(), w.shape(), p);
   detail::check_shape(
       op, "y", y, shape4(out, p.layout),
@@ -90,7 +78,8 @@ void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Con
 void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
                           const Conv2dParams& p) {
   constexpr const char* op = "conv2d_backward_data";
-  check_tensors(op, "dx", dx, "dy", dy, "w", w, true);
+  detail::check_float_operands(op, "dx", dx, "dy", dy, "w", w);
+  detail::check_same_dtype(op, "dx", dx, "dy", dy);
   const Dims4 out = conv_out_dims(op, "dx", dx.str(), dx.shape(), "w", w.str(), w.shape(), p);
   detail::check_shape(op, "dy", dy, shape4(out, p.layout),
                       core::detail::str("the forward output for input dx ", dx.str(), " and w ",
@@ -102,7 +91,7 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
                             const Conv2dParams& p) {
   constexpr const char* op = "conv2d_backward_filter";
-  check_tensors(op, "dw", dw, "dy", dy, "x", x, false);
+  detail::check_float_operands(op, "dw", dw, "dy", dy, "x", x);
   STOKER_CHECK(dw.dtype() == x.dtype() || dw.dtype() == DType::f32, "ops::", op, ": dw is ",
                dw.str(), " but x is ", x.str(), "; expected dw in ", dtype_name(x.dtype()),
                " or f32");

@@ -7,13 +7,7 @@ namespace stoker::ops {
 
 namespace {
 void check_binary(const char* op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  detail::check_float(op, "out", out);
-  detail::check_float(op, "a", a);
-  detail::check_float(op, "b", b);
-  detail::check_backend(op, out);
-  detail::check_same_device(op, "out", out, "a", a);
-  detail::check_same_device(op, "out", out, "b", b);
-  detail::check_same_dtype(op, "a", a, "b", b);
+  detail::check_float_operands(op, "out", out, "a", a, "b", b);
   detail::check_same_dtype(op, "out", out, "a", a);
   detail::check_same_numel(op, "a", a, "b", b);
   detail::check_same_numel(op, "out", out, "a", a);

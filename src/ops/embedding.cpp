@@ -29,27 +29,26 @@ void check_rows(const char* op, const char* name, const Tensor& rows, const Tens
                table.str(), "; expected [", ids.numel(), ", ", table.size(1),
                "] (one row of the table per id)");
 }
+
+// Both passes: ids, a table (or its gradient) and one row per id (y, or dy), on one device.
+void check_embedding(const char* op, const Tensor& ids, const char* table_name, const Tensor& table,
+                     const char* rows_name, const Tensor& rows) {
+  check_ids(op, ids);
+  check_table(op, table_name, table);
+  check_rows(op, rows_name, rows, ids, table);
+  detail::check_backend(op, table);
+  detail::check_same_device(op, table_name, table, "ids", ids);
+  detail::check_same_device(op, table_name, table, rows_name, rows);
+}
 }  // namespace
 
 void embedding_forward(const Tensor& y, const Tensor& ids, const Tensor& table) {
-  const char* op = "embedding_forward";
-  check_ids(op, ids);
-  check_table(op, "table", table);
-  check_rows(op, "y", y, ids, table);
-  detail::check_backend(op, table);
-  detail::check_same_device(op, "table", table, "ids", ids);
-  detail::check_same_device(op, "table", table, "y", y);
+  check_embedding("embedding_forward", ids, "table", table, "y", y);
   if (y.numel() > 0) STOKER_DISPATCH(table.device(), embedding_forward, y, ids, table);
 }
 
 void embedding_backward(const Tensor& dtable, const Tensor& dy, const Tensor& ids) {
-  const char* op = "embedding_backward";
-  check_ids(op, ids);
-  check_table(op, "dtable", dtable);
-  check_rows(op, "dy", dy, ids, dtable);
-  detail::check_backend(op, dtable);
-  detail::check_same_device(op, "dtable", dtable, "ids", ids);
-  detail::check_same_device(op, "dtable", dtable, "dy", dy);
+  check_embedding("embedding_backward", ids, "dtable", dtable, "dy", dy);
   if (dy.numel() > 0) STOKER_DISPATCH(dtable.device(), embedding_backward, dtable, dy, ids);
 }
 

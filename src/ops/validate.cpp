@@ -43,4 +43,16 @@ void check_backend(std::string_view op, const Tensor& t) {
                     " but only ", core::cuda_device_count(), " CUDA devices are visible");
 }
 
+void check_float_operands(std::string_view op, std::string_view first_name, const Tensor& first,
+                          std::string_view second_name, const Tensor& second,
+                          std::string_view third_name, const Tensor& third) {
+  check_float(op, first_name, first);
+  check_float(op, second_name, second);
+  check_float(op, third_name, third);
+  check_backend(op, first);
+  check_same_device(op, first_name, first, second_name, second);
+  check_same_device(op, first_name, first, third_name, third);
+  check_same_dtype(op, second_name, second, third_name, third);
+}
+
 }  // namespace stoker::ops::detail

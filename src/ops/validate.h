@@ -19,5 +19,11 @@ void check_same_numel(std::string_view op, std::string_view name_a, const Tensor
                       std::string_view name_b, const Tensor& b);
 // The device is usable in this build (CUDA tensors need STOKER_WITH_CUDA).
 void check_backend(std::string_view op, const Tensor& t);
+// Float tensors `first`, `second` and `third` on first's device, which this build can use, with
+// second and third of one dtype: the operands of out = f(a, b), a GEMM or a convolution.
+// Checked in that order (float, backend, device, dtype), so the first fault is reported.
+void check_float_operands(std::string_view op, std::string_view first_name, const Tensor& first,
+                          std::string_view second_name, const Tensor& second,
+                          std::string_view third_name, const Tensor& third);
 
 }  // namespace stoker::ops::detail

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "ops/backend.h"
+#include "ops/cpu/f32.h"
 #include "ops/cpu/parallel.h"
 #include "ops/geometry.h"
 
@@ -28,18 +29,6 @@ namespace {
 using detail::ConvGeometry;
 
 constexpr int64_t kColumnBudget = int64_t{1} << 24;  // floats (64 MiB) per column buffer
-
-Tensor as_f32(const Tensor& t) {
-  if (t.dtype() == DType::f32) return t;
-  Tensor f = Tensor::empty(t.shape(), DType::f32, Device::cpu());
-  cast(f, t);
-  return f;
-}
-
-// An f32 tensor to compute an output into: `t` itself when it is f32, else a scratch tensor.
-Tensor f32_target(const Tensor& t) {
-  return t.dtype() == DType::f32 ? t : Tensor::empty(t.shape(), DType::f32, Device::cpu());
-}
 
 // Elements [offset, offset + shape.numel()) of a 1-D tensor, viewed with `shape`.
 Tensor view(const Tensor& flat, int64_t offset, const Shape& shape) {
@@ -202,80 +191,75 @@ void scatter_group(float* m, const Tensor& block, int64_t rows, int64_t grp,
       std::max<int64_t>(1, kGrain / g.kg));
 }
 
-}  // namespace
+// The three passes walk the images in the same chunks and cut the column matrix, the filter and
+// y / dy into the same per-group GEMM operands; they differ only in the GEMM run on them and in
+// whether x is unfolded into the columns first (forward, backward filter) or dx folded back from
+// them after (backward data).
+enum class Pass { forward, backward_data, backward_filter };
 
-void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-  const ConvGeometry g = detail::conv_geometry(x.shape(), w.shape(), p);
-  const Tensor x32 = as_f32(x);
-  const Tensor w2 = as_f32(w).reshape({g.k, g.cg * g.r * g.s});
-  const Tensor y32 = f32_target(y);
-  const int64_t d = g.cg * g.r * g.s;
-  const int64_t pix = g.oh * g.ow;
-  const Chunking ch = chunking(g);
-  const Tensor col = Tensor::empty({ch.images * ch.per_image}, DType::f32, Device::cpu());
-  const Tensor yflat = flat(y32);
-  for (int64_t b0 = 0; b0 < g.n; b0 += ch.images) {
-    const int64_t nb = std::min(ch.images, g.n - b0);
-    im2col_chunk(x32, col, b0, nb, g, ch.per_image);
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      const Tensor wg = w2.slice(grp * g.kg, (grp + 1) * g.kg);  // [Kg, D]
-      if (g.layout == Layout::nchw) {
-        for (int64_t b = 0; b < nb; ++b) {
-          const Tensor colg = view(col, b * ch.per_image + grp * d * pix, {d, pix});
-          const Tensor yg = view(yflat, ((b0 + b) * g.k + grp * g.kg) * pix, {g.kg, pix});
-          gemm(yg, wg, colg, {});
-        }
-      } else {
-        const Tensor colg = view(col, grp * nb * pix * d, {nb * pix, d});
-        if (g.groups == 1) {
-          gemm(view(yflat, b0 * pix * g.k, {nb * pix, g.k}), colg, wg, {.trans_b = true});
-        } else {
-          const Tensor block = Tensor::empty({nb * pix, g.kg}, DType::f32, Device::cpu());
-          gemm(block, colg, wg, {.trans_b = true});
-          scatter_group(fptr_mut(y32) + b0 * pix * g.k, block, nb * pix, grp, g);
-        }
-      }
-    }
+// One GEMM of `pass` in NCHW, per image and group: col_g [D, P], W_g [Kg, D], y_g / dy_g [Kg, P].
+void gemm_nchw(Pass pass, const Tensor& colg, const Tensor& wg, const Tensor& yg) {
+  switch (pass) {
+    case Pass::forward:
+      return gemm(yg, wg, colg, {});  // y_g = W_g col_g
+    case Pass::backward_data:
+      return gemm(colg, wg, yg, {.trans_a = true});  // col_g = W_g^T dy_g
+    case Pass::backward_filter:
+      return gemm(wg, yg, colg, {.trans_b = true, .beta = 1.0f});  // dW_g += dy_g col_g^T
   }
-  if (!y32.same_storage(y)) cast(y, y32);
 }
 
-void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
-                          const Conv2dParams& p) {
-  const ConvGeometry g = detail::conv_geometry(dx.shape(), w.shape(), p);
-  const Tensor dy32 = as_f32(dy);
-  const Tensor w2 = as_f32(w).reshape({g.k, g.cg * g.r * g.s});
-  const Tensor dx32 = f32_target(dx);
+// The same in NHWC, per chunk and group: col_g [B*P, D], W_g [Kg, D], y_g / dy_g [B*P, Kg].
+void gemm_nhwc(Pass pass, const Tensor& colg, const Tensor& wg, const Tensor& yg) {
+  switch (pass) {
+    case Pass::forward:
+      return gemm(yg, colg, wg, {.trans_b = true});  // y_g = col_g W_g^T
+    case Pass::backward_data:
+      return gemm(colg, yg, wg, {});  // col_g = dy_g W_g
+    case Pass::backward_filter:
+      return gemm(wg, yg, colg, {.trans_a = true, .beta = 1.0f});  // dW_g += dy_g^T col_g
+  }
+}
+
+// Runs `pass` over f32 tensors: x32 the input image (dx for the backward data pass), w32 the
+// filter (dw for the backward filter pass, accumulated into), y32 the output (dy for the
+// backward passes).
+void run_pass(Pass pass, const ConvGeometry& g, const Tensor& x32, const Tensor& w32,
+              const Tensor& y32) {
   const int64_t d = g.cg * g.r * g.s;
   const int64_t pix = g.oh * g.ow;
   const int64_t image = g.c * g.h * g.w;
   const Chunking ch = chunking(g);
   const Tensor col = Tensor::empty({ch.images * ch.per_image}, DType::f32, Device::cpu());
-  const Tensor dyflat = flat(dy32);
+  const Tensor w2 = w32.reshape({g.k, d});
+  const Tensor yflat = flat(y32);
   for (int64_t b0 = 0; b0 < g.n; b0 += ch.images) {
     const int64_t nb = std::min(ch.images, g.n - b0);
+    if (pass != Pass::backward_data) im2col_chunk(x32, col, b0, nb, g, ch.per_image);
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       const Tensor wg = w2.slice(grp * g.kg, (grp + 1) * g.kg);  // [Kg, D]
       if (g.layout == Layout::nchw) {
         for (int64_t b = 0; b < nb; ++b) {
-          const Tensor colg = view(col, b * ch.per_image + grp * d * pix, {d, pix});
-          const Tensor dyg = view(dyflat, ((b0 + b) * g.k + grp * g.kg) * pix, {g.kg, pix});
-          gemm(colg, wg, dyg, {.trans_a = true});  // [D, P] = W_g^T dy_g
+          gemm_nchw(pass, view(col, b * ch.per_image + grp * d * pix, {d, pix}), wg,
+                    view(yflat, ((b0 + b) * g.k + grp * g.kg) * pix, {g.kg, pix}));
         }
-      } else {
-        const Tensor colg = view(col, grp * nb * pix * d, {nb * pix, d});
-        Tensor dyg;
-        if (g.groups == 1) {
-          dyg = view(dyflat, b0 * pix * g.k, {nb * pix, g.k});
-        } else {
-          dyg = Tensor::empty({nb * pix, g.kg}, DType::f32, Device::cpu());
-          gather_group(dyg, fptr(dy32) + b0 * pix * g.k, nb * pix, grp, g);
-        }
-        gemm(colg, dyg, wg, {});  // [B*P, D] = dy_g W_g
+        continue;
       }
+      const Tensor colg = view(col, grp * nb * pix * d, {nb * pix, d});
+      float* const rows = fptr_mut(y32) + b0 * pix * g.k;  // the chunk's [B*P, K] rows of y / dy
+      if (g.groups == 1) {
+        gemm_nhwc(pass, colg, wg, view(yflat, b0 * pix * g.k, {nb * pix, g.k}));
+        continue;
+      }
+      // Several groups: group grp's columns of y / dy go through a [B*P, Kg] block.
+      const Tensor block = Tensor::empty({nb * pix, g.kg}, DType::f32, Device::cpu());
+      if (pass != Pass::forward) gather_group(block, rows, nb * pix, grp, g);
+      gemm_nhwc(pass, colg, wg, block);
+      if (pass == Pass::forward) scatter_group(rows, block, nb * pix, grp, g);
     }
+    if (pass != Pass::backward_data) continue;
     tbb::parallel_for(int64_t{0}, nb, [&](int64_t b) {
-      float* out = fptr_mut(dx32) + (b0 + b) * image;
+      float* out = fptr_mut(x32) + (b0 + b) * image;
       if (g.layout == Layout::nchw) {
         col2im_nchw(fptr(col) + b * ch.per_image, out, g);
       } else {
@@ -283,45 +267,30 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
       }
     });
   }
+}
+
+}  // namespace
+
+void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  const ConvGeometry g = detail::conv_geometry(x.shape(), w.shape(), p);
+  const Tensor y32 = f32_target(y);
+  run_pass(Pass::forward, g, as_f32(x), as_f32(w), y32);
+  if (!y32.same_storage(y)) cast(y, y32);
+}
+
+void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
+                          const Conv2dParams& p) {
+  const ConvGeometry g = detail::conv_geometry(dx.shape(), w.shape(), p);
+  const Tensor dx32 = f32_target(dx);
+  run_pass(Pass::backward_data, g, dx32, as_f32(w), as_f32(dy));
   if (!dx32.same_storage(dx)) cast(dx, dx32);
 }
 
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
                             const Conv2dParams& p) {
   const ConvGeometry g = detail::conv_geometry(x.shape(), dw.shape(), p);
-  const Tensor x32 = as_f32(x);
-  const Tensor dy32 = as_f32(dy);
   const Tensor dw32 = as_f32(dw);  // dw itself when f32 (accumulated in place)
-  const Tensor dw2 = dw32.reshape({g.k, g.cg * g.r * g.s});
-  const int64_t d = g.cg * g.r * g.s;
-  const int64_t pix = g.oh * g.ow;
-  const Chunking ch = chunking(g);
-  const Tensor col = Tensor::empty({ch.images * ch.per_image}, DType::f32, Device::cpu());
-  const Tensor dyflat = flat(dy32);
-  for (int64_t b0 = 0; b0 < g.n; b0 += ch.images) {
-    const int64_t nb = std::min(ch.images, g.n - b0);
-    im2col_chunk(x32, col, b0, nb, g, ch.per_image);
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      const Tensor dwg = dw2.slice(grp * g.kg, (grp + 1) * g.kg);  // [Kg, D]
-      if (g.layout == Layout::nchw) {
-        for (int64_t b = 0; b < nb; ++b) {
-          const Tensor colg = view(col, b * ch.per_image + grp * d * pix, {d, pix});
-          const Tensor dyg = view(dyflat, ((b0 + b) * g.k + grp * g.kg) * pix, {g.kg, pix});
-          gemm(dwg, dyg, colg, {.trans_b = true, .beta = 1.0f});  // += dy_g col_g^T
-        }
-      } else {
-        const Tensor colg = view(col, grp * nb * pix * d, {nb * pix, d});
-        Tensor dyg;
-        if (g.groups == 1) {
-          dyg = view(dyflat, b0 * pix * g.k, {nb * pix, g.k});
-        } else {
-          dyg = Tensor::empty({nb * pix, g.kg}, DType::f32, Device::cpu());
-          gather_group(dyg, fptr(dy32) + b0 * pix * g.k, nb * pix, grp, g);
-        }
-        gemm(dwg, dyg, colg, {.trans_a = true, .beta = 1.0f});  // += dy_g^T col_g
-      }
-    }
-  }
+  run_pass(Pass::backward_filter, g, as_f32(x), dw32, as_f32(dy));
   if (!dw32.same_storage(dw)) cast(dw, dw32);
 }
 

@@ -3,18 +3,10 @@
 #include <cblas.h>
 
 #include "ops/backend.h"
+#include "ops/cpu/f32.h"
 #include "ops/cpu/parallel.h"
 
 namespace stoker::ops::cpu {
-
-namespace {
-Tensor as_f32(const Tensor& t) {
-  if (t.dtype() == DType::f32) return t;
-  Tensor f = Tensor::empty(t.shape(), DType::f32, Device::cpu());
-  cast(f, t);
-  return f;
-}
-}  // namespace
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o) {
   const int m = static_cast<int>(c.size(0));
@@ -22,12 +14,7 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
   const int k = static_cast<int>(o.trans_a ? a.size(0) : a.size(1));
   const Tensor a32 = as_f32(a);
   const Tensor b32 = as_f32(b);
-  // A half C is accumulated in an fp32 copy (which holds beta * C when beta != 0).
-  Tensor c32 = c;
-  if (c.dtype() != DType::f32) {
-    c32 = Tensor::empty(c.shape(), DType::f32, Device::cpu());
-    if (o.beta != 0.0f) cast(c32, c);
-  }
+  const Tensor c32 = f32_accumulator(c, o.beta);
   cblas_sgemm(CblasRowMajor, o.trans_a ? CblasTrans : CblasNoTrans,
               o.trans_b ? CblasTrans : CblasNoTrans, m, n, k, o.alpha,
               static_cast<const float*>(a32.data()), static_cast<int>(a.size(1)),

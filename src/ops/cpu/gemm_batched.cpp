@@ -6,18 +6,10 @@
 
 #include "ops/attention_backend.h"
 #include "ops/backend.h"
+#include "ops/cpu/f32.h"
 #include "ops/cpu/parallel.h"
 
 namespace stoker::ops::cpu {
-
-namespace {
-Tensor as_f32(const Tensor& t) {
-  if (t.dtype() == DType::f32) return t;
-  Tensor f = Tensor::empty(t.shape(), DType::f32, Device::cpu());
-  cast(f, t);
-  return f;
-}
-}  // namespace
 
 void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
                   const GemmOptions& o) {
@@ -28,11 +20,7 @@ void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, int64_t bat
   const int64_t sa = a.numel() / batch, sb = b.numel() / batch, sc = int64_t{m} * n;
   const Tensor a32 = as_f32(a);
   const Tensor b32 = as_f32(b);
-  Tensor c32 = c;
-  if (c.dtype() != DType::f32) {
-    c32 = Tensor::empty(c.shape(), DType::f32, Device::cpu());
-    if (o.beta != 0.0f) cast(c32, c);
-  }
+  const Tensor c32 = f32_accumulator(c, o.beta);
   const float* pa = static_cast<const float*>(a32.data());
   const float* pb = static_cast<const float*>(b32.data());
   float* pc = static_cast<float*>(c32.data());

@@ -11,16 +11,13 @@
 
 #include "ops/backend.h"
 #include "ops/cpu/optim_simd.h"
+#include "ops/cpu/optim_step.h"
 #include "ops/cpu/parallel.h"
 #include "ops/optim_backend.h"
 
 namespace stoker::ops::cpu {
 
 namespace {
-bool skip_step(const Tensor& found_inf) {
-  return found_inf.defined() && *static_cast<const float*>(found_inf.data()) != 0.0f;
-}
-
 // The chunk loops: restrict pointers (parameters, gradients and states never overlap) and the
 // constants by value, so the vectorizer needs no alias checks.
 STOKER_OPTIM_CLONES void sgd_chunk(float* __restrict p, const float* __restrict g,
@@ -60,13 +57,7 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 const detail::AdamWConsts& host_consts, const Tensor& found_inf,
                 const Tensor& step_state, double beta1, double beta2, double lr) {
   const bool skip = skip_step(found_inf);
-  detail::AdamWConsts c = host_consts;
-  if (step_state.defined()) {
-    auto* st = static_cast<AdamWStepState*>(step_state.data());
-    detail::adamw_advance(*st, skip, beta1, beta2, lr);
-    c.step_size = st->step_size;
-    c.bc2_sqrt = st->bc2_sqrt;
-  }
+  const detail::AdamWConsts c = adamw_step_consts(host_consts, step_state, skip, beta1, beta2, lr);
   if (skip) return;
   for (size_t t = 0; t < params.size(); ++t) {
     float* p = static_cast<float*>(params[t].data());

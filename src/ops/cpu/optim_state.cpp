@@ -13,6 +13,7 @@
 
 #include "ops/backend.h"
 #include "ops/cpu/optim_simd.h"
+#include "ops/cpu/optim_step.h"
 #include "ops/cpu/parallel.h"
 #include "ops/optim_backend.h"
 #include "ops/quantize_math.h"
@@ -198,10 +199,6 @@ void run_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
   }
 }
 
-bool skip_step(const Tensor& found_inf) {
-  return found_inf.defined() && *static_cast<const float*>(found_inf.data()) != 0.0f;
-}
-
 }  // namespace
 
 void sgd_step_compact(std::span<const Tensor> params, std::span<const Tensor> grads,
@@ -227,13 +224,7 @@ void adamw_step_compact(std::span<const Tensor> params, std::span<const Tensor> 
                         const Tensor& found_inf, const Tensor& step_state, double beta1,
                         double beta2, double lr) {
   const bool skip = skip_step(found_inf);
-  detail::AdamWConsts c = host_consts;
-  if (step_state.defined()) {
-    auto* st = static_cast<AdamWStepState*>(step_state.data());
-    detail::adamw_advance(*st, skip, beta1, beta2, lr);
-    c.step_size = st->step_size;
-    c.bc2_sqrt = st->bc2_sqrt;
-  }
+  const detail::AdamWConsts c = adamw_step_consts(host_consts, step_state, skip, beta1, beta2, lr);
   if (skip) return;
   run_compact<2>(
       params, grads, {exp_avgs, exp_avg_sqs}, {true, false}, storage,

@@ -170,61 +170,72 @@ void check_call(cudnnStatus_t status, const char* pass, const char* call, const 
                plan.what);
 }
 
-const Choice& forward_choice(ConvPlan& plan, cudnnHandle_t h) {
-  if (plan.fwd.chosen) return plan.fwd;
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+// A pass's algorithm, chosen on its first use and kept in `slot`: the pick among cuDNN's
+// heuristic ranking (`rank(count, &n, perfs)` fills n <= count results), with the workspace that
+// cuDNN asks for the picked algorithm (`workspace_size(algo, &bytes)`, named size_call in
+// errors) when that is more than the ranking said.
+template <typename Perf, typename Rank, typename WorkspaceSize>
+const Choice& choose(Choice& slot, const ConvPlan& plan, const char* pass, int count,
+                     bool prefer_deterministic, Rank rank, const char* size_call,
+                     WorkspaceSize workspace_size) {
+  if (slot.chosen) return slot;
+  std::vector<Perf> perfs(static_cast<size_t>(count));
   int n = 0;
-  STOKER_CUDNN_CHECK(
-      cudnnGetConvolutionForwardAlgorithm_v7(h, plan.x.get(), plan.w, plan.conv, plan.y.get(),
-                                             static_cast<int>(perfs.size()), &n, perfs.data()));
+  rank(static_cast<int>(perfs.size()), &n, perfs.data());
   perfs.resize(static_cast<size_t>(n));
-  Choice c = pick(perfs, plan.math, false, "conv2d_forward", plan);
+  Choice c = pick(perfs, plan.math, prefer_deterministic, pass, plan);
   size_t bytes = 0;
-  check_call(cudnnGetConvolutionForwardWorkspaceSize(
-                 h, plan.x.get(), plan.w, plan.conv, plan.y.get(),
-                 static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &bytes),
-             "conv2d_forward", "cudnnGetConvolutionForwardWorkspaceSize", plan);
+  check_call(workspace_size(static_cast<decltype(Perf::algo)>(c.algo), &bytes), pass, size_call,
+             plan);
   c.workspace = std::max(c.workspace, bytes);
-  plan.fwd = c;
-  return plan.fwd;
+  slot = c;
+  return slot;
+}
+
+const Choice& forward_choice(ConvPlan& plan, cudnnHandle_t h) {
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  return choose<Perf>(
+      plan.fwd, plan, "conv2d_forward", CUDNN_CONVOLUTION_FWD_ALGO_COUNT, false,
+      [&](int count, int* n, Perf* perfs) {
+        STOKER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+            h, plan.x.get(), plan.w, plan.conv, plan.y.get(), count, n, perfs));
+      },
+      "cudnnGetConvolutionForwardWorkspaceSize",
+      [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(h, plan.x.get(), plan.w, plan.conv,
+                                                       plan.y.get(), algo, bytes);
+      });
 }
 
 const Choice& backward_data_choice(ConvPlan& plan, cudnnHandle_t h) {
-  if (plan.bwd_data.chosen) return plan.bwd_data;
-  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-  int n = 0;
-  STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-      h, plan.w, plan.y.get(), plan.conv, plan.x.get(), static_cast<int>(perfs.size()), &n,
-      perfs.data()));
-  perfs.resize(static_cast<size_t>(n));
-  Choice c = pick(perfs, plan.math, true, "conv2d_backward_data", plan);
-  size_t bytes = 0;
-  check_call(cudnnGetConvolutionBackwardDataWorkspaceSize(
-                 h, plan.w, plan.y.get(), plan.conv, plan.x.get(),
-                 static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), &bytes),
-             "conv2d_backward_data", "cudnnGetConvolutionBackwardDataWorkspaceSize", plan);
-  c.workspace = std::max(c.workspace, bytes);
-  plan.bwd_data = c;
-  return plan.bwd_data;
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  return choose<Perf>(
+      plan.bwd_data, plan, "conv2d_backward_data", CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, true,
+      [&](int count, int* n, Perf* perfs) {
+        STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, plan.w, plan.y.get(), plan.conv, plan.x.get(), count, n, perfs));
+      },
+      "cudnnGetConvolutionBackwardDataWorkspaceSize",
+      [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(h, plan.w, plan.y.get(), plan.conv,
+                                                            plan.x.get(), algo, bytes);
+      });
 }
 
 const Choice& backward_filter_choice(ConvPlan& plan, cudnnHandle_t h) {
-  if (plan.bwd_filter.chosen) return plan.bwd_filter;
-  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-  int n = 0;
-  STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-      h, plan.x.get(), plan.y.get(), plan.conv, plan.w, static_cast<int>(perfs.size()), &n,
-      perfs.data()));
-  perfs.resize(static_cast<size_t>(n));
-  Choice c = pick(perfs, plan.math, true, "conv2d_backward_filter", plan);
-  size_t bytes = 0;
-  check_call(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                 h, plan.x.get(), plan.y.get(), plan.conv, plan.w,
-                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), &bytes),
-             "conv2d_backward_filter", "cudnnGetConvolutionBackwardFilterWorkspaceSize", plan);
-  c.workspace = std::max(c.workspace, bytes);
-  plan.bwd_filter = c;
-  return plan.bwd_filter;
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  return choose<Perf>(
+      plan.bwd_filter, plan, "conv2d_backward_filter", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+      true,
+      [&](int count, int* n, Perf* perfs) {
+        STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, plan.x.get(), plan.y.get(), plan.conv, plan.w, count, n, perfs));
+      },
+      "cudnnGetConvolutionBackwardFilterWorkspaceSize",
+      [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, plan.x.get(), plan.y.get(),
+                                                              plan.conv, plan.w, algo, bytes);
+      });
 }
 
 // Scratch memory from the stream-ordered pool, freed (stream-ordered) when it goes out of scope
@@ -236,6 +247,18 @@ Tensor workspace(size_t bytes, Device d) {
 
 void* ptr(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
+// Enqueues one pass under device d's cuDNN lease: its algorithm (`choice(plan, handle)`), a
+// workspace from the pool, then `run(handle, algo, workspace, workspace bytes)`, the cuDNN call
+// named `call` in errors. The caller holds a DeviceScope for d.
+template <typename ChoiceFn, typename Run>
+void enqueue(Device d, ConvPlan& plan, const char* pass, const char* call, ChoiceFn choice,
+             Run run) {
+  const CudnnLease lease(d);
+  const Choice& c = choice(plan, lease.handle());
+  const Tensor ws = workspace(c.workspace, d);
+  check_call(run(lease.handle(), c.algo, ptr(ws), c.workspace), pass, call, plan);
+}
+
 }  // namespace
 
 void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
@@ -243,15 +266,13 @@ void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Con
   const core::DeviceScope scope(d.index);
   const ConvGeometry g = detail::conv_geometry(x.shape(), w.shape(), p);
   ConvPlan& plan = plan_cache().get(d.index, x.dtype(), g);
-  const CudnnLease lease(d);
-  const Choice& c = forward_choice(plan, lease.handle());
-  const Tensor ws = workspace(c.workspace, d);
-  const float alpha = 1.0f, beta = 0.0f;
-  check_call(
-      cudnnConvolutionForward(lease.handle(), &alpha, plan.x.get(), x.data(), plan.w, w.data(),
-                              plan.conv, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr(ws),
-                              c.workspace, &beta, plan.y.get(), y.data()),
-      "conv2d_forward", "cudnnConvolutionForward", plan);
+  enqueue(d, plan, "conv2d_forward", "cudnnConvolutionForward", forward_choice,
+          [&](cudnnHandle_t h, int algo, void* ws, size_t ws_bytes) {
+            const float alpha = 1.0f, beta = 0.0f;
+            return cudnnConvolutionForward(h, &alpha, plan.x.get(), x.data(), plan.w, w.data(),
+                                           plan.conv, static_cast<cudnnConvolutionFwdAlgo_t>(algo),
+                                           ws, ws_bytes, &beta, plan.y.get(), y.data());
+          });
 }
 
 void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
@@ -260,15 +281,14 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
   const core::DeviceScope scope(d.index);
   const ConvGeometry g = detail::conv_geometry(dx.shape(), w.shape(), p);
   ConvPlan& plan = plan_cache().get(d.index, dx.dtype(), g);
-  const CudnnLease lease(d);
-  const Choice& c = backward_data_choice(plan, lease.handle());
-  const Tensor ws = workspace(c.workspace, d);
-  const float alpha = 1.0f, beta = 0.0f;
-  check_call(cudnnConvolutionBackwardData(lease.handle(), &alpha, plan.w, w.data(), plan.y.get(),
-                                          dy.data(), plan.conv,
-                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-                                          ptr(ws), c.workspace, &beta, plan.x.get(), dx.data()),
-             "conv2d_backward_data", "cudnnConvolutionBackwardData", plan);
+  enqueue(d, plan, "conv2d_backward_data", "cudnnConvolutionBackwardData", backward_data_choice,
+          [&](cudnnHandle_t h, int algo, void* ws, size_t ws_bytes) {
+            const float alpha = 1.0f, beta = 0.0f;
+            return cudnnConvolutionBackwardData(h, &alpha, plan.w, w.data(), plan.y.get(),
+                                                dy.data(), plan.conv,
+                                                static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+                                                ws, ws_bytes, &beta, plan.x.get(), dx.data());
+          });
 }
 
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
@@ -281,17 +301,14 @@ void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
   // into a half scratch filter and added in fp32 (axpy) — the rounding autocast has too.
   const bool direct = dw.dtype() == x.dtype();
   const Tensor target = direct ? dw : Tensor::empty(dw.shape(), x.dtype(), d);
-  {
-    const CudnnLease lease(d);
-    const Choice& c = backward_filter_choice(plan, lease.handle());
-    const Tensor ws = workspace(c.workspace, d);
-    const float alpha = 1.0f, beta = direct ? 1.0f : 0.0f;
-    check_call(cudnnConvolutionBackwardFilter(lease.handle(), &alpha, plan.x.get(), x.data(),
-                                              plan.y.get(), dy.data(), plan.conv,
-                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-                                              ptr(ws), c.workspace, &beta, plan.w, target.data()),
-               "conv2d_backward_filter", "cudnnConvolutionBackwardFilter", plan);
-  }
+  enqueue(d, plan, "conv2d_backward_filter", "cudnnConvolutionBackwardFilter",
+          backward_filter_choice, [&](cudnnHandle_t h, int algo, void* ws, size_t ws_bytes) {
+            const float alpha = 1.0f, beta = direct ? 1.0f : 0.0f;
+            return cudnnConvolutionBackwardFilter(
+                h, &alpha, plan.x.get(), x.data(), plan.y.get(), dy.data(), plan.conv,
+                static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, ws_bytes, &beta, plan.w,
+                target.data());
+          });
   if (!direct) axpy(dw, 1.0f, target);
 }
 

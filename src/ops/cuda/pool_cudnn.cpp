@@ -56,30 +56,36 @@ void check_call(cudnnStatus_t status, const char* op, const char* call, const Te
                p.padding[1], ")");
 }
 
+// What both passes hold while they enqueue: the device, the pooling and tensor descriptors of
+// a problem whose input has `in`'s shape and dtype, and the device's cuDNN handle.
+struct PoolCall {
+  core::DeviceScope scope;
+  PoolDesc pool;
+  PoolDescs desc;
+  CudnnLease lease;
+  PoolCall(cudnnPoolingMode_t mode, const Tensor& in, const Pool2dParams& p)
+      : scope(in.device().index),
+        pool(mode, p),
+        desc(in.shape(), in.dtype(), p),
+        lease(in.device()) {}
+};
+
 void forward(cudnnPoolingMode_t mode, const char* op, const Tensor& y, const Tensor& x,
              const Pool2dParams& p) {
-  const Device d = x.device();
-  const core::DeviceScope scope(d.index);
-  const PoolDesc pool(mode, p);
-  const PoolDescs desc(x.shape(), x.dtype(), p);
-  const CudnnLease lease(d);
+  const PoolCall c(mode, x, p);
   const float one = 1.0f, zero = 0.0f;
-  check_call(cudnnPoolingForward(lease.handle(), pool.get(), &one, desc.in.get(), x.data(), &zero,
-                                 desc.out.get(), y.data()),
+  check_call(cudnnPoolingForward(c.lease.handle(), c.pool.get(), &one, c.desc.in.get(), x.data(),
+                                 &zero, c.desc.out.get(), y.data()),
              op, "cudnnPoolingForward", x, p);
 }
 
 void backward(cudnnPoolingMode_t mode, const char* op, const Tensor& dx, const Tensor& dy,
               const Tensor& x, const Tensor& y, const Pool2dParams& p) {
-  const Device d = dx.device();
-  const core::DeviceScope scope(d.index);
-  const PoolDesc pool(mode, p);
-  const PoolDescs desc(dx.shape(), dx.dtype(), p);
-  const CudnnLease lease(d);
+  const PoolCall c(mode, dx, p);
   const float one = 1.0f, zero = 0.0f;
-  check_call(cudnnPoolingBackward(lease.handle(), pool.get(), &one, desc.out.get(), y.data(),
-                                  desc.out.get(), dy.data(), desc.in.get(), x.data(), &zero,
-                                  desc.in.get(), dx.data()),
+  check_call(cudnnPoolingBackward(c.lease.handle(), c.pool.get(), &one, c.desc.out.get(), y.data(),
+                                  c.desc.out.get(), dy.data(), c.desc.in.get(), x.data(), &zero,
+                                  c.desc.in.get(), dx.data()),
              op, "cudnnPoolingBackward", dx, p);
 }
 
