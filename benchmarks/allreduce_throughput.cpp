@@ -13,14 +13,15 @@
 //          the run (exit status 1).
 //
 // Training-step mode (--train-step): the MLP of train_bench (L x Linear(d, d) + GELU, AdamW,
-// mean(y^2)), --steps steps timed (1) without a reducer: compute only, (2) with a GradReducer:
-// compute + communication, and (3) the bucket all-reduces alone. exposed = (2) - (1) is the
-// communication (and reducer machinery) the step waits for; hidden = 1 - exposed / (3).
-// With --zero1, (4) the same step with ZeRO-1 (GradReducerOptions::shard_optimizer_state and a
-// dist::ShardedOptimizer over AdamW, on a fresh copy of the model): its step time, and the
-// optimizer state per rank with and without sharding (Optimizer::state_bytes).
+// mean(y^2)), --steps steps timed (1) with local gradients: compute only, (2) with
+// a dist::ReplicatedGradSync: compute + communication, and (3) the bucket all-reduces alone.
+// exposed = (2) - (1) is the communication (and bucket machinery) the step waits for;
+// hidden = 1 - exposed / (3). With --zero1, (4) the same step with ZeRO-1 (a
+// dist::ShardedGradSync and a dist::ShardedOptimizer over AdamW, on a fresh copy of the model):
+// its step time, and the optimizer state per rank with and without sharding
+// (Optimizer::state_bytes).
 //
-// Runs as one process (world size 1: the NCCL path and the reducer's overhead on one GPU) or
+// Runs as one process (world size 1: the NCCL path and the sync's overhead on one GPU) or
 // under a launcher: `stoker launch --nproc-per-node 8 stoker_allreduce_throughput`. The
 // --benchmark_* flags scripts/gpu-check.sh passes to every benchmark are accepted
 // (--benchmark_out names the JSON file).
@@ -37,8 +38,10 @@
 
 #include "bench_context.h"
 #include "stoker/dist/env.h"
-#include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/grad_compression.h"
 #include "stoker/dist/nccl_communicator.h"
+#include "stoker/dist/replicated_grad_sync.h"
+#include "stoker/dist/sharded_grad_sync.h"
 #include "stoker/dist/sharded_optimizer.h"
 #include "stoker/stoker.h"
 
@@ -252,13 +255,6 @@ int run_collectives(const Options& o, dist::DistContext& ctx, nlohmann::json& ou
   return total_wrong == 0 ? 0 : 1;
 }
 
-dist::GradCompression parse_compression(const std::string& s) {
-  if (s == "none") return dist::GradCompression::none;
-  if (s == "bf16") return dist::GradCompression::bf16;
-  if (s == "fp16") return dist::GradCompression::fp16;
-  STOKER_THROW("--compression: '", s, "' is not none, bf16 or fp16");
-}
-
 // Seconds per step of `steps` train_step calls after `warmup`, the slowest rank's.
 double time_steps(dist::Communicator& comm, Device device, stoker::train::Trainer& t,
                   const stoker::data::Batch& batch, int warmup, int steps) {
@@ -299,26 +295,24 @@ int run_train_step(const Options& o, dist::DistContext& ctx, nlohmann::json& out
                              {.precision = precision, .progress_bar = false, .quiet = true});
     local_s = time_steps(comm, device, t, batch, o.train_warmup, o.steps);
   }
-  // (2) With the reducer.
-  const dist::GradReducerOptions ro{
+  // (2) With the gradient sync.
+  const dist::GradSyncOptions so{
       .bucket_bytes = static_cast<int64_t>(o.bucket_mib * (1 << 20)),
       .first_bucket_bytes = static_cast<int64_t>(o.first_bucket_mib * (1 << 20)),
-      .compression = parse_compression(o.compression)};
-  dist::GradReducer reducer(comm, model, ro);
+      .compression = dist::parse_compression(o.compression)};
+  dist::ReplicatedGradSync sync(comm, model, so);
   double dp_s = 0;
   {
     stoker::train::Trainer t(
         model, loss, opt,
-        {.precision = precision, .progress_bar = false, .quiet = true, .reducer = &reducer});
+        {.precision = precision, .progress_bar = false, .quiet = true, .grad_sync = &sync});
     dp_s = time_steps(comm, device, t, batch, o.train_warmup, o.steps);
   }
   // (3) The same bucket all-reduces alone, back to back on the comm stream.
   std::vector<Tensor> buckets;
-  const DType wire = ro.compression == dist::GradCompression::none   ? DType::f32
-                     : ro.compression == dist::GradCompression::bf16 ? DType::bf16
-                                                                     : DType::f16;
-  for (int b = 0; b < reducer.num_buckets(); ++b)
-    buckets.push_back(Tensor::zeros({reducer.bucket(b).elements}, wire, device));
+  for (int b = 0; b < sync.num_buckets(); ++b)
+    buckets.push_back(
+        Tensor::zeros({sync.bucket(b).elements}, so.compression->wire_dtype(), device));
   double comm_s = 0;
   {
     const stoker::Stream cs =
@@ -328,7 +322,7 @@ int run_train_step(const Options& o, dist::DistContext& ctx, nlohmann::json& out
       for (const Tensor& t : buckets) comm.all_reduce(t, dist::ReduceOp::avg);
     });
   }
-  // (4) ZeRO-1 on a fresh model (the first reducer's hooks stay on the first one).
+  // (4) ZeRO-1 on a fresh model (the first sync's hooks stay on the first one).
   double zero_s = 0;
   const size_t plain_state = opt.state_bytes();
   size_t zero_state = 0;
@@ -340,15 +334,13 @@ int run_train_step(const Options& o, dist::DistContext& ctx, nlohmann::json& out
       zmodel.add(nn::make<nn::GELU>());
     }
     zmodel.to(device);
-    dist::GradReducerOptions zro = ro;
-    zro.shard_optimizer_state = true;
-    dist::GradReducer zreducer(comm, zmodel, zro);
-    dist::ShardedOptimizer zopt(zreducer, [](stoker::optim::NamedParameters p) {
+    dist::ShardedGradSync zsync(comm, zmodel, so);
+    dist::ShardedOptimizer zopt(zsync, [](stoker::optim::NamedParameters p) {
       return std::make_unique<stoker::optim::AdamW>(std::move(p));
     });
     stoker::train::Trainer t(
         zmodel, loss, zopt,
-        {.precision = precision, .progress_bar = false, .quiet = true, .reducer = &zreducer});
+        {.precision = precision, .progress_bar = false, .quiet = true, .grad_sync = &zsync});
     zero_s = time_steps(comm, device, t, batch, o.train_warmup, o.steps);
     zero_state = zopt.state_bytes();
   }
@@ -359,10 +351,10 @@ int run_train_step(const Options& o, dist::DistContext& ctx, nlohmann::json& out
         "# training step: %d x Linear(%lld, %lld) + GELU, batch %lld per rank, %s, "
         "%d buckets (%.1f MiB of f32 gradients, %s on the wire), %d ranks\n",
         o.layers, static_cast<long long>(o.width), static_cast<long long>(o.width),
-        static_cast<long long>(o.batch), o.precision.c_str(), reducer.num_buckets(),
+        static_cast<long long>(o.batch), o.precision.c_str(), sync.num_buckets(),
         static_cast<double>(grad_bytes) / (1 << 20), o.compression.c_str(), comm.world_size());
-    std::printf("  %-34s %10.3f ms\n", "step without reducer (compute)", local_s * 1e3);
-    std::printf("  %-34s %10.3f ms\n", "step with reducer", dp_s * 1e3);
+    std::printf("  %-34s %10.3f ms\n", "step without communication", local_s * 1e3);
+    std::printf("  %-34s %10.3f ms\n", "step with gradient sync", dp_s * 1e3);
     std::printf("  %-34s %10.3f ms\n", "exposed communication per step", exposed_s * 1e3);
     std::printf("  %-34s %10.3f ms\n", "bucket all-reduces alone", comm_s * 1e3);
     std::printf("  %-34s %10.1f %%\n", "communication hidden", hidden * 100.0);
@@ -380,7 +372,7 @@ int run_train_step(const Options& o, dist::DistContext& ctx, nlohmann::json& out
                        {"width", o.width},
                        {"batch_per_rank", o.batch},
                        {"precision", o.precision},
-                       {"buckets", reducer.num_buckets()},
+                       {"buckets", sync.num_buckets()},
                        {"gradient_bytes", grad_bytes},
                        {"compression", o.compression},
                        {"world_size", comm.world_size()},

@@ -225,7 +225,7 @@ double time_steps(train::Trainer& t, const data::Batch& batch, int n, Device dev
 
 int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
   // Under a launcher (stoker launch / torchrun) the synthetic bench is data parallel: each rank
-  // its own random batch on cuda:LOCAL_RANK, gradients averaged by a GradReducer.
+  // its own random batch on cuda:LOCAL_RANK, gradients averaged by a ReplicatedGradSync.
   const int world = ctx ? ctx->comm->world_size() : 1;
   const bool root = !ctx || ctx->comm->rank() == 0;
   const Precision p = parse_precision(a.precision);
@@ -248,8 +248,8 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
   double syn = 0;
   {
     auto model = build_model(a, classes, layout, device);
-    std::unique_ptr<dist::GradReducer> reducer;
-    if (world > 1) reducer = std::make_unique<dist::GradReducer>(*ctx->comm, *model);
+    std::unique_ptr<dist::ReplicatedGradSync> grad_sync;
+    if (world > 1) grad_sync = std::make_unique<dist::ReplicatedGradSync>(*ctx->comm, *model);
     stoker::optim::SGD opt(model->named_parameters(), {.lr = lr, .momentum = 0.9f});
     nn::CrossEntropyLoss loss;
     train::Trainer t(*model, loss, opt,
@@ -258,7 +258,7 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
                       .progress_bar = false,
                       .quiet = true,
                       .activation_checkpoint_every = a.run.activation_checkpoint_every,
-                      .reducer = reducer.get()});
+                      .grad_sync = grad_sync.get()});
     data::Batch b;
     const stoker::ops::Dims4 d{a.batch, 3, a.image_size, a.image_size};
     b.input = Tensor::empty(stoker::ops::shape4(d, layout), dtype, device);
@@ -390,8 +390,8 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   stoker::optim::SGD opt(model->named_parameters(),
                          {.lr = lr, .momentum = 0.9f, .weight_decay = a.weight_decay});
   nn::CrossEntropyLoss loss;
-  std::unique_ptr<dist::GradReducer> reducer;
-  if (ctx && world > 1) reducer = std::make_unique<dist::GradReducer>(*ctx->comm, *model);
+  std::unique_ptr<dist::ReplicatedGradSync> grad_sync;
+  if (ctx && world > 1) grad_sync = std::make_unique<dist::ReplicatedGradSync>(*ctx->comm, *model);
   const int64_t steps_per_epoch = train_loader.batches_per_epoch() / a.accum;
   STOKER_CHECK(steps_per_epoch > 0, train_db.string(), ": ", train_ds.size(),
                " samples make no full step of --batch ", a.batch, " x --accum ", a.accum, " x ",
@@ -405,7 +405,7 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
                                                   a.epochs * steps_per_epoch);
   to.log_interval = a.log_interval;
   to.log_grad_norm = false;
-  to.reducer = reducer.get();
+  to.grad_sync = grad_sync.get();
   to.diagnostics.enabled = a.diagnostics;
   to.diagnostics.print = false;  // the final report is printed below, once
   to.activation_checkpoint_every = a.run.activation_checkpoint_every;

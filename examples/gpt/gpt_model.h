@@ -18,7 +18,7 @@
 // Parameter::grad_for_write (overwriting after zero_grad, accumulating across micro-batches);
 // the embedding's backward runs last and scatter-adds into the same gradient, then calls
 // grad_ready() — once per backward, after both uses, which is what the data-parallel
-// GradReducer needs before it reduces the bucket holding wte. Under mixed precision the head
+// gradient sync needs before it reduces the bucket holding wte. Under mixed precision the head
 // multiplies by the parameter's half compute copy, the lookup rounds the fp32 master rows.
 //
 // Activation checkpointing: the blocks live in an nn::Sequential (blocks()), so

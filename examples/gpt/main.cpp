@@ -149,11 +149,18 @@ int run(const Options& o) {
                           ? model.checkpoint_blocks(o.run.activation_checkpoint_every)
                           : 0;
   if (o.selective) nn::set_selective_recompute(model, true);
-  std::unique_ptr<dist::GradReducer> reducer;
-  // --zero1 builds the reducer even for one rank, so the sharded path runs on one GPU too.
-  if (world > 1 || o.zero1)
-    reducer = std::make_unique<dist::GradReducer>(
-        *ctx.comm, model, dist::GradReducerOptions{.shard_optimizer_state = o.zero1});
+  // Gradient synchronization: ZeRO-1's sharded one with --zero1 (even for one rank, so the
+  // sharded path runs on one GPU too), the replicated one with more than one rank, else the
+  // Trainer's own local one.
+  std::unique_ptr<dist::GradSync> grad_sync;
+  dist::ShardedGradSync* sharded_sync = nullptr;
+  if (o.zero1) {
+    auto sharded = std::make_unique<dist::ShardedGradSync>(*ctx.comm, model);
+    sharded_sync = sharded.get();
+    grad_sync = std::move(sharded);
+  } else if (world > 1) {
+    grad_sync = std::make_unique<dist::ReplicatedGradSync>(*ctx.comm, model);
+  }
 
   const optim::AdamWOptions adamw{.lr = o.lr,
                                   .beta1 = 0.9f,
@@ -173,9 +180,10 @@ int run(const Options& o) {
         },
         optim::OffloadOptions{.delayed_update = o.optimizer_offload_delayed});
   else if (o.zero1)
-    opt_owner = std::make_unique<dist::ShardedOptimizer>(*reducer, [&](optim::NamedParameters p) {
-      return std::make_unique<optim::AdamW>(std::move(p), adamw);
-    });
+    opt_owner =
+        std::make_unique<dist::ShardedOptimizer>(*sharded_sync, [&](optim::NamedParameters p) {
+          return std::make_unique<optim::AdamW>(std::move(p), adamw);
+        });
   else
     opt_owner = std::make_unique<optim::AdamW>(model.named_parameters(), adamw);
   optim::Optimizer& opt = *opt_owner;
@@ -201,7 +209,7 @@ int run(const Options& o) {
                                             o.min_lr),  // short runs: shorter warmup
       .log_interval = o.log_interval,
       .max_steps = o.steps,
-      .reducer = reducer.get(),
+      .grad_sync = grad_sync.get(),
   };
   topts.diagnostics.enabled = o.diagnostics;
   o.run.apply(topts);  // checkpoints, metrics, evaluation (activation checkpointing: above)

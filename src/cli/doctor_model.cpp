@@ -61,7 +61,7 @@ data::Batch random_batch(const DoctorOptions& o, const Setup& s, int64_t batch) 
 }
 
 diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& source,
-                   diag::DiagnosticsOptions d, dist::GradReducer* reducer,
+                   diag::DiagnosticsOptions d, dist::GradSync* grad_sync,
                    nn::Sequential* model_in) {
   std::unique_ptr<nn::Sequential> owned;
   nn::Sequential* model = model_in;
@@ -77,7 +77,7 @@ diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& so
   t.progress_bar = false;
   t.max_steps = o.warmup + o.steps;
   t.quiet = true;
-  t.reducer = reducer;
+  t.grad_sync = grad_sync;
   d.enabled = true;
   d.warmup_steps = o.warmup;
   d.print = false;

@@ -23,7 +23,7 @@
 #include "stoker/diag/diagnostics.h"
 #include "stoker/diag/doctor.h"
 #include "stoker/diag/report.h"
-#include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/grad_sync.h"
 #include "stoker/nn/containers.h"
 
 namespace stoker::cli::doctor {
@@ -80,7 +80,7 @@ data::Batch random_batch(const DoctorOptions& o, const Setup& s, int64_t batch);
 // Trains the bundled model (`model`, or a fresh one) on `source` for warmup + steps optimizer
 // steps with diagnostics `d` on; the report.
 diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& source,
-                   diag::DiagnosticsOptions d, dist::GradReducer* reducer = nullptr,
+                   diag::DiagnosticsOptions d, dist::GradSync* grad_sync = nullptr,
                    nn::Sequential* model = nullptr);
 
 // ---- measurements (doctor_measurement.cpp)

@@ -7,6 +7,7 @@
 #include "stoker/core/tensor.h"
 #include "stoker/dist/env.h"
 #include "stoker/dist/launcher.h"
+#include "stoker/dist/replicated_grad_sync.h"
 
 namespace stoker::cli::doctor {
 
@@ -72,9 +73,9 @@ int run_worker(const DoctorOptions& o) {
       {.backend = o.device == "cpu" ? dist::Backend::tcp : dist::Backend::automatic});
   const Setup s{ctx.device, amp::parse_precision(o.precision), o.width};
   auto model = make_model(o, s);
-  dist::GradReducer reducer(*ctx.comm, *model);
+  dist::ReplicatedGradSync sync(*ctx.comm, *model);
   FixedBatches source(random_batch(o, s, o.batch), o.warmup + o.steps + 1);
-  const diag::Report r = train(o, s, source, {}, &reducer, model.get());
+  const diag::Report r = train(o, s, source, {}, &sync, model.get());
   const Tensor rate = Tensor::from_floats({static_cast<float>(r.breakdown.samples_per_s)}, {1},
                                           DType::f32, ctx.comm->device());
   ctx.comm->all_reduce(rate, dist::ReduceOp::sum);

@@ -175,7 +175,7 @@ Report make_report(const Breakdown& b, const LoaderView& loader, const GpuHealth
                    " exposed per step)";
       r.advice.push_back(
           "hide more of the all-reduce behind backward: smaller first bucket and buckets "
-          "(GradReducerOptions::first_bucket_bytes, bucket_bytes) start it earlier; bf16 "
+          "(GradSyncOptions::first_bucket_bytes, bucket_bytes) start it earlier; bf16 "
           "compression halves the bytes; more micro-batches per step (grad_accum_steps) "
           "communicate less often; compare busbw with stoker_allreduce_throughput");
       break;

@@ -34,22 +34,17 @@ bool stored_per_bucket(const std::string& suffix) {
 
 }  // namespace
 
-ShardedOptimizer::ShardedOptimizer(GradReducer& reducer, const Factory& make)
-    : optim::Optimizer(reducer.parameters()), reducer_(reducer) {
-  STOKER_CHECK_HINT(reducer.shards_optimizer_state(),
-                    "build the reducer with GradReducerOptions::shard_optimizer_state = true",
-                    "ShardedOptimizer: the reducer (", reducer.communicator().describe(),
-                    ") does not shard optimizer state");
+ShardedOptimizer::ShardedOptimizer(ShardedGradSync& sync, const Factory& make)
+    : optim::Optimizer(sync.parameters()), sync_(sync) {
   STOKER_CHECK(make != nullptr, "ShardedOptimizer: no factory for the inner optimizer");
-  inner_ = make(reducer.shard_parameters());
+  inner_ = make(sync.shard_parameters());
   STOKER_CHECK(inner_ != nullptr, "ShardedOptimizer: the factory returned no optimizer");
   set_state_format(inner_->state_format());
   lr_ = inner_->lr();
 }
 
 std::string ShardedOptimizer::describe() const {
-  return core::detail::str("ZeRO-1(", inner_->describe(), ", ",
-                           reducer_.communicator().world_size(), " shards)");
+  return core::detail::str("ZeRO-1(", inner_->describe(), ", ", sync_.world_size(), " shards)");
 }
 
 std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::state() { return inner_->state(); }
@@ -59,12 +54,12 @@ void ShardedOptimizer::update() {
   inner_->set_found_inf(found_inf_);
   inner_->set_steps(steps_);
   inner_->step();  // the slices have no compute copies: nothing refreshed here
-  reducer_.gather_parameters();
+  sync_.gather_parameters();
   ++steps_;
 }
 
 std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::checkpoint_state() {
-  Communicator& comm = reducer_.communicator();
+  Communicator& comm = *sync_.communicator();
   const int64_t world = comm.world_size();
   std::vector<std::pair<std::string, Tensor>> out;
   for (auto& [name, t] : inner_->state()) {
@@ -81,7 +76,7 @@ std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::checkpoint_state()
       continue;
     }
     // Element-wise state has the bucket's layout: cut it back into the parameters' tensors.
-    const BucketInfo& info = reducer_.bucket(b);
+    const BucketInfo& info = sync_.bucket(b);
     for (size_t i = 0; i < info.parameters.size(); ++i) {
       const int64_t off = info.offsets[i], n = info.shapes[i].numel();
       out.emplace_back(info.parameters[i] + "." + suffix,
@@ -105,7 +100,7 @@ void ShardedOptimizer::load_checkpoint_state(const TensorLoader& load) {
 }
 
 void ShardedOptimizer::load_slices(const TensorLoader& load) {
-  const Communicator& comm = reducer_.communicator();
+  const Communicator& comm = *sync_.communicator();
   const int64_t world = comm.world_size(), r = comm.rank();
   std::vector<std::pair<std::string, Tensor>> loaded;
   for (auto& [name, t] : inner_->state()) {
@@ -130,7 +125,7 @@ void ShardedOptimizer::load_slices(const TensorLoader& load) {
     // This rank's slice [r n, (r + 1) n) of the bucket, from the parameters it overlaps; the
     // padding between parameters keeps zero state, as in training.
     const Tensor slice = Tensor::zeros(t.shape(), t.dtype(), t.device());
-    const BucketInfo& info = reducer_.bucket(b);
+    const BucketInfo& info = sync_.bucket(b);
     for (size_t i = 0; i < info.parameters.size(); ++i) {
       const int64_t off = info.offsets[i], pn = info.shapes[i].numel();
       const int64_t lo = std::max(off, r * n), hi = std::min(off + pn, (r + 1) * n);

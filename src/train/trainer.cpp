@@ -12,8 +12,8 @@
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
 #include "stoker/diag/replay_source.h"
-#include "stoker/dist/grad_reducer.h"
-#include "stoker/dist/sharded_optimizer.h"
+#include "stoker/dist/grad_sync.h"
+#include "stoker/dist/local_grad_sync.h"
 #include "stoker/nn/checkpoint.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
@@ -168,18 +168,9 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
   }
   if (options_.selective_recompute) nn::set_selective_recompute(model_, true);
   params_ = model_.parameters();
-  {
-    // ZeRO-1: the reducer shards gradients and values, the optimizer must shard state with it.
-    auto* sharded = dynamic_cast<dist::ShardedOptimizer*>(&optimizer_);
-    const bool zero1 = options_.reducer && options_.reducer->shards_optimizer_state();
-    STOKER_CHECK_HINT(!zero1 || (sharded && &sharded->reducer() == options_.reducer),
-                      "build the optimizer as dist::ShardedOptimizer(reducer, factory)",
-                      "Trainer: the reducer shards optimizer state (ZeRO-1) but the optimizer ",
-                      optimizer_.describe(), " is not a ShardedOptimizer over it");
-    STOKER_CHECK_HINT(!sharded || zero1, "pass its reducer as TrainerOptions::reducer",
-                      "Trainer: ", optimizer_.describe(),
-                      " needs its reducer in TrainerOptions::reducer");
-  }
+  if (!options_.grad_sync) local_sync_ = std::make_unique<dist::LocalGradSync>(model_);
+  sync_ = options_.grad_sync ? options_.grad_sync : local_sync_.get();
+  sync_->check_optimizer(optimizer_);  // a ShardedOptimizer goes with its ShardedGradSync only
   // Under mixed precision, layers that make activations from integer inputs (Embedding) emit
   // the compute dtype, so everything after them computes in half precision too.
   nn::set_compute_dtype(model_, amp::compute_dtype(options_.precision));
@@ -312,37 +303,26 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
 }
 
 void Trainer::apply_step(int micro, int k, bool want_norm) {
-  // Data parallelism: the last buckets' all-reduces (or, when the last micro-step ran without
+  // Data parallelism: the last buckets' reductions (or, when the last micro-step ran without
   // sync, all of them) are launched and the compute stream waits for them on the device.
-  if (options_.reducer) {
-    phase(diag::Phase::comm);
-    options_.reducer->finish();
-  }
+  if (sync_->communicator()) phase(diag::Phase::comm);
+  sync_->finish();
   phase(diag::Phase::optimizer);
+  // What this rank updates: every gradient, or (ZeRO-1) this rank's slices of them.
+  const std::vector<Tensor> grads = sync_->step_gradients();
   if (micro < k) {
     // The epoch ended inside an accumulation group: rescale so the update is the mean over the
     // micro-batches that ran.
     const float fix = static_cast<float>(k) / static_cast<float>(micro);
-    for (nn::Parameter* p : params_) ops::scale(p->grad(), fix);
+    for (const Tensor& g : grads) ops::scale(g, fix);
     ops::scale(step_loss_, fix);
-  }
-  // ZeRO-1: only this rank's slices hold averaged gradients; the overflow flag and the norm are
-  // made global over the ranks' slices.
-  const bool zero1 = options_.reducer && options_.reducer->shards_optimizer_state();
-  std::vector<Tensor> grads;
-  if (zero1) {
-    grads = options_.reducer->shard_gradients();
-  } else {
-    for (nn::Parameter* p : params_)
-      if (p->requires_grad) grads.push_back(p->grad());
   }
   if (scaler_) {
     scaler_->unscale(grads);  // before clipping: the norm is of the true gradients
-    if (zero1)
-      options_.reducer->communicator().all_reduce(scaler_->found_inf(), dist::ReduceOp::max);
+    sync_->agree_on_overflow(scaler_->found_inf());
   }
   if (options_.clip_grad_norm > 0.0f || want_norm) {
-    grad_norm_ = zero1 ? options_.reducer->global_grad_norm(grads) : ops::l2_norm(grads);
+    grad_norm_ = sync_->total_norm(grads);
     if (options_.clip_grad_norm > 0.0f)
       ops::clip_by_total_norm(grads, grad_norm_, options_.clip_grad_norm);
   }
@@ -354,17 +334,11 @@ void Trainer::apply_step(int micro, int k, bool want_norm) {
   ++step_;
 }
 
-bool Trainer::main_rank() const {
-  return !options_.reducer || options_.reducer->communicator().rank() == 0;
-}
+bool Trainer::main_rank() const { return sync_->rank() == 0; }
 
-int Trainer::world_size() const {
-  return options_.reducer ? options_.reducer->communicator().world_size() : 1;
-}
+int Trainer::world_size() const { return sync_->world_size(); }
 
-dist::Communicator* Trainer::communicator() const {
-  return options_.reducer ? &options_.reducer->communicator() : nullptr;
-}
+dist::Communicator* Trainer::communicator() const { return sync_->communicator(); }
 
 void Trainer::ensure_step_state() {
   const Device device = model_.device();
@@ -391,7 +365,7 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
       epoch_done = true;
       break;
     }
-    if (options_.reducer) options_.reducer->set_sync(micro == k - 1);
+    sync_->set_sync(micro == k - 1);
     micro_step(batch, k);
     step_samples += batch.size;
   }
@@ -424,7 +398,7 @@ void Trainer::train_step(std::span<const data::Batch> micro_batches) {
   const bool measuring = begin_memory_measure();
   const int k = static_cast<int>(micro_batches.size());
   for (int i = 0; i < k; ++i) {
-    if (options_.reducer) options_.reducer->set_sync(i == k - 1);
+    sync_->set_sync(i == k - 1);
     micro_step(micro_batches[static_cast<size_t>(i)], k);
   }
   apply_step(k, k, /*want_norm=*/false);

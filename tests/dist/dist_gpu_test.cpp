@@ -1,6 +1,6 @@
 // The NCCL path on one GPU (world size 1): the rendezvous on localhost hands the NCCL unique id
-// over TCP, every collective runs through NCCL and is checked, and a GradReducer drives a
-// Trainer step on the device — same weights as without it (the average over one rank is the
+// over TCP, every collective runs through NCCL and is checked, and a ReplicatedGradSync drives
+// a Trainer step on the device — same weights as without it (the average over one rank is the
 // gradient itself), no host synchronization inside the step, capturable into a CUDA graph.
 #include <gtest/gtest.h>
 
@@ -15,13 +15,14 @@
 #include <thread>
 #include <vector>
 
+#include "dist/grad_sync_probe.h"
 #include "dist_test_util.h"
 #include "stoker/core/graph.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/dist/env.h"
-#include "stoker/dist/grad_reducer.h"
 #include "stoker/dist/nccl_communicator.h"
 #include "stoker/dist/rendezvous.h"
+#include "stoker/dist/replicated_grad_sync.h"
 #include "stoker/nn/loss.h"
 #include "stoker/ops/copy.h"
 #include "stoker/optim/optimizer.h"
@@ -143,12 +144,13 @@ struct Run {
   std::unique_ptr<nn::Sequential> model;
   std::unique_ptr<stoker::optim::AdamW> opt;
   nn::CrossEntropyLoss loss;
-  std::unique_ptr<dist::GradReducer> reducer;
+  std::unique_ptr<dist::ReplicatedGradSync> sync;
   std::unique_ptr<stoker::train::Trainer> trainer;
 };
 
-std::unique_ptr<Run> make_run(dist::Communicator* comm, stoker::amp::Precision precision,
-                              dist::GradCompression compression = dist::GradCompression::none) {
+std::unique_ptr<Run> make_run(
+    dist::Communicator* comm, stoker::amp::Precision precision,
+    std::shared_ptr<const dist::GradCompression> compression = dist::compression::none()) {
   auto r = std::make_unique<Run>();
   nn::manual_seed(3);
   r->model = std::make_unique<nn::Sequential>(nn::make<nn::Linear>(64, 512), nn::make<nn::GELU>(),
@@ -156,9 +158,9 @@ std::unique_ptr<Run> make_run(dist::Communicator* comm, stoker::amp::Precision p
                                               nn::make<nn::Linear>(512, 10));
   r->model->to(kGpu);
   if (comm) {
-    r->reducer = std::make_unique<dist::GradReducer>(
+    r->sync = std::make_unique<dist::ReplicatedGradSync>(
         *comm, *r->model,
-        dist::GradReducerOptions{
+        dist::GradSyncOptions{
             .bucket_bytes = 512 << 10, .first_bucket_bytes = 16 << 10, .compression = compression});
   }
   r->opt = std::make_unique<stoker::optim::AdamW>(r->model->named_parameters());
@@ -167,13 +169,13 @@ std::unique_ptr<Run> make_run(dist::Communicator* comm, stoker::amp::Precision p
       stoker::train::TrainerOptions{.precision = precision,
                                     .progress_bar = false,
                                     .quiet = true,
-                                    .reducer = r->reducer.get()});
+                                    .grad_sync = r->sync.get()});
   return r;
 }
 
 }  // namespace
 
-TEST(DistGpuTest, GradReducerTrainerStepMatchesTheSingleProcessStep) {
+TEST(DistGpuTest, ReplicatedGradSyncTrainerStepMatchesTheSingleProcessStep) {
   STOKER_REQUIRE_GPU();
   dist::DistContext ctx = init_world_one();
   const auto batches = stoker::test::blob_batches(6, 17, kGpu);
@@ -181,7 +183,7 @@ TEST(DistGpuTest, GradReducerTrainerStepMatchesTheSingleProcessStep) {
        {stoker::amp::Precision::fp32, stoker::amp::Precision::bf16, stoker::amp::Precision::fp16}) {
     auto plain = make_run(nullptr, precision);
     auto dp = make_run(ctx.comm.get(), precision);
-    ASSERT_GE(dp->reducer->num_buckets(), 3);
+    ASSERT_GE(dp->sync->num_buckets(), 3);
     // Step 0 is not counted: GEMMs meeting a new plan key tune themselves once with host syncs
     // (the weight-gradient GEMMs write into bucket views, whose alignment differs from plain's).
     for (int s = 0; s < 3; ++s) {
@@ -191,9 +193,10 @@ TEST(DistGpuTest, GradReducerTrainerStepMatchesTheSingleProcessStep) {
       const uint64_t syncs = stoker::core::host_sync_count();
       dp->trainer->train_step(micro);
       if (s > 0)
-        EXPECT_EQ(stoker::core::host_sync_count(), syncs) << "the reducer synchronized the host";
-      EXPECT_EQ(dp->reducer->launch_order().size(),
-                static_cast<size_t>(dp->reducer->num_buckets()));
+        EXPECT_EQ(stoker::core::host_sync_count(), syncs)
+            << "the gradient sync synchronized the host";
+      EXPECT_EQ(dist::GradSyncProbe::launch_order(*dp->sync).size(),
+                static_cast<size_t>(dp->sync->num_buckets()));
     }
     stoker::core::synchronize_device(kGpu);
     // fp32: the data-parallel run's weight-gradient GEMMs write into bucket views (other
@@ -213,7 +216,7 @@ TEST(DistGpuTest, CompressedGradientsStayClose) {
   STOKER_REQUIRE_GPU();
   dist::DistContext ctx = init_world_one();
   const auto batches = stoker::test::blob_batches(2, 23, kGpu);
-  for (auto c : {dist::GradCompression::bf16, dist::GradCompression::fp16}) {
+  for (const auto& c : {dist::compression::bf16(), dist::compression::fp16()}) {
     auto plain = make_run(nullptr, stoker::amp::Precision::bf16);
     auto dp = make_run(ctx.comm.get(), stoker::amp::Precision::bf16, c);
     for (const auto& b : batches) {
@@ -225,18 +228,18 @@ TEST(DistGpuTest, CompressedGradientsStayClose) {
     EXPECT_LE(stoker::test::max_rel_diff(stoker::test::weights_of(*dp->model),
                                          stoker::test::weights_of(*plain->model)),
               5e-3)
-        << dist::compression_name(c);
+        << c->name();
   }
 }
 
-TEST(DistGpuTest, FitWithTheReducerReportsGlobalThroughput) {
+TEST(DistGpuTest, FitWithTheGradSyncReportsGlobalThroughput) {
   STOKER_REQUIRE_GPU();
   dist::DistContext ctx = init_world_one();
   const stoker::test::Blobs d = stoker::test::make_blobs(1024, 29);
   nn::manual_seed(5);
   auto model = stoker::test::make_mlp(5);
   model->to(kGpu);
-  dist::GradReducer reducer(*ctx.comm, *model);
+  dist::ReplicatedGradSync sync(*ctx.comm, *model);
   stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.1f});
   nn::CrossEntropyLoss loss;
   stoker::train::Trainer t(*model, loss, opt,
@@ -244,7 +247,7 @@ TEST(DistGpuTest, FitWithTheReducerReportsGlobalThroughput) {
                             .log_interval = 4,
                             .progress_bar = false,
                             .quiet = true,
-                            .reducer = &reducer});
+                            .grad_sync = &sync});
   stoker::data::TensorBatches src(d.x, d.y, {.batch_size = 64, .device = kGpu});
   const auto fit = t.fit(src, 1);
   ASSERT_FALSE(fit.log.empty());
@@ -254,8 +257,8 @@ TEST(DistGpuTest, FitWithTheReducerReportsGlobalThroughput) {
 }
 
 // The whole data-parallel step, buckets on the comm stream included, captured into a CUDA graph:
-// the reducer never waits for the host and its cross-stream events join the capture.
-TEST(DistGpuTest, AReducerStepCapturesIntoACudaGraph) {
+// the sync never waits for the host and its cross-stream events join the capture.
+TEST(DistGpuTest, AGradSyncStepCapturesIntoACudaGraph) {
   STOKER_REQUIRE_GPU();
   dist::DistContext ctx = init_world_one();
   const auto batches = stoker::test::blob_batches(1, 31, kGpu);

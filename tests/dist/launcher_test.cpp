@@ -15,7 +15,7 @@
 
 #include "dist_test_util.h"
 #include "stoker/dist/env.h"
-#include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/replicated_grad_sync.h"
 #include "stoker/nn/loss.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
@@ -204,11 +204,11 @@ TEST(LaunchChild, TrainOverTcp) {
     }
   }
   auto model = stoker::test::make_mlp(comm.rank() == 0 ? 7 : 50 + comm.rank());
-  dist::GradReducer reducer(comm, *model, {.first_bucket_bytes = 300});
+  dist::ReplicatedGradSync sync(comm, *model, {.first_bucket_bytes = 300});
   stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.3f});
   stoker::nn::CrossEntropyLoss loss;
   stoker::train::Trainer t(*model, loss, opt,
-                           {.progress_bar = false, .quiet = true, .reducer = &reducer});
+                           {.progress_bar = false, .quiet = true, .grad_sync = &sync});
   for (int s = 0; s < steps; ++s) {
     std::vector<stoker::data::Batch> micro;
     for (int m = 0; m < k; ++m) {

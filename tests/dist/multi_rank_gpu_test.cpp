@@ -7,7 +7,7 @@
 //
 // Every rank runs every test; each collective is checked against values every rank can compute
 // alone, and the data-parallel Trainer run (each rank its shard of the batch, gradients averaged
-// by the GradReducer) is checked against the single-GPU run on the whole batch, which every
+// by the ReplicatedGradSync) is checked against the single-GPU run on the whole batch, which every
 // rank also computes on its own GPU.
 #include <gtest/gtest.h>
 
@@ -21,7 +21,8 @@
 
 #include "dist_test_util.h"
 #include "stoker/dist/env.h"
-#include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/replicated_grad_sync.h"
+#include "stoker/dist/sharded_grad_sync.h"
 #include "stoker/dist/sharded_optimizer.h"
 #include "stoker/nn/loss.h"
 #include "stoker/optim/optimizer.h"
@@ -121,7 +122,7 @@ struct Run {
   std::unique_ptr<nn::Sequential> model;
   std::unique_ptr<stoker::optim::AdamW> opt;
   nn::CrossEntropyLoss loss;
-  std::unique_ptr<dist::GradReducer> reducer;
+  std::unique_ptr<dist::ReplicatedGradSync> sync;
   std::unique_ptr<stoker::train::Trainer> trainer;
 };
 
@@ -134,9 +135,9 @@ std::unique_ptr<Run> make_run(dist::Communicator* comm, Device gpu,
                                               nn::make<nn::Linear>(256, 3));
   r->model->to(gpu);
   if (comm)
-    r->reducer = std::make_unique<dist::GradReducer>(
+    r->sync = std::make_unique<dist::ReplicatedGradSync>(
         *comm, *r->model,
-        dist::GradReducerOptions{.bucket_bytes = 128 << 10, .first_bucket_bytes = 8 << 10});
+        dist::GradSyncOptions{.bucket_bytes = 128 << 10, .first_bucket_bytes = 8 << 10});
   r->opt = std::make_unique<stoker::optim::AdamW>(r->model->named_parameters(),
                                                   stoker::optim::AdamWOptions{.lr = 1e-2f});
   r->trainer = std::make_unique<stoker::train::Trainer>(
@@ -144,7 +145,7 @@ std::unique_ptr<Run> make_run(dist::Communicator* comm, Device gpu,
       stoker::train::TrainerOptions{.precision = precision,
                                     .progress_bar = false,
                                     .quiet = true,
-                                    .reducer = r->reducer.get()});
+                                    .grad_sync = r->sync.get()});
   return r;
 }
 
@@ -222,7 +223,7 @@ TEST(DistMultiRank, ZeroOneEqualsUnshardedDataParallel) {
   };
   struct Side {
     std::unique_ptr<nn::Sequential> model;
-    std::unique_ptr<dist::GradReducer> reducer;
+    std::unique_ptr<dist::GradSync> sync;
     std::unique_ptr<stoker::optim::Optimizer> opt;
     nn::CrossEntropyLoss loss;
     std::unique_ptr<stoker::train::Trainer> trainer;
@@ -235,26 +236,26 @@ TEST(DistMultiRank, ZeroOneEqualsUnshardedDataParallel) {
                                                 nn::make<nn::Linear>(257, 253),
                                                 nn::make<nn::GELU>(), nn::make<nn::Linear>(253, 3));
     r->model->to(gpu);
-    r->reducer = std::make_unique<dist::GradReducer>(
-        *ctx.comm, *r->model,
-        dist::GradReducerOptions{.bucket_bytes = 128 << 10,
-                                 .first_bucket_bytes = 8 << 10,
-                                 .shard_optimizer_state = zero1});
+    const dist::GradSyncOptions so{.bucket_bytes = 128 << 10, .first_bucket_bytes = 8 << 10};
     const stoker::optim::AdamWOptions o{.lr = 1e-2f};
-    if (zero1)
-      r->opt = std::make_unique<dist::ShardedOptimizer>(
-          *r->reducer, [&](stoker::optim::NamedParameters p) {
+    if (zero1) {
+      auto sharded = std::make_unique<dist::ShardedGradSync>(*ctx.comm, *r->model, so);
+      r->opt =
+          std::make_unique<dist::ShardedOptimizer>(*sharded, [&](stoker::optim::NamedParameters p) {
             return std::make_unique<stoker::optim::AdamW>(std::move(p), o);
           });
-    else
+      r->sync = std::move(sharded);
+    } else {
+      r->sync = std::make_unique<dist::ReplicatedGradSync>(*ctx.comm, *r->model, so);
       r->opt = std::make_unique<stoker::optim::AdamW>(r->model->named_parameters(), o);
+    }
     r->trainer = std::make_unique<stoker::train::Trainer>(
         *r->model, r->loss, *r->opt,
         stoker::train::TrainerOptions{.precision = precision,
                                       .clip_grad_norm = 0.5f,
                                       .progress_bar = false,
                                       .quiet = true,
-                                      .reducer = r->reducer.get()});
+                                      .grad_sync = r->sync.get()});
     return r;
   };
   for (auto precision : {stoker::amp::Precision::fp32, stoker::amp::Precision::bf16}) {

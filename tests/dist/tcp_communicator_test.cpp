@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "dist_test_util.h"
-#include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/replicated_grad_sync.h"
 #include "stoker/ops/copy.h"
 #include "test_util.h"
 
@@ -84,16 +84,16 @@ TEST(TcpCommunicatorTest, EveryCollective) {
   }));
 }
 
-TEST(TcpCommunicatorTest, GradReducerOverTcp) {
+TEST(TcpCommunicatorTest, ReplicatedGradSyncOverTcp) {
   const int world = 2;
   std::vector<std::unique_ptr<stoker::nn::Sequential>> models;
   for (int r = 0; r < world; ++r) models.push_back(stoker::test::make_mlp(3 + r));
   expect_no_errors(run_tcp(world, 10, [&](dist::Communicator& comm) {
     stoker::nn::Sequential& m = *models[comm.rank()];
-    dist::GradReducer reducer(comm, m, {.first_bucket_bytes = 256});
+    dist::ReplicatedGradSync sync(comm, m, {.first_bucket_bytes = 256});
     m.forward(stoker::test::random_tensor({4, 8}, DType::f32, 70 + comm.rank()));
     m.backward(stoker::test::random_tensor({4, 3}, DType::f32, 80 + comm.rank()));
-    reducer.finish();
+    sync.finish();
   }));
   EXPECT_EQ(stoker::test::weights_of(*models[0]), stoker::test::weights_of(*models[1]));
   for (size_t i = 0; i < models[0]->parameters().size(); ++i)

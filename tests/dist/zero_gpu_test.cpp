@@ -1,4 +1,4 @@
-// ZeRO-1 on the GPU over NCCL with one rank (the path must run on one GPU): the reducer's
+// ZeRO-1 on the GPU over NCCL with one rank (the path must run on one GPU): the sync's
 // reduce-scatter and the weights' all-gather go through NCCL, the slices are updated by the
 // multi-tensor kernels, and the Trainer's global norm and overflow flag stay on the device.
 // Checked against the unsharded data-parallel run on the same communicator (same buckets and
@@ -19,7 +19,8 @@
 #include "dist_test_util.h"
 #include "stoker/core/graph.h"
 #include "stoker/dist/env.h"
-#include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/replicated_grad_sync.h"
+#include "stoker/dist/sharded_grad_sync.h"
 #include "stoker/dist/sharded_optimizer.h"
 #include "stoker/nn/loss.h"
 #include "stoker/optim/optimizer.h"
@@ -65,7 +66,7 @@ struct ZeroRun {
   std::unique_ptr<nn::Sequential> model;
   std::unique_ptr<optim::Optimizer> opt;
   nn::CrossEntropyLoss loss;
-  std::unique_ptr<dist::GradReducer> reducer;
+  std::unique_ptr<dist::GradSync> sync;
   std::unique_ptr<stoker::train::Trainer> trainer;
 };
 
@@ -78,17 +79,16 @@ std::unique_ptr<ZeroRun> make_run(dist::Communicator& comm, bool zero1,
                                               nn::make<nn::Linear>(509, 251), nn::make<nn::GELU>(),
                                               nn::make<nn::Linear>(251, 10));
   r->model->to(kGpu);
-  r->reducer =
-      std::make_unique<dist::GradReducer>(comm, *r->model,
-                                          dist::GradReducerOptions{.bucket_bytes = 256 << 10,
-                                                                   .first_bucket_bytes = 16 << 10,
-                                                                   .shard_optimizer_state = zero1});
+  const dist::GradSyncOptions so{.bucket_bytes = 256 << 10, .first_bucket_bytes = 16 << 10};
   const optim::AdamWOptions o{.lr = 1e-3f, .state = state};
   if (zero1) {
-    r->opt = std::make_unique<dist::ShardedOptimizer>(*r->reducer, [&](optim::NamedParameters p) {
+    auto sharded = std::make_unique<dist::ShardedGradSync>(comm, *r->model, so);
+    r->opt = std::make_unique<dist::ShardedOptimizer>(*sharded, [&](optim::NamedParameters p) {
       return std::make_unique<optim::AdamW>(std::move(p), o);
     });
+    r->sync = std::move(sharded);
   } else {
+    r->sync = std::make_unique<dist::ReplicatedGradSync>(comm, *r->model, so);
     r->opt = std::make_unique<optim::AdamW>(r->model->named_parameters(), o);
   }
   r->trainer = std::make_unique<stoker::train::Trainer>(
@@ -97,7 +97,7 @@ std::unique_ptr<ZeroRun> make_run(dist::Communicator& comm, bool zero1,
                                     .clip_grad_norm = 1.0f,
                                     .progress_bar = false,
                                     .quiet = true,
-                                    .reducer = r->reducer.get()});
+                                    .grad_sync = r->sync.get()});
   return r;
 }
 

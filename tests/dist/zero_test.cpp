@@ -1,6 +1,6 @@
-// ZeRO-1 (GradReducerOptions::shard_optimizer_state + dist::ShardedOptimizer) on the thread
-// backend: training equals the unsharded data-parallel run, state is ~1/N per rank, checkpoints
-// resume. Parameter sizes are odd (13, 7, ...) so slices split parameters and buckets are padded.
+// ZeRO-1 (dist::ShardedGradSync + dist::ShardedOptimizer) on the thread backend: training equals
+// the unsharded data-parallel run, state is ~1/N per rank, checkpoints resume. Parameter sizes are
+// odd (13, 7, ...) so slices split parameters and buckets are padded.
 //
 // Bit-identity: the thread backend's reduce-scatter adds the ranks in the same order as its
 // all-reduce, and the f32/bf16 AdamW/SGD updates are element-wise, so the sharded weights equal
@@ -16,9 +16,11 @@
 #include <filesystem>
 #include <future>
 #include <limits>
+#include <type_traits>
 
 #include "dist_test_util.h"
-#include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/replicated_grad_sync.h"
+#include "stoker/dist/sharded_grad_sync.h"
 #include "stoker/dist/tcp_communicator.h"
 #include "stoker/dist/thread_communicator.h"
 #include "stoker/nn/loss.h"
@@ -66,7 +68,7 @@ struct ZeroRun {
   float clip = 0.0f;
   stoker::amp::Precision precision = stoker::amp::Precision::fp32;
   optim::StateFormat state{};
-  dist::GradCompression compression = dist::GradCompression::none;
+  std::shared_ptr<const dist::GradCompression> compression = dist::compression::none();
   int64_t hidden = 13;
   bool tcp = false;  // ranks as threads with their own TcpCommunicator (sockets) instead
 };
@@ -100,21 +102,31 @@ std::unique_ptr<optim::Optimizer> make_inner(Opt opt, optim::NamedParameters par
       optim::SgdOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f, .state = state});
 }
 
-// One rank's optimizer: plain over the model, or ZeRO-1 over the reducer's slices.
-std::unique_ptr<optim::Optimizer> make_optimizer(const ZeroRun& run, nn::Module& m,
-                                                 dist::GradReducer& reducer) {
-  if (!run.zero1) return make_inner(run.opt, m.named_parameters(), run.state);
-  return std::make_unique<dist::ShardedOptimizer>(reducer, [&](optim::NamedParameters p) {
-    return make_inner(run.opt, std::move(p), run.state);
-  });
+dist::GradSyncOptions sync_options(const ZeroRun& run) {
+  // Small buckets: several of them, each padded for the slices.
+  return {.bucket_bytes = 400, .first_bucket_bytes = 100, .compression = run.compression};
 }
 
-dist::GradReducerOptions reducer_options(const ZeroRun& run) {
-  // Small buckets: several of them, each padded for the slices.
-  return {.bucket_bytes = 400,
-          .first_bucket_bytes = 100,
-          .compression = run.compression,
-          .shard_optimizer_state = run.zero1};
+// One rank's gradient sync and optimizer: replicated with a plain optimizer over the model, or
+// ZeRO-1's sharded sync with a ShardedOptimizer over its slices. The optimizer goes first.
+struct RankTraining {
+  std::unique_ptr<dist::GradSync> sync;
+  std::unique_ptr<optim::Optimizer> opt;
+};
+
+RankTraining make_training(const ZeroRun& run, dist::Communicator& comm, nn::Module& m) {
+  RankTraining t;
+  if (!run.zero1) {
+    t.sync = std::make_unique<dist::ReplicatedGradSync>(comm, m, sync_options(run));
+    t.opt = make_inner(run.opt, m.named_parameters(), run.state);
+    return t;
+  }
+  auto sharded = std::make_unique<dist::ShardedGradSync>(comm, m, sync_options(run));
+  t.opt = std::make_unique<dist::ShardedOptimizer>(*sharded, [&](optim::NamedParameters p) {
+    return make_inner(run.opt, std::move(p), run.state);
+  });
+  t.sync = std::move(sharded);
+  return t;
 }
 
 // Batches of micro-step m of step s for rank r.
@@ -136,15 +148,14 @@ std::vector<Weights> train(
     models.push_back(make_odd_mlp(r == 0 ? 5 : 50 + r, run.hidden));
   run_world(run, [&](dist::Communicator& comm) {
     nn::Sequential& m = *models[static_cast<size_t>(comm.rank())];
-    dist::GradReducer reducer(comm, m, reducer_options(run));
-    auto opt = make_optimizer(run, m, reducer);
+    auto [sync, opt] = make_training(run, comm, m);
     nn::CrossEntropyLoss loss;
     Trainer t(m, loss, *opt,
               {.precision = run.precision,
                .clip_grad_norm = run.clip,
                .progress_bar = false,
                .quiet = true,
-               .reducer = &reducer});
+               .grad_sync = sync.get()});
     for (int s = 0; s < run.steps; ++s) {
       std::vector<data::Batch> micro;
       for (int mi = 0; mi < run.accum; ++mi)
@@ -185,22 +196,25 @@ void expect_zero1_equals_unsharded(ZeroRun run, const std::string& what) {
 
 }  // namespace
 
-TEST(ZeroTest, ReducerShardsPaddedBucketsAndKeepsValuesAsViews) {
+TEST(ZeroTest, SyncShardsPaddedBucketsAndKeepsValuesAsViews) {
   for (int world : {2, 3}) {
     auto models = std::vector<std::unique_ptr<nn::Sequential>>();
     for (int r = 0; r < world; ++r) models.push_back(make_odd_mlp(5));
     dist::run_ranks(world, [&](dist::Communicator& comm) {
       nn::Sequential& m = *models[static_cast<size_t>(comm.rank())];
       const Weights before = weights_of(m);
-      dist::GradReducer reducer(
-          comm, m, {.bucket_bytes = 400, .first_bucket_bytes = 100, .shard_optimizer_state = true});
+      dist::ShardedGradSync sync(comm, m, {.bucket_bytes = 400, .first_bucket_bytes = 100});
       EXPECT_EQ(weights_of(m), before);  // moving values into the buckets keeps them
-      ASSERT_GE(reducer.num_buckets(), 3);
-      const auto shards = reducer.shard_parameters();
-      ASSERT_EQ(shards.size(), static_cast<size_t>(reducer.num_buckets()));
+      ASSERT_GE(sync.num_buckets(), 3);
+      const std::string described = "sharded (ZeRO-1) over " + std::to_string(world) +
+                                    " ranks: reduce-scatter of " +
+                                    std::to_string(sync.num_buckets()) + " buckets";
+      EXPECT_EQ(sync.describe().rfind(described, 0), 0u) << sync.describe();
+      const auto shards = sync.shard_parameters();
+      ASSERT_EQ(shards.size(), static_cast<size_t>(sync.num_buckets()));
       int64_t covered = 0;
-      for (int b = 0; b < reducer.num_buckets(); ++b) {
-        const dist::BucketInfo& info = reducer.bucket(b);
+      for (int b = 0; b < sync.num_buckets(); ++b) {
+        const dist::BucketInfo& info = sync.bucket(b);
         EXPECT_EQ(info.elements % (world * 16), 0) << "bucket " << b;
         EXPECT_EQ(info.shard_elements * world, info.elements);
         EXPECT_EQ(shards[static_cast<size_t>(b)].second->numel(), info.shard_elements);
@@ -212,11 +226,11 @@ TEST(ZeroTest, ReducerShardsPaddedBucketsAndKeepsValuesAsViews) {
       // Each rank's gradient slices hold the average after finish(); the rest stays local.
       for (auto* p : m.parameters()) stoker::ops::fill(p->grad(), 1.0 + comm.rank());
       for (auto* p : m.parameters()) p->grad_ready();
-      reducer.finish();
+      sync.finish();
       const float avg = 1.0f + static_cast<float>(world - 1) / 2.0f;
-      const auto grads = reducer.shard_gradients();
-      for (int b = 0; b < reducer.num_buckets(); ++b) {
-        const dist::BucketInfo& info = reducer.bucket(b);
+      const auto grads = sync.step_gradients();
+      for (int b = 0; b < sync.num_buckets(); ++b) {
+        const dist::BucketInfo& info = sync.bucket(b);
         const auto g = grads[static_cast<size_t>(b)].to_vector<float>();
         const int64_t lo = comm.rank() * info.shard_elements;
         for (int64_t i = 0; i < info.shard_elements; ++i) {
@@ -230,7 +244,7 @@ TEST(ZeroTest, ReducerShardsPaddedBucketsAndKeepsValuesAsViews) {
       }
       // A write to a shard's value is a write to the model's weights after the gather.
       stoker::ops::fill(shards[0].second->value(), 100.0 + comm.rank());
-      reducer.gather_parameters();
+      sync.gather_parameters();
     });
     // Every rank sees every rank's slice of bucket 0 (the last parameters registered).
     const auto w = weights_of(*models[0]);
@@ -266,7 +280,7 @@ TEST(ZeroTest, Bf16ComputeEqualsUnsharded) {
 TEST(ZeroTest, Bf16StateAndCompressedGradientsEqualUnsharded) {
   optim::StateFormat bf16{.dtype = optim::StateDType::bf16};
   expect_zero1_equals_unsharded({.world = 3, .state = bf16}, "bf16 state");
-  expect_zero1_equals_unsharded({.world = 2, .compression = dist::GradCompression::bf16},
+  expect_zero1_equals_unsharded({.world = 2, .compression = dist::compression::bf16()},
                                 "bf16 compression");
 }
 
@@ -321,14 +335,13 @@ TEST(ZeroTest, Fp16OverflowInOneSliceSkipsTheStepOnEveryRank) {
         });
       }
       ZeroRun run{.world = world, .zero1 = zero1};
-      dist::GradReducer reducer(comm, m, reducer_options(run));
-      auto opt = make_optimizer(run, m, reducer);
+      auto [sync, opt] = make_training(run, comm, m);
       nn::CrossEntropyLoss loss;
       Trainer t(m, loss, *opt,
                 {.precision = stoker::amp::Precision::fp16,
                  .progress_bar = false,
                  .quiet = true,
-                 .reducer = &reducer});
+                 .grad_sync = sync.get()});
       for (step = 0; step < 3; ++step) {
         const data::Batch batch = batch_of(d, world, 1, step, 0, comm.rank());
         if (step == 1) before[static_cast<size_t>(comm.rank())] = weights_of(m);
@@ -373,7 +386,7 @@ TEST(ZeroTest, StateBytesPerRankAreAboutOneNth) {
   }
 }
 
-// 2n steps = n steps + checkpoint + fresh models, reducers, optimizers + resume + n steps.
+// 2n steps = n steps + checkpoint + fresh models, syncs, optimizers + resume + n steps.
 TEST(ZeroTest, ResumeFromACheckpointContinuesBitForBit) {
   const auto dir = std::filesystem::temp_directory_path() / "stoker_zero_test";
   std::filesystem::create_directories(dir);
@@ -406,10 +419,9 @@ TEST(ZeroTest, ResumeFromACheckpointContinuesBitForBit) {
     bool quantized = false;
     dist::run_ranks(run.world, [&](dist::Communicator& comm) {
       nn::Sequential& m = *models[static_cast<size_t>(comm.rank())];
-      dist::GradReducer reducer(comm, m, reducer_options(run));
-      auto opt = make_optimizer(run, m, reducer);
+      auto [sync, opt] = make_training(run, comm, m);
       nn::CrossEntropyLoss loss;
-      Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .reducer = &reducer});
+      Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .grad_sync = sync.get()});
       for (int s = 0; s < 3; ++s) {
         const data::Batch b = batch_of(d, run.world, 1, s, 0, comm.rank());
         t.train_step({&b, 1});
@@ -425,10 +437,9 @@ TEST(ZeroTest, ResumeFromACheckpointContinuesBitForBit) {
     for (int r = 0; r < run.world; ++r) fresh.push_back(make_odd_mlp(900 + r, 61));
     dist::run_ranks(run.world, [&](dist::Communicator& comm) {
       nn::Sequential& m = *fresh[static_cast<size_t>(comm.rank())];
-      dist::GradReducer reducer(comm, m, reducer_options(run));
-      auto opt = make_optimizer(run, m, reducer);
+      auto [sync, opt] = make_training(run, comm, m);
       nn::CrossEntropyLoss loss;
-      Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .reducer = &reducer});
+      Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .grad_sync = sync.get()});
       t.resume(path);
       for (int s = 3; s < 6; ++s) {
         const data::Batch b = batch_of(d, run.world, 1, s, 0, comm.rank());
@@ -453,10 +464,9 @@ TEST(ZeroTest, ShardedCheckpointResumesAnUnshardedRun) {
   for (int r = 0; r < world; ++r) models.push_back(make_odd_mlp(r == 0 ? 5 : 50 + r));
   dist::run_ranks(world, [&](dist::Communicator& comm) {
     nn::Sequential& m = *models[static_cast<size_t>(comm.rank())];
-    dist::GradReducer reducer(comm, m, reducer_options(run));
-    auto opt = make_optimizer(run, m, reducer);
+    auto [sync, opt] = make_training(run, comm, m);
     nn::CrossEntropyLoss loss;
-    Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .reducer = &reducer});
+    Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .grad_sync = sync.get()});
     for (int s = 0; s < 2; ++s) {
       const data::Batch b = batch_of(d, world, 1, s, 0, comm.rank());
       t.train_step({&b, 1});
@@ -469,10 +479,9 @@ TEST(ZeroTest, ShardedCheckpointResumesAnUnshardedRun) {
   for (int r = 0; r < world; ++r) fresh.push_back(make_odd_mlp(900 + r));
   dist::run_ranks(world, [&](dist::Communicator& comm) {
     nn::Sequential& m = *fresh[static_cast<size_t>(comm.rank())];
-    dist::GradReducer reducer(comm, m, reducer_options(plain));
-    auto opt = make_optimizer(plain, m, reducer);
+    auto [sync, opt] = make_training(plain, comm, m);
     nn::CrossEntropyLoss loss;
-    Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .reducer = &reducer});
+    Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .grad_sync = sync.get()});
     t.resume(path);
     for (int s = 2; s < 4; ++s) {
       const data::Batch b = batch_of(d, world, 1, s, 0, comm.rank());
@@ -498,10 +507,9 @@ TEST(ZeroTest, Int8StateResumesOnlyAtTheSameWorldSize) {
   std::vector<std::string> errors(3);
   dist::run_ranks(run.world, [&](dist::Communicator& comm) {
     nn::Sequential& m = *models[static_cast<size_t>(comm.rank())];
-    dist::GradReducer reducer(comm, m, reducer_options(run));
-    auto opt = make_optimizer(run, m, reducer);
+    auto [sync, opt] = make_training(run, comm, m);
     nn::CrossEntropyLoss loss;
-    Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .reducer = &reducer});
+    Trainer t(m, loss, *opt, {.progress_bar = false, .quiet = true, .grad_sync = sync.get()});
     errors[static_cast<size_t>(comm.rank())] = error_of([&] { t.resume(path); });
   });
   for (const std::string& e : errors) {
@@ -511,45 +519,60 @@ TEST(ZeroTest, Int8StateResumesOnlyAtTheSameWorldSize) {
   std::filesystem::remove(path);
 }
 
-TEST(ZeroTest, AParameterMovedAfterTheReducerIsAnError) {
+TEST(ZeroTest, AParameterMovedAfterTheSyncIsAnError) {
   auto m = make_odd_mlp(5);
   dist::run_ranks(1, [&](dist::Communicator& comm) {
-    dist::GradReducer reducer(comm, *m, {.shard_optimizer_state = true});
+    dist::ShardedGradSync sync(comm, *m);
     nn::Parameter* p = m->named_parameters()[0].second;
     p->set_value_storage(Tensor::zeros(p->shape(), DType::f32));
     EXPECT_NE(error_of([&] {
                 for (auto* q : m->parameters()) q->grad_ready();  // launches the buckets
-                reducer.finish();
+                sync.finish();
               }).find("no longer lives in its bucket"),
               std::string::npos);
   });
 }
 
+// A ShardedOptimizer takes a ShardedGradSync by type: over a replicated one it does not compile.
+static_assert(!std::is_constructible_v<dist::ShardedOptimizer, dist::ReplicatedGradSync&,
+                                       const dist::ShardedOptimizer::Factory&>);
+static_assert(std::is_constructible_v<dist::ShardedOptimizer, dist::ShardedGradSync&,
+                                      const dist::ShardedOptimizer::Factory&>);
+
+// The Trainer checks that its sync and optimizer go together (GradSync::check_optimizer).
 TEST(ZeroTest, MismatchedPiecesAreErrors) {
+  const auto sgd = [](optim::NamedParameters p) {
+    return std::make_unique<optim::SGD>(std::move(p));
+  };
   auto m = make_odd_mlp(5);
-  dist::run_ranks(1, [&](dist::Communicator& comm) {
-    dist::GradReducer plain(comm, *m);
-    EXPECT_NE(error_of([&] {
-                dist::ShardedOptimizer opt(plain, [](optim::NamedParameters p) {
-                  return std::make_unique<optim::SGD>(std::move(p));
-                });
-              }).find("shard_optimizer_state"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] { plain.shard_gradients(); }).find("does not shard"), std::string::npos);
-  });
   auto m2 = make_odd_mlp(5);
+  auto m3 = make_odd_mlp(5);
   dist::run_ranks(1, [&](dist::Communicator& comm) {
-    dist::GradReducer sharded(comm, *m2, {.shard_optimizer_state = true});
-    optim::SGD plain_opt(m2->named_parameters());
     nn::CrossEntropyLoss loss;
-    EXPECT_NE(error_of([&] {
-                Trainer t(*m2, loss, plain_opt, {.quiet = true, .reducer = &sharded});
-              }).find("ShardedOptimizer"),
-              std::string::npos);
-    dist::ShardedOptimizer opt(sharded, [](optim::NamedParameters p) {
-      return std::make_unique<optim::SGD>(std::move(p));
-    });
-    EXPECT_NE(error_of([&] { Trainer t(*m2, loss, opt, {.quiet = true}); }).find("reducer"),
-              std::string::npos);
+    dist::ReplicatedGradSync replicated(comm, *m);
+    dist::ShardedGradSync sharded(comm, *m2);
+    dist::ShardedOptimizer opt(sharded, sgd);
+    // A ShardedOptimizer with a replicated sync: the error names both.
+    std::string e =
+        error_of([&] { Trainer t(*m, loss, opt, {.quiet = true, .grad_sync = &replicated}); });
+    EXPECT_NE(e.find(opt.describe()), std::string::npos) << e;
+    EXPECT_NE(e.find(replicated.describe()), std::string::npos) << e;
+    EXPECT_NE(e.find("ShardedGradSync"), std::string::npos) << e;
+    // A sharded sync with a plain optimizer.
+    optim::SGD plain_opt(m2->named_parameters());
+    e = error_of([&] { Trainer t(*m2, loss, plain_opt, {.quiet = true, .grad_sync = &sharded}); });
+    EXPECT_NE(e.find("ShardedOptimizer"), std::string::npos) << e;
+    EXPECT_NE(e.find(sharded.describe()), std::string::npos) << e;
+    // A ShardedOptimizer without its sync: the Trainer's own LocalGradSync does not fit it.
+    e = error_of([&] { Trainer t(*m2, loss, opt, {.quiet = true}); });
+    EXPECT_NE(e.find("grad_sync"), std::string::npos) << e;
+    EXPECT_NE(e.find("local"), std::string::npos) << e;
+    // A ShardedOptimizer over another ShardedGradSync.
+    dist::ShardedGradSync other(comm, *m3);
+    e = error_of([&] { Trainer t(*m3, loss, opt, {.quiet = true, .grad_sync = &other}); });
+    EXPECT_NE(e.find("another ShardedGradSync"), std::string::npos) << e;
+    // The right pair is accepted.
+    EXPECT_EQ(error_of([&] { Trainer t(*m2, loss, opt, {.quiet = true, .grad_sync = &sharded}); }),
+              "(no error)");
   });
 }

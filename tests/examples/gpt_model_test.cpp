@@ -314,14 +314,14 @@ TEST(GptModel, Bf16ComputeFollowsTheF32Model) {
 }
 
 TEST(GptModel, TwoDataParallelRanksEqualOneRankOnTheUnionBatch) {
-  // The tied gradient through the GradReducer's buckets: two ranks with half a batch each take
-  // the same AdamW steps as one rank with the whole batch.
+  // The tied gradient through the ReplicatedGradSync's buckets: two ranks with half a batch each
+  // take the same AdamW steps as one rank with the whole batch.
   const auto [ids, targets] = fixed_batch(4, 8, 6);
   auto make_model = [] {
     nn::manual_seed(13);
     return std::make_unique<Gpt>(small_config(GptInit::gpt2));
   };
-  auto train = [](Gpt& model, const data::Batch& batch, dist::GradReducer* reducer) {
+  auto train = [](Gpt& model, const data::Batch& batch, dist::GradSync* sync) {
     optim::AdamW opt(model.named_parameters(), {.lr = 1e-2f});
     nn::CrossEntropyLoss loss;
     train::Trainer trainer(model, loss, opt,
@@ -329,7 +329,7 @@ TEST(GptModel, TwoDataParallelRanksEqualOneRankOnTheUnionBatch) {
                             .schedule = optim::cosine_with_warmup(2e-3f, 11, 12),
                             .progress_bar = false,
                             .quiet = true,
-                            .reducer = reducer});
+                            .grad_sync = sync});
     for (int step = 0; step < 12; ++step) trainer.train_step({&batch, 1});
   };
   auto single = make_model();
@@ -339,8 +339,8 @@ TEST(GptModel, TwoDataParallelRanksEqualOneRankOnTheUnionBatch) {
   dist::run_ranks(2, [&](dist::Communicator& comm) {
     const int r = comm.rank();
     Gpt& model = *ranks[static_cast<size_t>(r)];
-    dist::GradReducer reducer(comm, model);
-    train(model, {ids.slice(2 * r, 2 * r + 2), targets.slice(16 * r, 16 * r + 16), 2}, &reducer);
+    dist::ReplicatedGradSync sync(comm, model);
+    train(model, {ids.slice(2 * r, 2 * r + 2), targets.slice(16 * r, 16 * r + 16), 2}, &sync);
   });
   const auto want = single->named_parameters();
   for (int r = 0; r < 2; ++r) {

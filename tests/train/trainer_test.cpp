@@ -13,7 +13,7 @@
 #include "stoker/data/synth.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/data/token_batches.h"
-#include "stoker/dist/grad_reducer.h"
+#include "stoker/dist/replicated_grad_sync.h"
 #include "stoker/dist/thread_communicator.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
@@ -365,7 +365,7 @@ TEST_F(TrainerTest, ResumingAtAnotherWorldSizeIsRefused) {
   for (int r = 0; r < 2; ++r) models.push_back(make_mlp(31, 0.0f));
   stoker::dist::run_ranks(2, [&](stoker::dist::Communicator& comm) {
     nn::Sequential& m = *models[static_cast<size_t>(comm.rank())];
-    stoker::dist::GradReducer reducer(comm, m);
+    stoker::dist::ReplicatedGradSync sync(comm, m);
     stoker::optim::SGD opt(m.named_parameters(), {.lr = 0.1f});
     nn::CrossEntropyLoss loss;
     Trainer t(m, loss, opt,
@@ -373,7 +373,7 @@ TEST_F(TrainerTest, ResumingAtAnotherWorldSizeIsRefused) {
                .checkpoint_dir = dir,
                .max_steps = 3,
                .quiet = true,
-               .reducer = &reducer});
+               .grad_sync = &sync});
     data::TensorBatches b(d.x, d.y,
                           {.batch_size = 10, .seed = 4, .rank = comm.rank(), .world_size = 2});
     t.fit(b, 10);

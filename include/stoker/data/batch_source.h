@@ -29,7 +29,7 @@ struct Batch {
 
 // What a source delivers, as a training checkpoint records it (Trainer::save_checkpoint) and
 // the next fit() after a resume compares it. A field left at its default is unknown and is not
-// compared. The job's world size is the Trainer's to record (its reducer's communicator).
+// compared. The job's world size is the Trainer's to record (its gradient sync's world size).
 struct SourceIdentity {
   int64_t batch_size = -1;       // samples per batch on this rank
   std::optional<uint64_t> seed;  // the seed of the order and augmentation; none: not used

@@ -10,7 +10,8 @@
 //
 // Streams: on a GPU, a collective is enqueued on the calling thread's current stream of the
 // communicator's device (core::current_stream) and returns without waiting for it; the
-// GradReducer makes the comm stream current around its launches. CPU backends run synchronously.
+// bucketed gradient syncs make the comm stream current around their launches. CPU backends run
+// synchronously.
 // Results are the same on every rank, bit for bit (each backend reduces in one fixed order).
 //
 // Buffers: `in` and `out` may be the same tensor (in place). all_gather's `out` holds world_size

@@ -2,8 +2,8 @@
 //
 // Rank 0 creates an NcclUniqueId and hands it to every rank (dist::init_from_env does this over
 // the TCP rendezvous); each rank then joins with (id, rank, world_size, its device). Collectives
-// are enqueued on the calling thread's current stream of the device (the GradReducer uses the
-// comm stream) and return at once: no host synchronization, except barrier(), which waits.
+// are enqueued on the calling thread's current stream of the device (the gradient syncs use
+// the comm stream) and return at once: no host synchronization, except barrier(), which waits.
 // Dtypes map to NCCL's (f32, f16, bf16, i32, i64, u8); avg is ncclAvg.
 //
 // In a build without CUDA the class exists but its constructor and create_unique_id() throw.

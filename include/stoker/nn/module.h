@@ -63,7 +63,7 @@ class Module {
   // adds no name level (an nn::Checkpoint's body, a ResNet block's Residual).
   //
   // Visits (name, parameter) pairs. The order is the optimizer's, the checkpoints' and the
-  // GradReducer's (which buckets in reverse of it).
+  // bucketed gradient syncs' (which bucket in reverse of it).
   void visit_parameters(const std::string& prefix,
                         const std::function<void(const std::string&, Parameter&)>& fn);
   // Visits non-trainable state that belongs in weight files (BatchNorm running statistics).

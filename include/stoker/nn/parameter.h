@@ -3,7 +3,7 @@
 // Gradients ACCUMULATE: backward passes add into `grad` (+=), which makes gradient accumulation
 // over micro-batches free; the optimizer's zero_grad() resets them. When a module has written
 // this backward pass's gradient it calls `grad_ready()`, which runs the registered hooks (the
-// data-parallel GradReducer launches its all-reduce buckets from there).
+// data-parallel gradient syncs launch their buckets from there).
 //
 // Mixed precision: `compute_value(dtype)` gives the value in the compute dtype. For f16/bf16 it
 // is a half copy kept next to the master; optimizers refresh every copy in one multi-tensor
@@ -11,7 +11,7 @@
 // Code that writes into value() in place outside an optimizer calls `value_changed()` so the
 // next compute_value() casts again (set_value, to() and the weight loaders do this).
 //
-// Ownership: the module that declares a Parameter owns it; optimizers and reducers hold
+// Ownership: the module that declares a Parameter owns it; optimizers and gradient syncs hold
 // pointers, valid while the module lives. Not thread-safe.
 #pragma once
 
@@ -48,11 +48,11 @@ class Parameter {
   // grad = 0. Lazy: no memset until someone reads grad(); a backward that overwrites the whole
   // gradient (grad_for_write) skips it, as PyTorch's set_to_none does.
   void zero_grad();
-  // Re-points the gradient at `grad` (same shape/dtype/device): lets a reducer place gradients
-  // inside a flat bucket buffer without copies.
+  // Re-points the gradient at `grad` (same shape/dtype/device): lets a gradient sync place
+  // gradients inside a flat bucket buffer without copies.
   void set_grad_storage(const Tensor& grad);
   // Re-points the master value at `value` (same shape, f32, same device), keeping what it held
-  // (copied in): lets a ZeRO-1 reducer hold the values as views of flat per-bucket buffers, so
+  // (copied in): lets ZeRO-1's sync hold the values as views of flat per-bucket buffers, so
   // that an optimizer shard updates contiguous slices and one all-gather restores every weight.
   void set_value_storage(const Tensor& value);
 

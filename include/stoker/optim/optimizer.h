@@ -91,6 +91,13 @@ class Optimizer {
   const NamedParameters& parameters() const { return params_; }
   virtual std::string describe() const = 0;
 
+  // The gradient synchronization whose gradient slices this optimizer updates, for an
+  // optimizer whose state is sharded over ranks (dist::ShardedOptimizer returns its
+  // dist::ShardedGradSync, as a const dist::GradSync*); nullptr for one that updates whole
+  // parameters (all the others). An identity only, compared by GradSync::check_optimizer and
+  // never dereferenced: optim sits below dist, so it cannot name the type.
+  virtual const void* sharded_over() const { return nullptr; }
+
   // Bytes held by the optimizer's state (every tensor state() returns), on the parameters'
   // device: what the optimizer adds to the model's memory.
   size_t state_bytes();

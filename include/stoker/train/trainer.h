@@ -28,17 +28,19 @@
 // line reports the peak tensor memory of the model's device since its epoch began
 // (core::memory_stats; the peak is reset at every epoch start).
 //
-// Data parallelism (dist/grad_reducer.h): with `reducer` set, every micro-step but the last of
-// a step runs without gradient synchronization (no_sync), the last one's backward launches the
-// bucket all-reduces as gradients become ready, and reducer->finish() runs before unscaling,
-// clipping and the optimizer. Averaged gradients are identical on every rank, so the fp16
-// scaler's overflow check skips the same steps everywhere without another all-reduce. Log
-// lines report this rank's and the job's samples/s (one tiny all-reduce at log time); only
-// rank 0 prints, draws the progress bar and writes checkpoints.
-// ZeRO-1 (a reducer with shard_optimizer_state and a dist::ShardedOptimizer over it): the
-// reducer reduce-scatters, so the scaler unscales this rank's gradient slices, its found_inf is
-// all-reduced (max) and clipping uses the global norm of the slices (both on the device); every
-// rank joins the checkpoint's gather of optimizer state and rank 0 writes.
+// Gradient synchronization (dist/grad_sync.h): every step goes through one dist::GradSync —
+// `grad_sync`, or a dist::LocalGradSync over the model when it is null (a single process). Every
+// micro-step but the last of a step runs without synchronization (set_sync(false)); after the
+// last backward the Trainer calls finish(), then unscales, checks for overflow
+// (agree_on_overflow), takes the norm (total_norm) of and clips the sync's step_gradients(),
+// and steps the optimizer; it never asks which kind of sync it has. Data parallelism
+// (dist::ReplicatedGradSync): the buckets are all-reduced during backward and the gradients are
+// identical on every rank, so every decision is too. ZeRO-1 (dist::ShardedGradSync with a
+// dist::ShardedOptimizer over it, checked at construction by check_optimizer): the step's
+// gradients are this rank's slices, the overflow flag and the norm are made global by the sync
+// (on the device), and every rank joins the checkpoint's gather of optimizer state. With more
+// than one rank, log lines report this rank's and the job's samples/s (one tiny all-reduce at
+// log time); only rank 0 prints, draws the progress bar and writes checkpoints.
 //
 // Diagnostics (diag/diagnostics.h, docs/diagnostics.md): every log line shows the share of the
 // window's time spent waiting for data (host time in BatchSource::next()). With
@@ -82,7 +84,7 @@
 #include "stoker/train/step_observer.h"
 
 namespace stoker::dist {
-class GradReducer;
+class GradSync;
 }  // namespace stoker::dist
 
 namespace stoker::util {
@@ -195,9 +197,10 @@ struct TrainerOptions {
   // rebuild (a GELU's output, dropout's) are not kept by the layer that consumes them and are
   // rebuilt in backward (one elementwise kernel each). Combines with checkpointing.
   bool selective_recompute = false;
-  // Data parallelism: this rank's gradient reducer, built over the same model (borrowed; it
-  // must outlive the Trainer). nullptr: a single process.
-  dist::GradReducer* reducer = nullptr;
+  // How gradients are synchronized: this rank's dist::ReplicatedGradSync or ShardedGradSync,
+  // built over the same model (borrowed; it must outlive the Trainer). nullptr: a single
+  // process (the Trainer makes its own dist::LocalGradSync).
+  dist::GradSync* grad_sync = nullptr;
   // Step breakdown, GPU monitor, verdict reports, traces, baseline cards (off by default),
   // attached to fit() as a step observer.
   diag::DiagnosticsOptions diagnostics;
@@ -346,6 +349,8 @@ class Trainer {
   std::vector<StepObserver*> observers_;
   size_t builtin_observers_ = 0;
   DiagnosticsObserver* diag_ = nullptr;  // one of owned_observers_, when diagnostics are on
+  std::unique_ptr<dist::GradSync> local_sync_;  // when options_.grad_sync is null
+  dist::GradSync* sync_ = nullptr;              // options_.grad_sync or local_sync_
 
   int64_t step_ = 0;
   int64_t resume_epoch_ = 0;

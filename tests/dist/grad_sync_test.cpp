@@ -1,4 +1,7 @@
-#include "stoker/dist/grad_reducer.h"
+// ReplicatedGradSync (and the bucket machinery it shares with ShardedGradSync) on the thread
+// backend: buckets, overlap, launch order, accumulation, unused parameters, compression, and
+// training that equals one process on the union of the ranks' batches.
+#include "stoker/dist/replicated_grad_sync.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +9,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "dist/grad_sync_probe.h"
 #include "dist_test_util.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/dist/thread_communicator.h"
@@ -20,6 +24,7 @@ namespace nn = stoker::nn;
 namespace data = stoker::data;
 using stoker::DType;
 using stoker::Tensor;
+using stoker::dist::GradSyncProbe;
 using stoker::test::Blobs;
 using stoker::test::error_of;
 using stoker::test::weights_of;
@@ -43,7 +48,7 @@ struct Params {
 void set_grad(nn::Parameter& p, float v) { stoker::ops::fill(p.grad(), v); }
 
 // The models of all ranks, built before the threads start (the init generator is global); each
-// rank starts from different weights so that the reducer's broadcast matters.
+// rank starts from different weights so that the sync's broadcast matters.
 std::vector<std::unique_ptr<nn::Sequential>> rank_models(int world) {
   std::vector<std::unique_ptr<nn::Sequential>> models;
   for (int r = 0; r < world; ++r) models.push_back(stoker::test::make_mlp(r == 0 ? 7 : 100 + r));
@@ -63,17 +68,19 @@ void expect_close(const std::vector<std::vector<float>>& a,
 
 }  // namespace
 
-TEST(GradReducerTest, BucketsFollowReverseOrderWithASmallFirstBucket) {
+TEST(ReplicatedGradSyncTest, BucketsFollowReverseOrderWithASmallFirstBucket) {
   auto model = stoker::test::make_mlp(1);  // 0.weight 128, 0.bias 16, 2.weight 256, 2.bias 16,
                                            // 4.weight 48, 4.bias 3 elements
   dist::run_ranks(1, [&](dist::Communicator& comm) {
-    dist::GradReducer r(comm, *model, {.bucket_bytes = 1000, .first_bucket_bytes = 200});
+    dist::ReplicatedGradSync r(comm, *model, {.bucket_bytes = 1000, .first_bucket_bytes = 200});
     ASSERT_EQ(r.num_buckets(), 3);
     EXPECT_EQ(r.bucket(0).parameters, (std::vector<std::string>{"4.bias", "4.weight"}));
     EXPECT_EQ(r.bucket(0).elements, 16 + 48);  // each view starts on 16 elements (64 bytes)
     EXPECT_EQ(r.bucket(1).parameters, (std::vector<std::string>{"2.bias", "2.weight"}));
     EXPECT_EQ(r.bucket(2).parameters, (std::vector<std::string>{"0.bias", "0.weight"}));
     EXPECT_EQ(r.bucket(2).bytes, (16 + 128) * 4);
+    EXPECT_EQ(r.describe(),
+              "replicated over 1 rank: all-reduce of 3 buckets (1.88 KiB), f32 on the wire");
     // The gradients are views into the bucket buffers.
     const auto params = model->named_parameters();
     EXPECT_TRUE(params[4].second->grad().same_storage(params[5].second->grad()));
@@ -81,7 +88,7 @@ TEST(GradReducerTest, BucketsFollowReverseOrderWithASmallFirstBucket) {
   });
   // Defaults: 25 MiB buckets, so this model is one bucket... after its 1 MiB first bucket.
   dist::run_ranks(1, [&](dist::Communicator& comm) {
-    dist::GradReducer r(comm, *model);
+    dist::ReplicatedGradSync r(comm, *model);
     EXPECT_EQ(r.num_buckets(), 1);
     EXPECT_EQ(r.options().bucket_bytes, 25 << 20);
     EXPECT_EQ(r.options().first_bucket_bytes, 1 << 20);
@@ -89,25 +96,23 @@ TEST(GradReducerTest, BucketsFollowReverseOrderWithASmallFirstBucket) {
 }
 
 // Buckets launch during backward, as soon as their last gradient is ready (overlap), in order.
-TEST(GradReducerTest, BucketsFireDuringBackwardInOrder) {
+TEST(ReplicatedGradSyncTest, BucketsFireDuringBackwardInOrder) {
   auto models = rank_models(2);
   std::vector<std::vector<std::string>> logs(2);
   dist::run_ranks(2, [&](dist::Communicator& comm) {
     nn::Sequential& m = *models[comm.rank()];
     std::vector<std::string>& log = logs[comm.rank()];
-    for (auto& [name, p] : m.named_parameters())  // before the reducer's hooks: logged first
+    for (auto& [name, p] : m.named_parameters())  // before the sync's hooks: logged first
       p->add_grad_ready_hook([&log, n = name](nn::Parameter&) { log.push_back("ready " + n); });
-    dist::GradReducer r(
-        comm, m,
-        {.bucket_bytes = 1000, .first_bucket_bytes = 200, .on_bucket_launch = [&log](int b) {
-           log.push_back("launch " + std::to_string(b));
-         }});
+    dist::ReplicatedGradSync r(comm, m, {.bucket_bytes = 1000, .first_bucket_bytes = 200});
+    GradSyncProbe::on_bucket_launch(
+        r, [&log](int b) { log.push_back("launch " + std::to_string(b)); });
     const Tensor x = stoker::test::random_tensor({4, 8}, DType::f32, 5 + comm.rank());
     m.forward(x);
     m.backward(stoker::test::random_tensor({4, 3}, DType::f32, 9));
     log.push_back("backward done");
     r.finish();
-    EXPECT_EQ(r.launch_order(), (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(GradSyncProbe::launch_order(r), (std::vector<int>{0, 1, 2}));
   });
   const std::vector<std::string> expected = {
       "ready 4.weight", "ready 4.bias",   "launch 0",     "ready 2.weight", "ready 2.bias",
@@ -118,17 +123,15 @@ TEST(GradReducerTest, BucketsFireDuringBackwardInOrder) {
 
 // Whatever order gradients complete in, every rank launches buckets 0, 1, 2, ... and the
 // result is the average.
-TEST(GradReducerTest, LaunchOrderIsTheSameOnEveryRankAndGradientsAreAveraged) {
+TEST(ReplicatedGradSyncTest, LaunchOrderIsTheSameOnEveryRankAndGradientsAreAveraged) {
   std::vector<std::unique_ptr<Params>> ps;
   for (int r = 0; r < kWorld; ++r)
     ps.push_back(std::make_unique<Params>(std::vector<int64_t>{16, 16, 16, 16}));
   std::vector<std::vector<int>> orders(kWorld);
   dist::run_ranks(kWorld, [&](dist::Communicator& comm) {
     Params& p = *ps[comm.rank()];
-    dist::GradReducer r(comm, p.named,
-                        {.bucket_bytes = 64,
-                         .first_bucket_bytes = 64,
-                         .on_bucket_launch = [&](int b) { orders[comm.rank()].push_back(b); }});
+    dist::ReplicatedGradSync r(comm, p.named, {.bucket_bytes = 64, .first_bucket_bytes = 64});
+    GradSyncProbe::on_bucket_launch(r, [&](int b) { orders[comm.rank()].push_back(b); });
     ASSERT_EQ(r.num_buckets(), 4);  // p3, p2, p1, p0
     for (int step = 0; step < 2; ++step) {
       for (size_t i = 0; i < 4; ++i)
@@ -139,7 +142,7 @@ TEST(GradReducerTest, LaunchOrderIsTheSameOnEveryRankAndGradientsAreAveraged) {
       if (comm.rank() == 2) ready = {1, 3, 0, 2};
       for (size_t i : ready) p.p[i].grad_ready();
       r.finish();
-      EXPECT_EQ(r.launch_order(), (std::vector<int>{0, 1, 2, 3}));
+      EXPECT_EQ(GradSyncProbe::launch_order(r), (std::vector<int>{0, 1, 2, 3}));
       for (size_t i = 0; i < 4; ++i) {
         const float avg = (1 + kWorld) / 2.0f * static_cast<float>(i + 1);
         for (float v : p.p[i].grad().to_floats()) ASSERT_EQ(v, avg);
@@ -150,18 +153,18 @@ TEST(GradReducerTest, LaunchOrderIsTheSameOnEveryRankAndGradientsAreAveraged) {
     EXPECT_EQ(orders[rank], (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3}));
 }
 
-TEST(GradReducerTest, NoSyncAccumulatesLocallyAndFinishReducesTheSum) {
+TEST(ReplicatedGradSyncTest, NoSyncAccumulatesLocallyAndFinishReducesTheSum) {
   std::vector<std::unique_ptr<Params>> ps;
   for (int r = 0; r < 2; ++r) ps.push_back(std::make_unique<Params>(std::vector<int64_t>{5, 3}));
   dist::run_ranks(2, [&](dist::Communicator& comm) {
     Params& p = *ps[comm.rank()];
-    dist::GradReducer r(comm, p.named, {.first_bucket_bytes = 4});
+    dist::ReplicatedGradSync r(comm, p.named, {.first_bucket_bytes = 4});
     const float v = comm.rank() == 0 ? 1.0f : 3.0f;
     // Micro-step 1 without sync: nothing is sent.
     {
       auto scope = r.no_sync();
       for (auto& q : p.p) set_grad(q, v), q.grad_ready();
-      EXPECT_TRUE(r.launch_order().empty());
+      EXPECT_TRUE(GradSyncProbe::launch_order(r).empty());
     }
     EXPECT_TRUE(r.sync());
     // Micro-step 2 adds and synchronizes: the average of the per-rank sums.
@@ -177,19 +180,19 @@ TEST(GradReducerTest, NoSyncAccumulatesLocallyAndFinishReducesTheSum) {
     r.set_sync(false);
     for (auto& q : p.p) set_grad(q, v), q.grad_ready();
     r.finish();
-    EXPECT_EQ(r.launch_order().size(), 2u);
+    EXPECT_EQ(GradSyncProbe::launch_order(r).size(), 2u);
     for (auto& q : p.p)
       for (float x : q.grad().to_floats()) EXPECT_EQ(x, 2.0f);
   });
 }
 
-TEST(GradReducerTest, UnusedParametersAreNamedOrAllowed) {
+TEST(ReplicatedGradSyncTest, UnusedParametersAreNamedOrAllowed) {
   std::vector<std::unique_ptr<Params>> ps;
   for (int r = 0; r < 2; ++r) ps.push_back(std::make_unique<Params>(std::vector<int64_t>{4, 4, 4}));
   std::vector<std::string> errors(2);
   dist::run_ranks(2, [&](dist::Communicator& comm) {
     Params& p = *ps[comm.rank()];
-    dist::GradReducer r(comm, p.named);
+    dist::ReplicatedGradSync r(comm, p.named);
     set_grad(p.p[0], 1.0f);
     p.p[0].grad_ready();
     p.p[2].grad_ready();
@@ -207,7 +210,7 @@ TEST(GradReducerTest, UnusedParametersAreNamedOrAllowed) {
   // Allowed: an unused gradient zeroed lazily is reduced as real zeros, not stale memory.
   dist::run_ranks(2, [&](dist::Communicator& comm) {
     Params& p = *ps[comm.rank()];
-    dist::GradReducer r(comm, p.named, {.allow_unused_parameters = true});
+    dist::ReplicatedGradSync r(comm, p.named, {.allow_unused_parameters = true});
     for (auto& q : p.p) {
       set_grad(q, 123.0f);
       q.zero_grad();
@@ -220,39 +223,39 @@ TEST(GradReducerTest, UnusedParametersAreNamedOrAllowed) {
   });
 }
 
-TEST(GradReducerTest, ReadyTwiceIsAnError) {
+TEST(ReplicatedGradSyncTest, ReadyTwiceIsAnError) {
   Params p({4});
   dist::run_ranks(1, [&](dist::Communicator& comm) {
-    dist::GradReducer r(comm, p.named);
+    dist::ReplicatedGradSync r(comm, p.named);
     p.p[0].grad_ready();
     const std::string e = error_of([&] { p.p[0].grad_ready(); });
     EXPECT_NE(e.find("became ready twice"), std::string::npos) << e;
   });
 }
 
-TEST(GradReducerTest, ConstructionBroadcastsRankZerosWeights) {
+TEST(ReplicatedGradSyncTest, ConstructionBroadcastsRankZerosWeights) {
   auto models = rank_models(3);
   const auto rank0 = weights_of(*models[0]);
   dist::run_ranks(
-      3, [&](dist::Communicator& comm) { dist::GradReducer r(comm, *models[comm.rank()]); });
+      3, [&](dist::Communicator& comm) { dist::ReplicatedGradSync r(comm, *models[comm.rank()]); });
   for (auto& m : models) EXPECT_EQ(weights_of(*m), rank0);
 }
 
-TEST(GradReducerTest, CompressionAveragesInHalfPrecision) {
-  for (auto c : {dist::GradCompression::bf16, dist::GradCompression::fp16}) {
+TEST(ReplicatedGradSyncTest, CompressionAveragesInHalfPrecision) {
+  for (const auto& c : {dist::compression::bf16(), dist::compression::fp16()}) {
     std::vector<std::unique_ptr<Params>> ps;
     for (int r = 0; r < kWorld; ++r)
       ps.push_back(std::make_unique<Params>(std::vector<int64_t>{40}));
     dist::run_ranks(kWorld, [&](dist::Communicator& comm) {
       Params& p = *ps[comm.rank()];
-      dist::GradReducer r(comm, p.named, {.compression = c});
+      dist::ReplicatedGradSync r(comm, p.named, {.compression = c});
       // 1 + 1/3 is not representable in half precision: the result is rounded.
       set_grad(p.p[0], static_cast<float>(comm.rank() + 1) * (1.0f + 1.0f / 3.0f));
       p.p[0].grad_ready();
       r.finish();
       const float exact = 2.5f * (1.0f + 1.0f / 3.0f);
       for (float x : p.p[0].grad().to_floats()) {
-        EXPECT_NEAR(x, exact, exact * (c == dist::GradCompression::bf16 ? 1e-2f : 2e-3f));
+        EXPECT_NEAR(x, exact, exact * (c->name() == "bf16" ? 1e-2f : 2e-3f));
         EXPECT_NE(x, exact);
       }
     });
@@ -261,7 +264,7 @@ TEST(GradReducerTest, CompressionAveragesInHalfPrecision) {
 
 // The acceptance test: 4 ranks on disjoint shards end with the weights of 1 rank trained on
 // the union of their batches, with and without gradient accumulation.
-TEST(GradReducerTest, FourRanksOnShardsMatchOneRankOnTheUnionBatch) {
+TEST(ReplicatedGradSyncTest, FourRanksOnShardsMatchOneRankOnTheUnionBatch) {
   const int64_t b = 6, steps = 3;
   for (int k : {1, 3}) {
     const Blobs d = stoker::test::make_blobs(kWorld * b * k * steps, 21);
@@ -290,11 +293,11 @@ TEST(GradReducerTest, FourRanksOnShardsMatchOneRankOnTheUnionBatch) {
     auto models = rank_models(kWorld);
     dist::run_ranks(kWorld, [&](dist::Communicator& comm) {
       nn::Sequential& m = *models[comm.rank()];
-      dist::GradReducer reducer(comm, m, {.bucket_bytes = 600, .first_bucket_bytes = 100});
-      EXPECT_GE(reducer.num_buckets(), 3);
+      dist::ReplicatedGradSync sync(comm, m, {.bucket_bytes = 600, .first_bucket_bytes = 100});
+      EXPECT_GE(sync.num_buckets(), 3);
       stoker::optim::SGD opt(m.named_parameters(), {.lr = 0.2f, .momentum = 0.9f});
       nn::CrossEntropyLoss loss;
-      Trainer t(m, loss, opt, {.progress_bar = false, .quiet = true, .reducer = &reducer});
+      Trainer t(m, loss, opt, {.progress_bar = false, .quiet = true, .grad_sync = &sync});
       for (int64_t s = 0; s < steps; ++s) {
         std::vector<data::Batch> micro;
         for (int64_t mi = 0; mi < k; ++mi) {
@@ -304,9 +307,10 @@ TEST(GradReducerTest, FourRanksOnShardsMatchOneRankOnTheUnionBatch) {
               {stoker::test::take_rows(d.x, rows), stoker::test::take_rows(d.y, rows), b});
         }
         t.train_step(micro);
-        EXPECT_EQ(reducer.launch_order().size(), static_cast<size_t>(reducer.num_buckets()));
+        EXPECT_EQ(GradSyncProbe::launch_order(sync).size(),
+                  static_cast<size_t>(sync.num_buckets()));
       }
-      EXPECT_EQ(reducer.steps(), steps);
+      EXPECT_EQ(GradSyncProbe::steps(sync), steps);
     });
     const auto want = weights_of(*ref);
     for (int r = 0; r < kWorld; ++r) {
@@ -323,7 +327,7 @@ TEST(GradReducerTest, FourRanksOnShardsMatchOneRankOnTheUnionBatch) {
 // single-process batch j of world * b samples, so 2 ranks of b equal 1 rank of 2b — over whole
 // epochs, with a partial accumulation group at each epoch end, and with the throughput of the
 // job in the log.
-TEST(GradReducerTest, FitOnShardedBatchesMatchesOneRank) {
+TEST(ReplicatedGradSyncTest, FitOnShardedBatchesMatchesOneRank) {
   const int world = 2;
   const Blobs d = stoker::test::make_blobs(80, 31);  // 80 = 2 ranks x 5 batches x 8
   const TrainerOptions base{
@@ -340,11 +344,11 @@ TEST(GradReducerTest, FitOnShardedBatchesMatchesOneRank) {
   std::vector<stoker::train::FitResult> fits(world);
   dist::run_ranks(world, [&](dist::Communicator& comm) {
     nn::Sequential& m = *models[comm.rank()];
-    dist::GradReducer reducer(comm, m, {.first_bucket_bytes = 300});
+    dist::ReplicatedGradSync sync(comm, m, {.first_bucket_bytes = 300});
     stoker::optim::AdamW opt(m.named_parameters(), {.lr = 0.01f});
     nn::CrossEntropyLoss loss;
     TrainerOptions o = base;
-    o.reducer = &reducer;
+    o.grad_sync = &sync;
     Trainer t(m, loss, opt, o);
     data::TensorBatches src(d.x, d.y,
                             {.batch_size = 8, .seed = 5, .rank = comm.rank(), .world_size = world});
@@ -365,7 +369,7 @@ TEST(GradReducerTest, FitOnShardedBatchesMatchesOneRank) {
 
 // fp16: gradients are averaged before unscaling, so an overflow on one rank is an overflow on
 // every rank, and all of them skip the step and back off the scale together.
-TEST(GradReducerTest, Fp16OverflowOnOneRankSkipsTheStepOnEveryRank) {
+TEST(ReplicatedGradSyncTest, Fp16OverflowOnOneRankSkipsTheStepOnEveryRank) {
   const int world = 3;
   const Blobs d = stoker::test::make_blobs(world * 8 * 3, 41);
   auto models = rank_models(world);
@@ -375,19 +379,19 @@ TEST(GradReducerTest, Fp16OverflowOnOneRankSkipsTheStepOnEveryRank) {
     nn::Sequential& m = *models[comm.rank()];
     int step = 0;
     if (comm.rank() == 1) {
-      // Poisons this rank's gradient at step 1, before the reducer sees it.
+      // Poisons this rank's gradient at step 1, before the sync sees it.
       m.named_parameters()[0].second->add_grad_ready_hook([&step](nn::Parameter& p) {
         if (step == 1) p.grad().data<float>()[0] = std::numeric_limits<float>::infinity();
       });
     }
-    dist::GradReducer reducer(comm, m);
+    dist::ReplicatedGradSync sync(comm, m);
     stoker::optim::SGD opt(m.named_parameters(), {.lr = 0.1f});
     nn::CrossEntropyLoss loss;
     Trainer t(m, loss, opt,
               {.precision = stoker::amp::Precision::fp16,
                .progress_bar = false,
                .quiet = true,
-               .reducer = &reducer});
+               .grad_sync = &sync});
     for (step = 0; step < 3; ++step) {
       std::vector<int64_t> rows;
       for (int64_t i = 0; i < 8; ++i) rows.push_back((step * world + comm.rank()) * 8 + i);
@@ -409,7 +413,7 @@ TEST(GradReducerTest, Fp16OverflowOnOneRankSkipsTheStepOnEveryRank) {
 
 // A rank that throws in the middle of training makes the others fail promptly (run_ranks
 // aborts the group) instead of hanging in their next all-reduce.
-TEST(GradReducerTest, ARankThatThrowsStopsTheOthers) {
+TEST(ReplicatedGradSyncTest, ARankThatThrowsStopsTheOthers) {
   const Blobs d = stoker::test::make_blobs(kWorld * 8 * 4, 51);
   auto models = rank_models(kWorld);
   std::mutex mu;
@@ -419,11 +423,11 @@ TEST(GradReducerTest, ARankThatThrowsStopsTheOthers) {
     dist::run_ranks(kWorld,
                     [&](dist::Communicator& comm) {
                       nn::Sequential& m = *models[comm.rank()];
-                      dist::GradReducer reducer(comm, m);
+                      dist::ReplicatedGradSync sync(comm, m);
                       stoker::optim::SGD opt(m.named_parameters(), {.lr = 0.1f});
                       nn::CrossEntropyLoss loss;
                       Trainer t(m, loss, opt,
-                                {.progress_bar = false, .quiet = true, .reducer = &reducer});
+                                {.progress_bar = false, .quiet = true, .grad_sync = &sync});
                       try {
                         for (int step = 0; step < 4; ++step) {
                           if (comm.rank() == 3 && step == 2)
@@ -452,20 +456,20 @@ TEST(GradReducerTest, ARankThatThrowsStopsTheOthers) {
     EXPECT_NE(e.find("corrupt sample 1234"), std::string::npos) << e;
 }
 
-TEST(GradReducerTest, RejectsBadOptions) {
+TEST(ReplicatedGradSyncTest, RejectsBadOptions) {
   Params p({4});
   p.p[0].requires_grad = false;
   dist::run_ranks(1, [&](dist::Communicator& comm) {
-    const std::string e = error_of([&] { dist::GradReducer r(comm, p.named); });
+    const std::string e = error_of([&] { dist::ReplicatedGradSync r(comm, p.named); });
     EXPECT_NE(e.find("no parameter requires a gradient"), std::string::npos) << e;
     const std::string e2 =
-        error_of([&] { dist::GradReducer r(comm, p.named, {.bucket_bytes = 0}); });
+        error_of([&] { dist::ReplicatedGradSync r(comm, p.named, {.bucket_bytes = 0}); });
     EXPECT_NE(e2.find("must be positive"), std::string::npos) << e2;
   });
-  // A gradient re-pointed after the reducer was built would be reduced from stale memory.
+  // A gradient re-pointed after the sync was built would be reduced from stale memory.
   Params q({4});
   dist::run_ranks(1, [&](dist::Communicator& comm) {
-    dist::GradReducer r(comm, q.named);
+    dist::ReplicatedGradSync r(comm, q.named);
     q.p[0].set_grad_storage(Tensor::zeros({4}, DType::f32));
     const std::string e = error_of([&] { q.p[0].grad_ready(); });
     EXPECT_NE(e.find("'p0' no longer lives in its bucket"), std::string::npos) << e;
