@@ -307,7 +307,8 @@ void Loader::cancel_locked(Slot* slot) {
   release_if_idle_locked(slot);
 }
 
-void Loader::reset_position(int64_t epoch, int64_t first_batch) {
+void Loader::reset_position(int64_t epoch, int64_t first_batch, int64_t continued_epoch,
+                            int64_t continued_progress) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t nb = batches_per_epoch_;
   STOKER_CHECK(epoch >= 0, "Loader: epoch ", epoch, " must be >= 0");
@@ -316,18 +317,28 @@ void Loader::reset_position(int64_t epoch, int64_t first_batch) {
   ++resets_;
   const int64_t target = epoch * nb + first_batch;
   // Batches already opened that the new position can use: the same positions, or for an
-  // epoch-invariant loader any position with the same batch index.
+  // epoch-invariant loader any position with the same batch index (not when a continuation,
+  // old or new, makes some epoch differ from the others).
+  const bool plan_changed = continued_epoch != continued_epoch_ ||
+                            (continued_epoch >= 0 && continued_progress != continued_progress_);
   int64_t keep_from = -1;
   if (started_) {
     if (target >= consumer_pos_ && target <= next_to_fill_) {
       keep_from = target;
-    } else if (epoch_invariant_ && first_batch < nb) {
+    } else if (epoch_invariant_ && first_batch < nb && continued_epoch < 0 &&
+               continued_epoch_ < 0) {
       for (int64_t q = consumer_pos_; q <= next_to_fill_; ++q) {
         if (q % nb == first_batch) {
           keep_from = q;
           break;
         }
       }
+    }
+  }
+  // Batches opened under the old plan of an epoch whose plan changes do not fit.
+  if (keep_from >= 0 && plan_changed) {
+    for (const int64_t e : {continued_epoch_, continued_epoch}) {
+      if (e >= 0 && e * nb < next_to_fill_ && (e + 1) * nb > keep_from) keep_from = -1;
     }
   }
   if (keep_from >= 0) {
@@ -347,14 +358,33 @@ void Loader::reset_position(int64_t epoch, int64_t first_batch) {
   }
   epoch_end_pos_ = consumer_pos_ - first_batch + nb;
   epoch_ = epoch;
+  continued_epoch_ = continued_epoch;
+  continued_progress_ = continued_epoch >= 0 ? continued_progress : 0;
   started_ = true;
   window_open_ = false;  // tuning windows never span an epoch boundary
   opener_cv_.notify_all();
   worker_cv_.notify_all();
 }
 
-void Loader::start_epoch(int64_t epoch) { reset_position(epoch, 0); }
-void Loader::restore(int64_t epoch, int64_t batch_index) { reset_position(epoch, batch_index); }
+void Loader::start_epoch(int64_t epoch) { reset_position(epoch, 0, -1, 0); }
+void Loader::restore(int64_t epoch, int64_t batch_index) {
+  reset_position(epoch, batch_index, -1, 0);
+}
+
+int64_t Loader::epoch_progress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!started_) return 0;
+  const int64_t start = epoch_ == continued_epoch_ ? continued_progress_ : 0;
+  // plan_'s arithmetic reads only its constructor's values: safe beside the opener.
+  return plan_.progress_after(start, consumer_pos_ - (epoch_end_pos_ - batches_per_epoch_));
+}
+
+bool Loader::continue_epoch(int64_t epoch, int64_t progress) {
+  STOKER_CHECK(epoch >= 0, "Loader::continue_epoch: epoch ", epoch, " must be >= 0");
+  const int64_t first = plan_.first_batch_at(progress);  // checks progress
+  reset_position(epoch, first, epoch, progress);
+  return true;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The opener.
@@ -402,6 +432,7 @@ void Loader::opener_loop() {
     slot->error.clear();
     slot->error_hint.clear();
     outstanding_.push_back(slot);
+    const int64_t continued_epoch = continued_epoch_, continued_progress = continued_progress_;
     lock.unlock();
 
     // Outside the lock: this batch's indices (the opener alone uses plan_) and, on the GPU,
@@ -409,6 +440,13 @@ void Loader::opener_loop() {
     std::string error;
     double slot_wait = 0, copy_device = 0;
     try {
+      // The plan this slot was opened under (a slot of an older plan is cancelled, not read).
+      if (continued_epoch < 0) {
+        if (plan_.continued_epoch() >= 0) plan_.clear_continuation();
+      } else if (plan_.continued_epoch() != continued_epoch ||
+                 plan_.continued_progress() != continued_progress) {
+        plan_.set_continuation(continued_epoch, continued_progress);
+      }
       if (plan_.epoch() != slot->epoch) plan_.set_epoch(slot->epoch);
       const auto span = plan_.batch(slot->batch);
       slot->indices.assign(span.begin(), span.end());

@@ -39,9 +39,25 @@ int64_t TensorBatches::samples_per_epoch() const {
 }
 
 void TensorBatches::start_epoch(int64_t epoch) {
+  STOKER_CHECK(epoch >= 0, "TensorBatches::start_epoch: epoch ", epoch, " must be >= 0");
+  sampler_.clear_continuation();
   epoch_ = epoch;
   batch_ = 0;
   sampler_.set_epoch(epoch);
+}
+
+int64_t TensorBatches::epoch_progress() const {
+  if (epoch_ < 0) return 0;
+  return sampler_.progress_after(sampler_.start_progress(epoch_), batch_);
+}
+
+bool TensorBatches::continue_epoch(int64_t epoch, int64_t progress) {
+  STOKER_CHECK(epoch >= 0, "TensorBatches::continue_epoch: epoch ", epoch, " must be >= 0");
+  sampler_.set_continuation(epoch, progress);  // checks progress before anything changes
+  epoch_ = epoch;
+  sampler_.set_epoch(epoch);
+  batch_ = sampler_.first_batch(epoch);
+  return true;
 }
 
 Tensor TensorBatches::gather(const Tensor& src, std::span<const int64_t> rows) const {

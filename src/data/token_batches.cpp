@@ -34,6 +34,34 @@ void TokenBatches::start_epoch(int64_t epoch) {
   STOKER_CHECK(epoch >= 0, "TokenBatches::start_epoch: epoch ", epoch, " must be >= 0");
   epoch_ = epoch;
   batch_ = 0;
+  start_ = first_ = 0;
+}
+
+int64_t TokenBatches::epoch_progress() const {
+  if (epoch_ < 0) return 0;
+  return start_ + (batch_ - first_) * options_.world_size * options_.batch_size;
+}
+
+bool TokenBatches::continue_epoch(int64_t epoch, int64_t progress) {
+  STOKER_CHECK(epoch >= 0, "TokenBatches::continue_epoch: epoch ", epoch, " must be >= 0");
+  if (options_.batches_per_epoch > 0) {
+    STOKER_CHECK(progress >= 0, "TokenBatches::continue_epoch: epoch progress ", progress,
+                 " is not in [0, inf) (windows of the epoch the job consumed)");
+  } else {
+    STOKER_CHECK(progress >= 0 && progress <= dataset_.size(),
+                 "TokenBatches::continue_epoch: epoch progress ", progress, " is not in [0, ",
+                 dataset_.size(), "] (windows of the epoch the job consumed, at most the ",
+                 dataset_.size(), " disjoint windows of ", dataset_.path().string(), ")");
+  }
+  const int64_t per_batch = options_.world_size * options_.batch_size;  // windows per batch index
+  const int64_t total = batches_ * per_batch;                           // this epoch's windows
+  // (total - progress) / per_batch <= total / per_batch = batches_: the continuation fits.
+  const int64_t left = progress < total ? (total - progress) / per_batch : 0;
+  epoch_ = epoch;
+  start_ = progress;
+  first_ = batches_ - left;
+  batch_ = first_;
+  return true;
 }
 
 TokenWindow TokenBatches::window(int64_t epoch, int64_t i) const {
@@ -69,13 +97,16 @@ TokenWindow TokenBatches::window(int64_t epoch, int64_t i) const {
 Batch TokenBatches::batch_at(int64_t epoch, int64_t b) const {
   STOKER_CHECK(epoch >= 0 && b >= 0, "TokenBatches::batch_at: epoch ", epoch, " and batch ", b,
                " must be >= 0");
+  return windows_from(epoch, (b * options_.world_size + options_.rank) * options_.batch_size);
+}
+
+Batch TokenBatches::windows_from(int64_t epoch, int64_t first) const {
   const int64_t bs = options_.batch_size;
   const int64_t t = dataset_.options().context;
   const DType dtype = dataset_.options().dtype;
   const size_t row = static_cast<size_t>(t) * dtype_size(dtype);
   Tensor input = Tensor::empty({bs, t}, dtype);
   Tensor target = Tensor::empty({bs * t}, dtype);
-  const int64_t first = (b * options_.world_size + options_.rank) * bs;
   for (int64_t j = 0; j < bs; ++j) {
     const TokenWindow w = window(epoch, first + j);
     std::memcpy(static_cast<char*>(input.data()) + j * row, w.input.data(), row);
@@ -91,7 +122,10 @@ Batch TokenBatches::batch_at(int64_t epoch, int64_t b) const {
 bool TokenBatches::next(Batch& batch) {
   STOKER_CHECK(epoch_ >= 0, "TokenBatches::next called before start_epoch");
   if (batch_ >= batches_) return false;
-  batch = batch_at(epoch_, batch_);
+  // Batch c of the epoch's continuation from window start_ (c = batch_ for a plain epoch).
+  const int64_t c = batch_ - first_;
+  batch = windows_from(epoch_,
+                       start_ + (c * options_.world_size + options_.rank) * options_.batch_size);
   ++batch_;
   return true;
 }
@@ -100,7 +134,7 @@ void TokenBatches::restore(int64_t epoch, int64_t batch_index) {
   start_epoch(epoch);
   STOKER_CHECK(batch_index >= 0 && batch_index <= batches_, "TokenBatches::restore: batch ",
                batch_index, " is outside the epoch of ", batches_, " batches");
-  batch_ = batch_index;
+  batch_ = batch_index;  // start_epoch made it a plain epoch
 }
 
 SourceIdentity TokenBatches::identity() const {

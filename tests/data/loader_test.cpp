@@ -45,6 +45,16 @@ class LoaderTest : public ::testing::Test {
                          },
                          data::synth_class_names(4), dir_ / "corrupt",
                          {.threads = 1, .progress = false});
+    // 40 samples whose labels are their ids (class i is sample i).
+    std::vector<std::string> names;
+    for (int i = 0; i < 40; ++i) names.push_back("id" + std::to_string(i));
+    data::pack_generated(40,
+                         [&](int64_t i, int32_t& label) {
+                           std::vector<uint8_t> jpeg = data::synth_jpeg(synth, i, label);
+                           label = static_cast<int32_t>(i);
+                           return jpeg;
+                         },
+                         names, dir_ / "ids", {.threads = 1, .progress = false});
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
@@ -629,6 +639,129 @@ TEST_F(LoaderTest, TrainerLearnsFromTheLoader) {
   const auto r = t.fit(l, 6);
   ASSERT_GE(r.log.size(), 2u);
   EXPECT_LT(r.log.back().loss, r.log.front().loss);
+}
+
+// Elastic resume on the "ids" database (labels are the sample ids): 2 ranks deliver 2 batches of
+// 4 each, then 1 rank continues the epoch. The 1-rank loader first prepared batches of the
+// plain epoch, which the continuation drops; together the ranks deliver every sample once, the
+// bytes are those of a loader that continued from the start, and the next epoch (prepared ahead
+// while the continued one ended) is a plain 1-rank epoch.
+TEST_F(LoaderTest, ContinuedEpochDeliversTheRestOnceAtAnotherWorldSize) {
+  data::LmdbImageDataset ds(dir_ / "ids");
+  const auto opts = [](int rank, int world) {
+    LoaderOptions o = options(2);
+    o.batch_size = 4;
+    o.rank = rank;
+    o.world_size = world;
+    return o;
+  };
+  const int64_t epoch = 1;
+  std::map<int64_t, int64_t> seen;
+  const auto add = [&](const data::Batch& b) {
+    for (int64_t y : b.target.to_vector<int64_t>()) seen[y] += 1;
+  };
+  int64_t progress = -1;
+  data::Batch b;
+  for (int rank = 0; rank < 2; ++rank) {
+    Loader l(ds, opts(rank, 2));
+    l.start_epoch(epoch);
+    EXPECT_EQ(l.epoch_progress(), 0);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(l.next(b));
+      add(b);
+    }
+    progress = l.epoch_progress();
+    EXPECT_EQ(progress, 16);
+  }
+
+  Loader reference(ds, opts(0, 1));
+  ASSERT_TRUE(reference.continue_epoch(epoch, progress));
+  const auto want = drain(reference);
+  ASSERT_EQ(want.size(), 6u);  // 24 samples left, batches 4..9 of 10
+
+  Loader one(ds, opts(0, 1));
+  one.start_epoch(epoch);
+  ASSERT_TRUE(one.next(b));
+  ASSERT_TRUE(wait_ready(one, 2));
+  ASSERT_TRUE(one.continue_epoch(epoch, progress));
+  EXPECT_EQ(one.epoch(), epoch);
+  EXPECT_EQ(one.batch_index(), 4);
+  EXPECT_EQ(one.batches_per_epoch(), 10);
+  EXPECT_EQ(one.epoch_progress(), 16);
+  std::vector<std::vector<uint8_t>> got;
+  while (one.next(b)) {
+    got.push_back(bytes_of(b));
+    add(b);
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(one.batch_index(), 10);
+  EXPECT_EQ(one.epoch_progress(), 40);
+  ASSERT_EQ(seen.size(), 40u);
+  for (const auto& [id, n] : seen) EXPECT_EQ(n, 1) << "sample " << id;
+
+  // The next epoch: plain, partly prepared while the continued one ended.
+  Loader plain(ds, opts(0, 1));
+  const auto next_epoch = epoch_bytes(plain, epoch + 1);
+  ASSERT_TRUE(wait_ready(one, 2));
+  const int64_t early = one.counters().early_batches;
+  EXPECT_EQ(epoch_bytes(one, epoch + 1), next_epoch);
+  EXPECT_GE(one.counters().early_batches - early, 2);
+  EXPECT_EQ(one.epoch_progress(), 40);
+}
+
+// Prepared batches of a continued epoch never serve the plain epoch of the same number (nor the
+// other way round), and a continued epoch can be continued again.
+TEST_F(LoaderTest, ContinuationAndPlainEpochsNeverShareBatches) {
+  data::LmdbImageDataset ds(dir_ / "ids");
+  LoaderOptions o = options(2);
+  o.batch_size = 4;
+  o.prefetch = 4;
+  Loader plain(ds, o);
+  const auto e0 = epoch_bytes(plain, 0);
+  Loader cont_ref(ds, o);
+  ASSERT_TRUE(cont_ref.continue_epoch(0, 9));  // 31 left: 7 batches, from batch 3
+  const auto c0 = drain(cont_ref);
+  ASSERT_EQ(c0.size(), 7u);
+
+  Loader l(ds, o);
+  ASSERT_TRUE(l.continue_epoch(0, 9));
+  ASSERT_TRUE(wait_ready(l, 4));
+  l.restore(0, 5);  // the same positions, another plan: nothing kept
+  EXPECT_EQ(drain(l), std::vector<std::vector<uint8_t>>(e0.begin() + 5, e0.end()));
+  l.restore(0, 2);
+  data::Batch b;
+  ASSERT_TRUE(l.next(b));
+  ASSERT_TRUE(wait_ready(l, 3));
+  ASSERT_TRUE(l.continue_epoch(0, 9));
+  EXPECT_EQ(drain(l), c0);
+  // Continued, checkpointed after two batches, continued again at the same world size.
+  ASSERT_TRUE(l.continue_epoch(0, 9));
+  ASSERT_TRUE(l.next(b));
+  ASSERT_TRUE(l.next(b));
+  const int64_t p = l.epoch_progress();
+  EXPECT_EQ(p, 17);
+  ASSERT_TRUE(l.continue_epoch(0, p));
+  EXPECT_EQ(l.batch_index(), 5);
+  EXPECT_EQ(drain(l), std::vector<std::vector<uint8_t>>(c0.begin() + 2, c0.end()));
+}
+
+TEST_F(LoaderTest, ContinuationProgressOutOfRangeIsAnErrorNamingIt) {
+  data::LmdbImageDataset ds(dir_ / "ids");
+  LoaderOptions o = options(1);
+  o.batch_size = 4;
+  Loader l(ds, o);
+  try {
+    l.continue_epoch(0, 41);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("progress 41"), std::string::npos) << what;
+    EXPECT_NE(what.find("[0, 40]"), std::string::npos) << what;
+  }
+  EXPECT_THROW(l.continue_epoch(0, -1), Error);
+  EXPECT_THROW(l.continue_epoch(-1, 0), Error);
+  data::Batch b;
+  EXPECT_THROW(l.next(b), Error);  // still not started
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
+#include <vector>
 
 #include "data_test_util.h"
 
@@ -210,6 +212,140 @@ TEST(TokenBatches, SkipReplacesACorruptWindowDeterministicallyAndCountsIt) {
             first[0].target.to_vector<int64_t>());
   // The identity (and so what a checkpoint records) does not depend on the policy.
   EXPECT_EQ(src.identity().fingerprint, TokenBatches(ds, {.batch_size = 4}).identity().fingerprint);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elastic resume. Tokens are 7 * position (vocab 60000 > 7 * 1000), so a row's first token
+// names its window's offset.
+
+using Offsets = std::multiset<int64_t>;
+
+// The offsets of the windows `src` delivers from its position up to batch index `until` (-1: the
+// epoch's end).
+void take_windows(TokenBatches& src, int64_t until, Offsets& out) {
+  Batch b;
+  while ((until < 0 || src.batch_index() < until) && src.next(b)) {
+    const std::vector<int64_t> in = b.input.to_vector<int64_t>();
+    for (int64_t j = 0; j < b.size; ++j) out.insert(in[static_cast<size_t>(j * src.context())] / 7);
+  }
+}
+
+Offsets windows_of(const TokenDataset& ds, int64_t epoch, int64_t from, int64_t to) {
+  Offsets o;
+  for (int64_t i = from; i < to; ++i) o.insert(ds.offset(epoch, i));
+  return o;
+}
+
+// A W-rank job consumes `b` batches; a W'-rank job continues the epoch: together they deliver
+// the windows of the W'-run's epoch, [0, K'), each once, but for a final partial batch of the
+// continuation (fewer than W' * B windows, dropped as in any epoch). Returns how many were
+// dropped.
+int64_t continue_windows(const TokenDataset& ds, int w, int w2, int64_t b) {
+  SCOPED_TRACE("W " + std::to_string(w) + " -> " + std::to_string(w2) + " at batch " +
+               std::to_string(b));
+  const int64_t bs = 3, epoch = 4;
+  Offsets got;
+  int64_t k = -1;
+  for (int r = 0; r < w; ++r) {
+    TokenBatches src(ds, {.batch_size = bs, .rank = r, .world_size = w});
+    src.start_epoch(epoch);
+    take_windows(src, b, got);
+    k = src.epoch_progress();
+    EXPECT_EQ(k, b * w * bs);
+  }
+  int64_t end = -1, first = -1;
+  for (int r = 0; r < w2; ++r) {
+    TokenBatches src(ds, {.batch_size = bs, .rank = r, .world_size = w2});
+    EXPECT_TRUE(src.continue_epoch(epoch, k));
+    EXPECT_EQ(src.epoch_progress(), k);
+    if (r == 0) first = src.batch_index();
+    EXPECT_EQ(src.batch_index(), first) << "rank " << r;
+    take_windows(src, -1, got);
+    EXPECT_EQ(src.batch_index(), src.batches_per_epoch());
+    if (r == 0) end = src.epoch_progress();
+    EXPECT_EQ(src.epoch_progress(), end);
+    EXPECT_EQ(end, k + (src.batches_per_epoch() - first) * w2 * bs);
+    // The next epoch is a plain W'-rank one.
+    TokenBatches fresh(ds, {.batch_size = bs, .rank = r, .world_size = w2});
+    src.start_epoch(epoch + 1);
+    EXPECT_EQ(src.epoch_progress(), 0);
+    Offsets a, f;
+    take_windows(src, -1, a);
+    fresh.start_epoch(epoch + 1);
+    take_windows(fresh, -1, f);
+    EXPECT_EQ(a, f);
+  }
+  const int64_t total =
+      TokenBatches(ds, {.batch_size = bs, .world_size = w2}).batches_per_epoch() * w2 * bs;  // K'
+  EXPECT_LT(total - end, w2 * bs);
+  EXPECT_EQ(got, windows_of(ds, epoch, 0, end));
+  return total - end;
+}
+
+TEST(TokenBatchesContinuation, TheNewWorldSizesEpochWindowsExactlyOnce) {
+  test::TempDir dir;
+  const auto path = write_tokens(dir, 1000, 60000);
+  TokenDataset ds(path, {.context = 8, .seed = 6});  // 111 windows
+  // 2 ranks consume 5 batches (30 windows of their 108); 1 rank takes the 81 of its 111 left.
+  EXPECT_EQ(continue_windows(ds, 2, 1, 5), 0);
+  EXPECT_EQ(continue_windows(ds, 2, 1, 0), 0);
+  // 1 rank consumes 6 batches (18 windows); 2 ranks take the 90 of their 108 left.
+  EXPECT_EQ(continue_windows(ds, 1, 2, 6), 0);
+  // After 5 batches (15 windows), 93 are left: 15 batches of 2 x 3, and 3 windows dropped.
+  EXPECT_EQ(continue_windows(ds, 1, 2, 5), 3);
+  // 3 ranks (108 windows: 12 batches) stopped at their last batch, 2 -> 1 and back.
+  EXPECT_EQ(continue_windows(ds, 3, 1, 12), 0);
+  EXPECT_EQ(continue_windows(ds, 1, 3, 36), 0);
+}
+
+// Continuing at a progress past this world size's epoch: the epoch is over. At the world size
+// that reported it, continuing is the exact resume.
+TEST(TokenBatchesContinuation, PastTheEpochIsOverAndTheSameWorldSizeIsExact) {
+  test::TempDir dir;
+  const auto path = write_tokens(dir, 1000, 60000);
+  TokenDataset ds(path, {.context = 8, .seed = 6});
+  TokenBatches two(ds, {.batch_size = 3, .rank = 1, .world_size = 2});  // 108 windows
+  ASSERT_TRUE(two.continue_epoch(0, 110));
+  Batch b;
+  EXPECT_FALSE(two.next(b));
+  EXPECT_EQ(two.batch_index(), two.batches_per_epoch());
+  EXPECT_EQ(two.epoch_progress(), 110);
+
+  TokenBatches run(ds, {.batch_size = 3, .rank = 1, .world_size = 2});
+  run.start_epoch(2);
+  ASSERT_TRUE(run.next(b));
+  ASSERT_TRUE(run.next(b));
+  ASSERT_TRUE(two.continue_epoch(2, run.epoch_progress()));
+  EXPECT_EQ(two.batch_index(), 2);
+  Batch c;
+  while (run.next(b)) {
+    ASSERT_TRUE(two.next(c));
+    EXPECT_EQ(b.input.to_vector<int64_t>(), c.input.to_vector<int64_t>());
+    EXPECT_EQ(b.target.to_vector<int64_t>(), c.target.to_vector<int64_t>());
+  }
+  EXPECT_FALSE(two.next(c));
+}
+
+TEST(TokenBatchesContinuation, ProgressOutOfRangeIsAnErrorNamingIt) {
+  test::TempDir dir;
+  const auto path = write_tokens(dir, 1000, 60000);
+  TokenDataset ds(path, {.context = 8, .seed = 6});
+  TokenBatches src(ds, {.batch_size = 3});
+  for (const int64_t bad : {int64_t{-1}, int64_t{112}}) {
+    try {
+      src.continue_epoch(0, bad);
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("progress " + std::to_string(bad)), std::string::npos) << what;
+      EXPECT_NE(what.find("[0, 111]"), std::string::npos) << what;
+    }
+  }
+  EXPECT_EQ(src.epoch(), -1);  // nothing changed
+  // With batches_per_epoch set, an epoch's windows grow with the world size: no upper bound.
+  TokenBatches fixed(ds, {.batch_size = 3, .batches_per_epoch = 50});
+  EXPECT_TRUE(fixed.continue_epoch(0, 1000));
+  EXPECT_THROW(fixed.continue_epoch(0, -1), Error);
 }
 
 }  // namespace

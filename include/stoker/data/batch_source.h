@@ -57,6 +57,26 @@ class BatchSource {
   // Continues from a saved position: start_epoch(epoch), then skips `batch_index` batches
   // without producing them.
   virtual void restore(int64_t epoch, int64_t batch_index) = 0;
+  // World-size-independent position in the current epoch (elastic resume): how many entries of
+  // the epoch's global order the whole job has consumed (every rank's batches together). -1: this
+  // source cannot say (it cannot continue an epoch at another world size).
+  virtual int64_t epoch_progress() const { return -1; }
+  // Continues epoch `epoch` at `progress` (an epoch_progress() of a run of any world size): this
+  // rank delivers its share of what that run had not consumed; afterwards batch_index() and
+  // epoch_progress() continue from there. Returns false when the source cannot (the default).
+  //
+  // The continued epoch keeps batches_per_epoch(): its batches are the epoch's last batch
+  // indices, so batch_index() jumps to batches_per_epoch() minus the batches left (== it when
+  // nothing is left) and positions stay (epoch, batch index). A later start_epoch(), restore()
+  // or continue_epoch() replaces the continuation; every other epoch is a plain one of this
+  // source's world size. At the world size that reported `progress`, continuing delivers exactly
+  // the batches that run had left (an exact resume; for a plain epoch, what restore() of its
+  // position delivers).
+  virtual bool continue_epoch(int64_t epoch, int64_t progress) {
+    (void)epoch;
+    (void)progress;
+    return false;
+  }
   // What this source delivers (default: nothing known, nothing checked).
   virtual SourceIdentity identity() const { return {}; }
   // What kind of source it is, for reports ("Loader", "TensorBatches", ...).

@@ -32,6 +32,12 @@
 // Workers beyond the chosen count sleep; the depth grows only within the pinned-memory budget.
 // The chosen values are in tuning() and summary(), and on stderr when `verbose`.
 //
+// Elastic resume: epoch_progress() and continue_epoch() are the Sampler's (data/sampler.h): a
+// continued epoch's batches are the epoch's last batch indices, the next epoch a plain one, so
+// the overlap above carries on across a continued epoch's end. A continuation is kept with the
+// position under the lock and handed to the opener's plan with each batch it opens; batches
+// prepared under another plan of their epoch are dropped, never delivered.
+//
 // Determinism: the sample order is the Sampler's (seed, epoch, rank) permutation and the
 // augmentation of sample i in epoch e is a pure function of (seed, e, i): the same seed gives
 // the same batches bit for bit, whatever the thread count, depth, autotuning or overlap.
@@ -164,6 +170,8 @@ class Loader : public BatchSource, public InputPipeline {
   int64_t epoch() const override { return epoch_; }
   int64_t batch_index() const override;
   void restore(int64_t epoch, int64_t batch_index) override;
+  int64_t epoch_progress() const override;
+  bool continue_epoch(int64_t epoch, int64_t progress) override;
   // The batch size, the seed (when shuffling or augmenting), the dataset's samples and a
   // fingerprint of its content (sample and class counts, XXH3-64 of the class names and of the
   // first and last records), not its path: a moved database still matches. Computed once at
@@ -192,7 +200,10 @@ class Loader : public BatchSource, public InputPipeline {
   void opener_loop();
   void process_sample(Slot& slot, int64_t i, WorkerState& st);
   void finish_batch(Slot& slot);
-  void reset_position(int64_t epoch, int64_t first_batch);
+  // Moves the consumer to (epoch, first_batch) with the continuation (continued_epoch,
+  // continued_progress) (-1: none) as the plan.
+  void reset_position(int64_t epoch, int64_t first_batch, int64_t continued_epoch,
+                      int64_t continued_progress);
   void cancel_locked(Slot* slot);
   void release_if_idle_locked(Slot* slot);
   Slot* find_work_locked() const;
@@ -226,6 +237,10 @@ class Loader : public BatchSource, public InputPipeline {
   int64_t epoch_end_pos_ = 0;
   int64_t resets_ = 0;        // start_epoch/restore calls: batches opened before are "early"
   int64_t next_to_fill_ = 0;  // position the opener gives the next slot
+  // The continuation in force (continue_epoch): its epoch (-1: none) and progress. The opener
+  // copies it with each slot it opens and brings plan_ to it outside the lock.
+  int64_t continued_epoch_ = -1;
+  int64_t continued_progress_ = 0;
   LoaderTuning tuning_;
   std::atomic<bool> stop_{false};
   std::string fatal_error_;  // an error outside any batch (e.g. a failed allocation)

@@ -7,8 +7,27 @@
 // rank r takes positions r, r + world, r + 2 world, ... Batches are cut from the rank's
 // indices; `drop_last` drops the final partial batch.
 //
+// Elastic resume (BatchSource::continue_epoch). Since every rank takes the same number of
+// samples per batch, once every rank has delivered d samples of an epoch the whole job has
+// delivered exactly the first d * world entries of the padded order. The epoch's *progress* is
+// that count capped at N (past N only padding, which repeats seen samples): min(d * world, N), a
+// position that does not depend on the world size. An epoch continued at progress k visits
+// R = P[k, N) (P: the epoch's permutation) sharded exactly like an epoch: `pad` repeats from the
+// start of P (as a plain epoch does) until world divides it, `drop` cuts R's tail, rank r takes
+// R[r], R[r + world], ..., batches are cut as usual. Its continued_batches(k) batches are the
+// *last* ones of the epoch: batch indices [first_batch, num_batches()) with first_batch =
+// num_batches() - continued_batches(k), so positions stay (epoch, batch index) with the usual
+// num_batches() per epoch; batch(b) of the continued epoch is its (b - first_batch)-th batch.
+// Progress keeps counting in the same units: after d more samples per rank it is
+// min(k + d * world, N), so a continued epoch can be continued again at another world size.
+// Continuing at progress 0 is the plain epoch, and at the progress of a plain epoch's batch
+// index b (k = b * batch_size * world < N) on the same world size it is that epoch from batch b
+// on, sample for sample (padding included): a resume at the same world size is exact either way.
+//
 // Ownership: holds its index vector. Thread-safety: const methods are thread-safe;
-// set_epoch() must not race with readers.
+// set_epoch(), set_continuation() and clear_continuation() must not race with readers, except
+// the pure arithmetic (continued_batches, first_batch_at, progress_after), which reads only what
+// the constructor set and may run while another thread moves the sampler.
 #pragma once
 
 #include <cstdint>
@@ -36,19 +55,49 @@ class Sampler {
  public:
   Sampler(int64_t dataset_size, SamplerOptions options);
 
-  // Computes the indices of `epoch` (0-based) for this rank.
+  // Computes the indices of `epoch` (0-based) for this rank: the continuation's when `epoch` is
+  // the continued epoch (set_continuation), the plain epoch's otherwise.
   void set_epoch(int64_t epoch);
   int64_t epoch() const { return epoch_; }
 
-  // This rank's indices of the current epoch, in visiting order (num_samples() of them).
+  // This rank's indices of the current epoch, in visiting order (num_samples() of them; fewer
+  // in a continued epoch: only its remaining share).
   std::span<const int64_t> indices() const { return indices_; }
-  // Samples per rank per epoch, before batching.
+  // Samples per rank per (plain) epoch, before batching.
   int64_t num_samples() const { return num_samples_; }
   // num_samples() * world_size.
   int64_t total_size() const { return num_samples_ * options_.world_size; }
+  // Batches per epoch (a continued epoch keeps the count: its batches are the last ones).
   int64_t num_batches() const;
-  // Indices of batch b of the current epoch (the last one may be partial unless drop_last).
+  // Indices of batch b of the current epoch (the last one may be partial unless drop_last); b in
+  // [first_batch(epoch()), num_batches()).
   std::span<const int64_t> batch(int64_t b) const;
+
+  // Elastic resume (see above). Makes epoch `epoch` the continuation at `progress` (an
+  // epoch progress of a run of any world size, in [0, N]; out of range: an error naming it),
+  // replacing any earlier continuation; every other epoch stays plain. The current epoch's
+  // indices are rebuilt when they are affected.
+  void set_continuation(int64_t epoch, int64_t progress);
+  // Back to plain epochs only.
+  void clear_continuation();
+  // The continued epoch (-1: none) and its progress.
+  int64_t continued_epoch() const { return continued_epoch_; }
+  int64_t continued_progress() const { return continued_progress_; }
+  // The progress `epoch` starts at: the continuation's for the continued epoch, else 0.
+  int64_t start_progress(int64_t epoch) const;
+  // The first batch index of `epoch`: first_batch_at(start_progress(epoch)) (0 for a plain one).
+  int64_t first_batch(int64_t epoch) const { return first_batch_at(start_progress(epoch)); }
+
+  // Pure arithmetic of continuations (the constructor's values only; see thread-safety).
+  // Batches per rank of an epoch continued at `progress` (num_batches() at 0; never more).
+  int64_t continued_batches(int64_t progress) const;
+  // num_batches() - continued_batches(progress): the batch index such an epoch starts at.
+  int64_t first_batch_at(int64_t progress) const;
+  // The epoch progress once batches [0, batch_index) of an epoch that started at progress
+  // `start` were delivered on every rank (indices below first_batch_at(start) count as
+  // delivered before the start): min(start + d * world, N), d = the samples per rank of its
+  // delivered batches. batch_index in [0, num_batches()].
+  int64_t progress_after(int64_t start, int64_t batch_index) const;
 
   // The full permutation of epoch `epoch` (before padding and sharding).
   std::vector<int64_t> permutation(int64_t epoch) const;
@@ -60,7 +109,15 @@ class Sampler {
   SamplerOptions options_;
   int64_t num_samples_ = 0;
   int64_t epoch_ = -1;
+  int64_t first_ = 0;  // first batch index of the current epoch
+  int64_t continued_epoch_ = -1;
+  int64_t continued_progress_ = 0;
   std::vector<int64_t> indices_;
+
+  void check_progress(int64_t progress) const;
+  // Samples per rank when `remaining` entries of the order are sharded (pad: ceil, drop: floor).
+  int64_t share(int64_t remaining) const;
+  int64_t batches_of(int64_t samples) const;
 };
 
 }  // namespace stoker::data

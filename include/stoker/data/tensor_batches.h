@@ -6,6 +6,11 @@
 // its shard of every epoch (the Sampler's DistributedSampler semantics: padded so every rank has
 // as many samples).
 //
+// Elastic resume: epoch_progress() is the Sampler's epoch progress (samples of the epoch's order
+// the whole job consumed, capped at N) and continue_epoch(e, k) makes epoch e the Sampler's
+// continuation at k (data/sampler.h): this rank's share of the rest of the epoch, as the last
+// batch indices of the epoch. start_epoch() and restore() are plain epochs again.
+//
 // identity(): the batch size, the seed (when shuffling) and a fingerprint of the tensors'
 // dtypes, shapes and bytes (XXH3-64 over all of them, computed at the first call and kept: the
 // tensors must not change afterwards).
@@ -41,6 +46,8 @@ class TensorBatches : public BatchSource {
   int64_t epoch() const override { return epoch_; }
   int64_t batch_index() const override { return batch_; }
   void restore(int64_t epoch, int64_t batch_index) override;
+  int64_t epoch_progress() const override;
+  bool continue_epoch(int64_t epoch, int64_t progress) override;
   SourceIdentity identity() const override;
   std::string kind() const override { return "TensorBatches"; }
 

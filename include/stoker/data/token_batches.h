@@ -11,6 +11,19 @@
 // dataset's disjoint windows fill on every rank (partial batches are dropped), or
 // `batches_per_epoch` when that is set.
 //
+// Elastic resume: an epoch's windows are indices [0, K) of the epoch's window sequence with
+// K = batches_per_epoch() * world_size * batch_size, a prefix whose length depends on the world
+// size (the disjoint windows fill whole batches on every rank, partial batches are dropped; or
+// batches_per_epoch per rank). epoch_progress() is the number of windows the whole job consumed,
+// b * world_size * batch_size after b batches. continue_epoch(e, k) continues epoch e with the
+// windows [k, K) of this source's own epoch (K from its own world size): batch c of the
+// continuation on rank r holds windows k + (c * world_size + r) * B + j, and the continuation's
+// floor((K - k) / (world_size * B)) batches are the epoch's last batch indices (a final
+// partial batch is dropped, as in a plain epoch; k >= K: the epoch is over). So the continued
+// epoch delivers the windows of this world size's epoch that the old run had not consumed,
+// each once. Progress: 0 <= k, and k <= dataset.size() (windows of the largest epoch of any world
+// size) unless batches_per_epoch is set.
+//
 // identity(): the batch size, the dataset's seed, its windows as samples, and a fingerprint of
 // the file (token count and width, context, XXH3-64 of its first and last 4096 tokens: a
 // sample of the content that costs no full read of a file of billions of tokens), not its path.
@@ -51,10 +64,13 @@ class TokenBatches : public BatchSource {
   int64_t epoch() const override { return epoch_; }
   int64_t batch_index() const override { return batch_; }
   void restore(int64_t epoch, int64_t batch_index) override;
+  int64_t epoch_progress() const override;
+  bool continue_epoch(int64_t epoch, int64_t progress) override;
   SourceIdentity identity() const override;
   std::string kind() const override { return "TokenBatches"; }
 
-  // Batch `b` of `epoch` on this rank, without moving the position (evaluation, tests).
+  // Batch `b` of `epoch` on this rank (a plain epoch's), without moving the position
+  // (evaluation, tests).
   Batch batch_at(int64_t epoch, int64_t b) const;
   int64_t context() const { return dataset_.options().context; }
   // Windows replaced under CorruptPolicy::skip so far (each time one is met), and why the first
@@ -65,12 +81,16 @@ class TokenBatches : public BatchSource {
  private:
   // Window i of `epoch`, or its replacement under skip.
   TokenWindow window(int64_t epoch, int64_t i) const;
+  // The batch of windows first, first + 1, ..., first + B - 1 of `epoch`.
+  Batch windows_from(int64_t epoch, int64_t first) const;
 
   const TokenDataset& dataset_;
   TokenBatchesOptions options_;
   int64_t batches_ = 0;
   int64_t epoch_ = -1;
   int64_t batch_ = 0;
+  int64_t start_ = 0;  // the progress the current epoch started at (0: a plain epoch)
+  int64_t first_ = 0;  // its first batch index
   mutable int64_t skipped_ = 0;
   mutable std::string first_skipped_;
 };
