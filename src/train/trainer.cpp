@@ -556,12 +556,12 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
     if (due) evaluate_now(first_epoch > 0 && resume_batch_ == 0 ? first_epoch - 1 : first_epoch);
   }
   // Where fit() ends when no epoch runs (a resumed run that is complete): the resumed position.
-  const CheckpointPosition resumed_position{resume_epoch_, resume_batch_};
+  const CheckpointPosition resumed_position{resume_epoch_, resume_batch_, resume_progress_};
 
   for (int64_t epoch = first_epoch; epoch < epochs && !stop; ++epoch) {
     epoch_now = epoch;
     if (resumed_ && epoch == resume_epoch_) {
-      train.restore(epoch, resume_batch_);
+      resume_position(train);
     } else {
       train.start_epoch(epoch);
     }
@@ -675,16 +675,20 @@ void Trainer::write_checkpoint(const std::filesystem::path& path, const data::Ba
   model_.visit_generators("", [&](const std::string& n, Generator& g) {
     gens[n] = {std::to_string(g.seed()), std::to_string(g.offset())};
   });
-  int64_t epoch = 0, batch = 0;
+  // The position in the epoch, also as its world-size-independent progress (elastic resume).
+  int64_t epoch = 0, batch = 0, progress = -1;
   if (position) {
     epoch = position->epoch;
     batch = position->batch;
+    progress = position->progress;
   } else if (source) {
     epoch = std::max<int64_t>(0, source->epoch());
     batch = source->batch_index();
+    progress = source->epoch_progress();
     if (source->batches_per_epoch() >= 0 && batch >= source->batches_per_epoch()) {
       ++epoch;
       batch = 0;
+      progress = 0;
     }
   }
   const std::filesystem::path dir = path.parent_path().empty() ? "." : path.parent_path();
@@ -698,6 +702,7 @@ void Trainer::write_checkpoint(const std::filesystem::path& path, const data::Ba
        {"stoker.data",
         recorded_run_json(world_size(), source ? source->identity() : data::SourceIdentity{})},
        {"stoker.step", std::to_string(step_)},
+       {"stoker.epoch_progress", std::to_string(progress)},
        {"stoker.epoch", std::to_string(epoch)},
        {"stoker.batch_index", std::to_string(batch)},
        {"stoker.optimizer_steps", std::to_string(optimizer_.steps())},
@@ -726,6 +731,8 @@ void Trainer::resume(const std::filesystem::path& path) {
   const int64_t step = meta_int("stoker.step");
   const int64_t epoch = meta_int("stoker.epoch");
   const int64_t batch = meta_int("stoker.batch_index");
+  const int64_t progress =
+      meta.count("stoker.epoch_progress") ? meta_int("stoker.epoch_progress") : -1;
   const int64_t optimizer_steps = meta_int("stoker.optimizer_steps");
   const int64_t evaluated_step =
       meta.count("stoker.evaluated_step") ? meta_int("stoker.evaluated_step") : -1;
@@ -795,6 +802,7 @@ void Trainer::resume(const std::filesystem::path& path) {
   resume_path_ = path;
   resume_evaluated_step_ = evaluated_step;
   resume_world_size_ = recorded_world;
+  resume_progress_ = progress;
   resume_identity_ = recorded;
   resumed_ = true;
 }
@@ -828,17 +836,63 @@ std::optional<std::filesystem::path> Trainer::resume_latest(const std::filesyste
   return std::nullopt;
 }
 
+void Trainer::resume_position(data::BatchSource& train) {
+  const int world = world_size();
+  const bool elastic = resume_world_size_ >= 0 && resume_world_size_ != world;
+  // Inside an epoch, continue from its progress whenever it was recorded: at the same world size
+  // that is the exact position too, and an epoch that was itself continued (after an earlier
+  // elastic resume) is not the plain epoch restore() would give.
+  if (resume_batch_ == 0 || resume_progress_ < 0) {
+    train.restore(resume_epoch_, resume_batch_);  // same world size: check_resumed_run said so
+  } else if (!elastic && !train.continue_epoch(resume_epoch_, resume_progress_)) {
+    train.restore(resume_epoch_, resume_batch_);  // a source that cannot continue epochs
+  } else if (elastic) {
+    STOKER_CHECK_HINT(
+        train.continue_epoch(resume_epoch_, resume_progress_),
+        core::detail::str(
+            "resume with ", resume_world_size_,
+            " ranks as the run that wrote it, or from a checkpoint at an epoch's end"),
+        "checkpoint ", resume_path_.string(), ": the data source (", train.kind(),
+        ") cannot continue epoch ", resume_epoch_, " of a run of ", resume_world_size_,
+        " ranks on ", world, " ranks (BatchSource::continue_epoch)");
+  }
+  if (!elastic || !main_rank() || options_.quiet) return;
+  const int64_t b = train.identity().batch_size;
+  const int64_t k = options_.grad_accum_steps;
+  std::printf(
+      "resume: %s was written by %d rank%s, this job has %d. %s; the epochs after it are those "
+      "of a %d-rank run. The per-rank batch%s and grad_accum_steps (%lld) are kept, so the global "
+      "batch is %s (scale the learning rate or grad_accum_steps to keep the old one).\n",
+      resume_path_.string().c_str(), resume_world_size_, resume_world_size_ == 1 ? "" : "s", world,
+      resume_batch_ == 0
+          ? core::detail::str("It starts at the beginning of epoch ", resume_epoch_).c_str()
+          : core::detail::str("Epoch ", resume_epoch_,
+                              " continues with the samples the old ranks had not delivered (",
+                              resume_progress_, " of its order were), shared by ", world, " ranks")
+                .c_str(),
+      world, b >= 0 ? core::detail::str(" (", b, ")").c_str() : "", static_cast<long long>(k),
+      b >= 0 ? core::detail::str(world * b * k, " (was ", resume_world_size_ * b * k, ")").c_str()
+             : core::detail::str(world, "/", resume_world_size_, " of the old one").c_str());
+  std::fflush(stdout);
+}
+
 void Trainer::check_resumed_run(const data::BatchSource& source) const {
   const std::string ckpt = "checkpoint " + resume_path_.string();
   const std::string new_run = "or start a new run with another checkpoint_dir";
   const int world = world_size();
+  // Another world size continues the epoch from its progress (resume_position), which a
+  // checkpoint taken inside an epoch must have recorded.
   STOKER_CHECK_HINT(
-      resume_world_size_ < 0 || resume_world_size_ == world,
+      resume_world_size_ < 0 || resume_world_size_ == world || resume_batch_ == 0 ||
+          resume_progress_ >= 0,
       core::detail::str("resume with ", resume_world_size_,
-                        " ranks as the run that wrote it (stoker launch --nproc-per-node), ",
+                        " ranks as the run that wrote it (stoker launch --nproc-per-node), or "
+                        "from a checkpoint at an epoch's end, ",
                         new_run),
       ckpt, " was written by ", resume_world_size_, " rank", resume_world_size_ == 1 ? "" : "s",
-      ", resumed by ", world, ": resuming at another world size is not supported yet");
+      " inside epoch ", resume_epoch_, " without the epoch's progress (a source that cannot say ",
+      "which samples it delivered, or an older build), so ", world, " rank", world == 1 ? "" : "s",
+      " cannot continue it");
   const data::SourceIdentity now = source.identity();
   const data::SourceIdentity& then = resume_identity_;
   STOKER_CHECK_HINT(then.batch_size < 0 || now.batch_size < 0 || then.batch_size == now.batch_size,

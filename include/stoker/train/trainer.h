@@ -19,7 +19,12 @@
 // source's identity (data::SourceIdentity). `resume()` checks every checksum before it changes
 // anything and restores all of it: a run of 2n steps equals n steps + checkpoint + resume + n
 // steps, bit for bit on the CPU. The next fit() refuses a source that is not the one the
-// checkpoint's run read (another batch size, seed or dataset) and another world size.
+// checkpoint's run read (another batch size, seed or dataset). Another world size is an
+// elastic resume: the checkpoint records the epoch's progress (data::BatchSource::
+// epoch_progress, independent of the world size) and the new ranks continue the epoch with the
+// samples not yet delivered in it (BatchSource::continue_epoch), keeping the per-rank batch and
+// grad_accum_steps (so the global batch changes, as the log says); ZeRO-1 optimizer state is
+// re-sharded on load (dist/sharded_optimizer.h).
 // Writing a checkpoint first removes the temporaries that killed writers left in its folder.
 //
 // Activation memory: `activation_checkpoint_every` wraps blocks of a Sequential model in
@@ -330,6 +335,7 @@ class Trainer {
   dist::Communicator* communicator() const;
   struct CheckpointPosition {
     int64_t epoch = 0, batch = 0;
+    int64_t progress = -1;  // data::BatchSource::epoch_progress (-1: unknown)
   };
   // save_checkpoint; `position`: where the run stands when the source cannot say (a fit() that
   // ran no epoch).
@@ -337,6 +343,9 @@ class Trainer {
                         std::optional<CheckpointPosition> position = std::nullopt) const;
   // After a resume: throws when `source` or this job is not the run that wrote the checkpoint.
   void check_resumed_run(const data::BatchSource& source) const;
+  // Puts `train` where the resumed run stood: restore() at the same world size (or an epoch's
+  // end), else continue_epoch() from the recorded progress (elastic resume), saying so.
+  void resume_position(data::BatchSource& train);
 
   nn::Module& model_;
   nn::Loss& loss_;
@@ -348,13 +357,14 @@ class Trainer {
   std::vector<std::unique_ptr<StepObserver>> owned_observers_;
   std::vector<StepObserver*> observers_;
   size_t builtin_observers_ = 0;
-  DiagnosticsObserver* diag_ = nullptr;  // one of owned_observers_, when diagnostics are on
+  DiagnosticsObserver* diag_ = nullptr;         // one of owned_observers_, when diagnostics are on
   std::unique_ptr<dist::GradSync> local_sync_;  // when options_.grad_sync is null
   dist::GradSync* sync_ = nullptr;              // options_.grad_sync or local_sync_
 
   int64_t step_ = 0;
   int64_t resume_epoch_ = 0;
   int64_t resume_batch_ = 0;
+  int64_t resume_progress_ = -1;  // the epoch's progress at the checkpoint (-1: not recorded)
   bool resumed_ = false;
   // What the resumed checkpoint recorded of its run (-1 / unknown fields: not recorded).
   std::filesystem::path resume_path_;
