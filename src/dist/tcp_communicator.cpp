@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "dist/collective_kind.h"
@@ -92,6 +93,8 @@ struct TcpCommunicator::Impl {
   std::vector<uint8_t> result;               // rank 0: the full result
   bool aborted = false;
   std::string abort_reason;
+  // Rank 0, before it reports a failed collective: marks it failed and writes the flight recorder.
+  std::function<void(const std::string&)> before_report;
 
   detail::Clock::time_point deadline() const { return detail::deadline_after(options.timeout_s); }
 
@@ -113,6 +116,8 @@ struct TcpCommunicator::Impl {
   // Rank 0 failed this collective: every peer is told why (best effort), then it throws. Peers
   // marked in `silent` (they had not reached the collective) are not drained.
   [[noreturn]] void fail_everyone(const std::string& why, const std::vector<char>& silent = {}) {
+    // The file first: once the peers know, a launcher may stop this process at any moment.
+    if (before_report) before_report(why);
     for (size_t q = 1; q < links.peers.size(); ++q) {
       if (!links.peers[q].valid()) continue;
       try {
@@ -173,13 +178,15 @@ struct TcpCommunicator::Impl {
     }
     std::string who;
     for (size_t i = 0; i < missing.size(); ++i) who += (i ? ", " : "") + std::to_string(missing[i]);
-    std::string why = core::detail::str(
-        "rank 0 waited ", options.timeout_s, " s (collective timeout) in ", rec.str(), " for rank",
-        missing.size() > 1 ? "s " : " ", who, " (world size ", world, ")");
+    std::string why = core::detail::str("rank 0 waited ", options.timeout_s,
+                                        " s (collective timeout) in ", rec.str());
     if (!missing.empty())
-      why += core::detail::str(", which had not reached it (every rank had reached collective #",
-                               rec.seq - 1, ")");
-    if (in_data) why += core::detail::str("; rank ", q, " reached it but its data stopped coming");
+      why += core::detail::str(" for rank", missing.size() > 1 ? "s " : " ", who, " (world size ",
+                               world, "), which had not reached it (every rank had reached ",
+                               "collective #", rec.seq - 1, ")");
+    if (in_data)
+      why += core::detail::str(missing.empty() ? "" : ";", " for the data of rank ", q,
+                               ", which reached it but stopped sending");
     fail_everyone(why + ": a rank failed, hangs, or called other collectives [" + e.message() + "]",
                   silent);
   }
@@ -327,6 +334,11 @@ TcpCommunicator::TcpCommunicator(int rank, int world_size, TcpOptions options)
                " must be positive");
   impl_->options = options;
   configure_flight_recorder(options.flight_recorder);
+  impl_->before_report = [this](const std::string& why) {
+    mark_collective_ended(current_collective().seq, CollectiveState::failed,
+                          FlightRecorder::now_ns());
+    dump_flight_recorder_on_failure("TcpCommunicator: " + why);
+  };
   if (world_size == 1) return;  // nobody to meet: no port is bound
   impl_->links =
       detail::rendezvous_links(options.rendezvous, rank, world_size, {}, RendezvousPurpose::tcp);

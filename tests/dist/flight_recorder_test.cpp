@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +19,7 @@
 
 #include "dist_test_util.h"
 #include "stoker/dist/env.h"
+#include "stoker/dist/launcher.h"
 #include "stoker/dist/replicated_grad_sync.h"
 #include "stoker/dist/tcp_communicator.h"
 #include "stoker/dist/thread_communicator.h"
@@ -443,5 +447,57 @@ TEST(CollectiveTimeoutEnvTest, MalformedValuesNameTheVariable) {
     EXPECT_NE(e.find("STOKER_COLLECTIVE_TIMEOUT='" + std::string(bad) + "'"), std::string::npos)
         << e;
     EXPECT_NE(e.find("positive number of seconds"), std::string::npos) << e;
+  }
+}
+
+// Real processes under dist::launch: rank 2 stops itself (SIGSTOP); the others fail after the
+// collective timeout set by STOKER_COLLECTIVE_TIMEOUT, naming it, and write their files.
+TEST(FlightRecorderTest, AStoppedProcessIsNamedByTheOthers) {
+  const fs::path dir = scratch("launch");
+  dist::LaunchOptions o;
+  o.nproc_per_node = 3;
+  o.master_port = 0;
+  o.program = fs::read_symlink("/proc/self/exe").string();
+  o.args = {"--gtest_filter=HangChild.RankTwoStops", "--gtest_brief=1"};
+  o.extra_env = {{"STOKER_TEST_HANG_CHILD", "1"},
+                 {"STOKER_COLLECTIVE_TIMEOUT", "1"},
+                 {"STOKER_FLIGHT_RECORDER", dir.string()}};
+  o.kill_grace_s = 1.0;
+  o.forward_stderr = false;
+  o.quiet = true;
+  const auto start = Clock::now();
+  const dist::LaunchResult r = dist::launch(o);
+  EXPECT_LT(seconds_since(start), 20.0);
+  EXPECT_TRUE(r.failed_rank == 0 || r.failed_rank == 1) << r.failed_rank << ": " << r.failure;
+  std::string tail;
+  for (const std::string& line : r.failed_stderr_tail) tail += line + "\n";
+  EXPECT_NE(tail.find("for rank 2 (world size 3), which had not reached it"), std::string::npos)
+      << tail;
+  for (int rank : {0, 1}) {
+    const nlohmann::json j = read_json(dir / ("rank" + std::to_string(rank) + ".json"));
+    EXPECT_NE(j["reason"].get<std::string>().find("for rank 2"), std::string::npos) << j;
+    EXPECT_EQ(j["entries"].back()["state"], "failed");
+    EXPECT_EQ(j["entries"].back()["seq"], 2);
+  }
+  EXPECT_FALSE(fs::exists(dir / "rank2.json"));
+  fs::remove_all(dir);
+}
+
+// What the launched processes run (skipped unless the test above started them).
+TEST(HangChild, RankTwoStops) {
+  if (!std::getenv("STOKER_TEST_HANG_CHILD"))
+    GTEST_SKIP() << "run by FlightRecorderTest.AStoppedProcessIsNamedByTheOthers";
+  dist::DistContext ctx = dist::init_from_env({.backend = dist::Backend::tcp, .timeout_s = 30});
+  dist::Communicator& comm = *ctx.comm;
+  comm.barrier();
+  if (comm.rank() == 2) {
+    std::raise(SIGSTOP);  // until the launcher kills it
+    return;
+  }
+  try {
+    comm.all_reduce(Tensor::zeros({8}, DType::f32));
+  } catch (const stoker::Error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
+    std::exit(1);  // the failure the launcher reports (without gtest's own)
   }
 }

@@ -67,7 +67,7 @@ struct InitOptions {
   // NcclOptions::timeout_s); STOKER_COLLECTIVE_TIMEOUT overrides it.
   double collective_timeout_s = 600.0;
   // The communicator's flight recorder (dir empty: STOKER_FLIGHT_RECORDER).
-  FlightRecorderOptions flight_recorder;
+  FlightRecorderOptions flight_recorder{};
   // NCCL jobs of 2+ ranks: a PeerWatch (dist/peer_watch.h) ends every rank with a clear error
   // as soon as one process of the job dies, instead of leaving them blocked in a collective.
   bool watch_peers = true;

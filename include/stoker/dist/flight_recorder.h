@@ -61,7 +61,7 @@ struct FlightRecorderOptions {
   size_t entries = 2048;  // collectives kept (the last ones); >= 1
   // Where a failing collective (or dump_flight_recorder()) writes rank<r>.json; empty: the
   // environment variable STOKER_FLIGHT_RECORDER, and no file when that is unset too.
-  std::string dir;
+  std::string dir{};
 };
 
 class FlightRecorder {

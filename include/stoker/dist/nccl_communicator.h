@@ -43,7 +43,7 @@ struct NcclOptions {
   double timeout_s = 600.0;
   double poll_interval_s = 0.1;  // how often the watchdog polls
   bool watchdog = true;          // false: no thread, no events (completions are not recorded)
-  FlightRecorderOptions flight_recorder;
+  FlightRecorderOptions flight_recorder{};
 };
 
 class NcclCommunicator final : public Communicator {

@@ -32,7 +32,7 @@ struct TcpOptions {
   // The collective timeout: the longest wait for the other ranks in one collective.
   double timeout_s = 600.0;
   // The flight recorder (dist/flight_recorder.h): size, and where a failure writes it.
-  FlightRecorderOptions flight_recorder;
+  FlightRecorderOptions flight_recorder{};
 };
 
 class TcpCommunicator final : public Communicator {

@@ -30,7 +30,7 @@ struct ThreadGroupOptions {
   // The collective timeout: the longest wait of a rank for the others in one collective.
   double timeout_s = 60.0;
   // Each rank's flight recorder (dist/flight_recorder.h): size, and where a failure writes it.
-  FlightRecorderOptions flight_recorder;
+  FlightRecorderOptions flight_recorder{};
 };
 
 class ThreadGroup {

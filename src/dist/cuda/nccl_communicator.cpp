@@ -88,14 +88,18 @@ struct NcclCommunicator::Watchdog {
   std::thread thread;
 
   ~Watchdog() {
+    stop_thread();
+    for (const Pending& p : pending) cudaEventDestroy(p.event);
+    for (cudaEvent_t e : free_events) cudaEventDestroy(e);
+  }
+
+  void stop_thread() {
     {
       std::lock_guard<std::mutex> lock(mu);
       stop = true;
     }
     cv.notify_all();
     if (thread.joinable()) thread.join();
-    for (const Pending& p : pending) cudaEventDestroy(p.event);
-    for (cudaEvent_t e : free_events) cudaEventDestroy(e);
   }
 
   std::string error_message() {
@@ -110,11 +114,16 @@ struct NcclCommunicator::Watchdog {
     while (!stop) {
       cv.wait_for(lock, std::chrono::duration<double>(policy.poll_interval_s));
       if (stop) return;
+      // The rank's thread only appends to `pending` and this thread only pops: the queries run
+      // on a copy, without the lock, so that enqueuing a collective never waits for them.
+      const std::vector<Pending> snap(pending.begin(), pending.end());
+      lock.unlock();
       std::string async_error;
       // Completions, oldest first (a stream completes its work in order; different streams
       // may not, so only the front is trusted to say "still running").
-      while (!pending.empty()) {
-        const cudaError_t q = cudaEventQuery(pending.front().event);
+      size_t done = 0;
+      for (; done < snap.size(); ++done) {
+        const cudaError_t q = cudaEventQuery(snap[done].event);
         if (q == cudaErrorNotReady) break;
         if (q != cudaSuccess) {
           async_error =
@@ -124,12 +133,9 @@ struct NcclCommunicator::Watchdog {
           break;
         }
         last_completed_ns = FlightRecorder::now_ns();
-        owner->mark_collective_ended(pending.front().seq, CollectiveState::completed,
-                                     last_completed_ns);
-        free_events.push_back(pending.front().event);
-        pending.pop_front();
-        if (!pending.empty())
-          owner->mark_collective_started(pending.front().seq, last_completed_ns);
+        owner->mark_collective_ended(snap[done].seq, CollectiveState::completed, last_completed_ns);
+        if (done + 1 < snap.size())
+          owner->mark_collective_started(snap[done + 1].seq, last_completed_ns);
       }
       if (async_error.empty()) {
         ncclResult_t r = ncclSuccess;
@@ -139,12 +145,17 @@ struct NcclCommunicator::Watchdog {
               core::detail::str(ncclGetErrorString(r), " (NCCL status ", static_cast<int>(r), ")");
       }
       std::vector<CollectiveRecord> outstanding;
-      outstanding.reserve(pending.size());
-      for (const Pending& p : pending)
-        if (auto rec = owner->flight_recorder().find(p.seq)) outstanding.push_back(*rec);
+      outstanding.reserve(snap.size() - done);
+      for (size_t i = done; i < snap.size(); ++i)
+        if (auto rec = owner->flight_recorder().find(snap[i].seq)) outstanding.push_back(*rec);
       const WatchdogDecision d =
           policy.decide(FlightRecorder::now_ns(), outstanding, last_completed_ns, async_error,
                         owner->rank(), owner->world_size());
+      lock.lock();
+      for (size_t i = 0; i < done; ++i) {
+        free_events.push_back(pending.front().event);
+        pending.pop_front();
+      }
       if (d.action == WatchdogDecision::Action::none) continue;
       // Abort: the rank's thread may be blocked in the stream (barrier) or about to issue more.
       error = "NcclCommunicator: " + d.message;
@@ -219,6 +230,8 @@ std::string NcclCommunicator::describe() const {
 }
 
 void NcclCommunicator::abort(const std::string& reason) {
+  // The watchdog stops first: it must not poll a communicator that ncclCommAbort frees.
+  if (watchdog_) watchdog_->stop_thread();
   if (!comm_ || aborted_.exchange(true)) return;
   core::DeviceScope scope(device_.index);
   ncclCommAbort(comm_of(comm_));
