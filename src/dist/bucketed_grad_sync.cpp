@@ -161,6 +161,7 @@ void BucketedGradSync::launch(int index) {
   }
   {
     core::StreamGuard on_comm(comm_stream);
+    const CollectiveTag tag(comm_, "grad_sync bucket", index);  // in the flight recorder
     reduce(b);
     if (gpu) pr.done.record(comm_stream);
   }

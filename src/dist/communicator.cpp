@@ -1,6 +1,13 @@
 #include "stoker/dist/communicator.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+
 #include "stoker/core/error.h"
+#include "util/atomic_file.h"
 
 namespace stoker::dist {
 
@@ -23,6 +30,97 @@ Communicator::Communicator(int rank, int world_size) : rank_(rank), world_size_(
                " is not in [0, world_size = ", world_size, ")");
 }
 
+namespace {
+
+void copy_tag(std::array<char, CollectiveRecord::kTagBytes>& dst, std::string_view tag) {
+  const size_t n = std::min(tag.size(), dst.size() - 1);
+  std::memcpy(dst.data(), tag.data(), n);
+  dst[n] = '\0';
+}
+
+}  // namespace
+
+void Communicator::set_collective_tag(std::string_view tag) { copy_tag(tag_, tag); }
+
+void Communicator::configure_flight_recorder(const FlightRecorderOptions& options) {
+  recorder_.reset(options.entries);
+  recorder_options_ = options;
+}
+
+std::string Communicator::dump_flight_recorder(const std::string& reason,
+                                               const std::string& path) const {
+  std::filesystem::path target = path;
+  if (target.empty()) {
+    const std::string dir = flight_recorder_dir(recorder_options_);
+    if (dir.empty()) return "";
+    target = std::filesystem::path(dir) / ("rank" + std::to_string(rank_) + ".json");
+  }
+  if (target.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(target.parent_path(), ec);
+  }
+  const std::string json = recorder_.to_json(rank_, world_size_, describe(), reason);
+  util::write_file_atomically(
+      target, [&](int fd) { util::write_all(fd, json.data(), json.size(), target); });
+  return target.string();
+}
+
+void Communicator::dump_flight_recorder_on_failure(const std::string& reason) const noexcept {
+  try {
+    const std::string written = dump_flight_recorder(reason);
+    if (!written.empty())
+      std::fprintf(stderr, "stoker: rank %d: flight recorder written to %s\n", rank_,
+                   written.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoker: rank %d: could not write the flight recorder: %s\n", rank_,
+                 e.what());
+  } catch (...) {
+  }
+}
+
+template <class F>
+void Communicator::issue(const char* op, const Tensor* t, const char* reduce_op, int root, F&& f) {
+  CollectiveRecord& r = current_;
+  r.seq = ++seq_;
+  r.op = op;
+  r.dtype = t ? t->dtype() : DType::u8;
+  r.numel = t ? t->numel() : 0;
+  r.bytes = t ? static_cast<int64_t>(t->nbytes()) : 0;
+  r.reduce_op = reduce_op;
+  r.root = root;
+  r.tag = tag_;
+  r.enqueue_ns = FlightRecorder::now_ns();
+  const bool sync = completes_on_return();
+  r.state = sync ? CollectiveState::started : CollectiveState::enqueued;
+  r.start_ns = sync ? r.enqueue_ns : 0;
+  r.end_ns = 0;
+  recorder_.record(r);
+  try {
+    f();
+  } catch (const std::exception& e) {
+    recorder_.mark_ended(r.seq, CollectiveState::failed, FlightRecorder::now_ns());
+    dump_flight_recorder_on_failure(e.what());
+    throw;
+  }
+  if (sync) recorder_.mark_ended(r.seq, CollectiveState::completed, FlightRecorder::now_ns());
+}
+
+CollectiveTag::CollectiveTag(Communicator& comm, std::string_view tag) : comm_(comm) {
+  copy_tag(previous_, comm.collective_tag());
+  comm.set_collective_tag(tag);
+}
+
+CollectiveTag::CollectiveTag(Communicator& comm, std::string_view what, int64_t index)
+    : comm_(comm) {
+  copy_tag(previous_, comm.collective_tag());
+  char buf[CollectiveRecord::kTagBytes];
+  std::snprintf(buf, sizeof(buf), "%.*s %lld", static_cast<int>(what.size()), what.data(),
+                static_cast<long long>(index));
+  comm.set_collective_tag(buf);
+}
+
+CollectiveTag::~CollectiveTag() { comm_.set_collective_tag(previous_.data()); }
+
 void Communicator::check_tensor(const char* op, const char* name, const Tensor& t) const {
   STOKER_CHECK(t.defined(), op, ": ", name, " is undefined");
   STOKER_CHECK(t.device() == device(), op, ": ", name, " ", t.str(), " must be on ", device().str(),
@@ -35,7 +133,7 @@ void Communicator::all_reduce(const Tensor& in, const Tensor& out, ReduceOp op) 
   STOKER_CHECK(in.dtype() == out.dtype() && in.numel() == out.numel(), "all_reduce: out ",
                out.str(), " must match in ", in.str());
   if (in.numel() == 0) return;
-  do_all_reduce(in, out, op);
+  issue("all_reduce", &in, reduce_op_name(op), -1, [&] { do_all_reduce(in, out, op); });
 }
 
 void Communicator::broadcast(const Tensor& t, int root) {
@@ -43,7 +141,7 @@ void Communicator::broadcast(const Tensor& t, int root) {
   STOKER_CHECK(root >= 0 && root < world_size_, "broadcast: root ", root,
                " is not a rank of this group (world size ", world_size_, ")");
   if (t.numel() == 0) return;
-  do_broadcast(t, root);
+  issue("broadcast", &t, "", root, [&] { do_broadcast(t, root); });
 }
 
 void Communicator::all_gather(const Tensor& in, const Tensor& out) {
@@ -53,7 +151,7 @@ void Communicator::all_gather(const Tensor& in, const Tensor& out) {
                "all_gather: out ", out.str(), " must hold world_size (", world_size_,
                ") x the elements of in ", in.str());
   if (in.numel() == 0) return;
-  do_all_gather(in, out);
+  issue("all_gather", &in, "", -1, [&] { do_all_gather(in, out); });
 }
 
 void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
@@ -63,9 +161,11 @@ void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp 
                "reduce_scatter: in ", in.str(), " must hold world_size (", world_size_,
                ") x the elements of out ", out.str());
   if (out.numel() == 0) return;
-  do_reduce_scatter(in, out, op);
+  issue("reduce_scatter", &in, reduce_op_name(op), -1, [&] { do_reduce_scatter(in, out, op); });
 }
 
-void Communicator::barrier() { do_barrier(); }
+void Communicator::barrier() {
+  issue("barrier", nullptr, "", -1, [&] { do_barrier(); });
+}
 
 }  // namespace stoker::dist

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "stoker/core/error.h"
+#include "stoker/dist/flight_recorder.h"
 #include "stoker/dist/nccl_communicator.h"
 #include "stoker/dist/rendezvous.h"
 #include "stoker/dist/tcp_communicator.h"
@@ -155,6 +156,7 @@ DistEnv read_env(const Lookup& lookup) {
   e.rendezvous_port = int_var(lookup, "STOKER_RENDEZVOUS_PORT", e.rendezvous_port);
   STOKER_CHECK(e.rendezvous_port >= 1 && e.rendezvous_port <= 65535,
                "environment: STOKER_RENDEZVOUS_PORT ", e.rendezvous_port, " is not in 1..65535");
+  e.collective_timeout_s = collective_timeout_from_env(lookup, 0.0);
   return e;
 }
 
@@ -172,6 +174,10 @@ DistContext init_from_env(InitOptions options) {
     backend =
         core::built_with_cuda() && core::cuda_device_count() > 0 ? Backend::nccl : Backend::tcp;
   const RendezvousOptions rdzv{e.master_addr, e.rendezvous_port, options.timeout_s};
+  const double collective_timeout_s =
+      e.collective_timeout_s > 0 ? e.collective_timeout_s : options.collective_timeout_s;
+  STOKER_CHECK(collective_timeout_s > 0, "InitOptions: collective_timeout_s ", collective_timeout_s,
+               " must be positive");
   // A single process started without a launcher has nobody to meet: no port is bound.
   const bool meet = e.source != "none" || e.world_size > 1;
 
@@ -196,12 +202,16 @@ DistContext init_from_env(InitOptions options) {
       if (options.watch_peers && e.world_size > 1)
         ctx.watch = std::make_unique<PeerWatch>(rdzv, e.rank, e.world_size);
     }
-    ctx.comm = std::make_unique<NcclCommunicator>(id, e.rank, e.world_size, ctx.device);
+    NcclOptions nccl;
+    nccl.timeout_s = collective_timeout_s;
+    nccl.flight_recorder = options.flight_recorder;
+    ctx.comm = std::make_unique<NcclCommunicator>(id, e.rank, e.world_size, ctx.device, nccl);
   } else {
     ctx.device = Device::cpu();
     TcpOptions tcp;
     tcp.rendezvous = rdzv;
-    tcp.timeout_s = std::max(600.0, options.timeout_s);
+    tcp.timeout_s = collective_timeout_s;
+    tcp.flight_recorder = options.flight_recorder;
     ctx.comm = std::make_unique<TcpCommunicator>(e.rank, e.world_size, tcp);
   }
   return ctx;

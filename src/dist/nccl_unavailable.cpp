@@ -16,8 +16,11 @@ namespace {
 NcclUniqueId NcclCommunicator::create_unique_id() { unavailable("NcclCommunicator"); }
 std::string NcclCommunicator::version() { return "not built"; }
 
-NcclCommunicator::NcclCommunicator(const NcclUniqueId&, int rank, int world_size, Device device)
-    : Communicator(rank, world_size), device_(device) {
+struct NcclCommunicator::Watchdog {};
+
+NcclCommunicator::NcclCommunicator(const NcclUniqueId&, int rank, int world_size, Device device,
+                                   NcclOptions options)
+    : Communicator(rank, world_size), device_(device), options_(std::move(options)) {
   unavailable("NcclCommunicator");
 }
 NcclCommunicator::~NcclCommunicator() = default;

@@ -86,8 +86,10 @@ std::vector<std::pair<std::string, nn::Parameter*>> ShardedGradSync::shard_param
 
 void ShardedGradSync::gather_parameters() {
   const int64_t r = rank();
-  for (const Bucket& b : buckets()) {
+  for (size_t i = 0; i < buckets().size(); ++i) {
+    const Bucket& b = buckets()[i];
     const int64_t n = b.info.shard_elements;
+    const CollectiveTag tag(comm(), "zero1 weights bucket", static_cast<int64_t>(i));
     comm().all_gather(b.values.slice(r * n, (r + 1) * n), b.values);
   }
   for (const auto& [name, p] : parameters()) p->value_changed();

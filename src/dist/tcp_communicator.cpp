@@ -7,9 +7,11 @@
 // seq counts the collectives of this communicator: a rank that skipped one is caught at once.
 #include "stoker/dist/tcp_communicator.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "dist/collective_kind.h"
@@ -91,6 +93,8 @@ struct TcpCommunicator::Impl {
   std::vector<uint8_t> result;               // rank 0: the full result
   bool aborted = false;
   std::string abort_reason;
+  // Rank 0, before it reports a failed collective: marks it failed and writes the flight recorder.
+  std::function<void(const std::string&)> before_report;
 
   detail::Clock::time_point deadline() const { return detail::deadline_after(options.timeout_s); }
 
@@ -109,8 +113,11 @@ struct TcpCommunicator::Impl {
     if (n > 0) detail::send_all(s, data, static_cast<size_t>(n), dl, what);
   }
 
-  // Rank 0 failed this collective: every peer is told why (best effort), then it throws.
-  [[noreturn]] void fail_everyone(const std::string& why) {
+  // Rank 0 failed this collective: every peer is told why (best effort), then it throws. Peers
+  // marked in `silent` (they had not reached the collective) are not drained.
+  [[noreturn]] void fail_everyone(const std::string& why, const std::vector<char>& silent = {}) {
+    // The file first: once the peers know, a launcher may stop this process at any moment.
+    if (before_report) before_report(why);
     for (size_t q = 1; q < links.peers.size(); ++q) {
       if (!links.peers[q].valid()) continue;
       try {
@@ -123,7 +130,7 @@ struct TcpCommunicator::Impl {
     // closing here does not reset their connections before they have read it.
     const auto dl = detail::deadline_after(kReportGraceS);
     for (size_t q = 1; q < links.peers.size(); ++q) {
-      if (!links.peers[q].valid()) continue;
+      if (!links.peers[q].valid() || (q < silent.size() && silent[q])) continue;
       ::shutdown(links.peers[q].fd(), SHUT_WR);
       detail::discard_until_closed(links.peers[q], dl);
     }
@@ -150,8 +157,42 @@ struct TcpCommunicator::Impl {
     STOKER_THROW("TcpCommunicator: rank ", rank, " in ", c.str(), ": rank 0 reports: ", text);
   }
 
+  // Rank 0, after the wait for rank q's request or data ended in `e`: when the collective
+  // timed out, names every rank that had not reached it — q, and the later ranks that had sent
+  // nothing yet (the earlier ones sent their requests) — and fails everyone.
+  [[noreturn]] void fail_waiting(const Error& e, int q, bool in_data, int world,
+                                 const CollectiveRecord& rec, detail::Clock::time_point dl) {
+    if (detail::Clock::now() < dl) fail_everyone(e.message());  // closed, not timed out
+    std::vector<char> silent(static_cast<size_t>(world), 0);
+    std::vector<int> missing;
+    if (!in_data) {
+      missing.push_back(q);
+      silent[static_cast<size_t>(q)] = 1;
+    }
+    for (int p = q + 1; p < world; ++p) {
+      pollfd pf{links.peers[static_cast<size_t>(p)].fd(), POLLIN, 0};
+      if (::poll(&pf, 1, 0) == 0) {
+        missing.push_back(p);
+        silent[static_cast<size_t>(p)] = 1;
+      }
+    }
+    std::string who;
+    for (size_t i = 0; i < missing.size(); ++i) who += (i ? ", " : "") + std::to_string(missing[i]);
+    std::string why = core::detail::str("rank 0 waited ", options.timeout_s,
+                                        " s (collective timeout) in ", rec.str());
+    if (!missing.empty())
+      why += core::detail::str(" for rank", missing.size() > 1 ? "s " : " ", who, " (world size ",
+                               world, "), which had not reached it (every rank had reached ",
+                               "collective #", rec.seq - 1, ")");
+    if (in_data)
+      why += core::detail::str(missing.empty() ? "" : ";", " for the data of rank ", q,
+                               ", which reached it but stopped sending");
+    fail_everyone(why + ": a rank failed, hangs, or called other collectives [" + e.message() + "]",
+                  silent);
+  }
+
   // Rank 0: receives every peer's request (and data), checks it against its own call.
-  void gather_requests(const Call& mine, int world) {
+  void gather_requests(const Call& mine, int world, const CollectiveRecord& rec) {
     inputs.resize(static_cast<size_t>(world));
     const auto dl = deadline();
     for (int q = 1; q < world; ++q) {
@@ -162,7 +203,7 @@ struct TcpCommunicator::Impl {
       try {
         detail::recv_all(s, h, sizeof(h), dl, what);
       } catch (const Error& e) {
-        fail_everyone(e.message());
+        fail_waiting(e, q, false, world, rec, dl);
       }
       Call c;
       c.kind = static_cast<Kind>(h[8]);
@@ -190,16 +231,31 @@ struct TcpCommunicator::Impl {
         try {
           detail::recv_all(s, buf.data(), buf.size(), dl, what);
         } catch (const Error& e) {
-          fail_everyone(e.message());
+          fail_waiting(e, q, true, world, rec, dl);
         }
       }
     }
   }
 
-  // Other ranks: sends the request (and data), then receives the result into `out`.
-  void exchange(const Call& c, int rank, const void* in, void* out) {
+  // Other ranks, when rank 0 has not answered within the timeout (and the grace its own report
+  // would have taken): rank 0 had not reached the collective.
+  [[noreturn]] void fail_rank0_missing(const CollectiveRecord& rec, int rank, int world,
+                                       const Error& e) {
+    STOKER_THROW("TcpCommunicator: rank ", rank, " waited ", options.timeout_s + kReportGraceS,
+                 " s (collective timeout + ", kReportGraceS, " s for rank 0's report) in ",
+                 rec.str(), " for rank 0 (world size ", world,
+                 "), which had not answered: rank 0 had not reached the collective (it hangs, is "
+                 "stopped, or computes elsewhere) [",
+                 e.message(), "]");
+  }
+
+  // Other ranks: sends the request (and data), then receives the result into `out`. The wait is
+  // the timeout plus a grace: when another rank is missing, rank 0 times out first and reports
+  // which one.
+  void exchange(const Call& c, int rank, int world, const void* in, void* out,
+                const CollectiveRecord& rec) {
     const detail::Socket& s = links.master;
-    const auto dl = deadline();
+    const auto dl = detail::deadline_after(options.timeout_s + kReportGraceS);
     const std::string what =
         core::detail::str("TcpCommunicator: rank ", rank, " in ", c.str(), " (rank 0)");
     unsigned char h[kRequestBytes] = {};
@@ -214,11 +270,17 @@ struct TcpCommunicator::Impl {
     try {
       detail::send_all(s, h, sizeof(h), dl, what);
       if (sends_data(c, rank)) detail::send_all(s, in, c.in_bytes(), dl, what);
-    } catch (const Error&) {
+    } catch (const Error& e) {
+      if (detail::Clock::now() >= dl) fail_rank0_missing(rec, rank, world, e);
       rethrow_with_report(c, rank);
     }
     unsigned char r[kReplyBytes];
-    detail::recv_all(s, r, sizeof(r), dl, what);
+    try {
+      detail::recv_all(s, r, sizeof(r), dl, what);
+    } catch (const Error& e) {
+      if (detail::Clock::now() >= dl) fail_rank0_missing(rec, rank, world, e);
+      throw;
+    }
     STOKER_CHECK(detail::get_u32(r) == kFrameMagic && detail::get_u32(r + 4) == seq, what,
                  ": corrupt reply from rank 0");
     const uint32_t status = detail::get_u32(r + 8);
@@ -243,14 +305,15 @@ struct TcpCommunicator::Impl {
   // Starts collective c on every rank: a peer exchanges its request for rank 0's reply (in: what
   // it sends, out: where the result goes) and is done; rank 0 gathers every peer's request and
   // returns true, to compute the result and reply.
-  bool begin(const Call& c, int rank, int world, const void* in, void* out) {
+  bool begin(const Call& c, int rank, int world, const void* in, void* out,
+             const CollectiveRecord& rec) {
     check_usable(c);
     ++seq;
     if (rank != 0) {
-      exchange(c, rank, in, out);
+      exchange(c, rank, world, in, out, rec);
       return false;
     }
-    gather_requests(c, world);
+    gather_requests(c, world, rec);
     return true;
   }
 
@@ -270,6 +333,12 @@ TcpCommunicator::TcpCommunicator(int rank, int world_size, TcpOptions options)
   STOKER_CHECK(options.timeout_s > 0, "TcpOptions: timeout_s ", options.timeout_s,
                " must be positive");
   impl_->options = options;
+  configure_flight_recorder(options.flight_recorder);
+  impl_->before_report = [this](const std::string& why) {
+    mark_collective_ended(current_collective().seq, CollectiveState::failed,
+                          FlightRecorder::now_ns());
+    dump_flight_recorder_on_failure("TcpCommunicator: " + why);
+  };
   if (world_size == 1) return;  // nobody to meet: no port is bound
   impl_->links =
       detail::rendezvous_links(options.rendezvous, rank, world_size, {}, RendezvousPurpose::tcp);
@@ -291,7 +360,7 @@ void TcpCommunicator::abort(const std::string& reason) {
 void TcpCommunicator::do_all_reduce(const Tensor& in, const Tensor& out, ReduceOp op) {
   const Call c{Kind::all_reduce, in.dtype(), op, 0, in.numel(), out.numel()};
   const int w = world_size();
-  if (!impl_->begin(c, rank(), w, in.data(), out.data())) return;
+  if (!impl_->begin(c, rank(), w, in.data(), out.data(), current_collective())) return;
   impl_->reduce_inputs(c, op, in.data(), w);
   std::memcpy(out.data(), impl_->result.data(), c.out_bytes());
   for (int q = 1; q < w; ++q) impl_->reply(q, impl_->result.data(), c.out_bytes());
@@ -300,7 +369,7 @@ void TcpCommunicator::do_all_reduce(const Tensor& in, const Tensor& out, ReduceO
 void TcpCommunicator::do_broadcast(const Tensor& t, int root) {
   const Call c{Kind::broadcast, t.dtype(), ReduceOp::sum, root, t.numel(), t.numel()};
   const int w = world_size();
-  if (!impl_->begin(c, rank(), w, t.data(), t.data())) return;
+  if (!impl_->begin(c, rank(), w, t.data(), t.data(), current_collective())) return;
   if (root != 0) std::memcpy(t.data(), impl_->inputs[static_cast<size_t>(root)].data(), t.nbytes());
   for (int q = 1; q < w; ++q) impl_->reply(q, t.data(), t.nbytes());
 }
@@ -308,7 +377,7 @@ void TcpCommunicator::do_broadcast(const Tensor& t, int root) {
 void TcpCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
   const Call c{Kind::all_gather, in.dtype(), ReduceOp::sum, 0, in.numel(), out.numel()};
   const int w = world_size();
-  if (!impl_->begin(c, rank(), w, in.data(), out.data())) return;
+  if (!impl_->begin(c, rank(), w, in.data(), out.data(), current_collective())) return;
   const size_t bytes = in.nbytes();
   auto* dst = static_cast<uint8_t*>(out.data());
   if (dst != in.data()) std::memmove(dst, in.data(), bytes);
@@ -321,7 +390,7 @@ void TcpCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
 void TcpCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
   const Call c{Kind::reduce_scatter, in.dtype(), op, 0, in.numel(), out.numel()};
   const int w = world_size();
-  if (!impl_->begin(c, rank(), w, in.data(), out.data())) return;
+  if (!impl_->begin(c, rank(), w, in.data(), out.data(), current_collective())) return;
   impl_->reduce_inputs(c, op, in.data(), w);
   const size_t chunk = out.nbytes();
   std::memcpy(out.data(), impl_->result.data(), chunk);
@@ -332,7 +401,7 @@ void TcpCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out, Red
 void TcpCommunicator::do_barrier() {
   const Call c{};
   const int w = world_size();
-  if (!impl_->begin(c, rank(), w, nullptr, nullptr)) return;
+  if (!impl_->begin(c, rank(), w, nullptr, nullptr, current_collective())) return;
   for (int q = 1; q < w; ++q) impl_->reply(q, nullptr, 0);
 }
 

@@ -32,6 +32,7 @@ struct Post {
   int root = 0;
   const void* in = nullptr;
   void* out = nullptr;
+  const CollectiveRecord* rec = nullptr;  // the poster's record (sequence number, tag)
 
   bool same_call(const Post& o) const {
     return kind == o.kind && dtype == o.dtype && in_n == o.in_n && out_n == o.out_n && op == o.op &&
@@ -64,6 +65,7 @@ struct ThreadGroup::State {
   uint64_t generation = 0;
   int arrived = 0;
   std::vector<char> here, left;
+  std::vector<uint64_t> last_seq;  // the last collective each rank reached
   bool aborted = false;
   std::string reason;
   std::vector<Post> posts;
@@ -88,6 +90,7 @@ struct ThreadGroup::State {
     if (aborted) throw_aborted(rank, p);
     const uint64_t gen = generation;
     here[static_cast<size_t>(rank)] = 1;
+    if (p.rec) last_seq[static_cast<size_t>(rank)] = p.rec->seq;
     if (++arrived == world) {
       arrived = 0;
       std::fill(here.begin(), here.end(), 0);
@@ -110,11 +113,18 @@ struct ThreadGroup::State {
       }
       if (cv.wait_until(lock, deadline) == std::cv_status::timeout && generation == gen) {
         std::vector<int> missing;
-        for (int q = 0; q < world; ++q)
-          if (!here[static_cast<size_t>(q)]) missing.push_back(q);
+        std::string last;
+        for (int q = 0; q < world; ++q) {
+          if (here[static_cast<size_t>(q)]) continue;
+          missing.push_back(q);
+          last += core::detail::str(last.empty() ? "" : ", ", "rank ", q, " #",
+                                    last_seq[static_cast<size_t>(q)]);
+        }
         const std::string why = core::detail::str(
-            "rank ", rank, " waited ", options.timeout_s, " s in ", p.str(), " for rank",
-            missing.size() > 1 ? "s " : " ", rank_list(missing), " (world size ", world,
+            "rank ", rank, " waited ", options.timeout_s, " s (collective timeout) in ",
+            p.rec ? p.rec->str() : p.str(), " for rank", missing.size() > 1 ? "s " : " ",
+            rank_list(missing), " (world size ", world, "), which had not reached it (the last ",
+            "collective each of them reached: ", last,
             "): a rank failed, hangs, or called other collectives");
         abort_locked(why);
         STOKER_THROW("ThreadCommunicator: ", why);
@@ -143,6 +153,7 @@ ThreadGroup::ThreadGroup(int world_size, ThreadGroupOptions options)
   state_->options = options;
   state_->here.assign(static_cast<size_t>(world_size), 0);
   state_->left.assign(static_cast<size_t>(world_size), 0);
+  state_->last_seq.assign(static_cast<size_t>(world_size), 0);
   state_->posts.resize(static_cast<size_t>(world_size));
 }
 
@@ -161,7 +172,9 @@ bool ThreadGroup::aborted() const {
 }
 
 ThreadCommunicator::ThreadCommunicator(std::shared_ptr<ThreadGroup> group, int rank)
-    : Communicator(rank, group ? group->world_size() : 0), group_(std::move(group)) {}
+    : Communicator(rank, group ? group->world_size() : 0), group_(std::move(group)) {
+  configure_flight_recorder(group_->state_->options.flight_recorder);
+}
 
 ThreadCommunicator::~ThreadCommunicator() {
   ThreadGroup::State& s = *group_->state_;
@@ -182,7 +195,8 @@ void ThreadCommunicator::do_all_reduce(const Tensor& in, const Tensor& out, Redu
   ThreadGroup::State& s = *group_->state_;
   const int r = rank(), w = world_size();
   const int64_t n = in.numel();
-  const Post p{Kind::all_reduce, in.dtype(), n, n, op, 0, in.data(), out.data()};
+  const Post p{Kind::all_reduce, in.dtype(),           n, n, op, 0, in.data(),
+               out.data(),       &current_collective()};
   s.posts[static_cast<size_t>(r)] = p;
   s.meet(r, p, in.nbytes());
   s.check_same_call(r);
@@ -196,8 +210,9 @@ void ThreadCommunicator::do_all_reduce(const Tensor& in, const Tensor& out, Redu
 void ThreadCommunicator::do_broadcast(const Tensor& t, int root) {
   ThreadGroup::State& s = *group_->state_;
   const int r = rank();
-  const Post p{Kind::broadcast, t.dtype(), t.numel(), t.numel(),
-               ReduceOp::sum,   root,      t.data(),  t.data()};
+  const Post p{Kind::broadcast, t.dtype(),     t.numel(),
+               t.numel(),       ReduceOp::sum, root,
+               t.data(),        t.data(),      &current_collective()};
   s.posts[static_cast<size_t>(r)] = p;
   s.meet(r, p);
   s.check_same_call(r);
@@ -208,8 +223,8 @@ void ThreadCommunicator::do_broadcast(const Tensor& t, int root) {
 void ThreadCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
   ThreadGroup::State& s = *group_->state_;
   const int r = rank(), w = world_size();
-  const Post p{Kind::all_gather, in.dtype(), in.numel(), out.numel(),
-               ReduceOp::sum,    0,          in.data(),  out.data()};
+  const Post p{Kind::all_gather, in.dtype(), in.numel(),           out.numel(), ReduceOp::sum, 0,
+               in.data(),        out.data(), &current_collective()};
   s.posts[static_cast<size_t>(r)] = p;
   s.meet(r, p);
   s.check_same_call(r);
@@ -226,7 +241,8 @@ void ThreadCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out, 
   ThreadGroup::State& s = *group_->state_;
   const int r = rank(), w = world_size();
   const Post p{
-      Kind::reduce_scatter, in.dtype(), in.numel(), out.numel(), op, 0, in.data(), out.data()};
+      Kind::reduce_scatter, in.dtype(),           in.numel(), out.numel(), op, 0, in.data(),
+      out.data(),           &current_collective()};
   s.posts[static_cast<size_t>(r)] = p;
   s.meet(r, p);
   s.check_same_call(r);
@@ -243,7 +259,8 @@ void ThreadCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out, 
 
 void ThreadCommunicator::do_barrier() {
   ThreadGroup::State& s = *group_->state_;
-  const Post p{};
+  Post p{};
+  p.rec = &current_collective();
   s.posts[static_cast<size_t>(rank())] = p;
   s.meet(rank(), p);
   s.check_same_call(rank());

@@ -6,7 +6,13 @@
 // CPU tensors over the rendezvous' sockets: CPU runs under `stoker launch`). Every rank must call
 // the same collectives in the same order with the same shapes and dtypes; a mismatch or a rank
 // that stops answering is an error on the others (ThreadCommunicator and TcpCommunicator check
-// and time out; NCCL hangs until the launcher stops the job).
+// and time out; NCCL's watchdog aborts a collective that does not complete in time).
+//
+// Sequence numbers and the flight recorder (dist/flight_recorder.h): every collective issued
+// gets the next sequence number of its communicator (1, 2, ...; the same on every rank for the
+// same call) and an entry in the communicator's flight recorder, which is written to a file per
+// rank when a collective fails or times out (and on request). CollectiveTag names what the
+// collectives of a scope are for ("grad_sync bucket 3"), so that errors and the file say it.
 //
 // Streams: on a GPU, a collective is enqueued on the calling thread's current stream of the
 // communicator's device (core::current_stream) and returns without waiting for it; the
@@ -22,9 +28,13 @@
 // per rank issues its collectives.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "stoker/core/tensor.h"
+#include "stoker/dist/flight_recorder.h"
 
 namespace stoker::dist {
 
@@ -60,8 +70,37 @@ class Communicator {
   // the other ranks' too) instead of waiting for peers: what a rank calls when it fails.
   virtual void abort(const std::string& reason) = 0;
 
+  // The last sequence number given to a collective (0 before the first).
+  uint64_t last_seq() const { return seq_; }
+  const FlightRecorder& flight_recorder() const { return recorder_; }
+  // Writes the flight recorder (with `reason`) to `path`, or, when empty, to <dir>/rank<r>.json
+  // of the backend's FlightRecorderOptions (or $STOKER_FLIGHT_RECORDER); returns the path
+  // written, "" when no place is configured. Throws when the file cannot be written.
+  std::string dump_flight_recorder(const std::string& reason = "requested",
+                                   const std::string& path = "") const;
+
+  // The tag the next collectives are recorded with ("" for none; truncated to 47 bytes).
+  // CollectiveTag sets it for a scope.
+  void set_collective_tag(std::string_view tag);
+  std::string_view collective_tag() const { return std::string_view(tag_.data()); }
+
  protected:
   Communicator(int rank, int world_size);
+
+  // Backends' constructors: the recorder's size and where its file goes.
+  void configure_flight_recorder(const FlightRecorderOptions& options);
+  // True when a collective is complete as its do_*() returns (CPU backends). NCCL answers false
+  // and marks completions itself (mark_collective_ended).
+  virtual bool completes_on_return() const { return true; }
+  // The collective being issued (its sequence number, op, tag), for the backends' messages.
+  const CollectiveRecord& current_collective() const { return current_; }
+  void mark_collective_started(uint64_t seq, int64_t t_ns) { recorder_.mark_started(seq, t_ns); }
+  void mark_collective_ended(uint64_t seq, CollectiveState state, int64_t t_ns) {
+    recorder_.mark_ended(seq, state, t_ns);
+  }
+  // Writes the file for a failure (best effort: a write error goes to stderr); no-op without a
+  // configured place.
+  void dump_flight_recorder_on_failure(const std::string& reason) const noexcept;
 
   virtual void do_all_reduce(const Tensor& in, const Tensor& out, ReduceOp op) = 0;
   virtual void do_broadcast(const Tensor& t, int root) = 0;
@@ -71,9 +110,32 @@ class Communicator {
 
  private:
   void check_tensor(const char* op, const char* name, const Tensor& t) const;
+  // Numbers and records the collective, runs `issue` (a do_*() call), records the outcome.
+  template <class F>
+  void issue(const char* op, const Tensor* t, const char* reduce_op, int root, F&& f);
 
   int rank_;
   int world_size_;
+  uint64_t seq_ = 0;
+  std::array<char, CollectiveRecord::kTagBytes> tag_{};
+  CollectiveRecord current_;
+  FlightRecorder recorder_;
+  FlightRecorderOptions recorder_options_;
+};
+
+// Tags the collectives issued on `comm` in this scope (restores the previous tag when it ends):
+//   dist::CollectiveTag tag(comm, "grad_sync bucket", b);   // "grad_sync bucket 3"
+class CollectiveTag {
+ public:
+  CollectiveTag(Communicator& comm, std::string_view tag);
+  CollectiveTag(Communicator& comm, std::string_view what, int64_t index);
+  ~CollectiveTag();
+  CollectiveTag(const CollectiveTag&) = delete;
+  CollectiveTag& operator=(const CollectiveTag&) = delete;
+
+ private:
+  Communicator& comm_;
+  std::array<char, CollectiveRecord::kTagBytes> previous_{};
 };
 
 }  // namespace stoker::dist

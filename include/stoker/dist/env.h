@@ -11,6 +11,9 @@
 //                               MASTER_ADDR must be set unless the job has one node
 //   none of them:               one process (rank 0 of 1), nothing to meet.
 // MASTER_ADDR defaults to 127.0.0.1 and MASTER_PORT to 29500 when a job runs on one node.
+// Collectives: STOKER_COLLECTIVE_TIMEOUT (seconds, > 0) overrides
+// InitOptions::collective_timeout_s; STOKER_FLIGHT_RECORDER=<dir> makes a failing or timed-out
+// collective write the rank's flight recorder to <dir>/rank<r>.json (dist/flight_recorder.h).
 // Rendezvous port: MASTER_PORT, except under torchrun's elastic agent
 // (TORCHELASTIC_USE_AGENT_STORE=True), whose own store already listens on MASTER_PORT: then
 // MASTER_PORT + 1. STOKER_RENDEZVOUS_PORT overrides both.
@@ -40,6 +43,8 @@ struct DistEnv {
   int rendezvous_port = 29500;
   // Where the values came from: "torchrun", "slurm", "openmpi" or "none" (a single process).
   std::string source = "none";
+  // STOKER_COLLECTIVE_TIMEOUT in seconds; 0 when unset.
+  double collective_timeout_s = 0.0;
 };
 
 // Reads the variables through `lookup` (nullptr for an unset variable); throws naming the
@@ -57,7 +62,12 @@ const char* backend_name(Backend b);
 
 struct InitOptions {
   Backend backend = Backend::automatic;
-  double timeout_s = 300.0;  // rendezvous (and, for tcp, each collective: 600 s min)
+  double timeout_s = 300.0;  // the rendezvous
+  // The collective timeout (tcp: TcpOptions::timeout_s, nccl: the watchdog's
+  // NcclOptions::timeout_s); STOKER_COLLECTIVE_TIMEOUT overrides it.
+  double collective_timeout_s = 600.0;
+  // The communicator's flight recorder (dir empty: STOKER_FLIGHT_RECORDER).
+  FlightRecorderOptions flight_recorder{};
   // NCCL jobs of 2+ ranks: a PeerWatch (dist/peer_watch.h) ends every rank with a clear error
   // as soon as one process of the job dies, instead of leaving them blocked in a collective.
   bool watch_peers = true;

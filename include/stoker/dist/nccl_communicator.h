@@ -7,15 +7,25 @@
 // Dtypes map to NCCL's (f32, f16, bf16, i32, i64, u8); avg is ncclAvg.
 //
 // In a build without CUDA the class exists but its constructor and create_unique_id() throw.
-// Failure: NCCL cannot time out a collective whose peer died; abort() (ncclCommAbort) ends this
-// rank's pending work. init_from_env's PeerWatch (dist/peer_watch.h) ends every surviving rank
-// with a clear error as soon as a process of the job dies, under any launcher.
+// Failure: NCCL cannot time out a collective by itself, so each communicator runs a watchdog
+// thread: after every collective it records a completion event on the stream (no host sync),
+// and every NcclOptions::poll_interval_s the thread polls those events and
+// ncclCommGetAsyncError. WatchdogPolicy (dist/watchdog_policy.h) decides: on an asynchronous
+// error, or a collective not complete after NcclOptions::timeout_s, the watchdog calls
+// ncclCommAbort, writes the flight recorder, prints the message on stderr, and the next call on
+// the communicator throws it. NCCL cannot say which ranks had not reached the collective: the
+// message says so, and the ranks' flight recorder files show the last collective each one
+// enqueued. abort() (ncclCommAbort) ends this rank's pending work. init_from_env's PeerWatch
+// (dist/peer_watch.h) ends every surviving rank with a clear error as soon as a process of the
+// job dies, under any launcher.
 //
 // Ownership: owns the ncclComm_t (destroyed with the communicator). Not thread-safe.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "stoker/dist/communicator.h"
@@ -27,6 +37,15 @@ struct NcclUniqueId {
   std::array<uint8_t, 128> bytes{};
 };
 
+struct NcclOptions {
+  // The collective timeout: a collective not complete this long after it could start (the one
+  // before it completed, or it was enqueued) aborts the communicator.
+  double timeout_s = 600.0;
+  double poll_interval_s = 0.1;  // how often the watchdog polls
+  bool watchdog = true;          // false: no thread, no events (completions are not recorded)
+  FlightRecorderOptions flight_recorder{};
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   // A new id (rank 0), to be sent to every rank.
@@ -36,7 +55,8 @@ class NcclCommunicator final : public Communicator {
 
   // Joins the clique of `id` as `rank` of `world_size` on `device` (a CUDA device). Collective:
   // every rank must construct it (ncclCommInitRank blocks until all have).
-  NcclCommunicator(const NcclUniqueId& id, int rank, int world_size, Device device);
+  NcclCommunicator(const NcclUniqueId& id, int rank, int world_size, Device device,
+                   NcclOptions options = {});
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -53,11 +73,20 @@ class NcclCommunicator final : public Communicator {
   void do_all_gather(const Tensor& in, const Tensor& out) override;
   void do_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override;
   void do_barrier() override;
+  bool completes_on_return() const override { return false; }
 
  private:
+  struct Watchdog;  // src/dist/cuda/nccl_communicator.cpp
+  // Throws the watchdog's error, or the abort, before a collective.
+  void check_usable(const char* op) const;
+  // After a collective was enqueued: its completion event, for the watchdog.
+  void track();
+
   Device device_;
   void* comm_ = nullptr;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
+  NcclOptions options_;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 }  // namespace stoker::dist

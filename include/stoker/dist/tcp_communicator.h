@@ -8,7 +8,11 @@
 // result, so all ranks get the same bits. Simple and slow (rank 0 moves world_size x the data):
 // meant for correctness and small CPU jobs, not for speed.
 //
-// Nothing waits forever: each collective has `timeout_s`; a peer that closed its connection
+// Nothing waits forever: each collective has `timeout_s`. Rank 0 sees every request, so when one
+// does not come in time it names every rank that had not reached the collective (sequence
+// number, op, bytes, tag) and reports that to the others; the other ranks wait `timeout_s` plus
+// 2 s for that report, and when rank 0 itself does not answer they name rank 0. A peer that
+// closed its connection
 // (failed, exited) fails the collective at once on rank 0, and rank 0 then tells every other
 // rank why (or its own exit closes their connections). abort() closes the connections.
 //
@@ -25,7 +29,10 @@ namespace stoker::dist {
 
 struct TcpOptions {
   RendezvousOptions rendezvous;
-  double timeout_s = 600.0;  // longest wait for the other ranks in one collective
+  // The collective timeout: the longest wait for the other ranks in one collective.
+  double timeout_s = 600.0;
+  // The flight recorder (dist/flight_recorder.h): size, and where a failure writes it.
+  FlightRecorderOptions flight_recorder{};
 };
 
 class TcpCommunicator final : public Communicator {

@@ -8,8 +8,9 @@
 // reduced in rank order.
 //
 // Nothing waits forever: a rank that waits longer than `timeout_s` for the others throws an
-// error naming the ranks that did not arrive, and aborts the group; after abort() (called by a
-// failing rank, or by run_ranks when a rank's function throws) every collective in progress or
+// error naming the collective (sequence number, op, bytes, tag) and the ranks that did not
+// arrive with the last collective each of them reached, and aborts the group; after abort() (called
+// by a failing rank, or by run_ranks when a rank's function throws) every collective in progress or
 // to come fails at once, naming the reason. A rank whose communicator is destroyed while others
 // wait for it makes them fail the same way.
 //
@@ -26,7 +27,10 @@
 namespace stoker::dist {
 
 struct ThreadGroupOptions {
-  double timeout_s = 60.0;  // longest wait of a rank for the others in one collective
+  // The collective timeout: the longest wait of a rank for the others in one collective.
+  double timeout_s = 60.0;
+  // Each rank's flight recorder (dist/flight_recorder.h): size, and where a failure writes it.
+  FlightRecorderOptions flight_recorder{};
 };
 
 class ThreadGroup {
