@@ -1,8 +1,8 @@
 // The user's own program in `stoker doctor -- PROGRAM ARGS...`: the same ablations, each run
 // under `stoker launch` and steered through the STOKER_DIAG* variables
-// (train/environment.h, which its Trainer applies); `{batch}` in its arguments is replaced by each size of the
-// sweep. Its Trainer writes the diagnostics report (Report::json) that a measurement is read
-// from.
+// (train/environment.h, which its Trainer applies); `{batch}` in its arguments is replaced by each
+// size of the sweep. Its Trainer writes the diagnostics report (Report::json) that a measurement is
+// read from.
 #include <cstdio>
 #include <fstream>
 
