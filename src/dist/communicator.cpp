@@ -81,7 +81,7 @@ void Communicator::dump_flight_recorder_on_failure(const std::string& reason) co
 template <class F>
 void Communicator::issue(const char* op, const Tensor* t, const char* reduce_op, int root, F&& f) {
   CollectiveRecord& r = current_;
-  r.seq = ++seq_;
+  r.seq = seq_->fetch_add(1, std::memory_order_relaxed) + 1;
   r.op = op;
   r.dtype = t ? t->dtype() : DType::u8;
   r.numel = t ? t->numel() : 0;

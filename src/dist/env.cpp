@@ -205,7 +205,10 @@ DistContext init_from_env(InitOptions options) {
     NcclOptions nccl;
     nccl.timeout_s = collective_timeout_s;
     nccl.flight_recorder = options.flight_recorder;
+    if (ctx.watch) nccl.progress_query = ctx.watch->progress_query();
     ctx.comm = std::make_unique<NcclCommunicator>(id, e.rank, e.world_size, ctx.device, nccl);
+    // What this rank answers when a peer's watchdog asks how far it got.
+    if (ctx.watch) ctx.watch->set_progress([seq = ctx.comm->seq_counter()] { return seq->load(); });
   } else {
     ctx.device = Device::cpu();
     TcpOptions tcp;

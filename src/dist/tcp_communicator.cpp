@@ -12,6 +12,8 @@
 
 #include <cstring>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "dist/collective_kind.h"
@@ -27,6 +29,13 @@ constexpr uint32_t kFrameMagic = 0x434B5453u;  // "STKC"
 constexpr size_t kRequestBytes = 32, kReplyBytes = 24;
 constexpr uint64_t kMaxErrorText = 1u << 16;
 constexpr double kReportGraceS = 2.0;  // how long an error report may take to be read
+constexpr std::string_view kPrefix = "TcpCommunicator: ";
+
+// A reason that already names the class (an inner error's message) is not prefixed twice.
+std::string without_prefix(std::string_view why) {
+  if (why.substr(0, kPrefix.size()) == kPrefix) why.remove_prefix(kPrefix.size());
+  return std::string(why);
+}
 
 using Kind = detail::CollectiveKind;
 using detail::kind_name;
@@ -134,7 +143,7 @@ struct TcpCommunicator::Impl {
       ::shutdown(links.peers[q].fd(), SHUT_WR);
       detail::discard_until_closed(links.peers[q], dl);
     }
-    STOKER_THROW("TcpCommunicator: ", why);
+    STOKER_THROW(kPrefix, without_prefix(why));
   }
 
   // Other ranks, after a failed send: rank 0 may have failed the collective and said why
@@ -187,7 +196,8 @@ struct TcpCommunicator::Impl {
     if (in_data)
       why += core::detail::str(missing.empty() ? "" : ";", " for the data of rank ", q,
                                ", which reached it but stopped sending");
-    fail_everyone(why + ": a rank failed, hangs, or called other collectives [" + e.message() + "]",
+    fail_everyone(why + ": a rank failed, hangs, or called other collectives [" +
+                      without_prefix(e.message()) + "]",
                   silent);
   }
 

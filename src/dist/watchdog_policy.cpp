@@ -47,13 +47,57 @@ WatchdogDecision WatchdogPolicy::decide(int64_t now_ns,
         timeout_s, " s) for ", d.record->str(), " to complete",
         outstanding.size() > 1
             ? core::detail::str(" (", outstanding.size() - 1, " more queued behind it)")
-            : std::string(),
-        "; the ranks that had not reached it are unknown to NCCL: each rank's flight recorder "
-        "file (STOKER_FLIGHT_RECORDER) shows the last collective it enqueued. The communicator "
-        "was aborted (ncclCommAbort)");
+            : std::string());
     return d;
   }
   return d;
+}
+
+std::string describe_laggards(const ProgressTable& table, uint64_t seq) {
+  std::string out;
+  for (size_t q = 0; q < table.size(); ++q) {
+    const RankProgress& p = table[q];
+    std::string why;
+    switch (p.state) {
+      case RankProgress::State::answered:
+        if (p.last_seq >= seq) continue;
+        why = p.last_seq == 0 ? "it had issued no collective yet"
+                              : core::detail::str("its last collective was #", p.last_seq);
+        break;
+      case RankProgress::State::no_answer:
+        why = "it did not answer the peer watch in time: stopped (SIGSTOP, a debugger) or frozen";
+        break;
+      case RankProgress::State::left:
+        why = "it had left the job";
+        break;
+    }
+    out += core::detail::str(out.empty() ? "" : ", ", "rank ", q, " (", why, ")");
+  }
+  return out;
+}
+
+std::string WatchdogPolicy::timeout_message(const WatchdogDecision& d, bool watched,
+                                            const std::optional<ProgressTable>& table) {
+  const uint64_t seq = d.record ? d.record->seq : 0;
+  std::string who;
+  if (!watched) {
+    who =
+        "which ranks had not reached it is unknown (this job has no peer watch; each rank's "
+        "flight recorder file shows the last collective it issued)";
+  } else if (!table) {
+    who =
+        "which ranks had not reached it is unknown: rank 0 sent no progress table over the "
+        "peer watch (rank 0 itself may be stopped; each rank's flight recorder file shows the "
+        "last collective it issued)";
+  } else {
+    const std::string laggards = describe_laggards(*table, seq);
+    who = laggards.empty()
+              ? core::detail::str("every rank had issued collective #", seq,
+                                  ", so it is stuck inside NCCL or the network (NCCL_DEBUG=INFO "
+                                  "shows more)")
+              : core::detail::str("not reached by ", laggards);
+  }
+  return d.message + "; " + who + "; the communicator was aborted (ncclCommAbort)";
 }
 
 }  // namespace stoker::dist

@@ -32,6 +32,7 @@ using dist::CollectiveRecord;
 using dist::CollectiveState;
 using dist::ReduceOp;
 using dist::WatchdogDecision;
+using dist::WatchdogPolicy;
 using stoker::DType;
 using stoker::Tensor;
 using stoker::test::error_of;
@@ -394,9 +395,49 @@ TEST(WatchdogPolicyTest, PastTheTimeoutAbortsWithTheRecord) {
                            "3') to complete (1 more queued behind it)"),
             std::string::npos)
       << d.message;
-  EXPECT_NE(d.message.find("the ranks that had not reached it are unknown to NCCL"),
+  // The message is completed with what the peer watch said about the ranks.
+  using State = dist::RankProgress::State;
+  const std::string m = WatchdogPolicy::timeout_message(
+      d, true,
+      dist::ProgressTable{
+          {State::answered, 8}, {State::answered, 7}, {State::answered, 6}, {State::no_answer, 0}});
+  EXPECT_NE(m.find("to complete (1 more queued behind it); not reached by rank 2 (its last "
+                   "collective was #6), rank 3 (it did not answer the peer watch in time: "
+                   "stopped (SIGSTOP, a debugger) or frozen); the communicator was aborted "
+                   "(ncclCommAbort)"),
             std::string::npos)
-      << d.message;
+      << m;
+}
+
+TEST(WatchdogPolicyTest, TimeoutMessageSaysWhatIsKnownAboutTheOtherRanks) {
+  using State = dist::RankProgress::State;
+  const dist::WatchdogPolicy p{.timeout_s = 10};
+  const WatchdogDecision d = p.decide(111 * kS, {enqueued(7, 100 * kS)}, 0, "", 0, 3);
+  ASSERT_EQ(d.action, WatchdogDecision::Action::abort_timeout);
+  // Every rank had issued #7: NCCL or the network.
+  std::string m = WatchdogPolicy::timeout_message(
+      d, true,
+      dist::ProgressTable{{State::answered, 7}, {State::answered, 9}, {State::answered, 7}});
+  EXPECT_NE(m.find("every rank had issued collective #7, so it is stuck inside NCCL or the "
+                   "network"),
+            std::string::npos)
+      << m;
+  // A rank that never issued a collective, one that had left.
+  m = WatchdogPolicy::timeout_message(
+      d, true, dist::ProgressTable{{State::answered, 7}, {State::answered, 0}, {State::left, 3}});
+  EXPECT_NE(m.find("not reached by rank 1 (it had issued no collective yet), rank 2 (it had "
+                   "left the job)"),
+            std::string::npos)
+      << m;
+  // No table (rank 0 stopped), no watch at all.
+  m = WatchdogPolicy::timeout_message(d, true, std::nullopt);
+  EXPECT_NE(m.find("rank 0 sent no progress table over the peer watch (rank 0 itself may be "
+                   "stopped"),
+            std::string::npos)
+      << m;
+  m = WatchdogPolicy::timeout_message(d, false, std::nullopt);
+  EXPECT_NE(m.find("this job has no peer watch"), std::string::npos) << m;
+  EXPECT_NE(m.find("the communicator was aborted (ncclCommAbort)"), std::string::npos) << m;
 }
 
 TEST(WatchdogPolicyTest, QueuedBehindALongCollectiveIsTimedFromItsPredecessor) {

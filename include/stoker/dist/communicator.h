@@ -29,7 +29,9 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -70,8 +72,12 @@ class Communicator {
   // the other ranks' too) instead of waiting for peers: what a rank calls when it fails.
   virtual void abort(const std::string& reason) = 0;
 
-  // The last sequence number given to a collective (0 before the first).
-  uint64_t last_seq() const { return seq_; }
+  // The last sequence number given to a collective (0 before the first). Safe to read from any
+  // thread.
+  uint64_t last_seq() const { return seq_->load(std::memory_order_relaxed); }
+  // The counter last_seq() reads, shared so that a reader may outlive the communicator
+  // (PeerWatch answers with it when a rank's watchdog asks which ranks are behind).
+  std::shared_ptr<const std::atomic<uint64_t>> seq_counter() const { return seq_; }
   const FlightRecorder& flight_recorder() const { return recorder_; }
   // Writes the flight recorder (with `reason`) to `path`, or, when empty, to <dir>/rank<r>.json
   // of the backend's FlightRecorderOptions (or $STOKER_FLIGHT_RECORDER); returns the path
@@ -116,7 +122,8 @@ class Communicator {
 
   int rank_;
   int world_size_;
-  uint64_t seq_ = 0;
+  // Written by the rank's thread only.
+  std::shared_ptr<std::atomic<uint64_t>> seq_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::array<char, CollectiveRecord::kTagBytes> tag_{};
   CollectiveRecord current_;
   FlightRecorder recorder_;

@@ -13,11 +13,12 @@
 // ncclCommGetAsyncError. WatchdogPolicy (dist/watchdog_policy.h) decides: on an asynchronous
 // error, or a collective not complete after NcclOptions::timeout_s, the watchdog calls
 // ncclCommAbort, writes the flight recorder, prints the message on stderr, and the next call on
-// the communicator throws it. NCCL cannot say which ranks had not reached the collective: the
-// message says so, and the ranks' flight recorder files show the last collective each one
-// enqueued. abort() (ncclCommAbort) ends this rank's pending work. init_from_env's PeerWatch
-// (dist/peer_watch.h) ends every surviving rank with a clear error as soon as a process of the
-// job dies, under any launcher.
+// the communicator throws it. NCCL cannot say which ranks had not reached the collective; on a
+// timeout the watchdog asks the job's peer watch (NcclOptions::progress_query) for every rank's
+// last sequence number and names the ranks behind it, or the ones that did not answer (a
+// stopped process). abort() (ncclCommAbort) ends this rank's pending work. init_from_env's
+// PeerWatch (dist/peer_watch.h) ends every surviving rank with a clear error as soon as a process
+// of the job dies, under any launcher.
 //
 // Ownership: owns the ncclComm_t (destroyed with the communicator). Not thread-safe.
 #pragma once
@@ -29,6 +30,7 @@
 #include <string>
 
 #include "stoker/dist/communicator.h"
+#include "stoker/dist/peer_watch.h"
 
 namespace stoker::dist {
 
@@ -44,6 +46,10 @@ struct NcclOptions {
   double poll_interval_s = 0.1;  // how often the watchdog polls
   bool watchdog = true;          // false: no thread, no events (completions are not recorded)
   FlightRecorderOptions flight_recorder{};
+  // Asks every rank how far it had got (PeerWatch::progress_query; init_from_env sets it). Empty:
+  // a timeout says that the ranks behind are unknown.
+  PeerWatch::ProgressQuery progress_query;
+  double progress_timeout_s = 2.0;  // how long the watchdog waits for the answer
 };
 
 class NcclCommunicator final : public Communicator {

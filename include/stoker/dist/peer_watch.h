@@ -17,24 +17,49 @@
 // write a checkpoint alone); a rank that leaves while an exception unwinds says it failed, and
 // its peers fail too rather than wait in a collective for it.
 //
-// init_from_env starts one for every multi-rank NCCL job (DistContext::watch). The TCP backend
-// needs none: its own connections report a closed peer.
+// A rank that stops without dying (SIGSTOP, a deadlock in user code, a stuck filesystem) keeps
+// its connection: NCCL's watchdog then times out on the ranks that wait for it, and asks the
+// watch which ranks had not reached the collective. ask_progress() has rank 0 gather every
+// rank's last collective sequence number (the `progress` function each rank installs, answered
+// by its watch thread: a rank whose user code hangs still answers; a stopped process does not)
+// and send the table to every rank.
 //
-// Thread-safety: the public methods are called from one thread; on_failure runs on the watch's
-// thread, at most once.
+// init_from_env starts one for every multi-rank NCCL job (DistContext::watch). The TCP backend
+// needs none: its own connections report a closed peer and name the ranks that are behind.
+//
+// Thread-safety: set_progress, leave and abandon are called from one thread; ask_progress (and
+// the function progress_query returns) from any thread; on_failure runs on the watch's thread,
+// at most once.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "stoker/dist/rendezvous.h"
 
 namespace stoker::dist {
 
+// What one rank said when asked how far it had got.
+struct RankProgress {
+  enum class State {
+    answered,   // last_seq: the sequence number of the last collective it had enqueued
+    no_answer,  // did not answer in time: stopped, frozen, or its machine is unreachable
+    left,       // had left the job normally
+  };
+  State state = State::no_answer;
+  uint64_t last_seq = 0;
+};
+using ProgressTable = std::vector<RankProgress>;  // index: rank
+
 class PeerWatch {
  public:
   using OnFailure = std::function<void(const std::string& message)>;
+  // Asks the job; nullopt when no table arrived within `timeout_s`.
+  using ProgressQuery = std::function<std::optional<ProgressTable>(double timeout_s)>;
 
   // Joins the watch of the job (collective: every rank constructs it; rank 0 listens on
   // options.master_port). Throws like the rendezvous when the ranks do not all arrive.
@@ -50,12 +75,25 @@ class PeerWatch {
   // Closes the connections without a word, as a process that died would (tests).
   void abandon();
 
+  // What this rank answers when asked how far it had got (Communicator::last_seq); until set,
+  // 0. It runs on the watch's thread, so it must be safe to call from there.
+  void set_progress(std::function<uint64_t()> progress);
+  // Every rank's progress, gathered by rank 0 (which waits up to `answer_window_s` for the
+  // ranks' answers and reports the silent ones as no_answer); nullopt when rank 0's table did
+  // not arrive within `timeout_s` (rank 0 stopped, or the watch has ended).
+  std::optional<ProgressTable> ask_progress(double timeout_s = 2.0) const;
+  // ask_progress as a function that outlives nobody: once the watch is destroyed it answers
+  // nullopt at once (a communicator's watchdog may hold it longer than the watch lives).
+  ProgressQuery progress_query() const;
+  // How long rank 0 waits for the ranks' answers to a progress query (default 1 s).
+  void set_answer_window(double seconds);
+
   // The default on_failure: the message on stderr, then std::_Exit(1).
   static void exit_on_failure(const std::string& message);
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace stoker::dist

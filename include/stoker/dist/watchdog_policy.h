@@ -11,8 +11,10 @@
 //     completed or when it was enqueued, whichever is later (a collective queued behind a long
 //     one is not charged for its wait);
 //   - none otherwise.
-// The watchdog then calls ncclCommAbort, records the message, writes the flight recorder and
-// makes the communicator's next call throw.
+// On a timeout the watchdog then asks the peer watch (dist/peer_watch.h) how far every rank had
+// got, and timeout_message() names the ranks that had not reached the collective; it calls
+// ncclCommAbort, records the message, writes the flight recorder and makes the communicator's
+// next call throw.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "stoker/dist/flight_recorder.h"
+#include "stoker/dist/peer_watch.h"
 
 namespace stoker::dist {
 
@@ -30,7 +33,8 @@ struct WatchdogDecision {
   std::optional<CollectiveRecord> record;  // the collective that timed out, or the oldest one
                                            // outstanding at an async error
   double waited_s = 0.0;                   // how long `record` had run
-  std::string message;                     // what the communicator's calls then throw
+  std::string message;  // what the communicator's calls then throw; for a timeout, the start
+                        // of it, which timeout_message() completes
 };
 const char* watchdog_action_name(WatchdogDecision::Action a);
 
@@ -42,6 +46,17 @@ struct WatchdogPolicy {
   WatchdogDecision decide(int64_t now_ns, const std::vector<CollectiveRecord>& outstanding,
                           int64_t last_completed_ns, const std::string& async_error, int rank,
                           int world_size) const;
+
+  // The full message of an abort_timeout decision: which ranks had not reached its collective,
+  // from the peer watch's progress table (`watched`: the job has a peer watch; `table`: what it
+  // answered, nullopt when no table came).
+  static std::string timeout_message(const WatchdogDecision& d, bool watched,
+                                     const std::optional<ProgressTable>& table);
 };
+
+// "rank 3 (its last collective was #40), rank 5 (did not answer within the peer watch's
+// window: stopped or frozen)" for the ranks of `table` that had not reached collective `seq`;
+// "" when every rank had.
+std::string describe_laggards(const ProgressTable& table, uint64_t seq);
 
 }  // namespace stoker::dist

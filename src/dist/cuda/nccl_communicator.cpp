@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -157,17 +158,27 @@ struct NcclCommunicator::Watchdog {
         pending.pop_front();
       }
       if (d.action == WatchdogDecision::Action::none) continue;
+      lock.unlock();
+      std::string message = d.message;
+      if (d.action == WatchdogDecision::Action::abort_timeout) {
+        // Which ranks had not reached it: the peer watch asks them (up to progress_timeout_s).
+        const NcclOptions& o = owner->options_;
+        const std::optional<ProgressTable> table =
+            o.progress_query ? o.progress_query(o.progress_timeout_s) : std::nullopt;
+        message = WatchdogPolicy::timeout_message(d, static_cast<bool>(o.progress_query), table);
+      }
       // Abort: the rank's thread may be blocked in the stream (barrier) or about to issue more.
-      error = "NcclCommunicator: " + d.message;
+      lock.lock();
+      error = "NcclCommunicator: " + message;
       failed.store(true);
       lock.unlock();
       if (!owner->aborted_.exchange(true)) ncclCommAbort(comm_of(owner->comm_));
       const int64_t now = FlightRecorder::now_ns();
       for (const CollectiveRecord& r : outstanding)
         owner->mark_collective_ended(r.seq, CollectiveState::failed, now);
-      std::fprintf(stderr, "stoker: %s\n", d.message.c_str());
+      std::fprintf(stderr, "stoker: %s\n", message.c_str());
       std::fflush(stderr);
-      owner->dump_flight_recorder_on_failure(d.message);
+      owner->dump_flight_recorder_on_failure(message);
       return;
     }
   }
