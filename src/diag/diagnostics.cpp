@@ -5,6 +5,7 @@
 #include <fstream>
 #include <thread>
 
+#include "diag/op_timer.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
@@ -18,6 +19,7 @@ namespace {
 constexpr size_t kMaxRunSteps = 200000;  // the baseline card keeps the latest ones beyond this
 // Trace tracks.
 constexpr int kHostPid = 1, kDevicePid = 2, kLoaderPid = 3, kGpuPid = 4;
+constexpr int kOpsTid = 2, kCommTid = 3;  // op-timed steps' tracks (device, or host on the CPU)
 }  // namespace
 
 struct Diagnostics::LoaderSnapshot {
@@ -30,6 +32,11 @@ Diagnostics::Diagnostics(DiagnosticsOptions options, Device device)
     : options_(std::move(options)),
       device_(device),
       timer_(device, options_.device_timing, options_.thresholds) {
+  // Op timing needs device events on a GPU: not with host clocks only.
+  if (options_.op_timing_interval > 0 && (device_.is_cpu() || options_.device_timing)) {
+    op_timer_ = std::make_unique<OpTimer>(device_);
+    peaks_ = device_peaks(device_);
+  }
   if (options_.monitor && device_.is_cuda()) {
     GpuMonitorOptions mo;
     mo.interval_s = options_.monitor_interval_s;
@@ -45,12 +52,18 @@ Diagnostics::Diagnostics(DiagnosticsOptions options, Device device)
       trace_->process_name(kDevicePid, "GPU " + device_.str());
       trace_->thread_name(kDevicePid, 1, "compute stream");
     }
+    if (op_timer_) {
+      const int pid = device_.is_cuda() ? kDevicePid : kHostPid;
+      trace_->thread_name(pid, kOpsTid, "ops (op-timed steps)");
+      trace_->thread_name(pid, kCommTid, "grad sync buckets (op-timed steps)");
+    }
     trace_->process_name(kLoaderPid, "data loader");
     if (monitor_ && monitor_->available()) trace_->process_name(kGpuPid, "GPU monitor (NVML)");
   }
 }
 
 Diagnostics::~Diagnostics() {
+  if (op_timer_) op_timer_->cancel();
   while (nvtx_depth_ > 0) {
     nvtx_pop();
     --nvtx_depth_;
@@ -102,6 +115,10 @@ void Diagnostics::begin_fit(const data::BatchSource& source, int64_t first_step,
   traced_steps_ = 0;
   comparison_.reset();
   (void)timer_.completed();  // steps of an earlier fit
+  window_ops_.clear();
+  run_ops_.clear();
+  step_starts_.clear();
+  if (op_timer_) (void)op_timer_->completed();
 }
 
 void Diagnostics::begin_step(int64_t step) {
@@ -111,6 +128,11 @@ void Diagnostics::begin_step(int64_t step) {
     window_start_ms_ = run_start_ms_ = window_start_->time_ms;
   }
   timer_.begin_step(step);
+  if (op_timer_ && step >= first_timed_step_ &&
+      (step - first_timed_step_) % options_.op_timing_interval == 0)
+    op_timer_->start(step);
+  else if (op_timer_)
+    op_timer_->cancel();  // a step that threw halfway
   if (options_.nvtx) {
     while (nvtx_depth_ > 0) {  // a step that threw halfway
       nvtx_pop();
@@ -134,6 +156,7 @@ void Diagnostics::begin(Phase p) {
 void Diagnostics::end_step(int64_t samples) {
   if (!timer_.in_step()) return;
   timer_.end_step(samples);
+  if (op_timer_) op_timer_->stop();
   if (options_.nvtx) {
     while (nvtx_depth_ > 0) {
       nvtx_pop();
@@ -175,6 +198,7 @@ void Diagnostics::end_step(int64_t samples) {
 
 void Diagnostics::cancel_step() {
   timer_.cancel_step();
+  if (op_timer_) op_timer_->cancel();
   while (options_.nvtx && nvtx_depth_ > 0) {
     nvtx_pop();
     --nvtx_depth_;
@@ -187,6 +211,14 @@ void Diagnostics::trace_step(const StepSample& s) {
   const auto& m = s.marks;
   if (m.empty()) return;
   if (trace_first_ms_ < 0) trace_first_ms_ = m.front().host_ms;
+  // Where its ops go on the time line, if it was op-timed.
+  const double start = s.has_device && m.front().device_ms >= 0 ? m.front().device_ms
+                       : s.has_device                           ? -1
+                                                                : m.front().host_ms;
+  if (start >= 0) {
+    if (step_starts_.size() >= 64) step_starts_.erase(step_starts_.begin());
+    step_starts_[s.step] = start;
+  }
   trace_last_ms_ = m.back().host_ms;
   trace_->complete("step " + std::to_string(s.step), "step", kHostPid, 1, m.front().host_ms,
                    s.host_ms,
@@ -206,6 +238,20 @@ void Diagnostics::trace_step(const StepSample& s) {
   }
 }
 
+void Diagnostics::trace_ops(const OpStep& s) {
+  const auto at = step_starts_.find(s.step);
+  if (!trace_ || at == step_starts_.end()) return;
+  const int pid = device_.is_cuda() ? kDevicePid : kHostPid;
+  int bucket = 0;
+  for (const OpRecord& r : s.ops) {
+    const bool comm = r.name == core::kGradSyncBucketOp;
+    trace_->complete(comm ? "all-reduce bucket " + std::to_string(bucket++) : r.name,
+                     comm ? "communication" : op_family(r.name), pid, comm ? kCommTid : kOpsTid,
+                     at->second + r.start_ms, r.ms,
+                     {{"gflop", r.cost.flops * 1e-9}, {"mbytes", r.cost.bytes * 1e-6}});
+  }
+}
+
 void Diagnostics::collect() {
   for (StepSample& s : timer_.completed()) {
     if (s.step < first_timed_step_) continue;
@@ -214,6 +260,13 @@ void Diagnostics::collect() {
     run_.push_back(s);
     run_.back().marks.clear();  // the card needs the spans only
     window_.push_back(std::move(s));
+  }
+  if (!op_timer_) return;
+  for (OpStep& s : op_timer_->completed()) {
+    trace_ops(s);
+    if (run_ops_.size() >= kMaxRunOpSteps) run_ops_.erase(run_ops_.begin());
+    run_ops_.push_back(s);
+    window_ops_.push_back(std::move(s));
   }
 }
 
@@ -254,8 +307,8 @@ LoaderView Diagnostics::loader_view(const LoaderSnapshot& from, const LoaderSnap
   return v;
 }
 
-Report Diagnostics::build(const std::vector<StepSample>& steps, const LoaderSnapshot& from,
-                          double since_ms, const std::string& title) {
+Report Diagnostics::build(const std::vector<StepSample>& steps, const std::vector<OpStep>& ops,
+                          const LoaderSnapshot& from, double since_ms, const std::string& title) {
   Breakdown b = summarize(steps);
   const LoaderView lv = loader_view(from, snapshot());
   if (lv.h2d_ms_per_batch >= 0 && b.steps > 0) {
@@ -276,7 +329,13 @@ Report Diagnostics::build(const std::vector<StepSample>& steps, const LoaderSnap
   } else {
     gpu.status = device_.is_cuda() ? "monitor off" : "not a GPU run";
   }
-  Report r = make_report(b, lv, gpu, options_.thresholds);
+  OpTable op_table =
+      summarize_ops(ops, peaks_, /*tf32=*/false, options_.thresholds.near_bandwidth_roof);
+  op_table.device_timed = device_.is_cuda();
+  if (op_table.comm_calls > 0)
+    op_table.set_exposed_comm(b.device_timed ? b.device[static_cast<int>(Phase::comm)].mean_ms
+                                             : b.host[static_cast<int>(Phase::comm)].mean_ms);
+  Report r = make_report(b, lv, gpu, options_.thresholds, op_table);
   r.title =
       title + " (steps " + std::to_string(b.first_step) + ".." + std::to_string(b.last_step) + ")";
   r.device = device_.str();
@@ -288,12 +347,13 @@ Report Diagnostics::report(const std::string& title) {
   timer_.calibrate(/*settle=*/true);  // the log has just waited for the device: it is idle
   collect();
   const LoaderSnapshot from = window_start_ ? *window_start_ : LoaderSnapshot{};
-  Report r = build(window_, from, window_start_ms_, title);
+  Report r = build(window_, window_ops_, from, window_start_ms_, title);
   if (print_ && r.breakdown.steps > 0) {
     std::fputs(r.text().c_str(), stdout);
     std::fflush(stdout);
   }
   window_.clear();
+  window_ops_.clear();
   if (window_start_) {
     *window_start_ = snapshot();
     window_start_ms_ = window_start_->time_ms;
@@ -303,7 +363,7 @@ Report Diagnostics::report(const std::string& title) {
 
 Report Diagnostics::end_fit() {
   // Fit is over: one wait for the device so that every step's events can be read.
-  if (device_.is_cuda() && timer_.pending() > 0) {
+  if (device_.is_cuda() && (timer_.pending() > 0 || (op_timer_ && op_timer_->pending() > 0))) {
     core::synchronize_device(device_);
     timer_.calibrate(/*settle=*/true);
   }
@@ -312,7 +372,7 @@ Report Diagnostics::end_fit() {
     if (!window_.empty()) report("end of fit");
   }
   const LoaderSnapshot from = run_start_ ? *run_start_ : LoaderSnapshot{};
-  Report whole = build(run_, from, run_start_ms_, "whole fit");
+  Report whole = build(run_, run_ops_, from, run_start_ms_, "whole fit");
   if (trace_ && main_rank_) {
     if (monitor_ && monitor_->available() && trace_first_ms_ >= 0) {
       for (const GpuSample& s : monitor_->samples(trace_first_ms_)) {

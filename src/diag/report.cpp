@@ -76,6 +76,34 @@ void input_advice(const Breakdown& b, const LoaderView& l, std::vector<std::stri
   }
 }
 
+// From the op table: which ops to fuse (bandwidth-bound ones, by time), and the GPU's idle time
+// inside the step.
+void op_advice(const OpTable& ops, Report& r) {
+  const bool bandwidth = std::any_of(r.findings.begin(), r.findings.end(), [](const Finding& f) {
+    return f.what == "bandwidth" && f.level != Level::none;
+  });
+  if (bandwidth && !ops.fuse_candidates.empty()) {
+    std::string names;
+    for (const std::string& n : ops.fuse_candidates) {
+      const auto row =
+          std::find_if(ops.ops.begin(), ops.ops.end(), [&](const OpRow& o) { return o.key == n; });
+      names += (names.empty() ? "" : ", ") + n;
+      if (row != ops.ops.end())
+        names +=
+            " (" + ms(row->ms) + "/step, " + fmt("%.0f", row->bandwidth_pct) + " % of the roof)";
+    }
+    r.advice.push_back("fuse these memory-bound ops: " + names +
+                       ": each moves its tensors through memory once per op; fused kernels "
+                       "(layer norm with the residual add, bias + GELU in the GEMM epilogue, "
+                       "AdamW with the half-precision copy) move them once for the group");
+  }
+  if (ops.idle_share >= 0.10)
+    r.advice.push_back("the GPU is idle " + pct(ops.idle_share) + " of the step between ops (" +
+                       ms(ops.idle_ms) + " of " + ms(ops.step_ms) +
+                       " in the op-timed steps): launch gaps or waits; fewer, larger kernels or "
+                       "a CUDA graph close them");
+}
+
 }  // namespace
 
 const char* verdict_name(Verdict v) {
@@ -90,6 +118,8 @@ const char* verdict_name(Verdict v) {
       return "communication-bound";
     case Verdict::throttled:
       return "throttled";
+    case Verdict::bandwidth_bound:
+      return "bandwidth-bound";
   }
   return "?";
 }
@@ -111,40 +141,54 @@ std::string format_count(double v) {
 }
 
 Report make_report(const Breakdown& b, const LoaderView& loader, const GpuHealth& gpu,
-                   const Thresholds& t) {
+                   const Thresholds& t, const OpTable& ops) {
   Report r;
   r.breakdown = b;
   r.loader = loader;
   r.gpu = gpu;
+  r.ops = ops;
   r.title = "steps " + std::to_string(b.first_step) + ".." + std::to_string(b.last_step);
   if (b.steps == 0) {
     r.headline = "no timed steps in this window";
     return r;
   }
+  // In the order of how certain each finding is: input, launch, communication, then bandwidth
+  // (which rests on FLOP and byte counts and datasheet roofs).
   r.findings = {
       {"input", b.input_share, rate(b.input_share, t.input_moderate, t.input_high)},
       {"launch", b.launch_share, rate(b.launch_share, t.launch_moderate, t.launch_high)},
       {"communication", b.comm_share, rate(b.comm_share, t.comm_moderate, t.comm_high)},
   };
+  if (!ops.empty() && ops.peaks.known())
+    r.findings.push_back({"bandwidth", ops.bandwidth_bound_share,
+                          rate(ops.bandwidth_bound_share, t.bandwidth_moderate, t.bandwidth_high)});
   auto verdict_of = [](const std::string& what) {
-    return what == "input"    ? Verdict::input_bound
-           : what == "launch" ? Verdict::launch_bound
-                              : Verdict::communication_bound;
+    return what == "input"           ? Verdict::input_bound
+           : what == "launch"        ? Verdict::launch_bound
+           : what == "communication" ? Verdict::communication_bound
+                                     : Verdict::bandwidth_bound;
   };
-  const Finding* best = nullptr;
-  for (Level want : {Level::high, Level::moderate}) {
+  // Input, launch and communication by their shares; bandwidth only when none of them is at
+  // the same level.
+  const auto pick = [&](Level want) -> const Finding* {
+    const Finding* best = nullptr;
     for (const Finding& f : r.findings)
-      if (f.level == want && (!best || f.share > best->share)) best = &f;
-    if (best) break;
-    if (want == Level::high && is_throttled(gpu, t)) {
-      r.verdict = Verdict::throttled;
-      r.level = gpu.sm_clock_mhz < 0.75 * gpu.sm_clock_max_mhz ? Level::high : Level::moderate;
-      break;
+      if (f.what != "bandwidth" && f.level == want && (!best || f.share > best->share)) best = &f;
+    if (best) return best;
+    for (const Finding& f : r.findings)
+      if (f.what == "bandwidth" && f.level == want) return &f;
+    return nullptr;
+  };
+  const Finding* best = pick(Level::high);
+  if (!best && is_throttled(gpu, t)) {
+    r.verdict = Verdict::throttled;
+    r.level = gpu.sm_clock_mhz < 0.75 * gpu.sm_clock_max_mhz ? Level::high : Level::moderate;
+  } else {
+    if (!best) best = pick(Level::moderate);
+    if (best) {
+      r.verdict = verdict_of(best->what);
+      r.level = best->level;
     }
-  }
-  if (best && r.verdict != Verdict::throttled) {
-    r.verdict = verdict_of(best->what);
-    r.level = best->level;
   }
 
   switch (r.verdict) {
@@ -190,6 +234,13 @@ Report make_report(const Breakdown& b, const LoaderView& loader, const GpuHealth
           "thermal or hardware slowdown points at cooling or power delivery "
           "(nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE)");
       break;
+    case Verdict::bandwidth_bound:
+      r.headline = std::string("bandwidth-bound (") + level_name(r.level) +
+                   "): " + pct(ops.bandwidth_bound_share) +
+                   " of the step is in memory-bound ops at " +
+                   fmt("%.0f", ops.bandwidth_bound_roof_pct) +
+                   " % of the memory bandwidth roof (far from the compute roof)";
+      break;
     case Verdict::compute_bound:
       r.headline = "compute-bound: " + pct(b.compute_share) + " of the step is " +
                    (b.device_timed ? "device work" : "computation on the training thread") +
@@ -205,9 +256,10 @@ Report make_report(const Breakdown& b, const LoaderView& loader, const GpuHealth
   // Moderate findings besides the verdict still deserve a line.
   for (const Finding& f : r.findings) {
     if (f.level == Level::none || verdict_of(f.what) == r.verdict) continue;
-    r.advice.push_back("also " + f.what + ": " + pct(f.share) + " of the step (" +
-                       level_name(f.level) + ")");
+    r.advice.push_back("also " + f.what + (f.what == "bandwidth" ? "-bound ops" : "") + ": " +
+                       pct(f.share) + " of the step (" + level_name(f.level) + ")");
   }
+  if (!ops.empty()) op_advice(ops, r);
   return r;
 }
 
@@ -270,6 +322,7 @@ std::string Report::text() const {
       line("data: " + loader.kind);
   }
   if (device != "cpu") line("gpu: " + (gpu.name.empty() ? "" : gpu.name + ": ") + gpu.line());
+  s += ops.text();
   for (const std::string& a : advice) line("advice: " + a);
   if (timer_dropped > 0)
     line("note: " + std::to_string(timer_dropped) + " steps were not timed (device far behind)");
@@ -348,6 +401,7 @@ std::string Report::json() const {
               {"slowdown_share", gpu.slowdown_share},
               {"power_cap_share", gpu.power_cap_share},
               {"thermal_share", gpu.thermal_share}};
+  if (!ops.empty()) j["ops"] = json::parse(ops.json());
   return j.dump(2);
 }
 

@@ -5,6 +5,7 @@
 
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
+#include "stoker/core/op_listener.h"
 #include "stoker/ops/copy.h"
 
 namespace stoker::dist {
@@ -162,6 +163,9 @@ void BucketedGradSync::launch(int index) {
   {
     core::StreamGuard on_comm(comm_stream);
     const CollectiveTag tag(comm_, "grad_sync bucket", index);  // in the flight recorder
+    // The op timing's events bracket the reduction on the comm stream (core/op_listener.h).
+    const core::OpScope timed(core::kGradSyncBucketOp, device_,
+                              {0, static_cast<double>(b.grads.nbytes()), b.grads.dtype()});
     reduce(b);
     if (gpu) pr.done.record(comm_stream);
   }

@@ -1,6 +1,7 @@
 #include "stoker/nn/containers.h"
 
 #include "stoker/core/error.h"
+#include "stoker/core/op_listener.h"
 #include "stoker/ops/elementwise.h"
 
 namespace stoker::nn {
@@ -35,6 +36,7 @@ Tensor Sequential::run_forward(const Tensor& x, bool need_output) {
   Tensor h = x;
   for (size_t i = 0; i < n; ++i) {
     Module& c = child(i);
+    const core::ModuleScope scope(child_name(i));  // op timing: where the ops come from
     if (need_output || i + 1 < n) {
       h = c.forward(h);
     } else {
@@ -68,6 +70,7 @@ Tensor Sequential::backward(const Tensor& dy) {
       child(i).restore_saved_input(in);
       rebuild_from_[i] = -1;
     }
+    const core::ModuleScope scope(child_name(i));
     g = child(i).backward(g);
   }
   rebuild_from_.clear();
@@ -91,8 +94,15 @@ Residual::Residual(std::unique_ptr<Module> body, std::unique_ptr<Module> shortcu
 }
 
 Tensor Residual::forward(const Tensor& x) {
-  const Tensor fx = body_->forward(x);
-  const Tensor sx = shortcut_ ? shortcut_->forward(x) : x;
+  const Tensor fx = [&] {
+    const core::ModuleScope scope(child_name(0));
+    return body_->forward(x);
+  }();
+  const Tensor sx = [&] {
+    if (!shortcut_) return x;
+    const core::ModuleScope scope(child_name(1));
+    return shortcut_->forward(x);
+  }();
   STOKER_CHECK(fx.shape() == sx.shape() && fx.dtype() == sx.dtype(), "Residual: the body ",
                body_->describe(), " maps ", x.str(), " to ", fx.str(), " but the ",
                shortcut_ ? "shortcut " + shortcut_->describe() + " maps it to " : "identity is ",
@@ -110,8 +120,15 @@ void Residual::forward_for_backward(const Tensor& x) {
 
 Tensor Residual::backward(const Tensor& dy) {
   // Reverse registration order: the shortcut's gradients become ready first.
-  const Tensor dshort = shortcut_ ? shortcut_->backward(dy) : dy;
-  const Tensor dbody = body_->backward(dy);
+  const Tensor dshort = [&] {
+    if (!shortcut_) return dy;
+    const core::ModuleScope scope(child_name(1));
+    return shortcut_->backward(dy);
+  }();
+  const Tensor dbody = [&] {
+    const core::ModuleScope scope(child_name(0));
+    return body_->backward(dy);
+  }();
   Tensor dx = Tensor::empty(dshort.shape(), dshort.dtype(), dshort.device());
   ops::add(dx, dshort, dbody);
   return dx;

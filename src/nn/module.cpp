@@ -56,6 +56,12 @@ Module& Module::add_child(std::string name, std::unique_ptr<Module> child) {
   return *children_.back().second;
 }
 
+const std::string& Module::child_name(size_t i) const {
+  STOKER_CHECK(i < children_.size(), "Module::child_name: index ", i, " out of range (",
+               children_.size(), " children)");
+  return children_[i].first;
+}
+
 Module& Module::child(size_t i) const {
   STOKER_CHECK(i < children_.size(), describe(), ": child ", i, " out of range (", children_.size(),
                " children)");

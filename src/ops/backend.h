@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 
+#include "ops/op_cost.h"
 #include "stoker/core/tensor.h"
 #include "stoker/ops/batchnorm.h"
 #include "stoker/ops/conv.h"
@@ -110,12 +111,17 @@ STOKER_OPS_IMAGE_BACKEND_DECLS
 #undef STOKER_OPS_IMAGE_BACKEND_DECLS
 
 // Runs backend function `fn` for the device (validated before: CUDA tensors only reach here in
-// CUDA builds).
+// CUDA builds), reported to this thread's core::OpListener when one is installed (op_cost.h).
 #if STOKER_WITH_CUDA
-#define STOKER_DISPATCH(device, fn, ...) \
-  ((device).is_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
+#define STOKER_DISPATCH(device, fn, ...)                                                 \
+  ::stoker::ops::detail::profiled_call(                                                  \
+      #fn, (device),                                                                     \
+      [&] { return (device).is_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__); }, \
+      __VA_ARGS__)
 #else
-#define STOKER_DISPATCH(device, fn, ...) cpu::fn(__VA_ARGS__)
+#define STOKER_DISPATCH(device, fn, ...) \
+  ::stoker::ops::detail::profiled_call(  \
+      #fn, (device), [&] { return cpu::fn(__VA_ARGS__); }, __VA_ARGS__)
 #endif
 
 }  // namespace stoker::ops

@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 #include "ops/validate.h"
 #include "stoker/core/error.h"
+#include "stoker/core/op_listener.h"
 
 #if STOKER_WITH_CUDA
 #include "ops/flash_attention_backend.h"
@@ -67,6 +69,19 @@ void check_tensor(const char* op, const char* name, const Tensor& t, const Tenso
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(kFlashAttentionHeadDim)));
 }
 
+// For the op timing (core/op_listener.h): causal attention does 2·B·T²·C FLOPs forward (QKᵀ and
+// PV over half the T×T scores); backward 2.5 times that (dV, dP, dQ, dK and the recomputed S).
+[[maybe_unused]] core::OpCost attention_cost(const Dims& s, double times,
+                                             std::initializer_list<const Tensor*> tensors) {
+  core::OpCost c;
+  if (!core::op_listener()) return c;
+  c.flops = times * 2.0 * static_cast<double>(s.b) * static_cast<double>(s.t) *
+            static_cast<double>(s.t) * static_cast<double>(s.c);
+  for (const Tensor* t : tensors) c.bytes += static_cast<double>(t->nbytes());
+  c.dtype = (*tensors.begin())->dtype();
+  return c;
+}
+
 }  // namespace
 
 bool flash_attention_supported(const Tensor& qkv, int64_t num_heads) {
@@ -80,6 +95,7 @@ void flash_attention_forward(const Tensor& out, const Tensor& lse, const Tensor&
   check_tensor(op, "out", out, qkv, qkv.dtype(), {s.b, s.t, s.c}, "[B, T, C]");
   check_tensor(op, "lse", lse, qkv, DType::f32, {s.b, s.h, s.t}, "[B, H, T]");
 #if STOKER_WITH_CUDA
+  const core::OpScope scope(op, qkv.device(), attention_cost(s, 1.0, {&out, &lse, &qkv}));
   cuda::flash_attention_forward(out, lse, qkv, s.b, s.t, s.h, softmax_scale());
 #endif
 }
@@ -94,6 +110,8 @@ void flash_attention_backward(const Tensor& dqkv, const Tensor& dout, const Tens
   check_tensor(op, "lse", lse, qkv, DType::f32, {s.b, s.h, s.t}, "the forward's [B, H, T]");
 #if STOKER_WITH_CUDA
   const Tensor delta = Tensor::empty({s.b, s.h, s.t}, DType::f32, qkv.device());
+  const core::OpScope scope(op, qkv.device(),
+                            attention_cost(s, 2.5, {&dqkv, &dout, &qkv, &out, &lse}));
   cuda::flash_attention_backward(dqkv, dout, qkv, out, lse, delta, s.b, s.t, s.h, softmax_scale());
 #endif
 }

@@ -30,6 +30,7 @@
 #include "stoker/data/batch_source.h"
 #include "stoker/diag/baseline.h"
 #include "stoker/diag/gpu_monitor.h"
+#include "stoker/diag/op_profile.h"
 #include "stoker/diag/options.h"
 #include "stoker/diag/report.h"
 #include "stoker/diag/step_timer.h"
@@ -40,6 +41,8 @@ struct LoaderCounters;
 }  // namespace stoker::data
 
 namespace stoker::diag {
+
+class OpTimer;  // src/diag/op_timer.h
 
 class Diagnostics {
  public:
@@ -73,6 +76,9 @@ class Diagnostics {
   const GpuMonitor* monitor() const { return monitor_.get(); }
   // The fit's timed steps after warm-up (the baseline card's input), in order.
   const std::vector<StepSample>& run_steps() const { return run_; }
+  // The fit's op-timed steps (the latest kMaxRunOpSteps), in order.
+  const std::vector<OpStep>& run_op_steps() const { return run_ops_; }
+  static constexpr size_t kMaxRunOpSteps = 64;
   // Set by end_fit() when baseline_compare was given.
   const std::optional<Comparison>& comparison() const { return comparison_; }
 
@@ -80,10 +86,11 @@ class Diagnostics {
   struct LoaderSnapshot;
   void collect();
   void trace_step(const StepSample& s);
+  void trace_ops(const OpStep& s);
   LoaderView loader_view(const LoaderSnapshot& from, const LoaderSnapshot& to) const;
   LoaderSnapshot snapshot() const;
-  Report build(const std::vector<StepSample>& steps, const LoaderSnapshot& from, double since_ms,
-               const std::string& title);
+  Report build(const std::vector<StepSample>& steps, const std::vector<OpStep>& ops,
+               const LoaderSnapshot& from, double since_ms, const std::string& title);
 
   DiagnosticsOptions options_;
   Device device_;
@@ -103,6 +110,11 @@ class Diagnostics {
   double window_start_ms_ = -1, run_start_ms_ = -1;
   double trace_first_ms_ = -1, trace_last_ms_ = -1;
   std::optional<Comparison> comparison_;
+  // Op timing (op_profile.h): one step in op_timing_interval, its records until reported.
+  std::unique_ptr<OpTimer> op_timer_;
+  std::vector<OpStep> window_ops_, run_ops_;
+  DevicePeaks peaks_;
+  std::map<int64_t, double> step_starts_;  // traced steps' first mark on the trace's time line
 };
 
 }  // namespace stoker::diag

@@ -36,6 +36,11 @@ struct Thresholds {
   // enqueued its end: the device had caught up with the host, so the host set the pace.
   double host_paced_lag_ms = 0.05;
   double host_paced_lag_fraction = 0.10;
+  // Bandwidth-bound (from the op-timed steps, op_profile.h): the share of the step in
+  // memory-bound ops that reach at least `near_bandwidth_roof` of the bandwidth roof.
+  double bandwidth_moderate = 0.20;
+  double bandwidth_high = 0.50;
+  double near_bandwidth_roof = 0.30;
 };
 
 struct DiagnosticsOptions {
@@ -69,6 +74,11 @@ struct DiagnosticsOptions {
   // CUDA timing events at every phase boundary (device spans, launch-bound detection). false:
   // host clocks only, as on the CPU (no device breakdown, no launch time).
   bool device_timing = true;
+  // Every this many timed steps (after warm-up), one step is timed op by op: a timing event
+  // before and after each op launch (host clock on the CPU), for the op table, the GPU's idle
+  // time inside the step and the bandwidth-bound finding (op_profile.h). 0: never. The cost is
+  // two events per op on that step only (about 1 % of one step's host time per op-timed step).
+  int64_t op_timing_interval = 100;
   std::string nvml_library = "libnvidia-ml.so.1";
   Thresholds thresholds;
 };

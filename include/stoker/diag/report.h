@@ -9,7 +9,10 @@
 //   3. Else, if the GPU monitor saw slowdown clock-event reasons in >= throttle_samples of its
 //      busy samples while the SM clock averaged < throttle_clock_ratio of its maximum:
 //      throttled.
-//   4. Else, if any is moderate, the verdict is the largest moderate share (level moderate).
+//   3b. Else, when steps were timed op by op: bandwidth-bound if the share of the step in
+//      memory-bound ops near the bandwidth roof is >= bandwidth_high.
+//   4. Else, if any of input, launch, communication is moderate, the verdict is the largest
+//      moderate share (level moderate); else bandwidth-bound (moderate) from bandwidth_moderate.
 //   5. Else compute-bound: the device (or, on the CPU, the training thread's own arithmetic) is
 //      what limits the step.
 // make_report is a pure function of its inputs, so the rules are unit-tested on recorded
@@ -22,11 +25,19 @@
 
 #include "stoker/diag/breakdown.h"
 #include "stoker/diag/gpu_monitor.h"
+#include "stoker/diag/op_profile.h"
 #include "stoker/diag/options.h"
 
 namespace stoker::diag {
 
-enum class Verdict { compute_bound, input_bound, launch_bound, communication_bound, throttled };
+enum class Verdict {
+  compute_bound,
+  input_bound,
+  launch_bound,
+  communication_bound,
+  throttled,
+  bandwidth_bound
+};
 enum class Level { none, moderate, high };
 // "compute-bound", "input-bound", ...
 const char* verdict_name(Verdict v);
@@ -52,7 +63,7 @@ struct LoaderView {
 };
 
 struct Finding {
-  std::string what;  // "input", "launch", "communication"
+  std::string what;  // "input", "launch", "communication", "bandwidth"
   double share = 0;
   Level level = Level::none;
 };
@@ -67,6 +78,7 @@ struct Report {
   Breakdown breakdown;
   LoaderView loader;
   GpuHealth gpu;
+  OpTable ops;         // the window's op-timed steps (empty when none)
   std::string device;  // "cuda:0" / "cpu"
   int64_t timer_dropped = 0;
 
@@ -76,8 +88,9 @@ struct Report {
 };
 
 // The verdict and advice for a window (see the rules above).
+// `ops`: the window's op table (empty: no op-timed step, no bandwidth finding).
 Report make_report(const Breakdown& breakdown, const LoaderView& loader, const GpuHealth& gpu,
-                   const Thresholds& thresholds = {});
+                   const Thresholds& thresholds = {}, const OpTable& ops = {});
 
 // "3,100" — thousands separated, for the advice text.
 std::string format_count(double v);

@@ -139,6 +139,8 @@ class Module {
   // The registered children, for containers that run them.
   size_t child_count() const { return children_.size(); }
   Module& child(size_t i) const;
+  // Its registered name ("" for one registered without a name level).
+  const std::string& child_name(size_t i) const;
   // Replaces child i by wrap(child i) under the same name (an nn::Checkpoint around it); the
   // result is moved to this module's device.
   void wrap_child_at(size_t i,

@@ -1,0 +1,91 @@
+// OpListener: a hook around every op launch, for timing one training step op by op
+// (diag::OpTimer, docs/diagnostics.md "Where the GPU time goes").
+//
+// Every public op in src/ops reaches its backend through one dispatch point; when the calling
+// thread has a listener installed, the dispatch tells it the op's name and cost (its FLOP and
+// byte counts) before the launch and calls op_end() after it. Without a listener — always,
+// except during the steps the diagnostics time op by op — the cost is one thread-local load per
+// op and nothing is computed.
+//
+// Modules name where an op comes from: ModuleScope pushes a name on this thread's module stack
+// (the containers push their children's names; a model may push its own), only while a
+// listener is installed.
+//
+// Ops that call other ops are reported once, as the outermost one: a listener sees begin/end
+// pairs properly nested and may ignore inner ones (OpTimer does).
+//
+// Thread-safety: everything here is per thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/core/device.h"
+#include "stoker/core/dtype.h"
+
+namespace stoker::core {
+
+// What an op costs, for its place on the roofline: arithmetic and memory traffic. Bytes count
+// every tensor the op reads or writes once (a lower bound of its real traffic); FLOPs are the
+// op's own formula (docs/diagnostics.md lists them).
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;
+  DType dtype = DType::f32;  // of the op's first tensor: which compute roof applies
+};
+
+// The name the gradient syncs report each bucket's reduction under (on the comm stream; the op
+// table counts it as communication, beside the compute stream's ops).
+inline constexpr const char* kGradSyncBucketOp = "grad_sync_bucket";
+
+class OpListener {
+ public:
+  virtual ~OpListener() = default;
+  // `name` is a string literal (the backend function's name: "gemm", "layernorm_forward").
+  virtual void op_begin(const char* name, Device device, const OpCost& cost) = 0;
+  virtual void op_end() = 0;
+};
+
+// This thread's listener (nullptr: none, the common case).
+OpListener* op_listener();
+// Installs `listener` on this thread (nullptr removes it); returns the previous one.
+OpListener* set_op_listener(OpListener* listener);
+
+// This thread's module path while a listener is installed: the names pushed by ModuleScope,
+// outermost first.
+const std::vector<std::string_view>& module_stack();
+// "layer1.0.conv1" (the stack joined with dots; "" when empty).
+std::string module_path();
+
+// Pushes `name` (which must outlive the scope) while a listener is installed; a no-op otherwise.
+class ModuleScope {
+ public:
+  explicit ModuleScope(std::string_view name);
+  ~ModuleScope();
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  bool pushed_ = false;
+};
+
+// Reports one op to this thread's listener for its lifetime (what the ops' dispatch does; for
+// ops outside src/ops, e.g. a custom kernel).
+class OpScope {
+ public:
+  OpScope(const char* name, Device device, const OpCost& cost) : listener_(op_listener()) {
+    if (listener_) listener_->op_begin(name, device, cost);
+  }
+  ~OpScope() {
+    if (listener_) listener_->op_end();
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  OpListener* listener_;
+};
+
+}  // namespace stoker::core
