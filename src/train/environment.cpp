@@ -47,12 +47,16 @@ TrainerOptions apply_environment(TrainerOptions options) {
   if (const char* v = env("STOKER_DIAG_BASELINE_COMPARE")) o.baseline_compare = v;
   o.report_interval = env_int("STOKER_DIAG_INTERVAL", o.report_interval);
   o.warmup_steps = env_int("STOKER_DIAG_WARMUP", o.warmup_steps);
+  o.op_timing_interval = env_int("STOKER_DIAG_OPS", o.op_timing_interval);
   o.monitor = env_flag("STOKER_DIAG_MONITOR", o.monitor);
   o.monitor_pcie = env_flag("STOKER_DIAG_MONITOR_PCIE", o.monitor_pcie);
   o.device_timing = env_flag("STOKER_DIAG_DEVICE_TIMING", o.device_timing);
   STOKER_CHECK(o.report_interval >= 0,
                "STOKER_DIAG_INTERVAL / DiagnosticsOptions::report_interval ", o.report_interval,
                " must be >= 0");
+  STOKER_CHECK(o.op_timing_interval >= 0,
+               "STOKER_DIAG_OPS / DiagnosticsOptions::op_timing_interval ", o.op_timing_interval,
+               " must be >= 0 (0: no op-timed steps)");
   STOKER_CHECK(o.warmup_steps >= 0, "STOKER_DIAG_WARMUP / DiagnosticsOptions::warmup_steps ",
                o.warmup_steps, " must be >= 0");
   const int64_t max_steps = env_int("STOKER_DIAG_MAX_STEPS", -1);
