@@ -22,7 +22,8 @@ std::string fixed(double v, int digits) {
 }
 
 struct Acc {
-  double calls = 0, ms = 0, flops = 0, bytes = 0, compute_roof_ms = 0;
+  double calls = 0, ms = 0, flops = 0, bytes = 0;
+  double roof_s = 0;  // the time its FLOPs take at their dtypes' compute roofs
   std::map<std::string, double> family_ms;
   DType dtype = DType::f32;
 };
@@ -106,7 +107,8 @@ std::string op_family(std::string_view n) {
 
 OpTable summarize_ops(const std::vector<OpStep>& steps, const DevicePeaks& peaks, bool tf32,
                       double near_bandwidth_roof) {
-  constexpr size_t kFuseCandidates = 4;  // ops named in the advice
+  constexpr size_t kFuseCandidates = 4;         // ops named in the advice
+  constexpr double kFarFromComputeRoof = 0.10;  // below 10 % of the compute roof
   OpTable t;
   t.peaks = peaks;
   if (steps.empty()) return t;
@@ -130,7 +132,8 @@ OpTable summarize_ops(const std::vector<OpStep>& steps, const DevicePeaks& peaks
         a->flops += r.cost.flops / n;
         a->bytes += r.cost.bytes / n;
         a->family_ms[fam] += r.ms / n;
-        a->dtype = r.cost.dtype;
+        const double roof = peaks.compute_tflops(r.cost.dtype, tf32);
+        if (roof > 0) a->roof_s += r.cost.flops / (roof * 1e12) / n;
       }
       t.op_ms += r.ms / n;
       total_flops += r.cost.flops / n;
@@ -156,8 +159,10 @@ OpTable summarize_ops(const std::vector<OpStep>& steps, const DevicePeaks& peaks
       r.gb_s = s > 0 ? a.bytes / s * 1e-9 : 0;
       r.intensity = a.bytes > 0 ? a.flops / a.bytes : 0;
       if (peaks.known()) {
-        const double roof = peaks.compute_tflops(a.dtype, tf32);
-        r.compute_pct = roof > 0 ? 100.0 * r.tflops / roof : -1;
+        // Rows mixing dtypes: the roof their FLOPs would run at (time-weighted by FLOPs).
+        const double roof =
+            a.roof_s > 0 ? a.flops / a.roof_s * 1e-12 : peaks.compute_tflops(DType::bf16, tf32);
+        r.compute_pct = s > 0 ? 100.0 * a.roof_s / s : 0;
         r.bandwidth_pct = 100.0 * r.gb_s / peaks.bandwidth_gb_s;
         const double ridge = roof * 1e12 / (peaks.bandwidth_gb_s * 1e9);  // FLOPs per byte
         r.memory_bound = r.intensity < ridge;
@@ -173,7 +178,11 @@ OpTable summarize_ops(const std::vector<OpStep>& steps, const DevicePeaks& peaks
   // Bandwidth-bound: op names (each a kernel kind) below the ridge and near the bandwidth roof.
   double bound_ms = 0, bound_bytes = 0;
   for (const OpRow& r : t.ops) {
-    if (!r.memory_bound || r.bandwidth_pct < 100.0 * near_bandwidth_roof) continue;
+    // Near the bandwidth roof and far from the compute roof (a GEMM or convolution near the
+    // ridge point that reaches a good share of both is not held back by bytes alone).
+    if (!r.memory_bound || r.bandwidth_pct < 100.0 * near_bandwidth_roof ||
+        r.compute_pct >= 100.0 * kFarFromComputeRoof)
+      continue;
     bound_ms += r.ms;
     bound_bytes += r.gb_s * r.ms;
     if (t.fuse_candidates.size() < kFuseCandidates) t.fuse_candidates.push_back(r.key);

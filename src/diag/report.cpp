@@ -92,10 +92,21 @@ void op_advice(const OpTable& ops, Report& r) {
         names +=
             " (" + ms(row->ms) + "/step, " + fmt("%.0f", row->bandwidth_pct) + " % of the roof)";
     }
+    std::string how;
+    for (const std::string& n : ops.fuse_candidates) {
+      const std::string f = op_family(n);
+      const char* h = f == "batch norm"    ? "batch norm + ReLU + residual add in one pass"
+                      : f == "layer norm"  ? "layer norm with the residual add"
+                      : f == "elementwise" ? "elementwise ops into the neighbouring GEMM's "
+                                             "epilogue (bias + GELU) or one fused kernel"
+                      : f == "optimizer"   ? "the optimizer step with its half-precision copy"
+                      : f == "loss"        ? "the LM head and cross-entropy in chunks"
+                                           : nullptr;
+      if (h && how.find(h) == std::string::npos) how += (how.empty() ? "" : "; ") + std::string(h);
+    }
     r.advice.push_back("fuse these memory-bound ops: " + names +
-                       ": each moves its tensors through memory once per op; fused kernels "
-                       "(layer norm with the residual add, bias + GELU in the GEMM epilogue, "
-                       "AdamW with the half-precision copy) move them once for the group");
+                       ": each moves its tensors through memory once per op" +
+                       (how.empty() ? std::string() : "; fuse " + how));
   }
   if (ops.idle_share >= 0.10)
     r.advice.push_back("the GPU is idle " + pct(ops.idle_share) + " of the step between ops (" +

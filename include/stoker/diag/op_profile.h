@@ -113,7 +113,8 @@ struct OpTable {
 
 // The op table of `steps` (their per-step means) on a device with `peaks`; `tf32` says whether
 // fp32 GEMMs may use TF32 (ops::allow_tf32()). Memory-bound op kinds that reach at least
-// `near_bandwidth_roof` of the bandwidth roof count as bandwidth-bound (moving bytes limits
+// `near_bandwidth_roof` of the bandwidth roof and less than 10 % of the compute roof count as
+// bandwidth-bound (moving bytes limits
 // them); further below it they are latency-bound (too small to fill the GPU).
 OpTable summarize_ops(const std::vector<OpStep>& steps, const DevicePeaks& peaks, bool tf32 = false,
                       double near_bandwidth_roof = 0.30);

@@ -37,10 +37,11 @@ struct Thresholds {
   double host_paced_lag_ms = 0.05;
   double host_paced_lag_fraction = 0.10;
   // Bandwidth-bound (from the op-timed steps, op_profile.h): the share of the step in
-  // memory-bound ops that reach at least `near_bandwidth_roof` of the bandwidth roof.
-  double bandwidth_moderate = 0.20;
+  // memory-bound ops that reach at least `near_bandwidth_roof` of the bandwidth roof and stay
+  // below 10 % of the compute roof.
+  double bandwidth_moderate = 0.15;
   double bandwidth_high = 0.50;
-  double near_bandwidth_roof = 0.30;
+  double near_bandwidth_roof = 0.20;
 };
 
 struct DiagnosticsOptions {
