@@ -268,6 +268,9 @@ GpuSample GpuMonitor::read() const {
     s.pcie_tx_mb_s = u * 1.024e-3;
   if (options_.pcie && a.pcie_throughput && ok(a.pcie_throughput(d, nvml::kPcieUtilRxBytes, &u)))
     s.pcie_rx_mb_s = u * 1.024e-3;
+  nvml::Memory mem{};
+  if (a.memory_info && ok(a.memory_info(d, &mem)))
+    s.memory_used_mib = static_cast<double>(mem.used) / (1 << 20);
   return s;
 }
 

@@ -57,6 +57,7 @@ struct GpuSample {
   int util_gpu = -1, util_memory = -1;  // percent
   int64_t clock_events = -1;            // reasons bitmask (-1: not readable)
   double pcie_tx_mb_s = -1, pcie_rx_mb_s = -1;
+  double memory_used_mib = -1;  // device memory in use, all processes (NVML)
 };
 
 // The samples of a window reduced (fields -1 when never readable).

@@ -42,6 +42,22 @@ struct Thresholds {
   double bandwidth_moderate = 0.15;
   double bandwidth_high = 0.50;
   double near_bandwidth_roof = 0.20;
+  // Curves (curves.h). Saw-tooth: utilization samples below `sawtooth_low_util` percent are
+  // gaps, at or above `sawtooth_high_util` bursts; found when at least `sawtooth_min_cycles`
+  // burst-gap-burst cycles occur and gaps are >= sawtooth_moderate (high: sawtooth_high) of the
+  // samples.
+  double sawtooth_low_util = 50;
+  double sawtooth_high_util = 90;
+  int sawtooth_min_cycles = 3;
+  double sawtooth_moderate = 0.15;
+  double sawtooth_high = 0.30;
+  // Slowing down: the last epoch's median step time (or added data wait) against the first's.
+  double slowdown_moderate = 0.10;
+  double slowdown_high = 0.25;
+  int64_t slowdown_min_steps = 10;  // fewer steps in an epoch: left out of the trend
+  // Evaluation-heavy: evaluation's share of the fit's wall time.
+  double eval_moderate = 0.10;
+  double eval_high = 0.25;
 };
 
 struct DiagnosticsOptions {
@@ -80,6 +96,13 @@ struct DiagnosticsOptions {
   // time inside the step and the bandwidth-bound finding (op_profile.h). 0: never. The cost is
   // two events per op on that step only (about 1 % of one step's host time per op-timed step).
   int64_t op_timing_interval = 100;
+  // Curves (curves.h), written at the end of fit() by the main rank; empty: not written. The
+  // step timeline (step time, data wait, device span, loss at log steps) and the GPU monitor's
+  // samples (every monitor_interval_s) as CSV; the HTML report (html_report.h): verdict,
+  // phases, op table, curves, static checks and the baseline comparison in one file.
+  std::filesystem::path timeline_csv;
+  std::filesystem::path gpu_csv;
+  std::filesystem::path html_report;
   std::string nvml_library = "libnvidia-ml.so.1";
   Thresholds thresholds;
 };
