@@ -7,16 +7,19 @@
 # CPU backend only.
 #
 #   bash scripts/setup.sh            # install what is missing
+#   bash scripts/setup.sh --tests    # ... and the test-only tools (a headless browser)
 #   bash scripts/setup.sh --check    # only report what is missing (exit 1 if anything is)
 # Environment: STOKER_SETUP_NO_PYTHON=1 skips the Python modules.
 set -euo pipefail
 
 check_only=0
+with_tests=0
 case "${1:-}" in
   --check) check_only=1 ;;
-  -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+  --tests) with_tests=1 ;;
+  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
   "") ;;
-  *) echo "setup.sh: unknown argument '$1' (use --check or nothing)" >&2; exit 2 ;;
+  *) echo "setup.sh: unknown argument '$1' (use --check, --tests or nothing)" >&2; exit 2 ;;
 esac
 
 # One entry per need; "a|b|c" = alternatives (the first one apt knows is installed when none is
@@ -42,6 +45,17 @@ PACKAGES=(
   libxxhash-dev          # xxHash: checksums of packed records and checkpoint tensors
   python3                # helper scripts, interop tests
 )
+# Test-only tools (--tests): the HTML report test loads the report in a headless browser. Debian
+# ships chromium as a package; where apt has none (Ubuntu ships it as a snap) that test skips,
+# except in CI (scripts/test.sh requires the browser there).
+declare -A optional=()
+if ((with_tests)); then
+  PACKAGES+=(
+    chromium             # headless browser: the HTML report test
+    fonts-dejavu-core    # font for that test's screenshots (without any font, text is not drawn)
+  )
+  optional=([chromium]=1 [fonts-dejavu-core]=1)
+fi
 
 # Which alternatives are installed? One dpkg-query call for all names (fast).
 all_names=()
@@ -103,6 +117,10 @@ install_apt() {
       cand=$(apt-cache policy "$a" 2>/dev/null | awk '/Candidate:/ {print $2}')
       if [[ -n "$cand" && "$cand" != "(none)" ]]; then pick=$a; break; fi
     done
+    if [[ -z "$pick" && -n "${optional[$entry]:-}" ]]; then
+      echo "setup.sh: '$entry' is not available from apt's sources: the tests that need it skip" >&2
+      continue
+    fi
     if [[ -z "$pick" ]]; then
       echo "setup.sh: no package of '${entry//|/ or }' is available from apt's sources" >&2
       return 1
@@ -110,6 +128,7 @@ install_apt() {
     to_install+=("$pick")
   done
 
+  ((${#to_install[@]} > 0)) || return 0
   echo "setup.sh: installing: ${to_install[*]}"
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -q --no-install-recommends "${to_install[@]}" || return 1

@@ -10,6 +10,7 @@
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
 #include "stoker/data/input_pipeline.h"
+#include "stoker/diag/doctor.h"
 #include "stoker/diag/nvtx.h"
 #include "util/atomic_file.h"
 
@@ -96,6 +97,15 @@ void Diagnostics::begin_fit(const data::BatchSource& source, int64_t first_step,
     if (!options_.baseline_save.empty())
       core::check_output_path(options_.baseline_save,
                               "DiagnosticsOptions::baseline_save (STOKER_DIAG_BASELINE_SAVE)");
+    if (!options_.timeline_csv.empty())
+      core::check_output_path(options_.timeline_csv,
+                              "DiagnosticsOptions::timeline_csv (STOKER_DIAG_TIMELINE_CSV)");
+    if (!options_.gpu_csv.empty())
+      core::check_output_path(options_.gpu_csv,
+                              "DiagnosticsOptions::gpu_csv (STOKER_DIAG_GPU_CSV)");
+    if (!options_.html_report.empty())
+      core::check_output_path(options_.html_report,
+                              "DiagnosticsOptions::html_report (STOKER_DIAG_HTML)");
     std::error_code ec;
     STOKER_CHECK_HINT(options_.baseline_compare.empty() ||
                           std::filesystem::is_regular_file(options_.baseline_compare, ec),
@@ -119,6 +129,35 @@ void Diagnostics::begin_fit(const data::BatchSource& source, int64_t first_step,
   run_ops_.clear();
   step_starts_.clear();
   if (op_timer_) (void)op_timer_->completed();
+  fit_start_ms_ = now_ms();
+  epoch_starts_.clear();
+  pending_loss_.clear();
+  timeline_.clear();
+  gpu_curve_.clear();
+  gpu_curve_last_ms_ = fit_start_ms_;
+  evals_.clear();
+}
+
+void Diagnostics::begin_epoch(int64_t epoch) {
+  // Keyed by -1 until the epoch's first step begins (begin_step moves it to that step).
+  epoch_starts_[-1] = epoch;
+}
+
+void Diagnostics::record_loss(int64_t steps_done, double loss) {
+  if (!timeline_.empty() && timeline_.back().step == steps_done) {
+    timeline_.back().loss = loss;
+    return;
+  }
+  if (pending_loss_.size() >= 4096) pending_loss_.erase(pending_loss_.begin());
+  pending_loss_[steps_done] = loss;
+}
+
+void Diagnostics::record_eval(int64_t steps_done, double seconds) {
+  const double end = now_ms();
+  evals_.push_back({steps_done, (end - fit_start_ms_) / 1e3, seconds});
+  if (trace_ && traced_steps_ < options_.trace_max_steps)
+    trace_->complete("evaluation", "evaluation", kHostPid, 1, end - seconds * 1e3, seconds * 1e3,
+                     {{"step", static_cast<double>(steps_done)}});
 }
 
 void Diagnostics::begin_step(int64_t step) {
@@ -126,6 +165,10 @@ void Diagnostics::begin_step(int64_t step) {
     window_start_ = std::make_unique<LoaderSnapshot>(snapshot());
     run_start_ = std::make_unique<LoaderSnapshot>(*window_start_);
     window_start_ms_ = run_start_ms_ = window_start_->time_ms;
+  }
+  if (const auto e = epoch_starts_.find(-1); e != epoch_starts_.end()) {
+    epoch_starts_[step] = e->second;
+    epoch_starts_.erase(e);
   }
   timer_.begin_step(step);
   if (op_timer_ && step >= first_timed_step_ &&
@@ -256,10 +299,18 @@ void Diagnostics::collect() {
   for (StepSample& s : timer_.completed()) {
     if (s.step < first_timed_step_) continue;
     trace_step(s);
+    add_timeline_point(s);
     if (run_.size() >= kMaxRunSteps) run_.erase(run_.begin(), run_.begin() + kMaxRunSteps / 10);
     run_.push_back(s);
     run_.back().marks.clear();  // the card needs the spans only
     window_.push_back(std::move(s));
+  }
+  if (monitor_ && monitor_->available()) {
+    for (const GpuSample& g : monitor_->samples(gpu_curve_last_ms_))
+      if (g.time_ms > gpu_curve_last_ms_ || gpu_curve_.empty()) {
+        gpu_curve_.push(g);
+        gpu_curve_last_ms_ = g.time_ms;
+      }
   }
   if (!op_timer_) return;
   for (OpStep& s : op_timer_->completed()) {
@@ -268,6 +319,31 @@ void Diagnostics::collect() {
     run_ops_.push_back(s);
     window_ops_.push_back(std::move(s));
   }
+}
+
+void Diagnostics::add_timeline_point(const StepSample& s) {
+  TimelinePoint p;
+  p.step = s.step + 1;  // steps done, as the log counts them
+  const auto e = epoch_starts_.upper_bound(s.step);
+  p.epoch = e == epoch_starts_.begin() ? 0 : std::prev(e)->second;
+  p.time_s = s.marks.empty() ? 0 : (s.marks.back().host_ms - fit_start_ms_) / 1e3;
+  p.step_ms = s.host_ms;
+  p.data_wait_ms = s.host[static_cast<int>(Phase::data)];
+  if (s.has_device) {
+    p.device_ms = 0;
+    for (double d : s.device) p.device_ms += d;
+  }
+  p.samples = s.samples;
+  if (const auto l = pending_loss_.find(p.step); l != pending_loss_.end()) {
+    p.loss = l->second;
+    pending_loss_.erase(pending_loss_.begin(), std::next(l));
+  }
+  timeline_.push(p);
+}
+
+CurveAnalysis Diagnostics::analyze_curves() const {
+  return diag::analyze_curves(timeline_.items(), gpu_curve_.items(), evals_,
+                              (now_ms() - fit_start_ms_) / 1e3, options_.thresholds);
 }
 
 bool Diagnostics::report_due(int64_t steps_done) const {
@@ -343,11 +419,12 @@ Report Diagnostics::build(const std::vector<StepSample>& steps, const std::vecto
   return r;
 }
 
-Report Diagnostics::report(const std::string& title) {
+Report Diagnostics::report(const std::string& title, bool with_curves) {
   timer_.calibrate(/*settle=*/true);  // the log has just waited for the device: it is idle
   collect();
   const LoaderSnapshot from = window_start_ ? *window_start_ : LoaderSnapshot{};
   Report r = build(window_, window_ops_, from, window_start_ms_, title);
+  if (with_curves) r.curves = analyze_curves();
   if (print_ && r.breakdown.steps > 0) {
     std::fputs(r.text().c_str(), stdout);
     std::fflush(stdout);
@@ -369,10 +446,12 @@ Report Diagnostics::end_fit() {
   }
   if (!window_.empty() || timer_.pending() > 0) {
     collect();
-    if (!window_.empty()) report("end of fit");
+    if (!window_.empty()) report("end of fit", /*with_curves=*/true);
   }
+  collect();  // the monitor's last samples
   const LoaderSnapshot from = run_start_ ? *run_start_ : LoaderSnapshot{};
   Report whole = build(run_, run_ops_, from, run_start_ms_, "whole fit");
+  whole.curves = analyze_curves();
   if (trace_ && main_rank_) {
     if (monitor_ && monitor_->available() && trace_first_ms_ >= 0) {
       for (const GpuSample& s : monitor_->samples(trace_first_ms_)) {
@@ -402,6 +481,7 @@ Report Diagnostics::end_fit() {
     util::write_file_atomically(
         path, [&](int fd) { util::write_all(fd, text.data(), text.size(), path); });
   }
+  if (main_rank_) write_curves();
   if ((!options_.baseline_save.empty() || !options_.baseline_compare.empty()) && !run_.empty() &&
       main_rank_) {
     const BaselineCard card =
@@ -415,8 +495,59 @@ Report Diagnostics::end_fit() {
       if (print_) std::printf("diag  baseline card: %s\n", options_.baseline_save.string().c_str());
     }
   }
+  // The HTML report last: it shows the comparison with the baseline card.
+  if (!options_.html_report.empty() && main_rank_) {
+    write_html(options_.html_report,
+               html(whole, static_checks(collect_static_inputs(options_.nvml_library))));
+    if (print_) std::printf("diag  html report: %s\n", options_.html_report.string().c_str());
+  }
   std::fflush(stdout);
   return whole;
+}
+
+void Diagnostics::write_curves() {
+  auto write = [](const std::filesystem::path& path, const std::string& text) {
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    util::write_file_atomically(
+        path, [&](int fd) { util::write_all(fd, text.data(), text.size(), path); });
+  };
+  if (!options_.timeline_csv.empty()) {
+    write(options_.timeline_csv, timeline_csv(timeline_.items()));
+    if (print_)
+      std::printf("diag  timeline: %s (%zu steps)\n", options_.timeline_csv.string().c_str(),
+                  timeline_.items().size());
+  }
+  if (!options_.gpu_csv.empty()) {
+    write(options_.gpu_csv, gpu_samples_csv(gpu_curve_.items(), fit_start_ms_));
+    if (print_)
+      std::printf("diag  gpu samples: %s (%zu samples%s)\n", options_.gpu_csv.string().c_str(),
+                  gpu_curve_.items().size(),
+                  monitor_ && monitor_->available() ? "" : "; no GPU monitor in this run");
+  }
+}
+
+HtmlReport Diagnostics::html(const Report& whole, std::vector<Check> checks) const {
+  HtmlReport h;
+  const auto model = config_.find("model");
+  h.title = "stoker health check" +
+            (model != config_.end() ? ": " + model->second.substr(0, 80) : std::string());
+  h.facts.emplace_back(
+      "device",
+      device_.str() + (whole.gpu.name.empty() ? std::string() : " (" + whole.gpu.name + ")"));
+  for (const auto& [k, v] : config_)
+    if (k != "model") h.facts.emplace_back(k, v);
+  h.facts.emplace_back("steps", std::to_string(whole.breakdown.steps) + " timed (the first " +
+                                    std::to_string(options_.warmup_steps) +
+                                    " of the fit left out as warm-up)");
+  h.report = whole;
+  h.curves = whole.curves;
+  h.timeline = timeline_.items();
+  h.gpu = gpu_curve_.items();
+  h.gpu_t0_ms = fit_start_ms_;
+  h.evals = evals_;
+  h.checks = std::move(checks);
+  h.comparison = comparison_;
+  return h;
 }
 
 }  // namespace stoker::diag

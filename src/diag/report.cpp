@@ -281,7 +281,7 @@ std::string Report::text() const {
   auto line = [&](const std::string& l) { s += "diag  " + l + "\n"; };
   line("== " + title + " (" + std::to_string(b.steps) + " steps, " + device + ") ==");
   line("verdict: " + headline);
-  if (b.steps == 0) return s;
+  if (b.steps == 0) return s + curves.text();
   std::snprintf(buf, sizeof buf,
                 "step %.2f ms median, %.2f ms p90 (host); %s samples/s; data wait %.1f %% "
                 "(host); host syncs/step %.2f (max %lld)",
@@ -335,6 +335,7 @@ std::string Report::text() const {
   if (device != "cpu") line("gpu: " + (gpu.name.empty() ? "" : gpu.name + ": ") + gpu.line());
   s += ops.text();
   for (const std::string& a : advice) line("advice: " + a);
+  s += curves.text();
   if (timer_dropped > 0)
     line("note: " + std::to_string(timer_dropped) + " steps were not timed (device far behind)");
   return s;
@@ -413,6 +414,45 @@ std::string Report::json() const {
               {"power_cap_share", gpu.power_cap_share},
               {"thermal_share", gpu.thermal_share}};
   if (!ops.empty()) j["ops"] = json::parse(ops.json());
+  if (curves.sawtooth.samples > 0 || !curves.slowdown.segments.empty() || curves.evaluations > 0) {
+    json segments = json::array();
+    for (const TrendSegment& t : curves.slowdown.segments)
+      segments.push_back({{"label", t.label},
+                          {"first_step", t.first_step},
+                          {"last_step", t.last_step},
+                          {"steps", t.steps},
+                          {"step_ms", t.step_ms},
+                          {"data_wait_ms", t.data_wait_ms}});
+    json cf = json::array();
+    for (const CurveFinding& f : curves.findings)
+      cf.push_back({{"what", f.what},
+                    {"level", level_name(f.level)},
+                    {"value", f.value},
+                    {"evidence", f.evidence},
+                    {"advice", f.advice}});
+    j["curves"] = {
+        {"sawtooth",
+         {{"source", curves.sawtooth.source},
+          {"samples", curves.sawtooth.samples},
+          {"mean_util", curves.sawtooth.mean_util},
+          {"low_share", curves.sawtooth.low_share},
+          {"cycles", curves.sawtooth.cycles},
+          {"period_s", curves.sawtooth.period_s}}},
+        {"trend",
+         {{"by_epoch", curves.slowdown.by_epoch},
+          {"segments", segments},
+          {"step_rise", curves.slowdown.step_rise},
+          {"data_rise", curves.slowdown.data_rise},
+          {"first_slow", curves.slowdown.first_slow >= 0
+                             ? json(curves.slowdown.segments[curves.slowdown.first_slow].label)
+                             : json(nullptr)}}},
+        {"evaluation",
+         {{"count", curves.evaluations},
+          {"seconds", curves.eval_s},
+          {"wall_s", curves.wall_s},
+          {"share", curves.eval_share}}},
+        {"findings", cf}};
+  }
   return j.dump(2);
 }
 

@@ -16,6 +16,12 @@ void DiagnosticsObserver::on_fit_begin(const FitContext& ctx) {
                   !ctx.quiet && ctx.main_rank, ctx.main_rank);
 }
 
+void DiagnosticsObserver::on_log(const StepStats& st) { diag_.record_loss(st.step, st.loss); }
+
+void DiagnosticsObserver::on_eval(const EvalRecord& rec) {
+  diag_.record_eval(rec.step, rec.seconds);
+}
+
 void DiagnosticsObserver::on_step_done(const StepEnd& s) {
   if (!diag_.report_due(s.step)) return;
   bar_.clear();
@@ -24,7 +30,7 @@ void DiagnosticsObserver::on_step_done(const StepEnd& s) {
 
 void DiagnosticsObserver::on_epoch_end(int64_t epoch) {
   bar_.clear();
-  reports_.push_back(diag_.report("epoch " + std::to_string(epoch + 1)));
+  reports_.push_back(diag_.report("epoch " + std::to_string(epoch + 1), /*with_curves=*/true));
 }
 
 void DiagnosticsObserver::on_fit_end(FitResult& result) {

@@ -20,10 +20,13 @@ class DiagnosticsObserver final : public StepObserver {
   const diag::Diagnostics& diagnostics() const { return diag_; }
 
   void on_fit_begin(const FitContext& ctx) override;
+  void on_epoch_begin(int64_t epoch) override { diag_.begin_epoch(epoch); }
   void on_step_begin(int64_t step) override { diag_.begin_step(step); }
   void on_phase(diag::Phase p) override { diag_.begin(p); }
   void on_step_end(const StepEnd& s) override { diag_.end_step(s.samples); }
   void on_step_skipped() override { diag_.cancel_step(); }
+  void on_log(const StepStats& st) override;
+  void on_eval(const EvalRecord& rec) override;
   void on_step_done(const StepEnd& s) override;
   void on_epoch_end(int64_t epoch) override;
   void on_fit_end(FitResult& result) override;

@@ -45,6 +45,9 @@ TrainerOptions apply_environment(TrainerOptions options) {
   if (const char* v = env("STOKER_DIAG_TRACE")) o.trace_path = v;
   if (const char* v = env("STOKER_DIAG_BASELINE_SAVE")) o.baseline_save = v;
   if (const char* v = env("STOKER_DIAG_BASELINE_COMPARE")) o.baseline_compare = v;
+  if (const char* v = env("STOKER_DIAG_HTML")) o.html_report = v;
+  if (const char* v = env("STOKER_DIAG_TIMELINE_CSV")) o.timeline_csv = v;
+  if (const char* v = env("STOKER_DIAG_GPU_CSV")) o.gpu_csv = v;
   o.report_interval = env_int("STOKER_DIAG_INTERVAL", o.report_interval);
   o.warmup_steps = env_int("STOKER_DIAG_WARMUP", o.warmup_steps);
   o.op_timing_interval = env_int("STOKER_DIAG_OPS", o.op_timing_interval);

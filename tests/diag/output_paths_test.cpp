@@ -112,4 +112,28 @@ TEST_F(DiagOutputPathsTest, GoodPathsInMissingFoldersAreWritten) {
   EXPECT_TRUE(fs::is_regular_file(out / "report.json"));
 }
 
+TEST_F(DiagOutputPathsTest, BadCurvePathsFailBeforeTheFirstStep) {
+  DiagnosticsOptions d;
+  d.html_report = dir_;  // a folder
+  auto [steps, error] = fit_with(d);
+  EXPECT_EQ(steps, 0);
+  EXPECT_NE(error.find("DiagnosticsOptions::html_report (STOKER_DIAG_HTML) " + dir_.string() +
+                       ": is a folder"),
+            std::string::npos)
+      << error;
+  d = {};
+  d.timeline_csv = dir_ / "plain" / "timeline.csv";
+  std::tie(steps, error) = fit_with(d);
+  EXPECT_EQ(steps, 0);
+  EXPECT_NE(error.find("DiagnosticsOptions::timeline_csv (STOKER_DIAG_TIMELINE_CSV)"),
+            std::string::npos)
+      << error;
+  d = {};
+  d.gpu_csv = dir_ / "plain" / "gpu.csv";
+  std::tie(steps, error) = fit_with(d);
+  EXPECT_EQ(steps, 0);
+  EXPECT_NE(error.find("DiagnosticsOptions::gpu_csv (STOKER_DIAG_GPU_CSV)"), std::string::npos)
+      << error;
+}
+
 }  // namespace

@@ -7,12 +7,14 @@
 #include <unistd.h>
 #include <algorithm>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "stoker/data/loader.h"
 #include "stoker/data/synth.h"
@@ -333,6 +335,78 @@ TEST_F(TrainerDiagTest, DisabledByDefaultWithTheDataWaitShareInTheLog) {
     EXPECT_GE(st.data_wait_share, 0.0);
     EXPECT_LE(st.data_wait_share, 1.0);
   }
+}
+
+// The curves of a real fit: one timeline point per timed step with its epoch and the logged
+// losses, the evaluations timed as their own phase, the CSV files and the HTML report written
+// at the end of fit() (no GPU monitor on the CPU: the GPU file has its header only).
+TEST_F(TrainerDiagTest, CurvesAndTheHtmlReportOfAFit) {
+  data::TensorBatches train = blobs(512, 16, 64), validation = blobs(128, 16, 64);
+  auto model = mlp(16, 32, 3);
+  stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.05f});
+  nn::CrossEntropyLoss loss;
+  TrainerOptions o{.log_interval = 4, .progress_bar = false, .quiet = true};
+  o.environment_overrides = false;
+  o.diagnostics.enabled = true;
+  o.diagnostics.warmup_steps = 2;
+  o.diagnostics.timeline_csv = dir_ / "curves" / "timeline.csv";
+  o.diagnostics.gpu_csv = dir_ / "curves" / "gpu.csv";
+  o.diagnostics.html_report = dir_ / "curves" / "report.html";
+  Trainer trainer(*model, loss, opt, o);
+  const auto result = trainer.fit(train, 3, &validation);  // 8 steps per epoch
+  ASSERT_EQ(result.steps, 24);
+  const diag::Diagnostics* d = trainer.diagnostics();
+  ASSERT_NE(d, nullptr);
+  const auto& tl = d->timeline();
+  ASSERT_EQ(tl.size(), 22u);  // the first 2 steps are warm-up
+  EXPECT_EQ(tl.front().step, 3);
+  EXPECT_EQ(tl.back().step, 24);
+  int losses = 0;
+  for (size_t i = 0; i < tl.size(); ++i) {
+    EXPECT_EQ(tl[i].epoch, (tl[i].step - 1) / 8) << tl[i].step;
+    EXPECT_GT(tl[i].step_ms, 0);
+    EXPECT_GE(tl[i].data_wait_ms, 0);
+    EXPECT_LE(tl[i].data_wait_ms, tl[i].step_ms);
+    if (i > 0) EXPECT_GT(tl[i].time_s, tl[i - 1].time_s);
+    if (std::isfinite(tl[i].loss)) {
+      ++losses;
+      EXPECT_EQ(tl[i].step % 4, 0) << "a loss at a step without a log line";
+    }
+  }
+  EXPECT_EQ(losses, 6);  // steps 4, 8, ..., 24
+  // Evaluation after each epoch, timed apart from the steps.
+  ASSERT_EQ(d->evaluations().size(), 3u);
+  EXPECT_EQ(d->evaluations()[0].step, 8);
+  const diag::CurveAnalysis& c = result.diagnosis.curves;
+  EXPECT_EQ(c.evaluations, 3);
+  EXPECT_GT(c.eval_share, 0.0);
+  EXPECT_NEAR(c.eval_s, result.eval_seconds, 1e-9);
+  // Epochs of 6, 8 and 8 timed steps are too short for a trend (slowdown_min_steps 10), and so
+  // are quarters of 22 steps: no segment, no finding.
+  EXPECT_TRUE(c.slowdown.segments.empty());
+  // The epoch reports carry the curves so far.
+  ASSERT_EQ(result.reports.size(), 3u);
+  EXPECT_EQ(result.reports.back().curves.evaluations, 3);
+  EXPECT_NE(result.reports.back().text().find("diag  curves  evaluation"), std::string::npos);
+  // Files.
+  std::ifstream tin(dir_ / "curves" / "timeline.csv");
+  std::string line;
+  int rows = -1;
+  while (std::getline(tin, line)) ++rows;
+  EXPECT_EQ(rows, 22);
+  std::ifstream gin(dir_ / "curves" / "gpu.csv");
+  std::getline(gin, line);
+  EXPECT_EQ(line.rfind("time_s,util_gpu,", 0), 0u);
+  EXPECT_FALSE(std::getline(gin, line));
+  std::ifstream hin(dir_ / "curves" / "report.html");
+  std::stringstream html;
+  html << hin.rdbuf();
+  EXPECT_NE(html.str().find("data-series=\"step_ms\" data-points=\"22\""), std::string::npos);
+  EXPECT_NE(html.str().find("data-series=\"loss\" data-points=\"6\""), std::string::npos);
+  EXPECT_NE(html.str().find("Static checks"), std::string::npos);
+  EXPECT_NE(html.str().find(std::string("\">") + diag::verdict_name(result.diagnosis.verdict)),
+            std::string::npos)
+      << diag::verdict_name(result.diagnosis.verdict);
 }
 
 }  // namespace

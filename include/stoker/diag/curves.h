@@ -26,13 +26,13 @@ enum class Level;  // report.h
 
 // One optimizer step on the run's time line.
 struct TimelinePoint {
-  int64_t step = 0;          // optimizer steps done, this one included
-  int64_t epoch = 0;         // 0-based
-  double time_s = 0;         // seconds since the fit began, at the step's end (host clock)
-  double step_ms = 0;        // host wall time of the step
-  double data_wait_ms = 0;   // host time in the data phase (BatchSource::next and the copy)
-  double device_ms = -1;     // the device's span of the step (GPU; -1: not measured)
-  int64_t samples = 0;       // trained in the step (this rank)
+  int64_t step = 0;         // optimizer steps done, this one included
+  int64_t epoch = 0;        // 0-based
+  double time_s = 0;        // seconds since the fit began, at the step's end (host clock)
+  double step_ms = 0;       // host wall time of the step
+  double data_wait_ms = 0;  // host time in the data phase (BatchSource::next and the copy)
+  double device_ms = -1;    // the device's span of the step (GPU; -1: not measured)
+  int64_t samples = 0;      // trained in the step (this rank)
   double loss = std::numeric_limits<double>::quiet_NaN();  // log window's mean loss, at log steps
 };
 
@@ -49,7 +49,10 @@ struct EvalSpan {
 template <class T>
 class SeriesBuffer {
  public:
-  explicit SeriesBuffer(size_t capacity = 400000) : capacity_(capacity < 2 ? 2 : capacity) {}
+  // An even capacity (rounded up): the item that triggers a halving then lies one new stride
+  // after the last item kept.
+  explicit SeriesBuffer(size_t capacity = 400000)
+      : capacity_(capacity < 2 ? 2 : capacity + capacity % 2) {}
   void push(const T& v) {
     if (seen_++ % stride_ != 0) return;
     if (items_.size() >= capacity_) {
@@ -120,9 +123,9 @@ SlowdownStats detect_slowdown(const std::vector<TimelinePoint>& points, const Th
 
 // One finding of the curves, with the numbers that back it and what to do.
 struct CurveFinding {
-  std::string what;   // "saw-tooth utilization", "slowing down", "evaluation-heavy"
-  Level level{};      // moderate or high
-  double value = 0;   // the number the level comes from (low share, rise, eval share)
+  std::string what;  // "saw-tooth utilization", "slowing down", "evaluation-heavy"
+  Level level{};     // moderate or high
+  double value = 0;  // the number the level comes from (low share, rise, eval share)
   std::string evidence;
   std::string advice;
 };
@@ -131,9 +134,9 @@ struct CurveFinding {
 struct CurveAnalysis {
   SawtoothStats sawtooth;
   SlowdownStats slowdown;
-  double wall_s = 0;       // the fit's wall time so far
-  double eval_s = 0;       // evaluation's wall time
-  double eval_share = 0;   // eval_s / wall_s
+  double wall_s = 0;      // the fit's wall time so far
+  double eval_s = 0;      // evaluation's wall time
+  double eval_share = 0;  // eval_s / wall_s
   int evaluations = 0;
   std::vector<CurveFinding> findings;  // the moderate and high ones, strongest first
   // One line per detector ("diag  curves  ..."), printed in the report.

@@ -29,7 +29,9 @@
 #include "stoker/core/device.h"
 #include "stoker/data/batch_source.h"
 #include "stoker/diag/baseline.h"
+#include "stoker/diag/curves.h"
 #include "stoker/diag/gpu_monitor.h"
+#include "stoker/diag/html_report.h"
 #include "stoker/diag/op_profile.h"
 #include "stoker/diag/options.h"
 #include "stoker/diag/report.h"
@@ -61,11 +63,17 @@ class Diagnostics {
   void begin(Phase p);
   void end_step(int64_t samples);
   void cancel_step();  // the step trained nothing (no batch left in the epoch)
+  // The run's time line (curves.h): the epoch that begins, the mean loss of the log window
+  // ending after `steps_done` optimizer steps, an evaluation that just ended after `seconds`.
+  void begin_epoch(int64_t epoch);
+  void record_loss(int64_t steps_done, double loss);
+  void record_eval(int64_t steps_done, double seconds);
 
   // True when a report is due after `steps_done` optimizer steps (report_interval).
   bool report_due(int64_t steps_done) const;
   // The report over the steps timed since the previous one; printed when begin_fit said so.
-  Report report(const std::string& title);
+  // `with_curves`: also the curves' findings over the fit so far (at an epoch's end).
+  Report report(const std::string& title, bool with_curves = false);
   // End of fit: waits for the device (once, outside any step), reports the remaining steps,
   // writes the trace, the report JSON and the baseline card, compares with the baseline.
   // Returns the report over all timed steps of the fit (after warm-up).
@@ -81,12 +89,23 @@ class Diagnostics {
   static constexpr size_t kMaxRunOpSteps = 64;
   // Set by end_fit() when baseline_compare was given.
   const std::optional<Comparison>& comparison() const { return comparison_; }
+  // The fit's curves: timed steps after warm-up (one point each, thinned for very long runs),
+  // the GPU monitor's samples, the evaluations; and what the detectors find in them.
+  const std::vector<TimelinePoint>& timeline() const { return timeline_.items(); }
+  const std::vector<GpuSample>& gpu_curve() const { return gpu_curve_.items(); }
+  const std::vector<EvalSpan>& evaluations() const { return evals_; }
+  CurveAnalysis analyze_curves() const;
+  // The HTML report of the fit (html_report.h) with `checks` as its static checks: what
+  // end_fit() writes to DiagnosticsOptions::html_report.
+  HtmlReport html(const Report& whole, std::vector<Check> checks) const;
 
  private:
   struct LoaderSnapshot;
   void collect();
   void trace_step(const StepSample& s);
   void trace_ops(const OpStep& s);
+  void add_timeline_point(const StepSample& s);
+  void write_curves();
   LoaderView loader_view(const LoaderSnapshot& from, const LoaderSnapshot& to) const;
   LoaderSnapshot snapshot() const;
   Report build(const std::vector<StepSample>& steps, const std::vector<OpStep>& ops,
@@ -115,6 +134,15 @@ class Diagnostics {
   std::vector<OpStep> window_ops_, run_ops_;
   DevicePeaks peaks_;
   std::map<int64_t, double> step_starts_;  // traced steps' first mark on the trace's time line
+  // Curves: the fit's start on the now_ms() time line, the epoch of each step, losses logged
+  // for steps not collected yet, the monitor's samples taken so far.
+  double fit_start_ms_ = 0;
+  std::map<int64_t, int64_t> epoch_starts_;  // first step -> epoch
+  std::map<int64_t, double> pending_loss_;
+  SeriesBuffer<TimelinePoint> timeline_{500000};
+  SeriesBuffer<GpuSample> gpu_curve_{400000};
+  double gpu_curve_last_ms_ = -1;
+  std::vector<EvalSpan> evals_;
 };
 
 }  // namespace stoker::diag

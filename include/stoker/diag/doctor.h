@@ -36,6 +36,10 @@ struct StaticInputs {
   unsigned self_pid = 0;  // this process (its own GPU memory is not "another process")
 };
 
+// This process's view of the machine for the static checks: NVML (loaded from `nvml_library`),
+// the libraries, the CUDA devices, the CPU; no bandwidth measured (h2d_gb_s empty).
+StaticInputs collect_static_inputs(const std::string& nvml_library = "libnvidia-ml.so.1");
+
 // Versions, persistence mode, clocks vs max, ECC errors, PCIe link generation and width (and
 // the measured bandwidth against it), memory used by other processes.
 std::vector<Check> static_checks(const StaticInputs& in);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "stoker/diag/breakdown.h"
+#include "stoker/diag/curves.h"
 #include "stoker/diag/gpu_monitor.h"
 #include "stoker/diag/op_profile.h"
 #include "stoker/diag/options.h"
@@ -78,7 +79,11 @@ struct Report {
   Breakdown breakdown;
   LoaderView loader;
   GpuHealth gpu;
-  OpTable ops;         // the window's op-timed steps (empty when none)
+  OpTable ops;  // the window's op-timed steps (empty when none)
+  // The fit's curves so far (curves.h): filled in the reports at an epoch's end and at the end
+  // of fit(); its findings (saw-tooth, slowing down, evaluation-heavy) are about the run, not
+  // the step, and are listed after the verdict's.
+  CurveAnalysis curves;
   std::string device;  // "cuda:0" / "cpu"
   int64_t timer_dropped = 0;
 

@@ -6,11 +6,15 @@
 //   STOKER_DIAG_TRACE=path          diagnostics.trace_path
 //   STOKER_DIAG_BASELINE_SAVE=path  diagnostics.baseline_save
 //   STOKER_DIAG_BASELINE_COMPARE=p  diagnostics.baseline_compare
+//   STOKER_DIAG_HTML=path           diagnostics.html_report
+//   STOKER_DIAG_TIMELINE_CSV=path   diagnostics.timeline_csv
+//   STOKER_DIAG_GPU_CSV=path        diagnostics.gpu_csv
 //   STOKER_DIAG_INTERVAL=N          diagnostics.report_interval
 //   STOKER_DIAG_WARMUP=N            diagnostics.warmup_steps
 //   STOKER_DIAG_MONITOR=0           diagnostics.monitor
 //   STOKER_DIAG_MONITOR_PCIE=0      diagnostics.monitor_pcie
 //   STOKER_DIAG_DEVICE_TIMING=0     diagnostics.device_timing
+//   STOKER_DIAG_OPS=N               diagnostics.op_timing_interval
 //   STOKER_DIAG_MAX_STEPS=N         TrainerOptions::max_steps (the smaller of the two)
 //   STOKER_DIAG_SYNTHETIC=1         TrainerOptions::replay_first_batch
 // The Trainer applies it to the options it is given when TrainerOptions::environment_overrides
