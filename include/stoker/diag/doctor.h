@@ -36,8 +36,11 @@ struct StaticInputs {
   unsigned self_pid = 0;  // this process (its own GPU memory is not "another process")
 };
 
-// Versions, persistence mode, clocks vs max, ECC errors, PCIe link generation and width (and
-// the measured bandwidth against it), memory used by other processes.
+// Versions, persistence mode, MIG mode, clocks vs max and the settings that hold them lower
+// (application clocks, locked clocks, power limit), ECC errors (volatile and aggregate), rows
+// remapped or pages retired, PCIe link generation and width (and the measured bandwidth against
+// it), memory used by other processes, the link between each pair of GPUs (NVLink, PCIe path,
+// P2P).
 std::vector<Check> static_checks(const StaticInputs& in);
 
 // Theoretical PCIe bandwidth per direction in GB/s for a link (gen 1..6, lanes), -1 unknown.
