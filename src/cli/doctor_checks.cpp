@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "doctor_parts.h"
 #include "stoker/core/allocator.h"
@@ -50,6 +51,7 @@ json run_static(const DoctorOptions& o) {
   in.cpu = core::describe_device(Device::cpu());
   in.self_pid = static_cast<unsigned>(::getpid());
   in.h2d_gb_s.assign(in.gpus.gpus.size(), -1.0);
+  std::vector<int> job_gpus;  // NVML indices of the GPUs CUDA gives this job
   for (int c = 0; c < in.cuda_devices; ++c) {
     double bw = -1;
     try {
@@ -63,11 +65,19 @@ json run_static(const DoctorOptions& o) {
       if (!bus.empty() && diag::same_pci_device(bus, in.gpus.gpus[g].pci_bus_id)) {
         in.h2d_gb_s[g] = bw;
         matched = true;
+        job_gpus.push_back(in.gpus.gpus[g].index);
       }
     }
     if (!matched && bw > 0)
       std::printf("  [ok]   cuda:%d: pinned host-to-device copies reach %.1f GB/s\n", c, bw);
   }
+  // NVML sees every GPU of the machine (CUDA_VISIBLE_DEVICES does not apply to it): the pairs
+  // that matter are those between the job's GPUs.
+  if (!job_gpus.empty())
+    std::erase_if(in.gpus.links, [&](const diag::GpuLink& l) {
+      return std::find(job_gpus.begin(), job_gpus.end(), l.a) == job_gpus.end() ||
+             std::find(job_gpus.begin(), job_gpus.end(), l.b) == job_gpus.end();
+    });
   json checks = json::array();
   for (const diag::Check& c : diag::static_checks(in)) {
     std::printf("  [%-4s] %s\n", diag::check_status_name(c.status), c.what.c_str());

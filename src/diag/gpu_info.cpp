@@ -1,5 +1,6 @@
 #include "stoker/diag/gpu_info.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -10,6 +11,162 @@
 #endif
 
 namespace stoker::diag {
+
+namespace {
+
+bool ok(nvml::Return r) { return r == nvml::kSuccess; }
+
+// Pages retired for `cause`, -1 unknown. A buffer size of 0 asks for the count only: NVML
+// answers it with success (none) or "insufficient size" (some).
+int retired_page_count(const nvml::Api& a, nvml::Device d, int cause) {
+  unsigned count = 0;
+  unsigned long long unused = 0;  // some drivers refuse a null buffer even when its size is 0
+  const nvml::Return r = a.retired_pages(d, cause, &count, &unused);
+  return ok(r) || r == nvml::kErrorInsufficientSize ? static_cast<int>(count) : -1;
+}
+
+// The fields of GpuInfo that tell whether its memory was repaired (ECC, retired pages,
+// remapped rows) and whether it runs below its clocks (MIG, application clocks, power limit).
+void query_health(const nvml::Api& a, nvml::Device d, GpuInfo& g) {
+  unsigned long long r = 0;
+  if (a.total_ecc_errors) {
+    if (ok(a.total_ecc_errors(d, nvml::kMemoryErrorCorrected, nvml::kVolatileEcc, &r)))
+      g.ecc_corrected_volatile = static_cast<int64_t>(r);
+    if (ok(a.total_ecc_errors(d, nvml::kMemoryErrorCorrected, nvml::kAggregateEcc, &r)))
+      g.ecc_corrected_aggregate = static_cast<int64_t>(r);
+  }
+  unsigned current = 0, pending = 0;
+  if (a.mig_mode && ok(a.mig_mode(d, &current, &pending))) {
+    g.mig_mode = static_cast<int>(current);
+    g.mig_mode_pending = static_cast<int>(pending);
+  }
+  if (a.retired_pages) {
+    g.retired_pages_double_bit = retired_page_count(a, d, nvml::kPageRetirementDoubleBit);
+    g.retired_pages_single_bit = retired_page_count(a, d, nvml::kPageRetirementMultipleSingleBit);
+  }
+  int flag = 0;
+  if (a.retired_pages_pending && ok(a.retired_pages_pending(d, &flag)))
+    g.retired_pages_pending = flag;
+  unsigned corrected = 0, uncorrected = 0, remap_pending = 0, failed = 0;
+  if (a.remapped_rows &&
+      ok(a.remapped_rows(d, &corrected, &uncorrected, &remap_pending, &failed))) {
+    g.remapped_rows_correctable = static_cast<int>(corrected);
+    g.remapped_rows_uncorrectable = static_cast<int>(uncorrected);
+    g.remap_pending = static_cast<int>(remap_pending);
+    g.remap_failed = static_cast<int>(failed);
+  }
+  unsigned u = 0;
+  if (a.applications_clock && ok(a.applications_clock(d, nvml::kClockSm, &u)))
+    g.sm_app_clock_mhz = static_cast<int>(u);
+  if (a.default_applications_clock && ok(a.default_applications_clock(d, nvml::kClockSm, &u)))
+    g.sm_app_clock_default_mhz = static_cast<int>(u);
+  if (a.default_power_limit && ok(a.default_power_limit(d, &u))) g.power_limit_default_w = u / 1e3;
+}
+
+// Active NVLinks of one GPU: those to each other GPU (by PCI bus id) and those to NVSwitches.
+struct NvLinkCounts {
+  std::vector<int> to_gpu;  // by position in `gpus`
+  int to_switch = 0;
+  bool known = false;
+};
+
+NvLinkCounts count_nvlinks(const nvml::Api& a, nvml::Device d, const std::vector<GpuInfo>& gpus) {
+  NvLinkCounts c;
+  c.to_gpu.assign(gpus.size(), 0);
+  if (!a.nvlink_state) return c;
+  for (unsigned link = 0; link < nvml::kNvLinkMaxLinks; ++link) {
+    int active = 0;
+    const nvml::Return r = a.nvlink_state(d, link, &active);
+    // A GPU without NVLink answers "not supported": it has none (0), not an unknown count.
+    if (r == nvml::kErrorNotSupported) {
+      c.known = true;
+      break;
+    }
+    if (!ok(r)) continue;
+    c.known = true;
+    if (active != nvml::kFeatureEnabled) continue;
+    int type = nvml::kNvLinkDeviceGpu;
+    if (a.nvlink_remote_device_type && ok(a.nvlink_remote_device_type(d, link, &type)) &&
+        type == nvml::kNvLinkDeviceSwitch) {
+      ++c.to_switch;
+      continue;
+    }
+    nvml::PciInfo remote{};
+    if (!a.nvlink_remote_pci_info || !ok(a.nvlink_remote_pci_info(d, link, &remote))) continue;
+    const std::string bus(remote.bus_id, strnlen(remote.bus_id, sizeof remote.bus_id));
+    for (size_t j = 0; j < gpus.size(); ++j)
+      if (same_pci_device(bus, gpus[j].pci_bus_id)) ++c.to_gpu[j];
+  }
+  return c;
+}
+
+std::vector<GpuLink> query_links(const nvml::Api& a, const std::vector<nvml::Device>& devices,
+                                 const std::vector<GpuInfo>& gpus) {
+  std::vector<NvLinkCounts> nvlinks;
+  for (nvml::Device d : devices) nvlinks.push_back(count_nvlinks(a, d, gpus));
+  std::vector<GpuLink> links;
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    for (size_t j = i + 1; j < gpus.size(); ++j) {
+      GpuLink l;
+      l.a = gpus[i].index;
+      l.b = gpus[j].index;
+      if (nvlinks[i].known && nvlinks[j].known) {
+        // Through NVSwitches every GPU reaches every other with all its switch links: the GPU
+        // with fewer of them limits the pair.
+        const int switched = std::min(nvlinks[i].to_switch, nvlinks[j].to_switch);
+        l.nvlinks = std::max(nvlinks[i].to_gpu[j], nvlinks[j].to_gpu[i]) + switched;
+      }
+      int level = 0;
+      if (a.topology_common_ancestor &&
+          ok(a.topology_common_ancestor(devices[i], devices[j], &level)))
+        l.topology = level;
+      int status = 0;
+      if (a.p2p_status &&
+          ok(a.p2p_status(devices[i], devices[j], nvml::kP2PCapsIndexRead, &status)))
+        l.p2p_read = status;
+      links.push_back(l);
+    }
+  }
+  return links;
+}
+
+}  // namespace
+
+std::string topology_name(int level) {
+  switch (level) {
+    case topology::kInternal:
+      return "on one board";
+    case topology::kSingleSwitch:
+      return "through one PCIe switch";
+    case topology::kMultipleSwitches:
+      return "through several PCIe switches";
+    case topology::kHostBridge:
+      return "through the CPU's host bridge";
+    case topology::kNumaNode:
+      return "across host bridges of one NUMA node";
+    case topology::kSystem:
+      return "across CPU sockets";
+  }
+  return "path unknown";
+}
+
+std::string p2p_status_name(int status) {
+  switch (status) {
+    case 0:
+      return "ok";
+    case 1:
+      return "chipset not supported";
+    case 2:
+      return "GPU not supported";
+    case 3:
+      return "PCIe topology not supported";
+    case 4:
+      return "disabled by registry key";
+    case 5:
+      return "not supported";
+  }
+  return "unknown";
+}
 
 SystemGpuInfo query_gpus(const std::string& library) {
   SystemGpuInfo out;
@@ -22,13 +179,13 @@ SystemGpuInfo query_gpus(const std::string& library) {
   const nvml::Api& a = *api;
   out.nvml = true;
   out.status = "ok";
-  auto ok = [](nvml::Return r) { return r == nvml::kSuccess; };
   char buf[96] = {};
   if (a.system_driver_version && ok(a.system_driver_version(buf, sizeof buf))) out.driver = buf;
   int v = 0;
   if (a.system_cuda_driver_version && ok(a.system_cuda_driver_version(&v))) out.cuda_driver = v;
   unsigned count = 0;
   if (!a.device_count || !ok(a.device_count(&count))) return out;
+  std::vector<nvml::Device> devices;  // beside out.gpus
   for (unsigned i = 0; i < count; ++i) {
     nvml::Device d = nullptr;
     if (!a.handle_by_index || !ok(a.handle_by_index(i, &d))) continue;
@@ -95,8 +252,11 @@ SystemGpuInfo query_gpus(const std::string& library) {
         }
       }
     }
+    query_health(a, d, g);
     out.gpus.push_back(std::move(g));
+    devices.push_back(d);
   }
+  out.links = query_links(a, devices, out.gpus);
   return out;
 }
 

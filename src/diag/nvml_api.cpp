@@ -94,6 +94,18 @@ std::shared_ptr<const Api> load(const std::string& library, std::string* why) {
   bind(lib, a.pcie_link_width_max, "nvmlDeviceGetMaxPcieLinkWidth");
   bind(lib, a.memory_info, "nvmlDeviceGetMemoryInfo");
   bind(lib, a.compute_processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+  bind(lib, a.mig_mode, "nvmlDeviceGetMigMode");
+  bind(lib, a.retired_pages, "nvmlDeviceGetRetiredPages");
+  bind(lib, a.retired_pages_pending, "nvmlDeviceGetRetiredPagesPendingStatus");
+  bind(lib, a.remapped_rows, "nvmlDeviceGetRemappedRows");
+  bind(lib, a.applications_clock, "nvmlDeviceGetApplicationsClock");
+  bind(lib, a.default_applications_clock, "nvmlDeviceGetDefaultApplicationsClock");
+  bind(lib, a.default_power_limit, "nvmlDeviceGetPowerManagementDefaultLimit");
+  bind(lib, a.nvlink_state, "nvmlDeviceGetNvLinkState");
+  bind(lib, a.nvlink_remote_pci_info, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  bind(lib, a.nvlink_remote_device_type, "nvmlDeviceGetNvLinkRemoteDeviceType");
+  bind(lib, a.topology_common_ancestor, "nvmlDeviceGetTopologyCommonAncestor");
+  bind(lib, a.p2p_status, "nvmlDeviceGetP2PStatus");
   loaded[library] = api;
   return api;
 }

@@ -25,6 +25,11 @@ enum { kPcieUtilTxBytes = 0, kPcieUtilRxBytes = 1 };
 enum { kMemoryErrorCorrected = 0, kMemoryErrorUncorrected = 1 };
 enum { kVolatileEcc = 0, kAggregateEcc = 1 };
 enum { kFeatureDisabled = 0, kFeatureEnabled = 1 };
+enum { kPageRetirementMultipleSingleBit = 0, kPageRetirementDoubleBit = 1 };  // ...Cause_t
+inline constexpr unsigned kNvLinkMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
+enum { kNvLinkDeviceGpu = 0, kNvLinkDeviceIbmNpu = 1, kNvLinkDeviceSwitch = 2 };
+enum { kP2PCapsIndexRead = 0 };  // nvmlGpuP2PCapsIndex_t
+enum { kP2PStatusOk = 0 };       // nvmlGpuP2PStatus_t
 
 struct Utilization {  // nvmlUtilization_t
   unsigned int gpu;
@@ -35,7 +40,7 @@ struct Memory {  // nvmlMemory_t (v1)
   unsigned long long free;
   unsigned long long used;
 };
-struct PciInfo {  // nvmlPciInfo_t
+struct PciInfo {  // nvmlPciInfo_t (also filled by nvmlDeviceGetNvLinkRemotePciInfo_v2)
   char bus_id_legacy[16];
   unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
   char bus_id[32];
@@ -79,6 +84,21 @@ struct Api {
   Return (*pcie_link_width_max)(Device, unsigned int*) = nullptr;
   Return (*memory_info)(Device, Memory*) = nullptr;
   Return (*compute_processes)(Device, unsigned int*, ProcessInfo*) = nullptr;
+  Return (*mig_mode)(Device, unsigned int*, unsigned int*) = nullptr;  // current, pending
+  // Pre-Ampere page retirement: count (in: buffer size) and addresses, by cause.
+  Return (*retired_pages)(Device, int, unsigned int*, unsigned long long*) = nullptr;
+  Return (*retired_pages_pending)(Device, int*) = nullptr;
+  // Ampere+ row remapping: corrected rows, uncorrected rows, pending, failure occurred.
+  Return (*remapped_rows)(Device, unsigned int*, unsigned int*, unsigned int*,
+                          unsigned int*) = nullptr;
+  Return (*applications_clock)(Device, int, unsigned int*) = nullptr;          // MHz
+  Return (*default_applications_clock)(Device, int, unsigned int*) = nullptr;  // MHz
+  Return (*default_power_limit)(Device, unsigned int*) = nullptr;              // mW
+  Return (*nvlink_state)(Device, unsigned int, int*) = nullptr;  // link, nvmlEnableState_t
+  Return (*nvlink_remote_pci_info)(Device, unsigned int, PciInfo*) = nullptr;
+  Return (*nvlink_remote_device_type)(Device, unsigned int, int*) = nullptr;
+  Return (*topology_common_ancestor)(Device, Device, int*) = nullptr;  // nvmlGpuTopologyLevel_t
+  Return (*p2p_status)(Device, Device, int, int*) = nullptr;  // caps index, nvmlGpuP2PStatus_t
 
   ~Api();
   std::string error(Return r) const;  // NVML's message for r

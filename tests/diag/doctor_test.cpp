@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "stoker/diag/gpu_monitor.h"
+
 namespace diag = stoker::diag;
 using diag::CheckStatus;
 
@@ -33,6 +35,12 @@ diag::StaticInputs healthy_h200() {
   g.persistence_mode = 1;
   g.ecc_mode = 1;
   g.ecc_uncorrected_volatile = g.ecc_uncorrected_aggregate = 0;
+  g.ecc_corrected_volatile = g.ecc_corrected_aggregate = 0;
+  g.mig_mode = g.mig_mode_pending = 0;
+  g.remapped_rows_uncorrectable = g.remapped_rows_correctable = 0;
+  g.remap_pending = g.remap_failed = 0;
+  g.sm_app_clock_mhz = g.sm_app_clock_default_mhz = 1980;
+  g.power_limit_w = g.power_limit_default_w = 700;
   g.pcie_gen = g.pcie_gen_max = 5;
   g.pcie_width = g.pcie_width_max = 16;
   g.memory_total = int64_t{140} << 30;
@@ -41,6 +49,36 @@ diag::StaticInputs healthy_h200() {
   in.gpus.gpus = {g};
   in.h2d_gb_s = {55.4};
   return in;
+}
+
+// `n` healthy H200s whose pairs all have `link`.
+diag::StaticInputs healthy_h200s(int n, const diag::GpuLink& link) {
+  diag::StaticInputs in = healthy_h200();
+  const diag::GpuInfo first = in.gpus.gpus[0];
+  in.gpus.gpus.clear();
+  for (int i = 0; i < n; ++i) {
+    diag::GpuInfo g = first;
+    g.index = i;
+    in.gpus.gpus.push_back(g);
+    for (int j = i + 1; j < n; ++j) {
+      diag::GpuLink l = link;
+      l.a = i;
+      l.b = j;
+      in.gpus.links.push_back(l);
+    }
+  }
+  in.cuda_devices = n;
+  in.cpu_count = 16 * n;
+  in.h2d_gb_s.assign(static_cast<size_t>(n), 55.4);
+  return in;
+}
+
+diag::GpuLink nvlinked(int nvlinks) {
+  diag::GpuLink l;
+  l.nvlinks = nvlinks;
+  l.topology = diag::topology::kSystem;  // NVLink makes the PCIe path irrelevant
+  l.p2p_read = 0;
+  return l;
 }
 
 int count(const std::vector<diag::Check>& checks, CheckStatus s) {
@@ -66,6 +104,11 @@ TEST(DoctorStatic, HealthyMachineHasNoWarnings) {
   EXPECT_NE(bw->what.find("88 % of the link's 63.0 GB/s"), std::string::npos) << bw->what;
   EXPECT_NE(find(checks, "driver 580.159.04 (supports CUDA up to 13.0)"), nullptr);
   EXPECT_NE(find(checks, "no other process"), nullptr);
+  EXPECT_EQ(find(checks, "MIG mode off")->status, CheckStatus::ok);
+  EXPECT_EQ(find(checks, "no remapped rows")->status, CheckStatus::ok);
+  EXPECT_EQ(find(checks, "ECC on, no uncorrected errors (volatile or aggregate)")->status,
+            CheckStatus::ok);
+  EXPECT_EQ(find(checks, "held below their maximum"), nullptr);
 }
 
 TEST(DoctorStatic, FindsEachProblem) {
@@ -108,6 +151,198 @@ TEST(DoctorStatic, IdleClocksAndLinkAreInformationOnly) {
   EXPECT_EQ(count(checks, CheckStatus::warn), 0);
   EXPECT_EQ(find(checks, "SM clock 345 of 1,980 MHz")->status, CheckStatus::info);
   EXPECT_EQ(find(checks, "PCIe Gen1 x16")->status, CheckStatus::info);
+  EXPECT_EQ(find(checks, "held below their maximum"), nullptr);  // idle is no setting
+}
+
+TEST(DoctorStatic, MigMode) {
+  auto in = healthy_h200();
+  auto& g = in.gpus.gpus[0];
+  g.mig_mode = g.mig_mode_pending = 1;
+  auto checks = diag::static_checks(in);
+  const auto* mig = find(checks, "MIG mode on: a training job sees one slice of the GPU");
+  ASSERT_NE(mig, nullptr);
+  EXPECT_EQ(mig->status, CheckStatus::warn);
+  EXPECT_NE(mig->fix.find("nvidia-smi -i 0 -mig 0"), std::string::npos) << mig->fix;
+  EXPECT_EQ(find(checks, "off after the next GPU reset"), nullptr);
+  g.mig_mode_pending = 0;  // being turned off
+  checks = diag::static_checks(in);
+  EXPECT_NE(find(checks,
+                 "MIG mode on: a training job sees one slice of the GPU (a fraction of "
+                 "its SMs and memory), off after the next GPU reset"),
+            nullptr);
+  g.mig_mode = 0;
+  g.mig_mode_pending = 1;  // being turned on
+  checks = diag::static_checks(in);
+  EXPECT_EQ(find(checks, "MIG mode off, but on after the next GPU reset")->status,
+            CheckStatus::info);
+  EXPECT_EQ(count(checks, CheckStatus::warn), 0);
+  g.mig_mode = g.mig_mode_pending = -1;  // not supported: no line
+  checks = diag::static_checks(in);
+  EXPECT_EQ(find(checks, "MIG"), nullptr);
+}
+
+TEST(DoctorStatic, RowRemappingFailureFails) {
+  auto in = healthy_h200();
+  auto& g = in.gpus.gpus[0];
+  g.remap_failed = 1;
+  g.remapped_rows_uncorrectable = 3;
+  g.remap_pending = 1;  // the failure outranks the pending remapping
+  const auto checks = diag::static_checks(in);
+  const auto* c = find(checks, "a row remapping failed");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, CheckStatus::fail);
+  EXPECT_NE(c->what.find("3 after uncorrectable errors, 0 after correctable ones"),
+            std::string::npos)
+      << c->what;
+  EXPECT_NE(c->fix.find("RMA"), std::string::npos);
+  EXPECT_EQ(find(checks, "pending"), nullptr);
+}
+
+TEST(DoctorStatic, PendingMemoryRepairWarns) {
+  auto in = healthy_h200();
+  auto& g = in.gpus.gpus[0];
+  g.remap_pending = 1;
+  g.remapped_rows_uncorrectable = 1;
+  auto checks = diag::static_checks(in);
+  const auto* c = find(checks, "a row remapping is pending");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, CheckStatus::warn);
+  EXPECT_NE(c->fix.find("nvidia-smi -i 0 -r"), std::string::npos) << c->fix;
+
+  // A pre-Ampere GPU: pages retired instead of rows remapped.
+  auto old = healthy_h200();
+  auto& v = old.gpus.gpus[0];
+  v.remapped_rows_uncorrectable = v.remapped_rows_correctable = -1;
+  v.remap_pending = v.remap_failed = -1;
+  v.retired_pages_double_bit = 1;
+  v.retired_pages_single_bit = 0;
+  v.retired_pages_pending = 1;
+  checks = diag::static_checks(old);
+  c = find(checks, "pages are pending retirement");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, CheckStatus::warn);
+  EXPECT_NE(c->what.find("retired pages: 1 after double-bit errors, 0 after repeated single-bit "
+                         "errors"),
+            std::string::npos)
+      << c->what;
+  EXPECT_EQ(find(checks, "remapped rows"), nullptr);  // not supported: not mentioned
+}
+
+TEST(DoctorStatic, RepairedMemoryIsInformation) {
+  auto in = healthy_h200();
+  auto& g = in.gpus.gpus[0];
+  g.remapped_rows_uncorrectable = 2;
+  g.remapped_rows_correctable = 5;
+  g.ecc_corrected_volatile = 3;
+  g.ecc_corrected_aggregate = 12;
+  const auto checks = diag::static_checks(in);
+  EXPECT_EQ(count(checks, CheckStatus::warn), 0);
+  EXPECT_EQ(count(checks, CheckStatus::fail), 0);
+  const auto* rows = find(checks,
+                          "memory repaired by the driver: rows remapped to spares: 2 "
+                          "after uncorrectable errors, 5 after correctable ones");
+  ASSERT_NE(rows, nullptr);
+  EXPECT_EQ(rows->status, CheckStatus::info);
+  const auto* ecc = find(checks,
+                         "corrected errors: 3 volatile (since the driver loaded), 12 "
+                         "aggregate (lifetime)");
+  ASSERT_NE(ecc, nullptr);
+  EXPECT_EQ(ecc->status, CheckStatus::info);
+  EXPECT_NE(ecc->what.find("no uncorrected errors"), std::string::npos) << ecc->what;
+}
+
+TEST(DoctorStatic, ClockSettingsBelowDefaultWarn) {
+  auto in = healthy_h200();
+  auto& g = in.gpus.gpus[0];
+  g.sm_app_clock_mhz = 1410;
+  auto checks = diag::static_checks(in);
+  const auto* c = find(checks, "clocks held below their maximum");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, CheckStatus::warn);
+  EXPECT_NE(c->what.find("application clocks set to 1,410 MHz, below the default 1,980 MHz"),
+            std::string::npos)
+      << c->what;
+  EXPECT_NE(c->fix.find("nvidia-smi -i 0 -rac"), std::string::npos) << c->fix;
+  EXPECT_EQ(c->fix.find("-pl"), std::string::npos) << c->fix;  // only the fixes that apply
+
+  g.sm_app_clock_mhz = 1980;
+  g.power_limit_w = 500;
+  checks = diag::static_checks(in);
+  c = find(checks, "clocks held below their maximum");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, CheckStatus::warn);
+  EXPECT_NE(c->what.find("power limit 500 W, below the default 700 W"), std::string::npos)
+      << c->what;
+  EXPECT_NE(c->fix.find("nvidia-smi -i 0 -pl 700"), std::string::npos) << c->fix;
+
+  g.power_limit_w = 700;
+  g.clock_events = diag::clock_event::kApplicationsClocksSetting;  // locked clocks
+  checks = diag::static_checks(in);
+  c = find(checks, "clocks held below their maximum");
+  ASSERT_NE(c, nullptr);
+  EXPECT_NE(c->what.find("clocks limited now by a setting: application clocks"), std::string::npos)
+      << c->what;
+  EXPECT_NE(c->fix.find("-rgc"), std::string::npos) << c->fix;
+}
+
+TEST(DoctorStatic, NvLinkedPairsAreOneOkLine) {
+  auto checks = diag::static_checks(healthy_h200s(2, nvlinked(18)));
+  const auto* pair = find(checks, "GPU 0-1: 18 NVLinks, P2P ok");
+  ASSERT_NE(pair, nullptr);
+  EXPECT_EQ(pair->status, CheckStatus::ok);
+  EXPECT_EQ(count(checks, CheckStatus::warn), 0);
+
+  checks = diag::static_checks(healthy_h200s(8, nvlinked(18)));
+  EXPECT_EQ(find(checks, "all 28 GPU pairs: 18 NVLinks, P2P ok")->status, CheckStatus::ok);
+  int lines = 0;
+  for (const auto& c : checks) lines += c.what.find("NVLink") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(lines, 1);
+  EXPECT_EQ(count(checks, CheckStatus::warn), 0);
+}
+
+TEST(DoctorStatic, PairWithoutP2PWarns) {
+  diag::GpuLink across;
+  across.nvlinks = 0;
+  across.topology = diag::topology::kSystem;
+  across.p2p_read = 3;  // NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
+  auto checks = diag::static_checks(healthy_h200s(2, across));
+  const auto* c = find(checks,
+                       "GPU 0-1: no NVLink, no P2P (PCIe topology not supported), PCIe "
+                       "across CPU sockets: all-reduce between them goes through host "
+                       "memory");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, CheckStatus::warn);
+  EXPECT_NE(c->fix.find("ACS"), std::string::npos) << c->fix;
+
+  diag::GpuLink pcie;
+  pcie.nvlinks = 0;
+  pcie.topology = diag::topology::kSingleSwitch;
+  pcie.p2p_read = 0;
+  checks = diag::static_checks(healthy_h200s(2, pcie));
+  c = find(checks, "GPU 0-1: no NVLink, P2P ok over PCIe through one PCIe switch");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, CheckStatus::info);
+}
+
+TEST(DoctorStatic, IdenticalPairsShareALine) {
+  // Two NVLink pairs (0-1, 2-3) across CPU sockets without P2P between them.
+  diag::GpuLink across;
+  across.nvlinks = 0;
+  across.topology = diag::topology::kSystem;
+  across.p2p_read = 3;
+  auto in = healthy_h200s(4, across);
+  for (auto& l : in.gpus.links) {
+    if ((l.a == 0 && l.b == 1) || (l.a == 2 && l.b == 3)) {
+      l.nvlinks = 4;
+      l.p2p_read = 0;
+    }
+  }
+  const auto checks = diag::static_checks(in);
+  EXPECT_EQ(find(checks, "GPU pairs 0-1, 2-3: 4 NVLinks, P2P ok")->status, CheckStatus::ok);
+  const auto* c = find(checks, "GPU pairs 0-2, 0-3, 1-2, 1-3: no NVLink, no P2P");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, CheckStatus::warn);
+  EXPECT_EQ(count(checks, CheckStatus::warn), 1);
 }
 
 TEST(DoctorStatic, NoNvml) {

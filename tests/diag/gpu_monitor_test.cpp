@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
+#include "stoker/diag/doctor.h"
 #include "stoker/diag/gpu_info.h"
 
 namespace diag = stoker::diag;
@@ -98,7 +100,24 @@ TEST(GpuMonitor, StaticInfoFromAFakeNvml) {
   EXPECT_FALSE(diag::same_pci_device(g.pci_bus_id, ""));
   EXPECT_EQ(g.persistence_mode, 0);
   EXPECT_EQ(g.ecc_mode, 1);
-  EXPECT_EQ(g.ecc_uncorrected_volatile, -1);  // not supported: left unknown
+  // ECC counters by (error type, counter): distinct values catch swapped arguments.
+  EXPECT_EQ(g.ecc_uncorrected_volatile, 0);
+  EXPECT_EQ(g.ecc_uncorrected_aggregate, 1);
+  EXPECT_EQ(g.ecc_corrected_volatile, 3);
+  EXPECT_EQ(g.ecc_corrected_aggregate, 12);
+  EXPECT_EQ(g.mig_mode, 0);
+  EXPECT_EQ(g.mig_mode_pending, 0);
+  EXPECT_EQ(g.remapped_rows_correctable, 2);
+  EXPECT_EQ(g.remapped_rows_uncorrectable, 1);
+  EXPECT_EQ(g.remap_pending, 0);
+  EXPECT_EQ(g.remap_failed, 0);
+  EXPECT_EQ(g.retired_pages_double_bit, -1);  // not supported: left unknown
+  EXPECT_EQ(g.retired_pages_single_bit, -1);
+  EXPECT_EQ(g.retired_pages_pending, -1);
+  EXPECT_EQ(g.sm_app_clock_mhz, 1755);
+  EXPECT_EQ(g.sm_app_clock_default_mhz, 1980);
+  EXPECT_DOUBLE_EQ(g.power_limit_default_w, 700);
+  EXPECT_TRUE(info.links.empty());  // one GPU: no pair
   EXPECT_EQ(g.pcie_gen, 4);
   EXPECT_EQ(g.pcie_gen_max, 5);
   EXPECT_EQ(g.pcie_width, 16);
@@ -108,6 +127,84 @@ TEST(GpuMonitor, StaticInfoFromAFakeNvml) {
   EXPECT_EQ(g.processes[0].pid, 4242u);
   EXPECT_EQ(g.processes[0].used_bytes, int64_t{2} << 30);
   EXPECT_EQ(g.processes[1].used_bytes, -1);  // NVML_VALUE_NOT_AVAILABLE
+}
+
+namespace {
+
+// Sets an environment variable the fake NVML reads, for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+const diag::GpuLink* find_link(const diag::SystemGpuInfo& info, int a, int b) {
+  for (const auto& l : info.links)
+    if (l.a == a && l.b == b) return &l;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(GpuMonitor, GpuPairsFromAFakeNvml) {
+  REQUIRE_FAKE_NVML();
+  ScopedEnv gpus("FAKE_NVML_GPUS", "4");  // pairs 0-1 and 2-3 joined by 4 NVLinks
+  const diag::SystemGpuInfo info = diag::query_gpus(STOKER_FAKE_NVML);
+  ASSERT_TRUE(info.nvml) << info.status;
+  ASSERT_EQ(info.gpus.size(), 4u);
+  EXPECT_EQ(info.gpus[3].index, 3);
+  EXPECT_EQ(info.gpus[3].pci_bus_id, "00000000:1B:00.0");
+  ASSERT_EQ(info.links.size(), 6u);
+  const diag::GpuLink* pair = find_link(info, 0, 1);
+  ASSERT_NE(pair, nullptr);
+  EXPECT_EQ(pair->nvlinks, 4);
+  EXPECT_EQ(pair->topology, diag::topology::kSingleSwitch);
+  EXPECT_EQ(pair->p2p_read, 0);
+  EXPECT_EQ(find_link(info, 2, 3)->nvlinks, 4);
+  const diag::GpuLink* across = find_link(info, 1, 2);
+  ASSERT_NE(across, nullptr);
+  EXPECT_EQ(across->nvlinks, 0);
+  EXPECT_EQ(across->topology, diag::topology::kSystem);
+  EXPECT_EQ(across->p2p_read, 3);  // IOH topology not supported
+  EXPECT_EQ(diag::p2p_status_name(across->p2p_read), "PCIe topology not supported");
+
+  // The same machine through `stoker doctor`'s rules.
+  diag::StaticInputs in;
+  in.gpus = info;
+  const auto checks = diag::static_checks(in);
+  auto find = [&](const std::string& text) -> const diag::Check* {
+    for (const auto& c : checks)
+      if (c.what.find(text) != std::string::npos) return &c;
+    return nullptr;
+  };
+  ASSERT_NE(find("GPU pairs 0-1, 2-3: 4 NVLinks, P2P ok"), nullptr);
+  const diag::Check* no_p2p = find("GPU pairs 0-2, 0-3, 1-2, 1-3: no NVLink, no P2P");
+  ASSERT_NE(no_p2p, nullptr);
+  EXPECT_EQ(no_p2p->status, diag::CheckStatus::warn);
+  // The fake's application clocks (1,755 of 1,980 MHz) reach the clock-settings rule.
+  const diag::Check* clocks = find(
+      "GPU 0 (NVIDIA H200): clocks held below their maximum: "
+      "application clocks set to 1,755 MHz");
+  ASSERT_NE(clocks, nullptr);
+  EXPECT_EQ(clocks->status, diag::CheckStatus::warn);
+}
+
+TEST(GpuMonitor, NvSwitchedGpusFromAFakeNvml) {
+  REQUIRE_FAKE_NVML();
+  ScopedEnv gpus("FAKE_NVML_GPUS", "3");
+  ScopedEnv nvswitch("FAKE_NVML_NVSWITCH", "1");  // 18 NVLinks per GPU, all to NVSwitches
+  const diag::SystemGpuInfo info = diag::query_gpus(STOKER_FAKE_NVML);
+  ASSERT_TRUE(info.nvml) << info.status;
+  ASSERT_EQ(info.links.size(), 3u);
+  for (const auto& l : info.links) {
+    EXPECT_EQ(l.nvlinks, 18) << l.a << "-" << l.b;
+    EXPECT_EQ(l.p2p_read, 0) << l.a << "-" << l.b;
+  }
 }
 
 TEST(GpuMonitor, ClockEventNames) {

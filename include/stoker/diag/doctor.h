@@ -40,8 +40,11 @@ struct StaticInputs {
 // the libraries, the CUDA devices, the CPU; no bandwidth measured (h2d_gb_s empty).
 StaticInputs collect_static_inputs(const std::string& nvml_library = "libnvidia-ml.so.1");
 
-// Versions, persistence mode, clocks vs max, ECC errors, PCIe link generation and width (and
-// the measured bandwidth against it), memory used by other processes.
+// Versions, persistence mode, MIG mode, clocks vs max and the settings that hold them lower
+// (application clocks, locked clocks, power limit), ECC errors (volatile and aggregate), rows
+// remapped or pages retired, PCIe link generation and width (and the measured bandwidth against
+// it), memory used by other processes, the link between each pair of GPUs (NVLink, PCIe path,
+// P2P).
 std::vector<Check> static_checks(const StaticInputs& in);
 
 // Theoretical PCIe bandwidth per direction in GB/s for a link (gen 1..6, lanes), -1 unknown.
