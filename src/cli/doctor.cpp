@@ -132,6 +132,9 @@ CLI::App* add_doctor_command(CLI::App& app, DoctorOptions& o) {
   c->add_option("--json", o.json, "write everything measured to this JSON file");
   c->add_option("--trace", o.trace, "Chrome trace of the real-data run");
   c->add_option("--save-baseline", o.save_baseline, "baseline card of the real-data run");
+  c->add_option("--html", o.html,
+                "write the health check as one HTML page: the static checks, the ablations and "
+                "(bundled model) the real-data run's verdict, op table and curves");
   c->add_option("--compare", o.compare_baseline, "compare the real-data run with this card")
       ->check(CLI::ExistingFile);
   c->add_option("--nvml", o.nvml, "NVML library to load")->capture_default_str();
@@ -162,12 +165,25 @@ int run_doctor(DoctorOptions o) {
   if (!o.json.empty()) core::check_output_path(o.json, "--json");
   if (!o.trace.empty()) core::check_output_path(o.trace, "--trace");
   if (!o.save_baseline.empty()) core::check_output_path(o.save_baseline, "--save-baseline");
+  if (!o.html.empty()) core::check_output_path(o.html, "--html");
 
   json out = {{"device", device.str()}};
   std::printf("stoker doctor %s on %s\n", core::version(), core::describe_device(device).c_str());
-  if (!o.no_static) out["static"] = run_static(o);
+  diag::HtmlReport page;
+  page.title = "stoker doctor: " + core::describe_device(device);
+  page.facts = {{"stoker", core::version()},
+                {"model", o.program.empty() ? "bundled " + o.model : o.program.front()},
+                {"precision", o.precision},
+                {"batch", std::to_string(o.batch)}};
+  auto write_page = [&] {
+    if (o.html.empty()) return;
+    diag::write_html(o.html, page);
+    std::printf("\nhtml report: %s\n", o.html.c_str());
+  };
+  if (!o.no_static) out["static"] = run_static(o, &page.checks);
   if (o.no_ablations && !o.overhead) {
     if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+    write_page();
     return 0;
   }
 
@@ -184,9 +200,17 @@ int run_doctor(DoctorOptions o) {
   std::vector<Measurement> ms;
   const int visible = core::cuda_device_count();
   const int ranks = o.gpus > 0 ? o.gpus : (device.is_cuda() ? visible : 1);
-  if (!o.no_ablations)
-    ms = o.program.empty() ? run_bundled_ablations(o, s, ranks, tmp)
+  if (!o.no_ablations) {
+    diag::HtmlReport run;  // the real-data run's page: verdict, op table, curves
+    ms = o.program.empty() ? run_bundled_ablations(o, s, ranks, tmp, &run)
                            : run_program_ablations(o, ranks, tmp);
+    if (run.report) {
+      run.title = page.title;
+      run.facts = page.facts;
+      run.checks = page.checks;
+      page = std::move(run);
+    }
+  }
   if (!ms.empty()) {
     std::printf("\n== measurements ==\n%s", diag::measurement_table(ms).c_str());
     std::printf("\n== conclusions ==\n");
@@ -195,6 +219,8 @@ int run_doctor(DoctorOptions o) {
     for (const Measurement& m : ms) a.push_back(measurement_json(m));
     out["measurements"] = a;
     out["conclusions"] = diag::conclude(ms);
+    page.ablations = ms;
+    page.conclusions = diag::conclude(ms);
   }
   if (o.overhead) out["overhead"] = run_overhead(o, s);
   if (!o.json.empty()) {
@@ -202,6 +228,7 @@ int run_doctor(DoctorOptions o) {
     f << out.dump(2) << "\n";
     STOKER_CHECK(f.good(), "stoker doctor: cannot write ", o.json);
   }
+  write_page();
   std::fflush(stdout);
   return 0;
 }

@@ -37,6 +37,7 @@ struct DoctorOptions {
   int repeats = 5;
   int64_t overhead_steps = 0;  // timed steps per overhead run (0: --steps)
   std::string json, trace, save_baseline, compare_baseline;
+  std::string html;  // the health-check page (diag::write_html)
   std::string nvml = "libnvidia-ml.so.1";
   std::vector<std::string> program;  // the user's program (after --)
   std::string worker_json;           // internal: a rank of the 1-vs-N ablation

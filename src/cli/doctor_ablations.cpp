@@ -18,7 +18,7 @@
 namespace stoker::cli::doctor {
 
 std::vector<Measurement> run_bundled_ablations(const DoctorOptions& o, const Setup& s, int ranks,
-                                               const fs::path& tmp) {
+                                               const fs::path& tmp, diag::HtmlReport* html) {
   std::vector<Measurement> ms;
   auto add = [&](Measurement m) {
     ms.push_back(std::move(m));
@@ -58,7 +58,7 @@ std::vector<Measurement> run_bundled_ablations(const DoctorOptions& o, const Set
     d.trace_path = o.trace;
     d.baseline_save = o.save_baseline;
     d.baseline_compare = o.compare_baseline;
-    const diag::Report real = train(o, s, loader, d);
+    const diag::Report real = train(o, s, loader, d, nullptr, nullptr, html);
     std::fputs(real.text().c_str(), stdout);
     add(to_measurement("real data", "real", o.batch, real));
     if (lo.on_corrupt == data::CorruptPolicy::skip)

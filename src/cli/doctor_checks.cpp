@@ -40,18 +40,10 @@ double measure_h2d_gb_s(Device d) {
 
 }  // namespace
 
-json run_static(const DoctorOptions& o) {
+json run_static(const DoctorOptions& o, std::vector<diag::Check>* checks_out) {
   std::printf("== static checks ==\n");
-  diag::StaticInputs in;
-  in.gpus = diag::query_gpus(o.nvml);
-  in.libraries = core::library_versions();
-  in.built_with_cuda = core::built_with_cuda();
-  in.cuda_devices = core::cuda_device_count();
-  in.cpu_count = static_cast<int>(std::thread::hardware_concurrency());
-  in.cpu = core::describe_device(Device::cpu());
-  in.self_pid = static_cast<unsigned>(::getpid());
+  diag::StaticInputs in = diag::collect_static_inputs(o.nvml);
   in.h2d_gb_s.assign(in.gpus.gpus.size(), -1.0);
-  std::vector<int> job_gpus;  // NVML indices of the GPUs CUDA gives this job
   for (int c = 0; c < in.cuda_devices; ++c) {
     double bw = -1;
     try {
@@ -65,19 +57,11 @@ json run_static(const DoctorOptions& o) {
       if (!bus.empty() && diag::same_pci_device(bus, in.gpus.gpus[g].pci_bus_id)) {
         in.h2d_gb_s[g] = bw;
         matched = true;
-        job_gpus.push_back(in.gpus.gpus[g].index);
       }
     }
     if (!matched && bw > 0)
       std::printf("  [ok]   cuda:%d: pinned host-to-device copies reach %.1f GB/s\n", c, bw);
   }
-  // NVML sees every GPU of the machine (CUDA_VISIBLE_DEVICES does not apply to it): the pairs
-  // that matter are those between the job's GPUs.
-  if (!job_gpus.empty())
-    std::erase_if(in.gpus.links, [&](const diag::GpuLink& l) {
-      return std::find(job_gpus.begin(), job_gpus.end(), l.a) == job_gpus.end() ||
-             std::find(job_gpus.begin(), job_gpus.end(), l.b) == job_gpus.end();
-    });
   json checks = json::array();
   for (const diag::Check& c : diag::static_checks(in)) {
     std::printf("  [%-4s] %s\n", diag::check_status_name(c.status), c.what.c_str());
@@ -86,6 +70,7 @@ json run_static(const DoctorOptions& o) {
       std::printf("         fix: %s\n", c.fix.c_str());
     checks.push_back(
         {{"status", diag::check_status_name(c.status)}, {"what", c.what}, {"fix", c.fix}});
+    if (checks_out) checks_out->push_back(c);
   }
   std::fflush(stdout);
   return checks;

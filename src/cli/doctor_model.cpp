@@ -61,8 +61,8 @@ data::Batch random_batch(const DoctorOptions& o, const Setup& s, int64_t batch) 
 }
 
 diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& source,
-                   diag::DiagnosticsOptions d, dist::GradSync* grad_sync,
-                   nn::Sequential* model_in) {
+                   diag::DiagnosticsOptions d, dist::GradSync* grad_sync, nn::Sequential* model_in,
+                   diag::HtmlReport* html) {
   std::unique_ptr<nn::Sequential> owned;
   nn::Sequential* model = model_in;
   if (!model) {
@@ -86,6 +86,7 @@ diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& so
   train::Trainer trainer(*model, loss, opt, t);
   const int64_t per_epoch = std::max<int64_t>(1, source.batches_per_epoch());
   const auto r = trainer.fit(source, (o.warmup + o.steps) / per_epoch + 2);
+  if (html) *html = trainer.diagnostics()->html(r.diagnosis, {});
   return r.diagnosis;
 }
 

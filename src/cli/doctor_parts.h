@@ -79,9 +79,10 @@ std::unique_ptr<nn::Sequential> make_model(const DoctorOptions& o, const Setup& 
 data::Batch random_batch(const DoctorOptions& o, const Setup& s, int64_t batch);
 // Trains the bundled model (`model`, or a fresh one) on `source` for warmup + steps optimizer
 // steps with diagnostics `d` on; the report.
+// `html`: filled with the run's health-check page (its verdict, op table and curves).
 diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& source,
                    diag::DiagnosticsOptions d, dist::GradSync* grad_sync = nullptr,
-                   nn::Sequential* model = nullptr);
+                   nn::Sequential* model = nullptr, diag::HtmlReport* html = nullptr);
 
 // ---- measurements (doctor_measurement.cpp)
 
@@ -104,12 +105,14 @@ std::vector<int64_t> sweep_sizes(const DoctorOptions& o);
 
 // ---- the parts run_doctor calls
 
-// The static checks, printed; their JSON ("static" of --json). doctor_checks.cpp
-json run_static(const DoctorOptions& o);
+// The static checks, printed; their JSON ("static" of --json), and the checks themselves in
+// `checks` when given (the HTML report). doctor_checks.cpp
+json run_static(const DoctorOptions& o, std::vector<diag::Check>* checks = nullptr);
 // The ablations on the bundled model, printed as they go; `ranks` > 1 adds 1 vs N ranks;
-// scratch files go to `tmp`. doctor_ablations.cpp
+// scratch files go to `tmp`; `html` gets the real-data run's page. doctor_ablations.cpp
 std::vector<Measurement> run_bundled_ablations(const DoctorOptions& o, const Setup& s, int ranks,
-                                               const fs::path& tmp);
+                                               const fs::path& tmp,
+                                               diag::HtmlReport* html = nullptr);
 // The bundled model under `stoker launch` with `ranks` ranks (each runs run_worker).
 // doctor_worker.cpp
 Measurement run_ranks(const DoctorOptions& o, const Setup& s, int ranks, const fs::path& tmp);

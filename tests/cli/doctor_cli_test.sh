@@ -57,7 +57,7 @@ grep -q "== conclusions ==" "$dir/bad_out.txt"
 "$stoker" doctor --device cpu --steps 3 --warmup 1 --batch 8 --size 16 --synth-images 32 \
   --synth-image-size 64 --width 16 --threads 1 --prefetch 2 --sweep 4,8 --gpus 2 --overhead \
   --repeats 1 --json "$dir/doctor.json" --trace "$dir/trace.json" \
-  --save-baseline "$dir/card.json" > "$dir/out.txt"
+  --save-baseline "$dir/card.json" --html "$dir/doctor.html" > "$dir/out.txt"
 grep -q "== static checks ==" "$dir/out.txt"
 grep -q "CPU: .* hardware threads" "$dir/out.txt"
 grep -q "diag  verdict: " "$dir/out.txt"
@@ -72,6 +72,12 @@ grep -q '"conclusions"' "$dir/doctor.json"
 grep -q '"overhead"' "$dir/doctor.json"
 grep -q '"traceEvents"' "$dir/trace.json"
 grep -q '"stoker_baseline_card"' "$dir/card.json"
+# The page: the static checks, the real-data run's verdict and curves, the ablations.
+grep -q "^html report: $dir/doctor.html" "$dir/out.txt"
+for part in '<h2>Static checks</h2>' '<h2>Verdict</h2>' 'data-chart="step_time"' \
+  '<h2>Ablations</h2>' '<td>synthetic data</td>' 'the model itself (no input pipeline)'; do
+  grep -qF "$part" "$dir/doctor.html" || { echo "doctor --html: no '$part' in the page"; exit 1; }
+done
 # The user's program: {batch} is replaced by each size of the sweep.
 "$stoker" doctor --device cpu --no-static --steps 2 --warmup 1 --sweep 4,8 -- \
   "$stoker" doctor --worker-json "$dir/worker.json" --device cpu --batch '{batch}' --size 16 \
