@@ -6,6 +6,7 @@
 
 #include "doctor_parts.h"
 #include "stoker/core/stream.h"
+#include "stoker/diag/breakdown.h"
 #include "stoker/nn/loss.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
@@ -24,15 +25,23 @@ json run_overhead(const DoctorOptions& options, const Setup& s) {
   // cost (GPU runs only: on the CPU there is no monitor and no device timing).
   struct Variant {
     const char* name;
-    bool enabled, monitor, pcie, device_timing;
+    bool enabled, monitor, pcie, device_timing, op_timing;
   };
-  std::vector<Variant> variants = {{"off", false, true, true, true},
-                                   {"on", true, true, true, true}};
+  std::vector<Variant> variants = {{"off", false, true, true, true, true},
+                                   {"on", true, true, true, true, true},
+                                   {"on, no op-timed steps", true, true, true, true, false}};
   if (s.device.is_cuda()) {
-    variants.push_back({"on, monitor without PCIe", true, true, false, true});
-    variants.push_back({"on, no monitor", true, false, false, true});
-    variants.push_back({"on, no device timing", true, true, true, false});
+    variants.push_back({"on, monitor without PCIe", true, true, false, true, true});
+    variants.push_back({"on, no monitor", true, false, false, true, true});
+    variants.push_back({"on, no device timing", true, true, true, false, true});
   }
+  // What one run measured: its steady-state ms/step, its report, and (diagnostics on) the
+  // median host time of its op-timed steps and of its other steps.
+  struct Run {
+    double ms = 0;
+    diag::Report report;
+    double op_step_ms = -1, plain_step_ms = -1;
+  };
   auto one = [&](const Variant& v) {
     optim::AdamW opt(model->named_parameters(), {.lr = 1e-4f});
     nn::CrossEntropyLoss loss;
@@ -46,6 +55,7 @@ json run_overhead(const DoctorOptions& options, const Setup& s) {
     t.diagnostics.monitor = v.monitor;
     t.diagnostics.monitor_pcie = v.pcie;
     t.diagnostics.device_timing = v.device_timing;
+    if (!v.op_timing) t.diagnostics.op_timing_interval = 0;
     t.diagnostics.warmup_steps = o.warmup;
     t.diagnostics.print = false;
     t.diagnostics.nvml_library = o.nvml;
@@ -79,19 +89,39 @@ json run_overhead(const DoctorOptions& options, const Setup& s) {
     Timed timed(source, o.warmup, o.steps, s.device);
     const auto r = trainer.fit(timed, 1);
     core::synchronize_device(s.device);
-    const double ms = (timed.stop_ms - timed.start_ms) / static_cast<double>(o.steps);
-    return std::make_pair(ms, r.diagnosis);
+    Run run;
+    run.ms = (timed.stop_ms - timed.start_ms) / static_cast<double>(o.steps);
+    run.report = r.diagnosis;
+    if (const diag::Diagnostics* d = trainer.diagnostics()) {
+      std::vector<int64_t> op_steps;
+      for (const diag::OpStep& x : d->run_op_steps()) op_steps.push_back(x.step);
+      std::vector<double> op_ms, plain_ms;
+      for (const diag::StepSample& x : d->run_steps())
+        (std::find(op_steps.begin(), op_steps.end(), x.step) != op_steps.end() ? op_ms : plain_ms)
+            .push_back(x.host_ms);
+      if (!op_ms.empty()) run.op_step_ms = diag::summarize_values(op_ms).median_ms;
+      if (!plain_ms.empty()) run.plain_step_ms = diag::summarize_values(plain_ms).median_ms;
+    }
+    return run;
   };
   std::vector<std::vector<double>> times(variants.size());
   diag::Report last;
+  std::vector<double> op_extra_ms;  // per "on" run: op-timed step - other steps (host, median)
+  int64_t op_steps = 0;
   for (int i = 0; i < o.repeats; ++i) {
     // Rotate the order so that drift (clocks, temperature) hits every variant alike.
     std::printf("  repetition %d:", i + 1);
     for (size_t j = 0; j < variants.size(); ++j) {
       const size_t k = (j + static_cast<size_t>(i)) % variants.size();
-      auto r = one(variants[k]);
-      times[k].push_back(r.first);
-      if (k == 1) last = r.second;
+      const Run r = one(variants[k]);
+      times[k].push_back(r.ms);
+      if (k == 1) {
+        last = r.report;
+        if (r.op_step_ms >= 0 && r.plain_step_ms >= 0) {
+          op_extra_ms.push_back(r.op_step_ms - r.plain_step_ms);
+          op_steps += r.report.ops.steps;
+        }
+      }
     }
     for (size_t k = 0; k < variants.size(); ++k)
       std::printf("%s %s %.4f", k ? "," : "", variants[k].name, times[k].back());
@@ -114,6 +144,23 @@ json run_overhead(const DoctorOptions& options, const Setup& s) {
                      {"ms", times[k]},
                      {"median_ms", m},
                      {"overhead", moff > 0 ? m / moff - 1 : 0.0}});
+  }
+  // The op-timed steps' own cost, measured inside the runs: how much longer an op-timed step is
+  // than the others, spread over the steps between two of them.
+  json op_timing = nullptr;
+  if (!op_extra_ms.empty()) {
+    const double extra = median(op_extra_ms);
+    const int64_t interval = diag::DiagnosticsOptions{}.op_timing_interval;
+    const double amortized = moff > 0 ? extra / (moff * static_cast<double>(interval)) : 0;
+    std::printf(
+        "  an op-timed step (%lld in these runs) takes %+.3f ms (host, median) beside the "
+        "others: %+.3f %% of the step at one in %lld\n",
+        static_cast<long long>(op_steps), extra, 100 * amortized,
+        static_cast<long long>(interval));
+    op_timing = {{"extra_ms", op_extra_ms},
+                 {"median_extra_ms", extra},
+                 {"interval", interval},
+                 {"amortized", amortized}};
   }
   std::printf("  verdict with diagnostics on: %s\n", last.headline.c_str());
   const std::vector<double>& off = times[0];
@@ -155,6 +202,7 @@ json run_overhead(const DoctorOptions& options, const Setup& s) {
           {"median_on_ms", mon},
           {"overhead", overhead},
           {"variants", parts},
+          {"op_timing", op_timing},
           {"verdict", diag::verdict_name(last.verdict)}};
 }
 
