@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <span>
 
+#include "diag/number_format.h"
 #include "stoker/diag/breakdown.h"
 #include "stoker/diag/report.h"
 
@@ -11,11 +12,7 @@ namespace stoker::diag {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+using detail::fmt;
 
 std::string percent(double share) { return fmt("%.0f %%", 100 * share); }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "diag/number_format.h"
 #include "stoker/diag/gpu_monitor.h"
 #include "stoker/diag/report.h"
 
@@ -12,11 +13,7 @@ namespace stoker::diag {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+using detail::fmt;
 
 std::string gib(int64_t bytes) { return fmt("%.1f GiB", static_cast<double>(bytes) / (1 << 30)); }
 

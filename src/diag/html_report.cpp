@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "diag/number_format.h"
 #include "stoker/core/version.h"
 #include "util/atomic_file.h"
 
@@ -12,11 +13,7 @@ namespace stoker::diag {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+using detail::fmt;
 
 std::string esc(const std::string& s) {
   std::string o;

@@ -5,15 +5,13 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "diag/number_format.h"
+
 namespace stoker::diag {
 
 namespace {
 
-std::string fmt(const char* f, double a) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, a);
-  return buf;
-}
+using detail::fmt;
 
 std::string pct(double share) { return fmt("%.1f %%", 100.0 * share); }
 std::string ms(double v) { return fmt("%.2f ms", v); }
