@@ -21,6 +21,9 @@
 #   memory      GPT-2 124M with AdamW state f32 / bf16 / 8-bit, on the GPU and offloaded
 #               (stoker_gpt, stoker_offload_bench)
 #   diag        diagnostics verdicts and overhead (stoker_diag_overhead)
+#   health      the health check on real models: GPT-2 124M and ResNet-50 op tables with their
+#               HTML pages and curves, a ResNet-50 fit with evaluation, the small CNN at batch 32
+#               (stoker doctor --html) and the overhead of op-timed steps (small CNN, MLP 8192)
 #   gpt         GPT-2 124M (stoker_gpt --synthetic) vs torch_train.py gpt, eager
 #   gptc        the PyTorch GPT-2 124M step under torch.compile (slow to compile)
 #   gptparity   the loss curve of stoker_gpt --parity-dir vs torch_gpt_parity.py (~30 s)
@@ -31,7 +34,7 @@
 #               under both launchers (scripts/kill-rank-check.sh)
 #
 # Output folder (--out DIR, else $STOKER_MEASURE_OUT, else build/gpu-measure): measure.log
-# (everything printed), gpt_parity.json, diag_overhead.json. The bundle: $STOKER_BUNDLE, else
+# (everything printed), gpt_parity.json, diag_overhead.json, health_*.html/csv/json. The bundle: $STOKER_BUNDLE, else
 # build-gpu/bundle. Scratch data goes to ${TMPDIR:-/tmp}.
 set -uo pipefail
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
@@ -41,7 +44,7 @@ B=${STOKER_BUNDLE:-build-gpu/bundle}
 P=benchmarks/peers
 OUT_DIR=${STOKER_MEASURE_OUT:-build/gpu-measure}
 TMP=${TMPDIR:-/tmp}
-ALL=(train checkpoint parity gemm ops state memory diag gpt gptc gptparity resnet multi)
+ALL=(train checkpoint parity gemm ops state memory diag health gpt gptc gptparity resnet multi)
 DEFAULT=(train checkpoint parity gemm)
 
 usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$SELF"; }
@@ -56,7 +59,7 @@ peers_of() {
     gptparity) echo "$P/torch_gpt_parity.py $P/gpt_model.py examples/gpt/data/kjv-genesis-exodus.txt" ;;
     resnet) echo "$P/torch_e2e.py $P/torch_loader.py $P/make_imagenet_like.py scripts/make-imagenet-like.sh" ;;
     multi) echo "$P/torch_allreduce.py $P/torch_ddp.py $P/gpt_model.py scripts/kill-rank-check.sh" ;;
-    checkpoint|ops|state|memory|diag) echo "" ;;
+    checkpoint|ops|state|memory|diag|health) echo "" ;;
     *) return 1 ;;
   esac
 }
@@ -183,6 +186,31 @@ run_memory() {
 run_diag() {
   section "diagnostics: verdicts, monitor, overhead (stoker_diag_overhead)"
   "$B/benchmarks/stoker_diag_overhead" --json "$OUT_DIR/diag_overhead.json"
+}
+
+run_health() {
+  local g=$B/examples/stoker_gpt cls=$B/examples/stoker_classifier o=$OUT_DIR/health
+  local -a d=(STOKER_DIAG=1 STOKER_DIAG_WARMUP=5)
+  section "health: GPT-2 124M B=16 T=1024 bf16 on the bundled text, one step in 10 op-timed"
+  env "${d[@]}" STOKER_DIAG_OPS=10 STOKER_DIAG_HTML="${o}_gpt2.html" \
+    STOKER_DIAG_TIMELINE_CSV="${o}_gpt2_timeline.csv" STOKER_DIAG_GPU_CSV="${o}_gpt2_gpu.csv" \
+    "$g" --preset gpt2-124m --vocab 50257 --batch 16 --precision bf16 --steps 80 --diagnostics
+  section "health: ResNet-50 bf16 NHWC B=256, the first batch replayed, one step in 10 op-timed"
+  env "${d[@]}" STOKER_DIAG_OPS=10 STOKER_DIAG_SYNTHETIC=1 STOKER_DIAG_MAX_STEPS=45 \
+    STOKER_DIAG_HTML="${o}_resnet50.html" \
+    "$cls" --arch resnet50 --precision bf16 --layout nhwc --batch 256 --diagnostics
+  section "health: ResNet-50 bf16 NHWC B=256 trained 4 epochs on the synthetic set (16 threads)"
+  env "${d[@]}" STOKER_DIAG_HTML="${o}_resnet50_fit.html" \
+    STOKER_DIAG_TIMELINE_CSV="${o}_resnet50_fit_timeline.csv" \
+    STOKER_DIAG_GPU_CSV="${o}_resnet50_fit_gpu.csv" \
+    "$cls" --arch resnet50 --precision bf16 --layout nhwc --batch 256 --epochs 4 --threads 16 \
+    --diagnostics
+  section "health: small CNN B=32 (stoker doctor --model cnn), overhead of diagnostics and op timing"
+  "$B/examples/stoker" doctor --model cnn --batch 32 --overhead --overhead-steps 200 \
+    --repeats 9 --html "${o}_doctor_cnn.html" --json "${o}_doctor_cnn.json"
+  section "health: overhead on a compute-heavy step (MLP 8192 bf16 B=512)"
+  "$B/examples/stoker" doctor --no-static --no-ablations --overhead --model mlp --width 8192 \
+    --batch 512 --overhead-steps 200 --repeats 7 --json "${o}_overhead_mlp.json"
 }
 
 run_gpt() {
