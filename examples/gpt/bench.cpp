@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "gpt_flops.h"
 #include "gpt_program.h"
+#include "stoker/diag/op_profile.h"
 
 namespace stoker::gpt_program {
 
@@ -66,9 +68,11 @@ int run_bench(const Options& o, const BenchSetup& b) {
   }
   const double last = eval_loss_fixed(b.model, micro[0]);
   const double tokens = static_cast<double>(o.batch * t * o.accum);
-  // torch_train.py's FLOP model: 6 N per token + 12 L C T per token for attention.
-  const double flops = 6.0 * static_cast<double>(b.params) * tokens +
-                       12.0 * b.config.layers * b.config.d_model * t * tokens;
+  const double flops = gpt::training_flops_per_token(b.config, b.params, t) * tokens;
+  const DType dtype =
+      b.precision == amp::Precision::fp32 ? DType::f32 : amp::compute_dtype(b.precision);
+  const diag::DevicePeaks peaks = diag::device_peaks(device);
+  const double util = gpt::mfu(tokens / dt, flops / tokens, peaks.compute_tflops(dtype, o.tf32));
   if (root) {
     const std::string name = core::detail::str(
         "stoker GPT ", o.preset, " B=", o.batch, " T=", t,
@@ -78,9 +82,14 @@ int run_bench(const Options& o, const BenchSetup& b) {
                       : "",
         o.selective ? " +selective" : "",
         world > 1 ? core::detail::str(" x", world, " ranks") : "");
-    std::printf("%s: %s tok/s, %.1f ms/step, peak %.1f GiB, ~%.0f TFLOP/s\n", name.c_str(),
+    std::printf("%s: %s tok/s, %.1f ms/step, peak %.1f GiB, ~%.0f TFLOP/s%s\n", name.c_str(),
                 core::detail::str(static_cast<long long>(tokens / dt)).c_str(), dt * 1e3, peak_gib,
-                flops / dt / 1e12);
+                flops / dt / 1e12,
+                util > 0 ? core::detail::str(", MFU ", std::lround(1000 * util) / 10.0, " % of ",
+                                             peaks.compute_tflops(dtype, o.tf32), " TFLOP/s (",
+                                             peaks.source, ")")
+                               .c_str()
+                         : "");
     if (world > 1)
       std::printf("job: %.0f tok/s over %d ranks (slowest rank's step time)\n", tokens * world / dt,
                   world);

@@ -24,10 +24,21 @@ GptConfig GptConfig::preset(const std::string& name) {
   if (name == "gpt2-124m") {
     return {.vocab = 50304, .context = 1024, .layers = 12, .heads = 12, .d_model = 768};
   }
+  // GPT-2's larger sizes, with 124M's padded vocabulary.
+  if (name == "gpt2-350m") {
+    return {.vocab = 50304, .context = 1024, .layers = 24, .heads = 16, .d_model = 1024};
+  }
+  if (name == "gpt2-774m") {
+    return {.vocab = 50304, .context = 1024, .layers = 36, .heads = 20, .d_model = 1280};
+  }
+  if (name == "gpt2-1.5b") {
+    return {.vocab = 50304, .context = 1024, .layers = 48, .heads = 25, .d_model = 1600};
+  }
   if (name == "tiny") {
     return {.vocab = 256, .context = 128, .layers = 4, .heads = 4, .d_model = 128};
   }
-  STOKER_THROW("GptConfig::preset: unknown preset '", name, "' (known: gpt2-124m, tiny)");
+  STOKER_THROW("GptConfig::preset: unknown preset '", name,
+               "' (known: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b)");
 }
 
 std::string GptConfig::str() const {

@@ -64,7 +64,9 @@ struct GptConfig {
 
   // "gpt2-124m": V 50304 (GPT-2's 50257 padded to a multiple of 64), T 1024, 12 layers,
   // 12 heads, C 768 — the benchmark model; "tiny": byte-level V 256, T 128, 4 layers, 4 heads,
-  // C 128 — trains on two CPU cores in about a minute. Other names throw.
+  // C 128 — trains on two CPU cores in about a minute; "gpt2-350m" (24 layers, 16 heads, C 1024),
+  // "gpt2-774m" (36, 20, 1280) and "gpt2-1.5b" (48, 25, 1600) with 124M's V and T. Other names
+  // throw.
   static GptConfig preset(const std::string& name);
   // "V=50304 T=1024 L=12 H=12 C=768 dropout=0".
   std::string str() const;

@@ -52,8 +52,10 @@
 #include <vector>
 
 #include "common/program.h"
+#include "gpt_flops.h"
 #include "gpt_program.h"
 #include "stoker/core/output_path.h"
+#include "stoker/diag/op_profile.h"
 
 namespace {
 
@@ -298,6 +300,18 @@ int run(const Options& o) {
         fit.seconds * 1e3 / std::max<int64_t>(1, fit.steps),
         static_cast<double>(core::memory_stats(device).peak_bytes) / (1024.0 * 1024.0),
         device.str().c_str(), fit.final_loss);
+    // MFU over the whole fit (its step time includes data and the log lines, not evaluation).
+    const DType dtype =
+        precision == amp::Precision::fp32 ? DType::f32 : amp::compute_dtype(precision);
+    const diag::DevicePeaks peaks = diag::device_peaks(device);
+    const double peak = peaks.compute_tflops(dtype, o.tf32);
+    const double per_token = gpt::training_flops_per_token(config, model.parameter_count(), t);
+    if (fit.seconds > 0 && peak > 0)
+      std::printf(
+          "model FLOPs: %.2f GFLOP per token (6 N + 12 L C T), %.0f TFLOP/s, MFU %.1f %% "
+          "of %.0f TFLOP/s (%s)\n",
+          per_token / 1e9, tokens / fit.seconds * per_token / 1e12,
+          100 * gpt::mfu(tokens / fit.seconds, per_token, peak), peak, peaks.source.c_str());
     if (!fit.evaluations.empty())
       std::printf(
           "validation loss after training: %.4f (%lld sequences; evaluation took %.1f s, "
@@ -350,8 +364,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "stoker_gpt: train a GPT-2-style decoder (byte-level text, a token file, or "
       "random tokens for benchmarking)"};
-  app.add_option("--preset", o.preset, "model preset: tiny | gpt2-124m")
-      ->check(CLI::IsMember({"tiny", "gpt2-124m"}))
+  app.add_option("--preset", o.preset,
+                 "model preset: tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b")
+      ->check(CLI::IsMember({"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b"}))
       ->capture_default_str();
   app.add_option("--layers", o.layers, "transformer blocks (0: the preset's)")->check(at_least(0));
   app.add_option("--heads", o.heads, "attention heads (0: the preset's)")->check(at_least(0));

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpt_flops.h"
 #include "gpt_model.h"
 #include "test_util.h"
 
@@ -351,6 +352,37 @@ TEST(GptModel, TwoDataParallelRanksEqualOneRankOnTheUnionBatch) {
       for (size_t k = 0; k < a.size(); ++k)
         ASSERT_NEAR(a[k], b[k], 1e-4f) << "rank " << r << " " << want[i].first << "[" << k << "]";
     }
+  }
+}
+
+// GPT-2's sizes, and the FLOP model behind the MFU the example prints: 124M at T 1024 is
+// 6 x 124,475,904 + 12 x 12 x 768 x 1024 = 860,101,632 FLOPs per token (the parameter count of
+// the padded-vocabulary 124M: 50304 x 768 + 1024 x 768 + 12 (12 x 768^2 + 13 x 768) + 2 x 768).
+TEST(GptModel, PresetsAndTheirFlopModel) {
+  struct Size {
+    const char* name;
+    int64_t layers, heads, width;
+  };
+  for (const Size& s : {Size{"gpt2-124m", 12, 12, 768}, Size{"gpt2-350m", 24, 16, 1024},
+                        Size{"gpt2-774m", 36, 20, 1280}, Size{"gpt2-1.5b", 48, 25, 1600}}) {
+    const GptConfig c = GptConfig::preset(s.name);
+    EXPECT_EQ(c.layers, s.layers) << s.name;
+    EXPECT_EQ(c.heads, s.heads) << s.name;
+    EXPECT_EQ(c.d_model, s.width) << s.name;
+    EXPECT_EQ(c.d_model % c.heads, 0) << s.name;
+    EXPECT_EQ(c.context, 1024) << s.name;
+    EXPECT_EQ(c.vocab, 50304) << s.name;
+  }
+  const GptConfig c = GptConfig::preset("gpt2-124m");
+  EXPECT_DOUBLE_EQ(training_flops_per_token(c, 124475904, 1024), 860101632.0);
+  // 600k tok/s of it on a 989 TFLOP/s GPU: 52.2 %.
+  EXPECT_NEAR(mfu(600000, 860101632.0, 989), 0.5218, 1e-4);
+  EXPECT_EQ(mfu(600000, 860101632.0, 0), -1.0);
+  try {
+    GptConfig::preset("gpt2-xl");
+    ADD_FAILURE() << "an unknown preset was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("gpt2-1.5b"), std::string::npos) << e.message();
   }
 }
 
