@@ -292,7 +292,7 @@ def location(url, line, col):
 
 
 class Page:
-    """The one page target, attached with flatten=true (its commands carry a sessionId)."""
+    """The one page target, attached with flatten=true (its commands name a sessionId)."""
 
     def __init__(self, browser):
         self.b = browser

@@ -384,7 +384,7 @@ TEST_F(TrainerDiagTest, CurvesAndTheHtmlReportOfAFit) {
   // Epochs of 6, 8 and 8 timed steps are too short for a trend (slowdown_min_steps 10), and so
   // are quarters of 22 steps: no segment, no finding.
   EXPECT_TRUE(c.slowdown.segments.empty());
-  // The epoch reports carry the curves so far.
+  // The epoch reports hold the curves so far.
   ASSERT_EQ(result.reports.size(), 3u);
   EXPECT_EQ(result.reports.back().curves.evaluations, 3);
   EXPECT_NE(result.reports.back().text().find("diag  curves  evaluation"), std::string::npos);

@@ -1,5 +1,5 @@
 // Curves: the run over time — the step timeline and the GPU monitor's samples, written as CSV,
-// and the findings only a time series shows (docs/diagnostics.md#curves):
+// and the findings only a time series shows (docs/diagnostics.md#curves-over-time):
 //   - saw-tooth utilization: the GPU alternates between busy bursts and idle gaps (fed in
 //     bursts: a loader that fills its queue, then drains it);
 //   - slowing down: the step time (or the data wait) rises from the first epoch to the last,

@@ -1,8 +1,9 @@
-// The health check as one HTML file a person reads at a glance (docs/diagnostics.md#html-report):
-// the verdict with its evidence and advice, the findings ordered by how certain they are, the
-// phase breakdown, the op table, the curves (step time, data wait, loss, GPU utilization, power,
-// clocks, memory), the static checks, the comparison with a baseline card and `stoker doctor`'s
-// ablations. Self-contained: inline CSS and SVG, no script, no network, no external file.
+// The health check as one HTML file a person reads at a glance
+// (docs/diagnostics.md#the-html-report): the verdict with its evidence and advice, the findings
+// ordered by how certain they are, the phase breakdown, the op table, the curves (step time, data
+// wait, loss, GPU utilization, power, clocks, memory), the static checks, the comparison with a
+// baseline card and `stoker doctor`'s ablations. Self-contained: inline CSS and SVG, no script, no
+// network, no external file.
 //
 // Written at the end of fit() when DiagnosticsOptions::html_report (STOKER_DIAG_HTML) is set,
 // and by `stoker doctor --html`. render_html is a pure function of its input (tests render
