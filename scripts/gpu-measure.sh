@@ -28,14 +28,19 @@
 #   gptc        the PyTorch GPT-2 124M step under torch.compile (slow to compile)
 #   gptparity   the loss curve of stoker_gpt --parity-dir vs torch_gpt_parity.py (~30 s)
 #   resnet      ResNet-18/50 synthetic and fed by the loader (stoker_classifier) vs torch_e2e.py
-#               on the same 20,000 ImageNet-like JPEGs (needs scripts/make-imagenet-like.sh kit)
+#               on the same 20,000 ImageNet-like JPEGs (needs scripts/make-imagenet-like.sh kit);
+#               with STOKER_RESNET_REALISTIC=1 also 20,000 realistic ones (make --realistic:
+#               ImageNet-sized files, about twice the decode cost per core): the loader's
+#               throughput on them at 16 threads and auto, and ResNet-50 fed from them
 #   multi       2+ GPUs: the multi-rank tests under stoker launch and torchrun, all-reduce vs
 #               torch_allreduce.py, GPT-2 / ResNet-50 scaling vs torch_ddp.py, a killed rank
 #               under both launchers (scripts/kill-rank-check.sh)
 #
 # Output folder (--out DIR, else $STOKER_MEASURE_OUT, else build/gpu-measure): measure.log
 # (everything printed), gpt_parity.json, diag_overhead.json, health_*.html/csv/json. The bundle: $STOKER_BUNDLE, else
-# build-gpu/bundle. Scratch data goes to ${TMPDIR:-/tmp}.
+# build-gpu/bundle. Scratch data goes to ${TMPDIR:-/tmp}; the JPEG sets of resnet and their
+# LMDBs stay there for the next run (stoker-imagenet-like*, stoker-imagenet-realistic*: remove
+# them to make them again).
 set -uo pipefail
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 cd "$(dirname "$SELF")/.." || exit 1
@@ -262,6 +267,20 @@ run_resnet() {
   done
   section "ResNet: PyTorch ($P/torch_e2e.py: synthetic and DataLoader, 16 workers)"
   python3 "$P/torch_e2e.py" "$jpegs" --workers 16
+  local rc=$?
+  [[ ${STOKER_RESNET_REALISTIC:-0} == 1 ]] || return $rc
+  # The realistic set: the smooth one above is cheaper to decode than ImageNet's files.
+  local rjpegs=$TMP/stoker-imagenet-realistic rdb=$TMP/stoker-imagenet-realistic.lmdb
+  section "Realistic JPEGs (20,000, make-imagenet-like.sh make --realistic) and their LMDB"
+  [[ -d $rjpegs ]] || bash scripts/make-imagenet-like.sh make --realistic "$rjpegs" 20000 | tail -2
+  [[ -d $rdb ]] || "$B/examples/stoker" pack "$rjpegs" --out "$rdb" --threads "$(nproc)" | tail -4
+  section "loader throughput on the realistic LMDB (stoker_loader_throughput, 16 threads and auto)"
+  "$B/benchmarks/stoker_loader_throughput" --db "$rdb" --threads 16,auto --epochs 2 --warmup 1 ||
+    rc=1
+  section "ResNet-50 fed by the stoker loader from the realistic LMDB (16 threads), bf16 NHWC B=256"
+  "$cls" --arch resnet50 --synthetic --data "$rdb" --threads 16 --batch 256 --precision bf16 \
+    --layout nhwc || rc=1
+  return $rc
 }
 
 run_multi() {

@@ -7,12 +7,18 @@
 #        dpkg -x; needs the Debian package lists), photos up to 4 MiB each, into
 #        DIR/photos/ with a MANIFEST (sha256 of each). Run it where apt-get reaches the Debian
 #        archive; copy DIR to the GPU host with the repository if that host has no network.
-#   bash scripts/make-imagenet-like.sh make [--kit DIR] DST [N]
+#   bash scripts/make-imagenet-like.sh make [--kit DIR] [--realistic] DST [N]
 #        N (20000) ImageNet-like JPEGs into DST/NNN/imgNNNNNNN.jpg from the kit's photos
 #        (benchmarks/peers/make_imagenet_like.py: random crops, shorter side 300-500 px,
-#        quality 85-95); anywhere with python3 and Pillow. DST is replaced.
-#   bash scripts/make-imagenet-like.sh measure [--kit DIR] [--out DIR] [N]
-#        On the GPU host, from the repository root: make N JPEGs in ${TMPDIR:-/tmp}, then
+#        quality 85-95; smooth, mean ~35 KiB); anywhere with python3 and Pillow. DST is
+#        replaced. --realistic: files like ImageNet's own instead (mean ~110 KiB): crops of
+#        aspect 3:4 to 16:9, shorter side 333-500 px, longer at most 800, Gaussian grain added,
+#        quality 80-98, chroma 4:2:0 / 4:2:2 / 4:4:4, ~5 % grayscale, ~10 % progressive; they
+#        cost about twice as much per core to decode (docs/benchmarks.md, "JPEG sets: smooth
+#        vs realistic"). Same seed, same files.
+#   bash scripts/make-imagenet-like.sh measure [--kit DIR] [--out DIR] [--realistic] [N]
+#        On the GPU host, from the repository root: make N JPEGs in ${TMPDIR:-/tmp}
+#        (--realistic: the realistic set, as make --realistic), then
 #        stoker_loader_throughput --folder (packs them into LMDB first, measures the
 #        crop-decode ceiling and the loader at each thread count) and
 #        benchmarks/peers/torch_loader.py on the same files.
@@ -89,7 +95,12 @@ find_python() {
 }
 
 cmd_make() {
-  (($# >= 1 && $# <= 2)) || die "make: expected DST [N] (see --help)"
+  local -a mode=()
+  if [[ ${1:-} == --realistic ]]; then
+    mode=(--realistic)
+    shift
+  fi
+  (($# >= 1 && $# <= 2)) || die "make: expected [--realistic] DST [N] (see --help)"
   local dst=$1 n=${2:-20000}
   positive "$n" || die "make: N='$n' is not a positive number of images"
   [[ -n $dst && $dst != / && $dst != . ]] || die "make: DST='$dst' cannot be replaced"
@@ -97,15 +108,21 @@ cmd_make() {
   local py
   py=$(find_python)
   rm -rf "$dst"
-  PYTHONUNBUFFERED=1 "$py" "$MAKER" "$KIT/photos" "$dst" "$n"
+  PYTHONUNBUFFERED=1 "$py" "$MAKER" "$KIT/photos" "$dst" "$n" ${mode[@]+"${mode[@]}"}
 }
 
 cmd_measure() {
+  local -a mode=()
+  local dst=${TMPDIR:-/tmp}/imagenet_like work=${TMPDIR:-/tmp}/imagenet_like_lmdb
+  if [[ ${1:-} == --realistic ]]; then
+    mode=(--realistic)
+    dst=${TMPDIR:-/tmp}/imagenet_realistic work=${TMPDIR:-/tmp}/imagenet_realistic_lmdb
+    shift
+  fi
   (($# <= 1)) || die "measure: expected at most N (see --help)"
   local n=${1:-20000}
   positive "$n" || die "measure: N='$n' is not a positive number of images"
   mkdir -p "$OUT_DIR"
-  local dst=${TMPDIR:-/tmp}/imagenet_like work=${TMPDIR:-/tmp}/imagenet_like_lmdb
   local bench=${STOKER_LOADER_BENCH:-}
   local -a run=()
   if [[ -n $bench ]]; then
@@ -126,8 +143,8 @@ cmd_measure() {
   echo "==== $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname): $(nproc) CPUs; output in $OUT_DIR"
   nvidia-smi -L 2>/dev/null || echo "(no nvidia-smi)"
   local t0=$SECONDS
-  echo "==== making $n ImageNet-like JPEGs in $dst"
-  cmd_make "$dst" "$n" 2>&1 | tee "$OUT_DIR/make.log"
+  echo "==== making $n ImageNet-like JPEGs ${mode[*]:-(smooth)} in $dst"
+  cmd_make ${mode[@]+"${mode[@]}"} "$dst" "$n" 2>&1 | tee "$OUT_DIR/make.log"
   echo "  ($((SECONDS - t0)) s)"
 
   # run_loader LOG ARGS...: the loader on the JPEGs (packed into $work, removed after), output
@@ -170,6 +187,7 @@ cmd_measure() {
 
   {
     echo "==== summary"
+    grep -E '^(made|  mean)' "$OUT_DIR/make.log" || true  # the set: sizes (and the mix)
     grep -E '^(cpu|device|libjpeg-turbo|dataset):' "$OUT_DIR/loader_throughput.log" || true
     sed -n '/^ceiling:/,/^$/p' "$OUT_DIR/loader_throughput.log"
     sed -n '/^loader:/,$p' "$OUT_DIR/loader_throughput.log" | grep -v '^JSON' || true
@@ -193,6 +211,7 @@ case $sub in
   *) die "unknown command '$sub': kit, make or measure (see --help)" ;;
 esac
 args=()
+REALISTIC=
 while (($#)); do
   case $1 in
     --kit) (($# >= 2)) || die "--kit needs a folder"; KIT=$2; shift 2 ;;
@@ -200,6 +219,8 @@ while (($#)); do
     --out) [[ $sub == measure ]] || die "$sub: --out is an option of measure"
            (($# >= 2)) || die "--out needs a folder"; OUT_DIR=$2; shift 2 ;;
     --out=*) [[ $sub == measure ]] || die "$sub: --out is an option of measure"; OUT_DIR=${1#--out=}; shift ;;
+    --realistic) [[ $sub != kit ]] || die "kit: --realistic is an option of make and measure"
+                 REALISTIC=1; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) die "$sub: unknown option '$1' (see --help)" ;;
     *) args+=("$1"); shift ;;
@@ -207,4 +228,5 @@ while (($#)); do
 done
 [[ -n $KIT ]] || die "--kit: empty folder name"
 [[ -n $OUT_DIR ]] || die "--out: empty folder name"
+[[ -n $REALISTIC ]] && args=(--realistic ${args[@]+"${args[@]}"})
 "cmd_$sub" ${args[@]+"${args[@]}"}
