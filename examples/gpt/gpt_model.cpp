@@ -96,7 +96,10 @@ void GptBlock::forward_for_backward(const Tensor& x) {
 
 Tensor GptBlock::backward(const Tensor& dy) {
   if (fc_input_released_) {
+    // Rebuilt before the whole MLP's backward, not just before fc's as a Sequential would: this
+    // [B*T, C] tensor lives through fc2's and GELU's backward too.
     fc_input_released_ = false;
+    const core::ModuleScope scope("ln2");
     (*mlp_)[0].restore_saved_input(ln2_->recompute_output(Tensor()));
   }
   Tensor dz = mlp_->backward(dy);
