@@ -152,6 +152,25 @@ __device__ STOKER_FORCEINLINE void row_map2(O* out, const A* a, const B* b, int6
     out[j] = from_float<O>(f(j, to_float(a[j]), to_float(b[j])));
 }
 
+// out[j] = f(j, a[j], b[j], d[j]).
+template <int kThreads, int V, typename O, typename A, typename B, typename D, typename F>
+__device__ STOKER_FORCEINLINE void row_map3(O* out, const A* a, const B* b, const D* d, int64_t n,
+                                            int lane, F&& f) {
+  const int64_t packs = n / V;
+  for (int64_t p = lane; p < packs; p += kThreads) {
+    const Pack<A, V> va = load_pack<V>(a + p * V);
+    const Pack<B, V> vb = load_pack<V>(b + p * V);
+    const Pack<D, V> vd = load_pack<V>(d + p * V);
+    Pack<O, V> r;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      r.v[k] = from_float<O>(f(p * V + k, to_float(va.v[k]), to_float(vb.v[k]), to_float(vd.v[k])));
+    store_pack<V>(out + p * V, r);
+  }
+  for (int64_t j = packs * V + lane; j < n; j += kThreads)
+    out[j] = from_float<O>(f(j, to_float(a[j]), to_float(b[j]), to_float(d[j])));
+}
+
 // out[j] = value for the row elements this lane owns.
 template <int kThreads, int V, typename O>
 __device__ STOKER_FORCEINLINE void row_fill(O* out, int64_t n, int lane, float value) {

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "stoker/core/error.h"
+#include "stoker/core/op_listener.h"
 #include "stoker/core/rng.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/checkpoint.h"
@@ -50,22 +51,23 @@ std::string GptConfig::str() const {
 // ---------------------------------------------------------------------------------- GptBlock
 
 // Names: attention and MLP add no level, so the parameters are "ln1.*", "qkv.*", "proj.*",
-// "ln2.*", "fc.*", "fc2.*" (PyTorch's Block); the dropouts' generators are "attn_drop.generator"
-// and "mlp.4.generator" (the names training checkpoints have always had: the MLP's dropout is
-// its child 4).
+// "ln2.*", "fc.*", "fc2.*" (PyTorch's Block), in that order; the dropouts' generators are
+// "attn_drop.generator" and "mlp.4.generator" (the names training checkpoints have always had:
+// the MLP's dropout was its child 4 when ln2 was its child 0). ln2 is the block's own child,
+// registered between attention and the MLP, so names and their order are what they were when
+// it was the MLP's first child.
 GptBlock::GptBlock(int64_t d_model, int64_t heads, float dropout) {
   ln1_ = &register_module("ln1", nn::make<nn::LayerNorm>(d_model));
   attn_ = &register_module("", nn::make<nn::CausalSelfAttention>(d_model, heads));
   if (dropout > 0.0f) drop_ = &register_module("attn_drop", nn::make<nn::Dropout>(dropout));
   // Built fc2 first, then fc: the order in which the arguments of the former one-call
   // Sequential(ln2, fc, gelu, fc2) were evaluated (GCC: right to left), so a seed still gives
-  // the same weights under GptInit::torch.
+  // the same weights under GptInit::torch (a LayerNorm draws nothing).
   auto fc2 = nn::make<nn::Linear>(4 * d_model, d_model);
   auto gelu = nn::make<nn::GELU>();
   auto fc = nn::make<nn::Linear>(d_model, 4 * d_model);
-  auto ln2 = nn::make<nn::LayerNorm>(d_model);
+  ln2_ = &register_module("ln2", nn::make<nn::LayerNorm>(d_model));
   auto mlp = nn::make<nn::Sequential>();
-  mlp->add("ln2", std::move(ln2));
   mlp->add("fc", std::move(fc));
   mlp->add("gelu", std::move(gelu));
   mlp->add("fc2", std::move(fc2));
@@ -73,28 +75,51 @@ GptBlock::GptBlock(int64_t d_model, int64_t heads, float dropout) {
   mlp_ = &register_module("", std::move(mlp));
 }
 
-Tensor GptBlock::attention_half(const Tensor& x) {
+Tensor GptBlock::attention_half(const Tensor& x, Tensor* h) {
   Tensor a = attn_->forward(ln1_->forward(x));
   if (drop_) a = drop_->forward(a);
-  // attn's (or dropout's) output is kept by nobody, so the residual add may overwrite it.
-  ops::add(a, a, x);
-  return a;
+  // attn's (or dropout's) output is kept by nobody, so the residual add may overwrite it; ln2
+  // keeps h (by reference) for its backward.
+  const core::ModuleScope scope("ln2");  // op timing: where the ops come from
+  *h = a;
+  return ln2_->forward_add(a, x, a);
 }
 
 Tensor GptBlock::forward(const Tensor& x) {
-  const Tensor h = attention_half(x);  // ln2 keeps h (by reference) for its backward
-  Tensor y = mlp_->forward(h);         // fc2's (or dropout's) output: kept by nobody
+  Tensor h;
+  const Tensor z = attention_half(x, &h);
+  Tensor y = mlp_->forward(z);  // fc2's (or dropout's) output: kept by nobody
   ops::add(y, y, h);
+  // Selective recomputation, as the Sequential does inside the MLP: ln2's output is one
+  // normalization pass away from the h ln2 keeps, so fc does not keep it.
+  fc_input_released_ = mlp_->selective_recompute() && nn::saving_activations() &&
+                       !nn::recomputing() &&
+                       ln2_->output_recompute() == OutputRecompute::from_own_state &&
+                       (*mlp_)[0].release_saved_input();
   return y;
 }
 
 void GptBlock::forward_for_backward(const Tensor& x) {
-  mlp_->forward_for_backward(attention_half(x));
+  Tensor h;
+  mlp_->forward_for_backward(attention_half(x, &h));
+  fc_input_released_ = false;  // a Checkpoint's recomputation: no selective recomputation
 }
 
 Tensor GptBlock::backward(const Tensor& dy) {
-  Tensor dh = mlp_->backward(dy);
-  ops::add(dh, dh, dy);  // the residual: dL/dh = dy + MLP'(h)^T dy
+  if (fc_input_released_) {
+    // Rebuilt before the whole MLP's backward, not just before fc's as a Sequential would: this
+    // [B*T, C] tensor lives through fc2's and GELU's backward too.
+    fc_input_released_ = false;
+    const core::ModuleScope scope("ln2");
+    (*mlp_)[0].restore_saved_input(ln2_->recompute_output(Tensor()));
+  }
+  Tensor dz = mlp_->backward(dy);
+  // The residual: dL/dh = dy + ln2'(h)^T MLP'(z)^T dy, in one pass, into dz (kept by nobody).
+  Tensor dh;
+  {
+    const core::ModuleScope scope("ln2");
+    dh = ln2_->backward_add(dz, dy, dz);
+  }
   const Tensor da = drop_ ? drop_->backward(dh) : dh;
   Tensor dx = ln1_->backward(attn_->backward(da));
   ops::add(dx, dx, dh);

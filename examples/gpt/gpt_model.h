@@ -26,7 +26,13 @@
 // nn::Checkpoint without changing names. (TrainerOptions::activation_checkpoint_every needs the
 // model itself to be a Sequential; call checkpoint_blocks before building the Trainer instead.)
 // Selective recomputation (nn::set_selective_recompute) reaches each block's MLP, an
-// nn::Sequential(ln2, fc, gelu, fc2[, dropout]).
+// nn::Sequential(fc, gelu, fc2[, dropout]); the block itself lets fc give up its input (ln2's
+// output) and rebuilds it from ln2 before the MLP's backward, as the Sequential would with ln2
+// as its first child.
+//
+// Fusion: the attention half's residual add and ln2 are one kernel (nn::LayerNorm::forward_add,
+// ops::add_layernorm_forward), and in backward ln2's gradient and the residual gradient are one
+// (backward_add). The results have the bits of the unfused add + LayerNorm.
 //
 // Saved for backward: the final LayerNorm's output (the head's input), the blocks' own saves
 // (nn/attention.h, nn/layernorm.h, nn/linear.h), the ids. Work runs on the current stream of
@@ -88,18 +94,24 @@ class GptBlock : public nn::Module {
 
   nn::LayerNorm& ln1() { return *ln1_; }
   nn::CausalSelfAttention& attn() { return *attn_; }
-  // ln2, fc, gelu, fc2 (and a Dropout when dropout > 0).
+  // Applied by the block, fused with the attention half's residual add.
+  nn::LayerNorm& ln2() { return *ln2_; }
+  // fc, gelu, fc2 (and a Dropout when dropout > 0).
   nn::Sequential& mlp() { return *mlp_; }
 
  private:
-  // h = x + dropout(attn(ln1(x))): the input of the MLP half.
-  Tensor attention_half(const Tensor& x);
+  // h = x + dropout(attn(ln1(x))), the residual stream after the attention half, written into
+  // *h; returns ln2(h), the MLP's input (one fused add + LayerNorm).
+  Tensor attention_half(const Tensor& x, Tensor* h);
 
   // Registered children (GptBlock's constructor gives their names).
   nn::LayerNorm* ln1_ = nullptr;
   nn::CausalSelfAttention* attn_ = nullptr;
   nn::Dropout* drop_ = nullptr;  // nullptr when dropout == 0
+  nn::LayerNorm* ln2_ = nullptr;
   nn::Sequential* mlp_ = nullptr;
+  // Selective recomputation: fc gave up its input after the forward; the backward rebuilds it.
+  bool fc_input_released_ = false;
 };
 
 class Gpt : public nn::Module {

@@ -83,7 +83,7 @@ std::string op_family(std::string_view n) {
   if (starts_with(n, "gemm")) return "matmul";
   if (starts_with(n, "conv2d")) return "convolution";
   if (starts_with(n, "batchnorm")) return "batch norm";
-  if (starts_with(n, "layernorm")) return "layer norm";
+  if (starts_with(n, "layernorm") || starts_with(n, "add_layernorm")) return "layer norm";
   if (has(n, "attention") || starts_with(n, "causal_softmax") || starts_with(n, "heads_from") ||
       starts_with(n, "tokens_from"))
     return "attention";

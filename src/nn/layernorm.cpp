@@ -30,6 +30,39 @@ Tensor LayerNorm::forward(const Tensor& x) {
   return y.reshape(x_shape_);
 }
 
+Tensor LayerNorm::forward_add(const Tensor& x, const Tensor& residual, const Tensor& sum) {
+  STOKER_CHECK(x.rank() >= 1 && x.size(-1) == features_, describe(), ": input ", x.str(),
+               " must end in ", features_, " features");
+  STOKER_CHECK(residual.defined() && sum.defined() && residual.shape() == x.shape() &&
+                   sum.shape() == x.shape(),
+               describe(), ": the residual ", residual.defined() ? residual.str() : "undefined",
+               " and the sum ", sum.defined() ? sum.str() : "undefined",
+               " must have the input's shape ", x.shape());
+  x_shape_ = x.shape();
+  x_ = sum.reshape({-1, features_});
+  const int64_t n = x_.size(0);
+  Tensor y = Tensor::empty(x_.shape(), x.dtype(), x.device());
+  mean_ = Tensor::empty({n}, DType::f32, x.device());
+  rstd_ = Tensor::empty({n}, DType::f32, x.device());
+  ops::add_layernorm_forward(y, x_, mean_, rstd_, x.reshape({-1, features_}),
+                             residual.reshape({-1, features_}), weight_.value(), bias_.value(),
+                             eps_);
+  if (!saving_activations()) x_ = mean_ = rstd_ = Tensor();  // inside a Checkpoint's forward
+  return y.reshape(x_shape_);
+}
+
+Tensor LayerNorm::backward_add(const Tensor& dy, const Tensor& dsum_in, const Tensor& dsum) {
+  STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
+  const Tensor out = dsum.defined() ? dsum.reshape(x_.shape())
+                                    : Tensor::empty(x_.shape(), dy.dtype(), dy.device());
+  ops::add_layernorm_backward(out, weight_.grad(), bias_.grad(), dy.reshape(x_.shape()),
+                              dsum_in.reshape(x_.shape()), x_, mean_, rstd_, weight_.value());
+  x_ = mean_ = rstd_ = Tensor();  // consumed
+  weight_.grad_ready();
+  bias_.grad_ready();
+  return out.reshape(x_shape_);
+}
+
 Tensor LayerNorm::backward(const Tensor& dy) {
   STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
   Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), dy.device());

@@ -48,6 +48,13 @@ namespace stoker::ops {
   void layernorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,             \
                           const Tensor& dy, const Tensor& x, const Tensor& mean,                   \
                           const Tensor& rstd, const Tensor& gamma);                                \
+  /* sum may alias x or residual; dsum may alias dy and/or dsum_in (ops/layernorm.h) */            \
+  void add_layernorm_forward(const Tensor& y, const Tensor& sum, const Tensor& mean,               \
+                             const Tensor& rstd, const Tensor& x, const Tensor& residual,          \
+                             const Tensor& gamma, const Tensor& beta, float eps);                  \
+  void add_layernorm_backward(const Tensor& dsum, const Tensor& dgamma, const Tensor& dbeta,       \
+                              const Tensor& dy, const Tensor& dsum_in, const Tensor& sum,          \
+                              const Tensor& mean, const Tensor& rstd, const Tensor& gamma);        \
   void embedding_forward(const Tensor& y, const Tensor& ids, const Tensor& table);                 \
   void embedding_backward(const Tensor& dtable, const Tensor& dy, const Tensor& ids);              \
   void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,           \

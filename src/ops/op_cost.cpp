@@ -15,6 +15,7 @@ double numel(const Tensor* t) { return t && t->defined() ? static_cast<double>(t
 // byte, far below any GPU's ridge point.
 double flops_per_element(std::string_view name) {
   if (starts_with(name, "layernorm") || starts_with(name, "batchnorm")) return 8;
+  if (starts_with(name, "add_layernorm")) return 9;  // the residual add, then the layer norm
   if (starts_with(name, "causal_softmax")) return 5;
   if (starts_with(name, "cross_entropy")) return 5;
   if (starts_with(name, "adamw")) return 12;

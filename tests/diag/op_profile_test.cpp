@@ -86,6 +86,7 @@ TEST(OpProfileTest, FamiliesOfTheBackendOps) {
   EXPECT_EQ(diag::op_family("conv2d_backward_filter"), "convolution");
   EXPECT_EQ(diag::op_family("batchnorm_forward_train"), "batch norm");
   EXPECT_EQ(diag::op_family("layernorm_backward"), "layer norm");
+  EXPECT_EQ(diag::op_family("add_layernorm_forward"), "layer norm");  // not "add": elementwise
   EXPECT_EQ(diag::op_family("flash_attention_forward"), "attention");
   EXPECT_EQ(diag::op_family("causal_softmax_backward"), "attention");
   EXPECT_EQ(diag::op_family("gelu_backward"), "elementwise");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpt_model.h"
+#include "stoker/ops/elementwise.h"
 #include "test_util.h"
 
 namespace stoker::gpt {
@@ -115,6 +116,46 @@ TEST(GptModelGpu, CheckpointedBlocksAreBitIdentical) {
       else
         EXPECT_EQ(g, b.grads.at(name)) << name;
     }
+  }
+}
+
+// GptBlock's fused add + LayerNorm (one add_layernorm kernel each way) gives the bits of the
+// unfused block (ops::add, ln2.forward; ln2.backward, ops::add) on the device too.
+TEST(GptModelGpu, FusedBlockGivesTheUnfusedBlocksBits) {
+  STOKER_REQUIRE_GPU();
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    nn::manual_seed(12);
+    GptBlock block(64, 4, 0.0f);
+    block.to(kGpu);
+    nn::set_compute_dtype(block, dtype);
+    const Tensor x = test::random_tensor({2, 48, 64}, dtype, 1, -2.0f, 2.0f).to(kGpu);
+    const Tensor dy = test::random_tensor({2, 48, 64}, dtype, 2).to(kGpu);
+    const auto param_grads = [&] {
+      std::map<std::string, std::vector<float>> out;
+      for (const auto& [name, p] : block.named_parameters()) out[name] = p->grad().to_floats();
+      return out;
+    };
+    for (nn::Parameter* p : block.parameters()) p->zero_grad();
+    const Tensor y = block.forward(x);
+    const Tensor dx = block.backward(dy);
+    const auto fused = param_grads();
+
+    for (nn::Parameter* p : block.parameters()) p->zero_grad();
+    const Tensor a = block.attn().forward(block.ln1().forward(x));
+    const Tensor h = Tensor::empty(x.shape(), dtype, kGpu);
+    ops::add(h, a, x);
+    const Tensor y2 = block.mlp().forward(block.ln2().forward(h));
+    ops::add(y2, y2, h);
+    const Tensor dh = block.ln2().backward(block.mlp().backward(dy));
+    ops::add(dh, dh, dy);
+    const Tensor dx2 = block.ln1().backward(block.attn().backward(dh));
+    ops::add(dx2, dx2, dh);
+    const auto unfused = param_grads();
+
+    EXPECT_TRUE(test::bit_identical(y, y2));
+    EXPECT_TRUE(test::bit_identical(dx, dx2));
+    for (const auto& [name, g] : fused) EXPECT_EQ(g, unfused.at(name)) << name;
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "gpt_flops.h"
 #include "gpt_model.h"
+#include "stoker/ops/elementwise.h"
 #include "test_util.h"
 
 namespace stoker::gpt {
@@ -254,6 +255,69 @@ TEST(GptModel, CheckpointedBlocksGiveBitIdenticalGradients) {
       const auto ga = grads(plain), gb = grads(ckpt);
       for (const auto& [name, g] : ga) EXPECT_EQ(g, gb.at(name)) << name;
     }
+  }
+}
+
+// Selective recomputation without checkpointing: the block lets fc give up ln2's output and
+// rebuilds it from ln2 before the MLP's backward; the gradients keep their bits.
+TEST(GptModel, SelectiveRecomputationGivesBitIdenticalGradients) {
+  const GptConfig config = small_config(GptInit::gpt2, /*dropout=*/0.1f);
+  nn::manual_seed(6);
+  Gpt plain(config);
+  nn::manual_seed(6);
+  Gpt selective(config);
+  nn::set_selective_recompute(selective, true);
+  const auto [ids, targets] = fixed_batch(3, 8, 4);
+  for (int step = 0; step < 2; ++step) {
+    const double a = forward_backward(plain, ids, targets);
+    const double b = forward_backward(selective, ids, targets);
+    EXPECT_EQ(a, b);
+    const auto ga = grads(plain), gb = grads(selective);
+    for (const auto& [name, g] : ga) EXPECT_EQ(g, gb.at(name)) << name;
+  }
+}
+
+// GptBlock fuses the attention half's residual add with ln2 (nn::LayerNorm::forward_add and
+// backward_add): the block's output, input gradient and every parameter gradient have the bits
+// of the unfused block — ops::add, ln2.forward; ln2.backward, ops::add — run on the same modules.
+TEST(GptModel, FusedBlockGivesTheUnfusedBlocksBits) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    nn::manual_seed(11);
+    GptBlock block(16, 2, 0.0f);
+    nn::set_compute_dtype(block, dtype);
+    const Tensor x = test::random_tensor({2, 5, 16}, dtype, 1, -2.0f, 2.0f);
+    const Tensor dy = test::random_tensor({2, 5, 16}, dtype, 2);
+    const auto param_grads = [&] {
+      std::map<std::string, std::vector<uint8_t>> out;
+      for (const auto& [name, p] : block.named_parameters()) out[name] = test::raw_bytes(p->grad());
+      return out;
+    };
+    const auto zero = [&] {
+      for (nn::Parameter* p : block.parameters()) p->zero_grad();
+    };
+
+    zero();
+    const Tensor y = block.forward(x);
+    const Tensor dx = block.backward(dy);
+    const auto fused = param_grads();
+
+    zero();
+    const Tensor a = block.attn().forward(block.ln1().forward(x));
+    const Tensor h = Tensor::empty(x.shape(), dtype);
+    ops::add(h, a, x);
+    const Tensor y2 = block.mlp().forward(block.ln2().forward(h));
+    ops::add(y2, y2, h);
+    const Tensor dh = block.ln2().backward(block.mlp().backward(dy));
+    ops::add(dh, dh, dy);
+    const Tensor dx2 = block.ln1().backward(block.attn().backward(dh));
+    ops::add(dx2, dx2, dh);
+    const auto unfused = param_grads();
+
+    EXPECT_TRUE(test::bit_identical(y, y2));
+    EXPECT_TRUE(test::bit_identical(dx, dx2));
+    ASSERT_EQ(fused.size(), 12u);
+    for (const auto& [name, g] : fused) EXPECT_EQ(g, unfused.at(name)) << name;
   }
 }
 

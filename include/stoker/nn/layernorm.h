@@ -2,6 +2,12 @@
 // init 0), PyTorch's names and biased variance. Saved for backward: the input (a view) and the
 // per-row mean and 1/std (fp32); selective recomputation may take the input away and give it
 // back, and rebuilds the output for the consumer instead of letting it keep it (nn/checkpoint.h).
+//
+// Fused residual add (a pre-LayerNorm transformer's `h = x + residual; z = ln(h)`):
+// forward_add computes the sum and its normalization in one pass (ops::add_layernorm_forward)
+// and saves the sum as this layer's input, so everything after it — backward, selective
+// recomputation — is as after forward(sum), with the same bits. backward_add is the matching
+// backward with the gradient that reaches the sum by the residual path added in the same pass.
 #pragma once
 
 #include "stoker/nn/module.h"
@@ -14,6 +20,12 @@ class LayerNorm : public Module {
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // sum = x + residual written into `sum` (x's shape and dtype; it may be x or residual itself),
+  // returns layernorm(sum). x and residual share a shape and dtype.
+  Tensor forward_add(const Tensor& x, const Tensor& residual, const Tensor& sum);
+  // After forward_add: returns dL/dsum = backward(dy) + dsum_in, written into `dsum` when it is
+  // defined (it may be dy or dsum_in itself: in place), else into a new tensor.
+  Tensor backward_add(const Tensor& dy, const Tensor& dsum_in, const Tensor& dsum = Tensor());
   // Selective recomputation: the output is rebuilt from the kept input (from_own_state) or, when
   // the input was given up, from the input rebuilt upstream (from_input).
   OutputRecompute output_recompute() const override;

@@ -15,4 +15,27 @@ void layernorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
                         const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                         const Tensor& gamma);
 
+// Fused residual add + layer norm, the `h = x + residual; z = ln(h)` of a pre-LayerNorm
+// transformer block, in one pass over each row:
+//   sum = x + residual      (x's dtype: each element rounded once, as ops::add rounds it)
+//   y   = (sum - mean) * rstd * gamma + beta
+// The statistics are taken from the ROUNDED sum, so mean, rstd and y are what
+// layernorm_forward(y, mean, rstd, sum, gamma, beta, eps) gives on `sum` (the same bits on the
+// CPU and on CUDA). x, residual, sum and y share a float dtype and element count; the rest as in
+// layernorm_forward. `sum` may be x or residual itself (the add in place); y must not overlap
+// x, residual or sum.
+void add_layernorm_forward(const Tensor& y, const Tensor& sum, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& x, const Tensor& residual,
+                           const Tensor& gamma, const Tensor& beta, float eps);
+// The backward of add_layernorm_forward, with dsum_in the gradient that reaches `sum` by the
+// other path (the residual stream):
+//   dsum = layernorm_backward(dy) + dsum_in
+// The layer-norm gradient is rounded to the dtype before the add, as the unfused
+// layernorm_backward + ops::add round it, so dsum has the unfused pair's bits. dsum (overwritten)
+// may be dsum_in and/or dy itself (in place: no extra buffer); otherwise it must not overlap
+// them, nor sum. dgamma and dbeta are ACCUMULATED (+=), as in layernorm_backward.
+void add_layernorm_backward(const Tensor& dsum, const Tensor& dgamma, const Tensor& dbeta,
+                            const Tensor& dy, const Tensor& dsum_in, const Tensor& sum,
+                            const Tensor& mean, const Tensor& rstd, const Tensor& gamma);
+
 }  // namespace stoker::ops
