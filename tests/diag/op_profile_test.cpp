@@ -174,6 +174,16 @@ TEST(OpProfileTest, BandwidthBoundVerdictAndItsPlaceAmongTheOthers) {
       << advice;
   EXPECT_NE(advice.find("the GPU is idle 15.0 % of the step between ops"), std::string::npos)
       << advice;
+  {  // On the CPU (host clock) the time between ops is the training thread's, not a GPU's.
+    diag::OpTable cpu = t;
+    cpu.device_timed = false;
+    std::string text;
+    for (const std::string& s : diag::make_report(b, {}, {}, {}, cpu).advice) text += s + "\n";
+    EXPECT_EQ(text.find("the GPU is idle"), std::string::npos) << text;
+    EXPECT_NE(text.find("the training thread spends 15.0 % of the step between ops"),
+              std::string::npos)
+        << text;
+  }
   EXPECT_NE(r.text().find("diag  ops: 1 op-timed step"), std::string::npos) << r.text();
   // A moderate input share comes first (more certain); bandwidth is then an "also".
   b.input_share = 0.08;
