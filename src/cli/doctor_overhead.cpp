@@ -155,8 +155,7 @@ json run_overhead(const DoctorOptions& options, const Setup& s) {
     std::printf(
         "  an op-timed step (%lld in these runs) takes %+.3f ms (host, median) beside the "
         "others: %+.3f %% of the step at one in %lld\n",
-        static_cast<long long>(op_steps), extra, 100 * amortized,
-        static_cast<long long>(interval));
+        static_cast<long long>(op_steps), extra, 100 * amortized, static_cast<long long>(interval));
     op_timing = {{"extra_ms", op_extra_ms},
                  {"median_extra_ms", extra},
                  {"interval", interval},

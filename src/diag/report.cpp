@@ -113,8 +113,7 @@ void op_advice(const OpTable& ops, Report& r) {
                        "a CUDA graph close them");
   else if (ops.idle_share >= 0.10)  // the CPU: the host clock between ops is the framework's
     r.advice.push_back("the training thread spends " + pct(ops.idle_share) +
-                       " of the step between ops (" + ms(ops.idle_ms) + " of " +
-                       ms(ops.step_ms) +
+                       " of the step between ops (" + ms(ops.idle_ms) + " of " + ms(ops.step_ms) +
                        " in the op-timed steps): bookkeeping around small ops; larger batches "
                        "or layers amortize it");
 }

@@ -60,11 +60,11 @@ void check_alias(const char* op, const char* out_name, const Tensor& out, const 
                may_alias ? "it may be that tensor itself (in place) or disjoint from it"
                          : "it must be a separate buffer");
 }
-}  // namespace
 
-void layernorm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                       const Tensor& gamma, const Tensor& beta, float eps) {
-  const char* op = "layernorm_forward";
+// The checks layernorm_forward and add_layernorm_forward share (x and its output y, the
+// per-row statistics, the per-feature affine parameters, eps), in the order both report them.
+void check_forward(const char* op, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                   const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
   check_x(op, x);
   const int64_t n = leading_rows(x), c = x.size(-1);
   check_like_x(op, "y", y, x);
@@ -74,6 +74,13 @@ void layernorm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, 
   check_vector(op, "beta", beta, c, "one per feature", x);
   STOKER_CHECK(eps >= 0.0f && std::isfinite(eps), "ops::", op, ": eps = ", eps,
                " must be finite and >= 0");
+}
+}  // namespace
+
+void layernorm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                       const Tensor& gamma, const Tensor& beta, float eps) {
+  const char* op = "layernorm_forward";
+  check_forward(op, y, mean, rstd, x, gamma, beta, eps);
   if (x.numel() > 0)
     STOKER_DISPATCH(x.device(), layernorm_forward, y, mean, rstd, x, gamma, beta, eps);
 }
@@ -99,17 +106,9 @@ void add_layernorm_forward(const Tensor& y, const Tensor& sum, const Tensor& mea
                            const Tensor& rstd, const Tensor& x, const Tensor& residual,
                            const Tensor& gamma, const Tensor& beta, float eps) {
   const char* op = "add_layernorm_forward";
-  check_x(op, x);
-  const int64_t n = leading_rows(x), c = x.size(-1);
+  check_forward(op, y, mean, rstd, x, gamma, beta, eps);
   check_like_x(op, "residual", residual, x);
   check_like_x(op, "sum", sum, x);
-  check_like_x(op, "y", y, x);
-  check_vector(op, "mean", mean, n, "one per row", x);
-  check_vector(op, "rstd", rstd, n, "one per row", x);
-  check_vector(op, "gamma", gamma, c, "one per feature", x);
-  check_vector(op, "beta", beta, c, "one per feature", x);
-  STOKER_CHECK(eps >= 0.0f && std::isfinite(eps), "ops::", op, ": eps = ", eps,
-               " must be finite and >= 0");
   check_alias(op, "sum", sum, "x", x, true);
   check_alias(op, "sum", sum, "residual", residual, true);
   check_alias(op, "y", y, "x", x, false);
