@@ -153,10 +153,12 @@ __global__ void __launch_bounds__(kRowBlock)
 }
 
 // loss = sum(partial_loss) / sum(partial_count), count = sum(partial_count); one block, fixed
-// order. With `partial_count` null the divisor is `denominator` (MSE).
+// order. With `partial_count` null the divisor is `denominator` (MSE). With `divide_by` set (a
+// chunk of a chunked cross-entropy): loss += sum(partial_loss) / *divide_by, count untouched.
 __global__ void __launch_bounds__(kRowBlock)
     mean_finish_kernel(float* loss, float* count, const float* partial_loss,
-                       const unsigned* partial_count, int partials, double denominator) {
+                       const unsigned* partial_count, int partials, double denominator,
+                       const float* divide_by = nullptr) {
   __shared__ float smem[kRowBlock / 32];
   __shared__ unsigned csmem[kRowBlock / 32];
   float s = 0.0f;
@@ -171,6 +173,10 @@ __global__ void __launch_bounds__(kRowBlock)
   if (threadIdx.x % 32 == 0) csmem[threadIdx.x / 32] = k;
   __syncthreads();
   if (threadIdx.x != 0) return;
+  if (divide_by != nullptr) {
+    *loss += s / *divide_by;
+    return;
+  }
   if (partial_count == nullptr) {
     *loss = static_cast<float>(static_cast<double>(s) / denominator);
     return;
@@ -209,6 +215,24 @@ __global__ void __launch_bounds__(kRowBlock)
       return (expf(v - l) - (j == tc ? on : off)) * factor;
     });
   }
+}
+
+// count = the number of targets != ignore_index; one block (the targets of one batch are few).
+template <typename I>
+__global__ void __launch_bounds__(kRowBlock)
+    count_targets_kernel(float* count, const I* target, int64_t n, int64_t ignore_index) {
+  __shared__ unsigned smem[kRowBlock / 32];
+  unsigned k = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kRowBlock)
+    k += static_cast<int64_t>(target[i]) != ignore_index;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) k += __shfl_xor_sync(~0u, k, o);
+  if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = k;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  unsigned total = 0;
+  for (int w = 0; w < kRowBlock / 32; ++w) total += smem[w];
+  *count = static_cast<float>(total);
 }
 
 template <typename F>
@@ -260,7 +284,7 @@ struct MseGradOp {  // op(pred, target)
 
 void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,
                            const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                           float label_smoothing) {
+                           float label_smoothing, const Tensor& divide_by) {
   const core::Device device = logits.device();
   const core::DeviceScope scope(device.index);
   const int64_t n = logits.size(0), c = logits.size(1);
@@ -285,10 +309,23 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
       });
     });
   });
-  mean_finish_kernel<<<1, kRowBlock, 0, stream>>>(static_cast<float*>(loss.data()),
-                                                  static_cast<float*>(count.data()), partial_loss,
-                                                  partial_count, static_cast<int>(grid), 0.0);
+  mean_finish_kernel<<<1, kRowBlock, 0, stream>>>(
+      static_cast<float*>(loss.data()),
+      divide_by.defined() ? nullptr : static_cast<float*>(count.data()), partial_loss,
+      partial_count, static_cast<int>(grid), 0.0,
+      divide_by.defined() ? static_cast<const float*>(divide_by.data()) : nullptr);
   STOKER_CUDA_CHECK(cudaGetLastError());
+}
+
+void count_targets(const Tensor& count, const Tensor& target, int64_t ignore_index) {
+  const core::Device device = target.device();
+  const core::DeviceScope scope(device.index);
+  const cudaStream_t stream = core::cuda_stream(device);
+  visit_targets(target, [&](const auto* t) {
+    count_targets_kernel<<<1, kRowBlock, 0, stream>>>(static_cast<float*>(count.data()), t,
+                                                      target.numel(), ignore_index);
+    STOKER_CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,

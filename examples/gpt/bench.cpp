@@ -15,11 +15,10 @@ namespace {
 
 // The loss on one fixed batch, in evaluation mode, nothing saved (the benchmark's check that
 // it trained).
-double eval_loss_fixed(gpt::Gpt& model, const data::Batch& batch) {
+double eval_loss_fixed(gpt::Gpt& model, nn::Loss& loss, const data::Batch& batch) {
   const bool was_training = model.training();
   model.set_training(false);
   nn::NoSaveScope no_save;
-  nn::CrossEntropyLoss loss;
   const double l = loss.forward(model.forward(batch.input), batch.target).item();
   model.set_training(was_training);
   return l;
@@ -49,7 +48,7 @@ int run_bench(const Options& o, const BenchSetup& b) {
     micro.push_back({.input = random_ids({o.batch, t}, 2 * m),
                      .target = random_ids({o.batch * t}, 2 * m + 1),
                      .size = o.batch});
-  const double first = eval_loss_fixed(b.model, micro[0]);
+  const double first = eval_loss_fixed(b.model, b.loss, micro[0]);
   for (int i = 0; i < o.bench_warmup; ++i) trainer.train_step(micro);
   core::synchronize_device(device);
   core::reset_peak_memory(device);
@@ -66,7 +65,7 @@ int run_bench(const Options& o, const BenchSetup& b) {
     b.ctx.comm->all_reduce(x, dist::ReduceOp::max);
     dt = x.item();
   }
-  const double last = eval_loss_fixed(b.model, micro[0]);
+  const double last = eval_loss_fixed(b.model, b.loss, micro[0]);
   const double tokens = static_cast<double>(o.batch * t * o.accum);
   const double flops = gpt::training_flops_per_token(b.config, b.params, t) * tokens;
   const DType dtype =

@@ -15,6 +15,7 @@
 #include "stoker/nn/activation.h"
 #include "stoker/nn/checkpoint.h"
 #include "stoker/nn/linear.h"
+#include "stoker/nn/linear_cross_entropy.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/gemm.h"
 #include "stoker/ops/linear.h"
@@ -196,6 +197,13 @@ Tensor Gpt::forward(const Tensor& ids) {
   if (drop_) x = drop_->forward(x);
   x = blocks_->forward(x);
   const Tensor h = lnf_->forward(x).reshape({b * t, c});
+  b_ = b;
+  t_ = t;
+  if (head_in_loss_) {
+    h_ = Tensor();
+    w_head_ = Tensor();
+    return h;
+  }
   const Tensor& w = wte_->weight().compute_value(h.dtype());
   Tensor logits = Tensor::empty({b * t, config_.vocab}, h.dtype(), device_);
   ops::gemm(logits, h, w, {.trans_b = true});
@@ -211,9 +219,17 @@ Tensor Gpt::forward(const Tensor& ids) {
   return logits;
 }
 
-Tensor Gpt::backward(const Tensor& dlogits) {
-  STOKER_CHECK(h_.defined(), describe(), ": backward called before forward");
+Tensor Gpt::backward(const Tensor& dy) {
   const int64_t n = b_ * t_, c = config_.d_model;
+  if (head_in_loss_) {  // dy is the loss's gradient of lnf's output; the loss did the head
+    STOKER_CHECK(b_ > 0, describe(), ": backward called before forward");
+    STOKER_CHECK(dy.defined() && dy.numel() == n * c, describe(), ": gradient ",
+                 dy.defined() ? dy.str() : "undefined", " must be [", n, ", ", c,
+                 "] (lnf's output: the head is in the loss)");
+    return backward_trunk(dy.reshape({b_, t_, c}));
+  }
+  const Tensor& dlogits = dy;
+  STOKER_CHECK(h_.defined(), describe(), ": backward called before forward");
   STOKER_CHECK(
       dlogits.defined() && dlogits.numel() == n * config_.vocab && dlogits.dtype() == h_.dtype(),
       describe(), ": gradient ", dlogits.defined() ? dlogits.str() : "undefined", " must be [", n,
@@ -231,7 +247,12 @@ Tensor Gpt::backward(const Tensor& dlogits) {
   ops::gemm(dh, dl, w_head_);
   h_ = Tensor();
   w_head_ = Tensor();
-  Tensor dx = lnf_->backward(dh.reshape({b_, t_, c}));
+  return backward_trunk(dh.reshape({b_, t_, c}));
+}
+
+Tensor Gpt::backward_trunk(const Tensor& dh) {
+  const int64_t c = config_.d_model;
+  Tensor dx = lnf_->backward(dh);
   dx = blocks_->backward(dx);
   if (drop_) dx = drop_->backward(dx);
   nn::Parameter& wpe = wpe_->weight();
@@ -241,6 +262,25 @@ Tensor Gpt::backward(const Tensor& dlogits) {
   }
   wte_->backward(dx);  // dwte += scatter(dx); the tied parameter's one grad_ready()
   return Tensor();
+}
+
+std::unique_ptr<nn::Loss> Gpt::make_loss(int64_t ignore_index) {
+  if (!head_in_loss_)
+    return std::make_unique<nn::CrossEntropyLoss>(
+        nn::CrossEntropyOptions{.ignore_index = ignore_index});
+  return std::make_unique<nn::LinearCrossEntropyLoss>(
+      wte_->weight(),
+      nn::LinearCrossEntropyOptions{.ignore_index = ignore_index, .weight_shared = true});
+}
+
+Tensor Gpt::logits(const Tensor& h) {
+  STOKER_CHECK(h.defined() && h.rank() == 2 && h.size(1) == config_.d_model, describe(),
+               ": head input must be [N, ", config_.d_model, "], got ",
+               h.defined() ? h.str() : std::string("undefined"));
+  const Tensor& w = wte_->weight().compute_value(h.dtype());
+  Tensor out = Tensor::empty({h.size(0), config_.vocab}, h.dtype(), device_);
+  ops::gemm(out, h, w, {.trans_b = true});
+  return out;
 }
 
 std::string Gpt::describe() const { return "Gpt(" + config_.str() + ")"; }
@@ -263,7 +303,9 @@ std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt, in
     const int64_t t = std::min<int64_t>(context, static_cast<int64_t>(tokens.size()));
     const std::vector<int64_t> window(tokens.end() - t, tokens.end());
     const Tensor ids = Tensor::from_vector(window, {1, t}, model.device());
-    const std::vector<float> logits = model.forward(ids).slice(t - 1, t).to_floats();
+    const Tensor last = model.forward(ids).slice(t - 1, t);  // logits, or lnf's output
+    const std::vector<float> logits =
+        (model.head_in_loss() ? model.logits(last) : last).to_floats();
     int64_t next = 0;
     if (top_k <= 1) {
       next = std::max_element(logits.begin(), logits.end()) - logits.begin();

@@ -6,7 +6,11 @@
 //   block l:   x = x + attn(ln1(x));  x = x + fc2(gelu(fc(ln2(x))))        (+ dropout)
 //   logits    = lnf(x) wte^T                                               [B * T, V]
 // The logits are flattened to [B * T, V] so nn::CrossEntropyLoss takes them next to targets
-// [B * T] (data::TokenBatches gives both).
+// [B * T] (data::TokenBatches gives both). With the head in the loss (set_head_in_loss, what
+// stoker_gpt does), forward stops at lnf's output [B * T, C] and the loss applies the tied head
+// a chunk of rows at a time (nn::LinearCrossEntropyLoss, make_loss()): the [B * T, V] logits —
+// 1.6 GB in bf16 for GPT-2 at B 16, T 1024, and as much again for their gradient — never exist
+// whole.
 //
 // Parameters and their names are those of the PyTorch peer model (benchmarks/peers/gpt_model.py's
 // GPT): "wte.weight", "wpe.weight", "blocks.<l>.ln1.weight", "blocks.<l>.qkv.weight", ...,
@@ -42,12 +46,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "stoker/nn/attention.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/dropout.h"
 #include "stoker/nn/embedding.h"
 #include "stoker/nn/layernorm.h"
+#include "stoker/nn/loss.h"
 #include "stoker/nn/module.h"
 
 namespace stoker::gpt {
@@ -120,11 +126,23 @@ class Gpt : public nn::Module {
   explicit Gpt(GptConfig config);
 
   // ids [B, T] (i32 or i64, T <= context) -> logits [B * T, V] (the compute dtype under mixed
-  // precision, else f32).
+  // precision, else f32), or lnf's output [B * T, C] with the head in the loss.
   Tensor forward(const Tensor& ids) override;
-  // dlogits [B * T, V] -> an undefined tensor (ids have no gradient); adds into every
-  // parameter's gradient and calls each grad_ready() once.
-  Tensor backward(const Tensor& dlogits) override;
+  // The gradient of what forward returned -> an undefined tensor (ids have no gradient); adds
+  // into every parameter's gradient and calls each grad_ready() once (wte's: after the loss
+  // wrote the head's part, when the head is in the loss).
+  Tensor backward(const Tensor& dy) override;
+
+  // The head (h wte^T) applied by the loss instead of forward: see the file comment. Set it
+  // before training starts, and pair it with make_loss().
+  void set_head_in_loss(bool on) { head_in_loss_ = on; }
+  bool head_in_loss() const { return head_in_loss_; }
+  // The training loss for the current head mode: nn::CrossEntropyLoss, or with the head in the
+  // loss an nn::LinearCrossEntropyLoss over wte (weight_shared: the embedding's backward
+  // announces the tied gradient). It borrows wte: the model must outlive it.
+  std::unique_ptr<nn::Loss> make_loss(int64_t ignore_index = -100);
+  // logits [N, V] of lnf outputs h [N, C] (the head, without saving anything).
+  Tensor logits(const Tensor& h);
   std::string describe() const override;
 
   const GptConfig& config() const { return config_; }
@@ -136,6 +154,9 @@ class Gpt : public nn::Module {
   int checkpoint_blocks(int every);
 
  private:
+  // The backward below the head: dh [B, T, C] (lnf's output gradient) down to the embeddings.
+  Tensor backward_trunk(const Tensor& dh);
+
   GptConfig config_;
   // Registered children "wte", "wpe", "drop", "blocks", "lnf". The head has no parameter of its
   // own: it reads wte's.
@@ -144,6 +165,7 @@ class Gpt : public nn::Module {
   nn::Dropout* drop_ = nullptr;  // nullptr when dropout == 0
   nn::Sequential* blocks_ = nullptr;
   nn::LayerNorm* lnf_ = nullptr;
+  bool head_in_loss_ = false;
   Tensor h_;       // saved: lnf's output [B * T, C], the head's input
   Tensor w_head_;  // saved: wte in h_'s dtype (the master or its half copy)
   int64_t b_ = 0, t_ = 0;

@@ -36,6 +36,7 @@ struct Options {
   float clip = 1.0f;
   std::string precision = "fp32";
   bool selective = false;
+  bool fused_head = true;  // the head in the loss, in chunks (Gpt::set_head_in_loss)
   std::string data;
   std::string text = STOKER_GPT_TEXT;
   std::string cache = STOKER_GPT_CACHE;
@@ -68,7 +69,7 @@ struct BenchSetup {
   Device device;
   const gpt::GptConfig& config;
   gpt::Gpt& model;
-  nn::CrossEntropyLoss& loss;
+  nn::Loss& loss;  // the model's make_loss()
   optim::Optimizer& opt;
   train::TrainerOptions topts;
   amp::Precision precision;

@@ -151,6 +151,7 @@ int run(const Options& o) {
                           ? model.checkpoint_blocks(o.run.activation_checkpoint_every)
                           : 0;
   if (o.selective) nn::set_selective_recompute(model, true);
+  model.set_head_in_loss(o.fused_head);
   // Gradient synchronization: ZeRO-1's sharded one with --zero1 (even for one rank, so the
   // sharded path runs on one GPU too), the replicated one with more than one rank, else the
   // Trainer's own local one.
@@ -189,7 +190,8 @@ int run(const Options& o) {
   else
     opt_owner = std::make_unique<optim::AdamW>(model.named_parameters(), adamw);
   optim::Optimizer& opt = *opt_owner;
-  nn::CrossEntropyLoss loss;
+  const std::unique_ptr<nn::Loss> loss_owner = model.make_loss();
+  nn::Loss& loss = *loss_owner;
   const int64_t params = model.parameter_count();
   if (root) {
     std::printf(
@@ -407,6 +409,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   app.add_flag("--selective", o.selective, "selective recomputation (GELU/LayerNorm outputs)");
+  app.add_flag("--fused-head,!--no-fused-head", o.fused_head,
+               "LM head and cross-entropy fused, a chunk of rows at a time (default on; "
+               "--no-fused-head: whole logits, nn::CrossEntropyLoss)");
   app.add_option("--data", o.data, "token file of raw uint16 ids (default: the bundled text)");
   app.add_option("--text", o.text, "text to encode at byte level")->capture_default_str();
   app.add_option("--cache", o.cache, "folder for the encoded text")->capture_default_str();

@@ -66,6 +66,7 @@
 #include "stoker/nn/embedding.h"
 #include "stoker/nn/layernorm.h"
 #include "stoker/nn/linear.h"
+#include "stoker/nn/linear_cross_entropy.h"
 #include "stoker/nn/loss.h"
 #include "stoker/nn/module.h"
 #include "stoker/nn/parameter.h"

@@ -57,9 +57,11 @@ namespace stoker::ops {
                               const Tensor& mean, const Tensor& rstd, const Tensor& gamma);        \
   void embedding_forward(const Tensor& y, const Tensor& ids, const Tensor& table);                 \
   void embedding_backward(const Tensor& dtable, const Tensor& dy, const Tensor& ids);              \
+  /* divide_by undefined: loss = mean, count = rows counted; defined: loss += sum / divide_by */   \
   void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,           \
                              const Tensor& logits, const Tensor& target, int64_t ignore_index,     \
-                             float label_smoothing);                                               \
+                             float label_smoothing, const Tensor& divide_by);                      \
+  void count_targets(const Tensor& count, const Tensor& target, int64_t ignore_index);             \
   void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,   \
                               const Tensor& lse, const Tensor& count, int64_t ignore_index,        \
                               float label_smoothing, float scale, const Tensor& grad_scale);       \

@@ -80,7 +80,35 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
     return;
   }
   STOKER_DISPATCH(logits.device(), cross_entropy_forward, loss, count, lse, logits, target,
-                  ignore_index, label_smoothing);
+                  ignore_index, label_smoothing, Tensor());
+}
+
+void count_targets(const Tensor& count, const Tensor& target, int64_t ignore_index) {
+  const char* op = "count_targets";
+  detail::check_defined(op, "target", target);
+  detail::check_backend(op, target);
+  STOKER_CHECK((target.dtype() == DType::i32 || target.dtype() == DType::i64) && target.rank() == 1,
+               "ops::", op, ": target is ", target.str(),
+               "; expected i32[N] or i64[N] class indices");
+  check_scalar(op, "count", count, "target", target);
+  if (target.numel() == 0) {
+    fill(count, 0.0);
+    return;
+  }
+  STOKER_DISPATCH(target.device(), count_targets, count, target, ignore_index);
+}
+
+void cross_entropy_forward_chunk(const Tensor& loss, const Tensor& lse, const Tensor& logits,
+                                 const Tensor& target, const Tensor& count, int64_t ignore_index,
+                                 float label_smoothing) {
+  const char* op = "cross_entropy_forward_chunk";
+  check_xent(op, logits, target, lse, label_smoothing);
+  check_scalar(op, "loss", loss, "logits", logits);
+  check_scalar(op, "count", count, "logits", logits);
+  if (logits.size(0) == 0) return;  // adds nothing
+  const Tensor no_count;            // the chunk's own count is not wanted
+  STOKER_DISPATCH(logits.device(), cross_entropy_forward, loss, no_count, lse, logits, target,
+                  ignore_index, label_smoothing, count);
 }
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,

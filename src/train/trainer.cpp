@@ -295,9 +295,18 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
       (batch.input.defined() ? batch.input.nbytes() : 0) +
       (batch.target.defined() && batch.target.device() == device ? batch.target.nbytes() : 0);
   const Tensor y = model_.forward(x);
-  const Tensor l = loss_.forward(y, batch.target);
-  phase(diag::Phase::backward);
-  Tensor dy = loss_.backward(1.0f / static_cast<float>(k));
+  const float scale = 1.0f / static_cast<float>(k);
+  Tensor l, dy;
+  if (loss_.fuses_backward()) {  // one pass gives both (its time counts as forward)
+    nn::Loss::ForwardBackward r = loss_.forward_backward(y, batch.target, scale);
+    l = std::move(r.loss);
+    dy = std::move(r.grad);
+    phase(diag::Phase::backward);
+  } else {
+    l = loss_.forward(y, batch.target);
+    phase(diag::Phase::backward);
+    dy = loss_.backward(scale);
+  }
   model_.backward(dy);
   ops::axpy(step_loss_, 1.0f / static_cast<float>(k), l);
 }
@@ -624,7 +633,7 @@ EvalResult Trainer::evaluate(data::BatchSource& data, int64_t max_samples) {
     const Tensor y = model_.forward(batch.input);
     const Tensor l = loss_.forward(y, batch.target);
     loss_sum += l.item() * static_cast<double>(batch.size);
-    classification = classification && y.rank() == 2 &&
+    classification = classification && loss_.predictions_are_scores() && y.rank() == 2 &&
                      (batch.target.dtype() == DType::i32 || batch.target.dtype() == DType::i64);
     if (classification) {
       const std::vector<float> logits = y.to_floats();

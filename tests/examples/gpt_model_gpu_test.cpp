@@ -1,6 +1,7 @@
 // examples/gpt's model on the GPU: logits and every gradient against the CPU reference (fp32
 // without TF32, and bf16 with the tolerance of its rounding), checkpointed blocks bit-identical
-// to plain ones on the device, and a few bf16 Trainer steps that lower the loss.
+// to plain ones on the device, the head in the loss (chunked) against the plain head, and a few
+// bf16 Trainer steps that lower the loss.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "gpt_model.h"
+#include "stoker/nn/linear_cross_entropy.h"
 #include "stoker/ops/elementwise.h"
 #include "test_util.h"
 
@@ -85,6 +87,37 @@ TEST(GptModelGpu, MatchesTheCpuReference) {
     EXPECT_NEAR(a.loss, b.loss, dtype == DType::f32 ? 1e-4 : 2e-2);
     expect_close(a.logits, b.logits, rtol, "logits");
     for (const auto& [name, g] : b.grads) expect_close(a.grads.at(name), g, rtol, name);
+  }
+}
+
+// The head in the loss (nn::LinearCrossEntropyLoss over wte, chunks of 40 rows of 144) on the
+// device: the loss and every gradient of the plain model, within the rounding of the dtype (the
+// weight gradient's fp32 sums are split by chunk).
+TEST(GptModelGpu, HeadInTheLossFollowsThePlainModel) {
+  STOKER_REQUIRE_GPU();
+  ops::set_allow_tf32(false);
+  const auto [ids, targets] = batch(3, 48, 96, 4);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    nn::manual_seed(14);
+    Gpt plain(config());
+    plain.to(kGpu);
+    nn::manual_seed(14);
+    Gpt fused(config());
+    fused.to(kGpu);
+    fused.set_head_in_loss(true);
+    const Result a = run(plain, ids, targets, dtype);
+    nn::set_compute_dtype(fused, dtype);
+    for (nn::Parameter* p : fused.parameters()) p->zero_grad();
+    nn::LinearCrossEntropyLoss loss(fused.wte().weight(),
+                                    {.chunk_rows = 40, .weight_shared = true});
+    const Tensor h = fused.forward(ids.to(kGpu));
+    const nn::Loss::ForwardBackward r = loss.forward_backward(h, targets.to(kGpu));
+    fused.backward(r.grad);
+    const double rtol = dtype == DType::f32 ? 1e-5 : 2e-2;
+    EXPECT_NEAR(r.loss.item(), a.loss, dtype == DType::f32 ? 1e-5 : 1e-2);
+    for (const auto& [name, p] : fused.named_parameters())
+      expect_close(p->grad().to_floats(), a.grads.at(name), rtol, name);
   }
 }
 

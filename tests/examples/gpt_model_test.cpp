@@ -13,6 +13,8 @@
 
 #include "gpt_flops.h"
 #include "gpt_model.h"
+#include "stoker/data/tensor_batches.h"
+#include "stoker/nn/linear_cross_entropy.h"
 #include "stoker/ops/elementwise.h"
 #include "test_util.h"
 
@@ -448,6 +450,85 @@ TEST(GptModel, PresetsAndTheirFlopModel) {
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("gpt2-1.5b"), std::string::npos) << e.message();
   }
+}
+
+TEST(GptModel, HeadInTheLossGivesTheUnfusedLossGradientsAndSamples) {
+  const auto [ids, targets] = fixed_batch(3, 8, 6);
+  nn::manual_seed(12);
+  Gpt plain(small_config());
+  nn::manual_seed(12);
+  Gpt fused(small_config());
+  fused.set_head_in_loss(true);
+  EXPECT_TRUE(fused.head_in_loss());
+  const double want = forward_backward(plain, ids, targets, 0.5f);
+  const auto want_grads = grads(plain);
+
+  std::map<const nn::Parameter*, int> calls;
+  std::vector<float> wte_at_ready;
+  for (nn::Parameter* p : fused.parameters())
+    p->add_grad_ready_hook([&, p](nn::Parameter& q) {
+      ++calls[p];
+      if (&q == &fused.wte().weight()) wte_at_ready = q.grad().to_floats();
+    });
+  const std::unique_ptr<nn::Loss> loss = fused.make_loss();
+  ASSERT_TRUE(loss->fuses_backward());
+  for (nn::Parameter* p : fused.parameters()) p->zero_grad();
+  const Tensor h = fused.forward(ids);
+  EXPECT_EQ(h.shape(), Shape({24, 8}));  // lnf's output, not [24, 13] logits
+  const nn::Loss::ForwardBackward r = loss->forward_backward(h, targets, 0.5f);
+  fused.backward(r.grad);
+  EXPECT_NEAR(r.loss.item(), want, 1e-6);
+  for (const auto& [name, g] : grads(fused)) {
+    const std::vector<float>& w = want_grads.at(name);
+    for (size_t k = 0; k < g.size(); ++k)
+      ASSERT_NEAR(g[k], w[k], 1e-6f + 1e-5f * std::abs(w[k])) << name << "[" << k << "]";
+  }
+  // Every gradient announced once; the tied one after the loss's head part and the embedding's.
+  for (nn::Parameter* p : fused.parameters()) EXPECT_EQ(calls[p], 1);
+  EXPECT_EQ(wte_at_ready, fused.wte().weight().grad().to_floats());
+  for (nn::Parameter* p : fused.parameters()) p->clear_grad_ready_hooks();
+
+  // The logits of the head-in-loss model are the plain model's; sampling agrees.
+  {
+    nn::NoSaveScope no_save;
+    const std::vector<float> a = plain.forward(ids).to_floats();
+    const std::vector<float> b = fused.logits(fused.forward(ids)).to_floats();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k) ASSERT_NEAR(a[k], b[k], 1e-5f) << k;
+  }
+  EXPECT_EQ(generate(plain, {3, 4}, 6, 3, 1.0f, 5), generate(fused, {3, 4}, 6, 3, 1.0f, 5));
+  EXPECT_THROW(fused.backward(Tensor::zeros({24, 13}, DType::f32)), Error);  // logits-shaped
+}
+
+TEST(GptModel, TrainerStepsWithTheHeadInTheLossFollowThePlainModel) {
+  const auto [ids, targets] = fixed_batch(4, 8, 7);
+  const data::Batch batch{ids, targets, 4};
+  std::vector<std::vector<float>> weights;
+  std::vector<double> eval_loss;
+  for (const bool in_loss : {false, true}) {
+    nn::manual_seed(13);
+    Gpt model(small_config());
+    model.set_head_in_loss(in_loss);
+    optim::AdamW opt(model.named_parameters(), {.lr = 1e-2f});
+    const std::unique_ptr<nn::Loss> loss = model.make_loss();
+    train::Trainer trainer(model, *loss, opt, {.progress_bar = false, .quiet = true});
+    // Two micro-batches of 2: the head's gradient overwrites, then accumulates.
+    const data::Batch halves[2] = {{ids.slice(0, 2), targets.slice(0, 16), 2},
+                                   {ids.slice(2, 4), targets.slice(16, 32), 2}};
+    for (int step = 0; step < 3; ++step) trainer.train_step({halves, 2});
+    trainer.train_step({&batch, 1});
+    weights.push_back({});
+    for (const auto& [name, p] : model.named_parameters()) {
+      const std::vector<float> v = p->value().to_floats();
+      weights.back().insert(weights.back().end(), v.begin(), v.end());
+    }
+    data::TensorBatches source(ids, targets.reshape({4, 8}), {.batch_size = 4, .shuffle = false});
+    eval_loss.push_back(trainer.evaluate(source).loss);
+  }
+  ASSERT_EQ(weights[0].size(), weights[1].size());
+  for (size_t k = 0; k < weights[0].size(); ++k)
+    ASSERT_NEAR(weights[1][k], weights[0][k], 1e-5f) << k;
+  EXPECT_NEAR(eval_loss[1], eval_loss[0], 1e-5);
 }
 
 TEST(GptModel, BadInputsNameTheFix) {

@@ -6,6 +6,10 @@
 //   Tensor backward(scale)        -> d(scale * loss)/d(pred), in pred's dtype. `scale` folds in
 //                                    the 1/k of gradient accumulation (and, under mixed
 //                                    precision, the loss scale) without an extra pass.
+//   forward_backward(pred, target, scale) -> both at once. The Trainer calls it in training
+//                                    when fuses_backward() says the loss computes its gradient
+//                                    in the forward's pass (nn::LinearCrossEntropyLoss);
+//                                    otherwise it calls forward and backward.
 //
 // Math is fp32 whatever the prediction dtype. Not thread-safe.
 #pragma once
@@ -22,6 +26,21 @@ class Loss {
   virtual Tensor forward(const Tensor& pred, const Tensor& target) = 0;
   virtual Tensor backward(float scale = 1.0f) = 0;
   virtual std::string describe() const = 0;
+
+  struct ForwardBackward {
+    Tensor loss;  // as forward()
+    Tensor grad;  // as backward(scale)
+  };
+  // Default: forward, then backward.
+  virtual ForwardBackward forward_backward(const Tensor& pred, const Tensor& target,
+                                           float scale = 1.0f) {
+    Tensor loss = forward(pred, target);
+    return {loss, backward(scale)};
+  }
+  // True: forward_backward does in one pass what forward + backward would do in two.
+  virtual bool fuses_backward() const { return false; }
+  // False: the predictions are not class scores (Trainer::evaluate then measures no accuracy).
+  virtual bool predictions_are_scores() const { return true; }
 
   // A rank-0 f32 device tensor every later backward() multiplies the gradient by, in fp32
   // before rounding to the prediction's dtype: fp16's loss scale (the Trainer sets its

@@ -15,8 +15,19 @@ namespace stoker::ops {
 void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,
                            const Tensor& logits, const Tensor& target, int64_t ignore_index,
                            float label_smoothing);
+// Chunked cross-entropy (nn::LinearCrossEntropyLoss computes the logits a chunk of rows at a
+// time): count_targets first gives count = the number of targets of ALL chunks that are not
+// ignore_index (rank-0 f32); then each chunk's cross_entropy_forward_chunk ADDS the sum of its
+// rows' losses divided by that count into loss (rank-0 f32, zeroed before the first chunk), so
+// after the last chunk loss is the mean over all rows. lse and the row loss as above; the
+// backward of a chunk is cross_entropy_backward with the same count.
+void count_targets(const Tensor& count, const Tensor& target, int64_t ignore_index);
+void cross_entropy_forward_chunk(const Tensor& loss, const Tensor& lse, const Tensor& logits,
+                                 const Tensor& target, const Tensor& count, int64_t ignore_index,
+                                 float label_smoothing);
 // dlogits = scale * g / count * (softmax(logits) - ((1 - s) * one_hot(target) + s / C)), zero
-// rows for ignored targets. count is the device scalar from the forward (no host sync); g is
+// rows for ignored targets. dlogits may be logits itself (each element is read before it is
+// written). count is the device scalar from the forward (no host sync); g is
 // the optional rank-0 f32 `grad_scale` on the same device (1 when undefined): fp16's loss
 // scale, applied in fp32 before the gradient is rounded to the logits' dtype.
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,

@@ -46,7 +46,7 @@ int64_t row_grain(int64_t c) { return std::max<int64_t>(1, kGrain / std::max<int
 
 void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,
                            const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                           float label_smoothing) {
+                           float label_smoothing, const Tensor& divide_by) {
   const int64_t n = logits.size(0), c = logits.size(1);
   const double s = label_smoothing;
   float* out_lse = static_cast<float*>(lse.data());
@@ -92,6 +92,11 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
     total += row_loss[static_cast<size_t>(r)];
     ++kept;
   }
+  if (divide_by.defined()) {  // one chunk of a chunked loss: its share of the mean
+    *static_cast<float*>(loss.data()) += static_cast<float>(
+        total / static_cast<double>(*static_cast<const float*>(divide_by.data())));
+    return;
+  }
   *static_cast<float*>(loss.data()) = static_cast<float>(total / static_cast<double>(kept));
   *static_cast<float*>(count.data()) = static_cast<float>(kept);
 }
@@ -133,6 +138,14 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const T
           row_grain(c));
     });
   });
+}
+
+void count_targets(const Tensor& count, const Tensor& target, int64_t ignore_index) {
+  int64_t kept = 0;
+  visit_targets(target, [&](const auto* t) {
+    for (int64_t i = 0; i < target.numel(); ++i) kept += t[i] != ignore_index;
+  });
+  *static_cast<float*>(count.data()) = static_cast<float>(kept);
 }
 
 void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target) {
