@@ -22,11 +22,12 @@
 namespace stoker::ops::cuda {
 
 constexpr int64_t kChunk = 65536;
-constexpr int kMaxTensorsPerLaunch = 480;  // 4 pointers + 2 ints per tensor within 32 KB
+constexpr int kMaxTensorsPerLaunch = 480;  // 5 pointers + 2 ints per tensor within 32 KB
 constexpr int kMultiTensorBlock = 256;
 
-// What an update sees: per tensor t its element count and up to four f32 pointers (parameter,
-// gradient, two states), plus three device scalars some updates use.
+// What an update sees: per tensor t its element count, up to four f32 pointers (parameter,
+// gradient, two states) and a half-precision one (the parameter's compute copy, which an
+// optimizer update may write in the same pass), plus three device scalars some updates use.
 struct MultiTensorArgs {
   const float* found_inf;
   float* flag;          // a device flag some updates set (unscale: found_inf)
@@ -38,6 +39,7 @@ struct MultiTensorArgs {
   const float* g[kMaxTensorsPerLaunch];
   float* s1[kMaxTensorsPerLaunch];
   float* s2[kMaxTensorsPerLaunch];
+  void* h[kMaxTensorsPerLaunch];  // f16/bf16 (the update knows which), or null
 };
 static_assert(sizeof(MultiTensorArgs) <= 32764,
               "multi-tensor kernel parameters exceed 32764 bytes");
@@ -71,13 +73,13 @@ __global__ void __launch_bounds__(kMultiTensorBlock)
   }
 }
 
-// Launches `update` over the tensors (params; grads, s1, s2 empty or of params' length) in
-// groups that fit the parameter block.
+// Launches `update` over the tensors (params; grads, s1, s2, halves empty or of params' length;
+// an undefined entry of halves gives a null h) in groups that fit the parameter block.
 template <typename Update>
 void launch_multi_tensor(std::span<const Tensor> params, std::span<const Tensor> grads,
                          std::span<const Tensor> s1, std::span<const Tensor> s2,
                          const Tensor& found_inf, Update update, const Tensor& scalar = {},
-                         const Tensor& flag = {}) {
+                         const Tensor& flag = {}, std::span<const Tensor> halves = {}) {
   const Device device = params[0].device();
   core::DeviceScope scope(device.index);
   for (size_t first = 0; first < params.size(); first += kMaxTensorsPerLaunch) {
@@ -96,6 +98,7 @@ void launch_multi_tensor(std::span<const Tensor> params, std::span<const Tensor>
       a->g[n] = grads.empty() ? nullptr : static_cast<const float*>(grads[t].data());
       a->s1[n] = s1.empty() ? nullptr : static_cast<float*>(s1[t].data());
       a->s2[n] = s2.empty() ? nullptr : static_cast<float*>(s2[t].data());
+      a->h[n] = halves.empty() || !halves[t].defined() ? nullptr : halves[t].data();
       chunks += (params[t].numel() + kChunk - 1) / kChunk;
       ++n;
     }

@@ -9,6 +9,7 @@
 // a host sync. (Clipping, loss scaling and the loss monitor: training.cu; cast_multi:
 // copy.cu.)
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "kernel_util.cuh"
@@ -35,6 +36,8 @@ struct SgdOp {
   }
 };
 
+// H: the dtype of the compute copies written with the new value (a.h), or void for none.
+template <typename H>
 struct AdamWOp {
   detail::AdamWConsts c;
   const AdamWStepState* state;  // device step state (bias corrections), or null
@@ -49,6 +52,9 @@ struct AdamWOp {
     a.p[t][i] = p;
     a.s1[t][i] = m;
     a.s2[t][i] = v;
+    if constexpr (!std::is_void_v<H>) {
+      if (a.h[t] != nullptr) static_cast<H*>(a.h[t])[i] = from_float<H>(p);
+    }
   }
 };
 
@@ -487,7 +493,7 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
                 const detail::AdamWConsts& c, const Tensor& found_inf, const Tensor& step_state,
-                double beta1, double beta2, double lr) {
+                double beta1, double beta2, double lr, std::span<const Tensor> compute_copies) {
   AdamWStepState* st = nullptr;
   if (step_state.defined()) {
     // One thread advances the step count and the bias corrections (unless skipped); the update
@@ -499,7 +505,17 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
         beta2, lr);
     STOKER_CUDA_CHECK(cudaGetLastError());
   }
-  launch_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, found_inf, AdamWOp{c, st});
+  DType half = DType::f32;  // f32: no copies to write
+  for (const Tensor& h : compute_copies)
+    if (h.defined()) half = h.dtype();
+  if (half == DType::f16)
+    launch_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, found_inf, AdamWOp<core::Half>{c, st},
+                        {}, {}, compute_copies);
+  else if (half == DType::bf16)
+    launch_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, found_inf,
+                        AdamWOp<core::BFloat16>{c, st}, {}, {}, compute_copies);
+  else
+    launch_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, found_inf, AdamWOp<void>{c, st});
 }
 
 void sgd_step_compact(std::span<const Tensor> params, std::span<const Tensor> grads,

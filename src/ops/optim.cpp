@@ -71,6 +71,28 @@ void check_adamw_hyper(const AdamWHyper& h, const Tensor& step_state,
                "ops::adamw_step: lr, eps and weight_decay must be non-negative");
 }
 
+// Empty, or one per parameter: undefined, or f16/bf16 of the parameter's shape on its device;
+// the defined ones share a dtype.
+void check_compute_copies(const char* op, std::span<const Tensor> copies,
+                          std::span<const Tensor> params) {
+  if (copies.empty()) return;
+  STOKER_CHECK(copies.size() == params.size(), "ops::", op, ": ", params.size(), " parameters but ",
+               copies.size(),
+               " compute_copies; pass one per parameter (undefined for none) or none at all");
+  DType half = DType::f32;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const Tensor& c = copies[i];
+    if (!c.defined()) continue;
+    STOKER_CHECK((c.dtype() == DType::f16 || c.dtype() == DType::bf16) &&
+                     c.shape() == params[i].shape() && c.device() == params[i].device(),
+                 "ops::", op, ": compute_copies[", i, "] is ", c.str(), "; expected f16 or bf16",
+                 params[i].shape(), " on ", params[i].device().str());
+    STOKER_CHECK(half == DType::f32 || half == c.dtype(), "ops::", op,
+                 ": compute_copies mix f16 and bf16; pass the copies of one dtype per call");
+    half = c.dtype();
+  }
+}
+
 detail::AdamWConsts adamw_consts(const AdamWHyper& h) {
   const double t = static_cast<double>(h.step);
   const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), t);
@@ -138,18 +160,20 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
 
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
-                const AdamWHyper& h, const Tensor& found_inf, const Tensor& step_state) {
+                const AdamWHyper& h, const Tensor& found_inf, const Tensor& step_state,
+                std::span<const Tensor> compute_copies) {
   check_list("adamw_step", "params", params, params);
   check_list("adamw_step", "grads", grads, params);
   check_list("adamw_step", "exp_avgs", exp_avgs, params);
   check_list("adamw_step", "exp_avg_sqs", exp_avg_sqs, params);
   check_found_inf("adamw_step", found_inf, params);
   check_adamw_hyper(h, step_state, params);
+  check_compute_copies("adamw_step", compute_copies, params);
   if (params.empty()) return;
   detail::check_backend("adamw_step", params[0]);
   STOKER_DISPATCH(params[0].device(), adamw_step, params, grads, exp_avgs, exp_avg_sqs,
                   adamw_consts(h), found_inf, step_state, static_cast<double>(h.beta1),
-                  static_cast<double>(h.beta2), static_cast<double>(h.lr));
+                  static_cast<double>(h.beta2), static_cast<double>(h.lr), compute_copies);
 }
 
 void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,

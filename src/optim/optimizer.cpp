@@ -149,12 +149,31 @@ void Optimizer::load_checkpoint_state(const TensorLoader& load) {
 }
 
 void Optimizer::step() {
+  copies_written_.clear();
   update();
   std::vector<nn::Parameter*> ps;
   ps.reserve(params_.size());
   for (const auto& [name, p] : params_)
-    if (p->requires_grad) ps.push_back(p);
+    if (p->requires_grad &&
+        std::find(copies_written_.begin(), copies_written_.end(), p) == copies_written_.end())
+      ps.push_back(p);
   nn::refresh_compute_copies(ps);
+}
+
+std::vector<Tensor> Optimizer::fused_compute_copies() {
+  std::vector<Tensor> out;
+  DType half = DType::f32;
+  for (const auto& [name, p] : params_) {
+    if (!p->requires_grad) continue;
+    const Tensor& c = p->compute_copy();
+    const bool take = p->compute_fresh() && (half == DType::f32 || c.dtype() == half);
+    out.push_back(take ? c : Tensor());
+    if (!take) continue;
+    half = c.dtype();
+    copies_written_.push_back(p);  // (skipped on overflow, the copy stays the master's value)
+  }
+  if (copies_written_.empty()) out.clear();
+  return out;
 }
 
 SGD::SGD(NamedParameters params, SgdOptions options)
@@ -218,9 +237,9 @@ void AdamW::update() {
   if (compact_state())
     ops::adamw_step(values, grads, *exp_avg_, *exp_avg_sq_, h, storage_for_step(), found_inf_,
                     step_state_);
-  else
+  else  // the half compute copies written in the same pass
     ops::adamw_step(values, grads, values_of(*exp_avg_), values_of(*exp_avg_sq_), h, found_inf_,
-                    step_state_);
+                    step_state_, fused_compute_copies());
   ++steps_;
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "stoker/ops/copy.h"
 #include "stoker/ops/optim.h"
 #include "stoker/ops/random.h"
 #include "stoker/ops/reduce.h"
@@ -79,6 +80,42 @@ TEST(OptimizerGpuTest, AdamWBitIdenticalToCpuAndSkipsOnFoundInf) {
   for (const Tensor& t : p.gpu) before.push_back(t.to(Device::cpu()));
   stoker::ops::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, {.step = 4}, flag);
   expect_bit_equal(before, p.gpu);
+}
+
+// The half compute copies written in the update's pass: the CPU's bits (its update, then cast),
+// for bf16 and f16, with some entries undefined; untouched on a skipped step.
+TEST(OptimizerGpuTest, AdamWWritesComputeCopiesWithTheCpusBits) {
+  STOKER_REQUIRE_GPU();
+  for (const DType half : {DType::bf16, DType::f16}) {
+    auto p = make(kSizes, 14), g = make(kSizes, 15), m = make(kSizes, 16), v = make(kSizes, 17);
+    for (size_t i = 0; i < v.cpu.size(); ++i) {
+      stoker::ops::random_uniform(v.cpu[i], 0.0f, 2.0f, 18, i * 100000);
+      v.gpu[i] = v.cpu[i].to(Device::cuda(0));
+    }
+    std::vector<Tensor> hc, hg;
+    for (size_t i = 0; i < kSizes.size(); ++i) {
+      const bool with = i % 3 != 1;  // some parameters without a copy
+      hc.push_back(with ? Tensor::zeros({kSizes[i]}, half) : Tensor());
+      hg.push_back(with ? Tensor::zeros({kSizes[i]}, half, Device::cuda(0)) : Tensor());
+    }
+    const stoker::ops::AdamWHyper h{.lr = 1e-2f, .weight_decay = 0.05f, .step = 1};
+    stoker::ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, h, {}, {}, hc);
+    stoker::ops::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, h, {}, {}, hg);
+    expect_bit_equal(p.cpu, p.gpu);
+    for (size_t i = 0; i < hc.size(); ++i) {
+      if (!hc[i].defined()) continue;
+      const Tensor got = hg[i].to(Device::cpu());
+      Tensor want = Tensor::empty(hc[i].shape(), half);
+      stoker::ops::cast(want, p.cpu[i]);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.nbytes())) << "copy " << i;
+      ASSERT_EQ(0, std::memcmp(hc[i].data(), want.data(), want.nbytes())) << "cpu copy " << i;
+    }
+    const Tensor flag = Tensor::from_floats({1.0f}, {}, DType::f32, Device::cuda(0));
+    const Tensor before = hg[0].to(Device::cpu());
+    stoker::ops::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, {.step = 2}, flag, {}, hg);
+    const Tensor after = hg[0].to(Device::cpu());
+    ASSERT_EQ(0, std::memcmp(before.data(), after.data(), before.nbytes()));
+  }
 }
 
 // The device step count (bias corrections) advances identically on both backends, including

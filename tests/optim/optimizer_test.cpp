@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "stoker/ops/copy.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/ops/optim.h"
 #include "stoker/ops/random.h"
 #include "stoker/optim/schedule.h"
@@ -179,6 +181,69 @@ TEST(OptimizerTest, StepRefreshesHalfComputeCopies) {
     const std::vector<float> after = w.compute_value(half).to_floats();
     for (float v : after) ASSERT_EQ(v, 0.0f);
   }
+}
+
+// AdamW writes the fresh half copies in its update's pass (ops::adamw_step's compute_copies);
+// a stale copy, or one of a second half dtype, is refreshed by the separate cast. Every way the
+// copy ends up the master rounded, and an overflowed (skipped) step leaves both alone.
+TEST(OptimizerTest, AdamWWritesFreshCopiesInItsPassAndCastsTheRest) {
+  Parameter a(Tensor::empty({4, 3001}, DType::f32)), b(Tensor::empty({77}, DType::f32)),
+      c(Tensor::empty({129}, DType::f32));
+  uint64_t seed = 10;
+  for (Parameter* p : {&a, &b, &c}) {
+    stoker::ops::random_normal(p->value(), 0.0f, 1.0f, seed++, 0);
+    stoker::ops::random_normal(p->grad(), 0.0f, 1.0f, seed++, 0);
+  }
+  a.compute_value(DType::bf16);
+  b.compute_value(DType::f16);  // a second dtype: not in the bf16 pass
+  c.compute_value(DType::bf16);
+  AdamW opt({{"a", &a}, {"b", &b}, {"c", &c}}, {.lr = 0.05f});
+  auto expect_rounded = [](Parameter& p, const char* what) {
+    ASSERT_TRUE(p.compute_fresh()) << what;
+    Tensor want = Tensor::empty(p.shape(), p.compute_copy().dtype());
+    stoker::ops::cast(want, p.value());
+    ASSERT_EQ(std::memcmp(want.data(), p.compute_copy().data(), want.nbytes()), 0) << what;
+  };
+  for (int step = 0; step < 3; ++step) {
+    if (step == 1) {  // c's master written in place: its copy is stale, cast after the update
+      stoker::ops::scale(c.value(), 0.5f);
+      c.value_changed();
+    }
+    opt.step();
+    expect_rounded(a, "a");
+    expect_rounded(b, "b");
+    expect_rounded(c, "c");
+  }
+  const Tensor flag = Tensor::from_floats({1.0f}, {});
+  opt.set_found_inf(flag);
+  const std::vector<float> master = a.value().to_floats();
+  const std::vector<float> copy = a.compute_copy().to_floats();
+  opt.step();
+  EXPECT_EQ(a.value().to_floats(), master);
+  EXPECT_EQ(a.compute_copy().to_floats(), copy);
+  expect_rounded(a, "a after a skipped step");
+}
+
+TEST(OptimizerTest, AdamWComputeCopiesAreValidated) {
+  std::vector<Tensor> p{Tensor::zeros({8}, DType::f32), Tensor::zeros({3}, DType::f32)};
+  std::vector<Tensor> g = p, m = p, v = p;
+  for (auto* l : {&g, &m, &v})
+    for (Tensor& t : *l) t = Tensor::zeros(t.shape(), DType::f32);
+  const stoker::ops::AdamWHyper h{.lr = 0.1f};
+  const std::vector<Tensor> one{Tensor::zeros({8}, DType::bf16)};
+  EXPECT_TRUE(
+      stoker::test::throws_error_with([&] { stoker::ops::adamw_step(p, g, m, v, h, {}, {}, one); },
+                                      {"2 parameters but 1 compute_copies"}));
+  const std::vector<Tensor> shape{Tensor::zeros({8}, DType::bf16), Tensor::zeros({4}, DType::bf16)};
+  EXPECT_TRUE(stoker::test::throws_error_with(
+      [&] { stoker::ops::adamw_step(p, g, m, v, h, {}, {}, shape); },
+      {"compute_copies[1]", "expected f16 or bf16[3]"}));
+  const std::vector<Tensor> mixed{Tensor::zeros({8}, DType::bf16), Tensor::zeros({3}, DType::f16)};
+  EXPECT_TRUE(stoker::test::throws_error_with(
+      [&] { stoker::ops::adamw_step(p, g, m, v, h, {}, {}, mixed); }, {"mix f16 and bf16"}));
+  const std::vector<Tensor> f32{Tensor(), Tensor::zeros({3}, DType::f32)};
+  EXPECT_TRUE(stoker::test::throws_error_with(
+      [&] { stoker::ops::adamw_step(p, g, m, v, h, {}, {}, f32); }, {"compute_copies[1]"}));
 }
 
 TEST(OptimizerTest, FrozenParametersAreNotTouched) {

@@ -7,7 +7,8 @@
 //
 // Mixed precision: `compute_value(dtype)` gives the value in the compute dtype. For f16/bf16 it
 // is a half copy kept next to the master; optimizers refresh every copy in one multi-tensor
-// kernel right after their update (`refresh_compute_copies`), so forwards never cast weights.
+// kernel right after their update (`refresh_compute_copies`), or write it in the update's own
+// pass (AdamW), so forwards never cast weights.
 // Code that writes into value() in place outside an optimizer calls `value_changed()` so the
 // next compute_value() casts again (set_value, to() and the weight loaders do this).
 //
@@ -65,6 +66,8 @@ class Parameter {
   void value_changed() { compute_fresh_ = false; }
   // Called after the copy was refreshed from the master (by refresh_compute_copies).
   void mark_compute_fresh() { compute_fresh_ = compute_.defined(); }
+  // The half copy exists and holds the master's current value.
+  bool compute_fresh() const { return compute_fresh_ && compute_.defined(); }
 
   // False for frozen parameters: backward skips their gradient, the optimizer skips them.
   bool requires_grad = true;

@@ -60,9 +60,15 @@ int64_t adamw_step_state_steps(const Tensor& state);
 //   m = beta1 * m + (1 - beta1) * g ;  v = beta2 * v + (1 - beta2) * g^2
 //   p -= (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 // With `step_state` (see above) h.step is ignored and the step is counted on the device.
+// `compute_copies` (optional: empty, or one per parameter, undefined for none): f16 or bf16
+// tensors of the parameters' shapes — mixed precision's half compute copies — written with the
+// updated value (rounded to nearest even, as cast_multi) in the update's own pass, instead of a
+// second pass that reads every parameter again. The defined ones share one dtype. Skipped with
+// the update when found_inf is set.
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
-                const AdamWHyper& h, const Tensor& found_inf = {}, const Tensor& step_state = {});
+                const AdamWHyper& h, const Tensor& found_inf = {}, const Tensor& step_state = {},
+                std::span<const Tensor> compute_copies = {});
 
 // ---- compact (low-precision) optimizer state ----
 //

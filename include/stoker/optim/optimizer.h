@@ -55,7 +55,9 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   // Applies one update, then refreshes the parameters' half compute copies (mixed precision) in
-  // one multi-tensor kernel, so the next forward reads updated weights without casting.
+  // one multi-tensor kernel, so the next forward reads updated weights without casting. AdamW
+  // over f32 state writes the fresh copies of one half dtype in its update's pass instead (see
+  // fused_compute_copies); the kernel then refreshes only the others.
   void step();
   void zero_grad();
 
@@ -119,6 +121,12 @@ class Optimizer {
   // The storage arguments of this step (the rounding draws advance with each call to step()).
   ops::StateStorage storage_for_step() const;
 
+  // The half compute copies an update writes in its own pass (ops::adamw_step's
+  // compute_copies), one entry per gathered parameter: defined where the copy is fresh (a stale
+  // one is cast whole by step()) and of the first such dtype. Those are marked written, and
+  // step() refreshes only the others.
+  std::vector<Tensor> fused_compute_copies();
+
   // The update itself (one multi-tensor launch), implemented by each optimizer.
   virtual void update() = 0;
 
@@ -131,6 +139,9 @@ class Optimizer {
   // that any later state handling (offload, sharding) sees all of it. A deque: references
   // to a kind stay valid as kinds are added.
   std::deque<std::pair<std::string, std::vector<ops::StateTensor>>> state_lists_;
+
+ private:
+  std::vector<const nn::Parameter*> copies_written_;  // by this step's update()
 };
 
 struct SgdOptions {

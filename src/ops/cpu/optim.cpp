@@ -55,7 +55,8 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
                 const detail::AdamWConsts& host_consts, const Tensor& found_inf,
-                const Tensor& step_state, double beta1, double beta2, double lr) {
+                const Tensor& step_state, double beta1, double beta2, double lr,
+                std::span<const Tensor> compute_copies) {
   const bool skip = skip_step(found_inf);
   const detail::AdamWConsts c = adamw_step_consts(host_consts, step_state, skip, beta1, beta2, lr);
   if (skip) return;
@@ -67,6 +68,8 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
     parallel_range(params[t].numel(), [&](int64_t s, int64_t e) {
       adamw_chunk(p + s, g + s, m + s, v + s, e - s, c);
     });
+    // The compute copy (the GPU writes it in the update's pass): cast's rounding, cast_multi's.
+    if (!compute_copies.empty() && compute_copies[t].defined()) cast(compute_copies[t], params[t]);
   }
 }
 
