@@ -16,39 +16,39 @@ LayerNorm::LayerNorm(int64_t features, float eps) : features_(features), eps_(ep
   register_parameter("bias", bias_);
 }
 
-Tensor LayerNorm::forward(const Tensor& x) {
+Tensor LayerNorm::start_forward(const Tensor& x, const Tensor& normalized) {
   STOKER_CHECK(x.rank() >= 1 && x.size(-1) == features_, describe(), ": input ", x.str(),
                " must end in ", features_, " features");
   x_shape_ = x.shape();
-  x_ = x.reshape({-1, features_});
+  x_ = normalized.reshape({-1, features_});
   const int64_t n = x_.size(0);
-  Tensor y = Tensor::empty(x_.shape(), x.dtype(), x.device());
   mean_ = Tensor::empty({n}, DType::f32, x.device());
   rstd_ = Tensor::empty({n}, DType::f32, x.device());
-  ops::layernorm_forward(y, mean_, rstd_, x_, weight_.value(), bias_.value(), eps_);
+  return Tensor::empty(x_.shape(), x.dtype(), x.device());
+}
+
+Tensor LayerNorm::finish_forward(const Tensor& y) {
   if (!saving_activations()) x_ = mean_ = rstd_ = Tensor();  // inside a Checkpoint's forward
   return y.reshape(x_shape_);
 }
 
+Tensor LayerNorm::forward(const Tensor& x) {
+  const Tensor y = start_forward(x, x);
+  ops::layernorm_forward(y, mean_, rstd_, x_, weight_.value(), bias_.value(), eps_);
+  return finish_forward(y);
+}
+
 Tensor LayerNorm::forward_add(const Tensor& x, const Tensor& residual, const Tensor& sum) {
-  STOKER_CHECK(x.rank() >= 1 && x.size(-1) == features_, describe(), ": input ", x.str(),
-               " must end in ", features_, " features");
   STOKER_CHECK(residual.defined() && sum.defined() && residual.shape() == x.shape() &&
                    sum.shape() == x.shape(),
                describe(), ": the residual ", residual.defined() ? residual.str() : "undefined",
                " and the sum ", sum.defined() ? sum.str() : "undefined",
                " must have the input's shape ", x.shape());
-  x_shape_ = x.shape();
-  x_ = sum.reshape({-1, features_});
-  const int64_t n = x_.size(0);
-  Tensor y = Tensor::empty(x_.shape(), x.dtype(), x.device());
-  mean_ = Tensor::empty({n}, DType::f32, x.device());
-  rstd_ = Tensor::empty({n}, DType::f32, x.device());
+  const Tensor y = start_forward(x, sum);  // the sum is what the backward normalizes
   ops::add_layernorm_forward(y, x_, mean_, rstd_, x.reshape({-1, features_}),
                              residual.reshape({-1, features_}), weight_.value(), bias_.value(),
                              eps_);
-  if (!saving_activations()) x_ = mean_ = rstd_ = Tensor();  // inside a Checkpoint's forward
-  return y.reshape(x_shape_);
+  return finish_forward(y);
 }
 
 Tensor LayerNorm::backward_add(const Tensor& dy, const Tensor& dsum_in, const Tensor& dsum) {

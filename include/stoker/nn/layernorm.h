@@ -35,6 +35,12 @@ class LayerNorm : public Module {
   std::string describe() const override;
 
  private:
+  // Checks x, keeps its shape and `normalized` (what the backward reads: x, or the fused sum),
+  // makes the statistics; returns the output to fill.
+  Tensor start_forward(const Tensor& x, const Tensor& normalized);
+  // Drops the saves when not saving activations; the output in x's shape.
+  Tensor finish_forward(const Tensor& y);
+
   int64_t features_;
   float eps_;
   Parameter weight_, bias_;
