@@ -36,6 +36,7 @@ struct Options {
   float clip = 1.0f;
   std::string precision = "fp32";
   bool selective = false;
+  bool unfused_gelu = false;  // --unfused-gelu: GptConfig::fuse_gelu = false
   std::string data;
   std::string text = STOKER_GPT_TEXT;
   std::string cache = STOKER_GPT_CACHE;

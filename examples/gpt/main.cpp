@@ -137,6 +137,7 @@ int run(const Options& o) {
                     o.width > 0 && o.heads > 0 ? "" : " (the unset one is the preset's)");
   config.dropout = o.dropout;
   config.init = o.init == "gpt2" ? gpt::GptInit::gpt2 : gpt::GptInit::torch;
+  config.fuse_gelu = !o.unfused_gelu;
   // Byte-level text needs 256 ids; a bigger vocabulary only wastes the head.
   if (!o.synthetic && o.data.empty() && o.vocab == 0) config.vocab = 256;
   const amp::Precision precision = amp::parse_precision(o.precision);
@@ -407,6 +408,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   app.add_flag("--selective", o.selective, "selective recomputation (GELU/LayerNorm outputs)");
+  app.add_flag("--unfused-gelu", o.unfused_gelu,
+               "the MLP's GELU as its own passes, not in the GEMMs' epilogues (to compare)");
   app.add_option("--data", o.data, "token file of raw uint16 ids (default: the bundled text)");
   app.add_option("--text", o.text, "text to encode at byte level")->capture_default_str();
   app.add_option("--cache", o.cache, "folder for the encoded text")->capture_default_str();

@@ -60,7 +60,7 @@ void check_epilogue(const Tensor& c, const GemmOptions& o) {
   }
   const char* e = epilogue_name(o.epilogue);
   STOKER_CHECK(o.aux != nullptr, "ops::gemm: the ", e, " epilogue needs options.aux, a ",
-               dtype_name(c.dtype()), " ", c.shape(), " tensor on ", c.device().str(),
+               dtype_name(c.dtype()), c.shape(), " tensor on ", c.device().str(),
                o.epilogue == GemmEpilogue::gelu ? " that receives the pre-activation"
                                                 : " holding the forward's pre-activation");
   const Tensor& aux = *o.aux;
