@@ -80,9 +80,8 @@ void Linear::forward_for_backward(const Tensor& x) {
 
 Tensor Linear::backward(const Tensor& dy) {
   STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
-  STOKER_CHECK(dy.numel() % out_ == 0 && dy.numel() / out_ == x_.size(0), describe(),
-               ": gradient ", dy.str(),
-               " does not match the forward's input ", x_shape_);
+  STOKER_CHECK(dy.numel() % out_ == 0 && dy.numel() / out_ == x_.size(0), describe(), ": gradient ",
+               dy.str(), " does not match the forward's input ", x_shape_);
   STOKER_CHECK(dy.dtype() == x_.dtype(), describe(), ": gradient ", dy.str(),
                " must have the forward's dtype ", dtype_name(x_.dtype()));
   Tensor dy2 = dy.reshape({-1, out_});  // from here on: the gradient of x W^T + b

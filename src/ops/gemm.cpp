@@ -6,8 +6,8 @@
 
 #include "ops/backend.h"
 #include "ops/validate.h"
-#include "stoker/ops/copy.h"
 #include "stoker/ops/activation.h"
+#include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/linear.h"
 
@@ -66,13 +66,12 @@ void check_epilogue(const Tensor& c, const GemmOptions& o) {
   const Tensor& aux = *o.aux;
   STOKER_CHECK(aux.defined() && aux.dtype() == c.dtype() && aux.shape() == c.shape() &&
                    aux.device() == c.device(),
-               "ops::gemm: options.aux is ", aux.defined() ? aux.str() : "undefined",
-               "; the ", e, " epilogue expects c's dtype, shape and device: ", c.str());
-  STOKER_CHECK(c.numel() == 0 || aux.data() != c.data(),
-               "ops::gemm: options.aux is c itself; the ", e,
-               " epilogue needs the pre-activation in a tensor of its own");
-  STOKER_CHECK(o.beta == 0.0f, "ops::gemm: the ", e, " epilogue needs beta = 0, got beta ",
-               o.beta, " (it cannot accumulate into c)");
+               "ops::gemm: options.aux is ", aux.defined() ? aux.str() : "undefined", "; the ", e,
+               " epilogue expects c's dtype, shape and device: ", c.str());
+  STOKER_CHECK(c.numel() == 0 || aux.data() != c.data(), "ops::gemm: options.aux is c itself; the ",
+               e, " epilogue needs the pre-activation in a tensor of its own");
+  STOKER_CHECK(o.beta == 0.0f, "ops::gemm: the ", e, " epilogue needs beta = 0, got beta ", o.beta,
+               " (it cannot accumulate into c)");
   STOKER_CHECK(o.epilogue != GemmEpilogue::dgelu || o.bias == nullptr,
                "ops::gemm: options.bias is set with the dgelu epilogue; the backward has no bias "
                "to add (compute the bias gradient with ops::bias_grad)");
@@ -112,7 +111,7 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
                ", ", n, "] for op(a) [", m, ", ", k, "] x op(b) [", k, ", ", n, "]");
   check_epilogue(c, o);
   if (m == 0 || n == 0) return;
-  if (k == 0) {  // op(a) op(b) is all zeros
+  if (k == 0) {                              // op(a) op(b) is all zeros
     if (o.epilogue == GemmEpilogue::gelu) {  // aux = bias (or 0), C = gelu(aux)
       fill(*o.aux, 0.0);
       if (o.bias && o.bias->dtype() == DType::f32) {

@@ -354,7 +354,8 @@ TEST(GptModel, FusedGeluGivesTheUnfusedModelsBits) {
         for (const auto& [name, p] : fused.named_parameters()) names_f.push_back(name);
         ASSERT_EQ(names_f, names_u);
         std::vector<std::string> gens_u, gens_f;
-        unfused.visit_generators("", [&](const std::string& n, Generator&) { gens_u.push_back(n); });
+        unfused.visit_generators("",
+                                 [&](const std::string& n, Generator&) { gens_u.push_back(n); });
         fused.visit_generators("", [&](const std::string& n, Generator&) { gens_f.push_back(n); });
         EXPECT_EQ(gens_f, gens_u);
         for (int step = 0; step < 2; ++step) {

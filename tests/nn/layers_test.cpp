@@ -218,8 +218,7 @@ TEST(LayersTest, LinearWithFusedGeluGivesLinearPlusGeluBits) {
       ASSERT_EQ(pa.size(), pb.size());
       for (size_t i = 0; i < pa.size(); ++i) {
         EXPECT_EQ(pa[i].first, pb[i].first);
-        EXPECT_TRUE(test::bit_identical(pa[i].second->grad(), pb[i].second->grad()))
-            << pa[i].first;
+        EXPECT_TRUE(test::bit_identical(pa[i].second->grad(), pb[i].second->grad())) << pa[i].first;
       }
     }
   }

@@ -59,10 +59,8 @@ TEST(GemmEpilogueTest, GeluIsTheUnfusedGemmBiasAndGeluBitForBit) {
     const Tensor b =
         test::random_tensor(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, c.in, seed++, -1.0f, 1.0f);
     const Tensor bias = test::random_tensor({c.n}, c.out, seed++, -1.0f, 1.0f);
-    const GemmOptions plain{.trans_a = c.ta,
-                            .trans_b = c.tb,
-                            .alpha = c.alpha,
-                            .bias = c.bias ? &bias : nullptr};
+    const GemmOptions plain{
+        .trans_a = c.ta, .trans_b = c.tb, .alpha = c.alpha, .bias = c.bias ? &bias : nullptr};
     // Unfused: pre = gemm + bias; y = gelu(pre).
     const Tensor pre_ref = Tensor::empty({c.m, c.n}, c.out);
     const Tensor y_ref = Tensor::empty({c.m, c.n}, c.out);
@@ -130,43 +128,30 @@ TEST(GemmEpilogueTest, BadEpilogueArgumentsThrowNamingThem) {
   const Tensor aux = Tensor::empty({4, 8}, DType::f32);
   EXPECT_TRUE(throws_error_with([&] { gemm(c, a, b, {.epilogue = GemmEpilogue::gelu}); },
                                 {"ops::gemm", "gelu epilogue needs options.aux", "f32[4, 8]"}));
-  EXPECT_TRUE(throws_error_with([&] { gemm(c, a, b, {.epilogue = GemmEpilogue::dgelu}); },
-                                {"ops::gemm", "dgelu epilogue needs options.aux",
-                                 "forward's pre-activation"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] { gemm(c, a, b, {.epilogue = GemmEpilogue::dgelu}); },
+      {"ops::gemm", "dgelu epilogue needs options.aux", "forward's pre-activation"}));
   const Tensor wrong_shape = Tensor::empty({8, 4}, DType::f32);
   EXPECT_TRUE(throws_error_with(
-      [&] {
-        gemm(c, a, b, {.epilogue = GemmEpilogue::gelu, .aux = &wrong_shape});
-      },
+      [&] { gemm(c, a, b, {.epilogue = GemmEpilogue::gelu, .aux = &wrong_shape}); },
       {"ops::gemm", "options.aux is f32[8, 4] on cpu", "c's dtype, shape and device",
        "f32[4, 8] on cpu"}));
   const Tensor wrong_dtype = Tensor::empty({4, 8}, DType::bf16);
   EXPECT_TRUE(throws_error_with(
-      [&] {
-        gemm(c, a, b, {.epilogue = GemmEpilogue::dgelu, .aux = &wrong_dtype});
-      },
+      [&] { gemm(c, a, b, {.epilogue = GemmEpilogue::dgelu, .aux = &wrong_dtype}); },
       {"ops::gemm", "options.aux is bf16[4, 8] on cpu", "dgelu epilogue"}));
   const Tensor undefined;
+  EXPECT_TRUE(
+      throws_error_with([&] { gemm(c, a, b, {.epilogue = GemmEpilogue::gelu, .aux = &undefined}); },
+                        {"ops::gemm", "options.aux is undefined"}));
+  EXPECT_TRUE(throws_error_with([&] { gemm(c, a, b, {.epilogue = GemmEpilogue::gelu, .aux = &c}); },
+                                {"ops::gemm", "options.aux is c itself"}));
   EXPECT_TRUE(throws_error_with(
-      [&] {
-        gemm(c, a, b, {.epilogue = GemmEpilogue::gelu, .aux = &undefined});
-      },
-      {"ops::gemm", "options.aux is undefined"}));
-  EXPECT_TRUE(throws_error_with(
-      [&] {
-        gemm(c, a, b, {.epilogue = GemmEpilogue::gelu, .aux = &c});
-      },
-      {"ops::gemm", "options.aux is c itself"}));
-  EXPECT_TRUE(throws_error_with(
-      [&] {
-        gemm(c, a, b, {.beta = 1.0f, .epilogue = GemmEpilogue::gelu, .aux = &aux});
-      },
+      [&] { gemm(c, a, b, {.beta = 1.0f, .epilogue = GemmEpilogue::gelu, .aux = &aux}); },
       {"ops::gemm", "gelu epilogue needs beta = 0"}));
   const Tensor bias = Tensor::empty({8}, DType::f32);
   EXPECT_TRUE(throws_error_with(
-      [&] {
-        gemm(c, a, b, {.bias = &bias, .epilogue = GemmEpilogue::dgelu, .aux = &aux});
-      },
+      [&] { gemm(c, a, b, {.bias = &bias, .epilogue = GemmEpilogue::dgelu, .aux = &aux}); },
       {"ops::gemm", "options.bias", "dgelu epilogue", "ops::bias_grad"}));
   EXPECT_TRUE(throws_error_with([&] { gemm(c, a, b, {.aux = &aux}); },
                                 {"ops::gemm", "options.aux is set", "epilogue is none"}));
@@ -175,9 +160,7 @@ TEST(GemmEpilogueTest, BadEpilogueArgumentsThrowNamingThem) {
   const Tensor c3 = Tensor::empty({2, 4, 8}, DType::f32);
   const Tensor aux3 = Tensor::empty({2, 4, 8}, DType::f32);
   EXPECT_TRUE(throws_error_with(
-      [&] {
-        gemm_batched(c3, a3, b3, {.epilogue = GemmEpilogue::gelu, .aux = &aux3});
-      },
+      [&] { gemm_batched(c3, a3, b3, {.epilogue = GemmEpilogue::gelu, .aux = &aux3}); },
       {"ops::gemm_batched", "options.epilogue/options.aux are not supported"}));
 }
 

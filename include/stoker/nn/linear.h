@@ -82,9 +82,9 @@ class Linear : public Module {
   Tensor w_compute_;  // the weight in the input's dtype (the master itself for f32)
   Shape x_shape_;     // the caller's shape, restored for dx
   Activation activation_ = Activation::none;
-  Tensor pre_;                       // with an activation: the saved pre-activation [N, out]
+  Tensor pre_;                          // with an activation: the saved pre-activation [N, out]
   bool grad_is_preactivation_ = false;  // the consumer's backward applied the derivative
-  Linear* producer_ = nullptr;       // set_input_activation_from
+  Linear* producer_ = nullptr;          // set_input_activation_from
 };
 
 }  // namespace stoker::nn

@@ -59,9 +59,9 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
 // being the last two dimensions and the batch all leading dimensions flattened (the same for
 // a, b and c): a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with
 // trans_b), c [..., M, N], each contiguous. dtypes, alpha/beta and accumulation as gemm;
-// options.bias and options.aux must be null and options.epilogue none. CPU: BLAS per matrix, oneTBB over the batch. CUDA: one cuBLASLt
-// call with a batch count and strided batch offsets, planned and autotuned per (shape, batch)
-// like gemm. (Attention's per-head products, ops/attention.h.)
+// options.bias and options.aux must be null and options.epilogue none. CPU: BLAS per matrix, oneTBB
+// over the batch. CUDA: one cuBLASLt call with a batch count and strided batch offsets, planned and
+// autotuned per (shape, batch) like gemm. (Attention's per-head products, ops/attention.h.)
 void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b,
                   const GemmOptions& options = {});
 

@@ -102,10 +102,10 @@ struct PlanKey {
   bool trans_a, trans_b;
   int ab_type, c_type, compute_type;
   uint32_t align_a, align_b, align_c;
-  int bias_type;  // cudaDataType_t of the bias asked for in the epilogue, -1: none
-  int epilogue;   // GemmEpilogue asked for (gelu, dgelu: an aux matrix of C's type and shape)
+  int bias_type;       // cudaDataType_t of the bias asked for in the epilogue, -1: none
+  int epilogue;        // GemmEpilogue asked for (gelu, dgelu: an aux matrix of C's type and shape)
   uint32_t align_aux;  // the aux pointer's alignment (the heuristic reads it); 0: no aux
-  int64_t batch;  // matrices per call (1: ops::gemm); the strides below are 0 then
+  int64_t batch;       // matrices per call (1: ops::gemm); the strides below are 0 then
   int64_t stride_a, stride_b, stride_c;  // elements between consecutive matrices
   auto operator<=>(const PlanKey&) const = default;
 };
@@ -232,9 +232,9 @@ bool gelu_epilogue_is_tanh(cublasLtHandle_t handle, void* workspace, cudaStream_
              CUBLAS_STATUS_SUCCESS &&
          found > 0;
     const float alpha = 1.0f, beta = 0.0f;
-    ok = ok && cublasLtMatmul(handle, op, &alpha, a, la, dones, lb, &beta, dd, ld, dd, ld,
-                              &result.algo, workspace, kWorkspaceBytes,
-                              stream) == CUBLAS_STATUS_SUCCESS;
+    ok = ok &&
+         cublasLtMatmul(handle, op, &alpha, a, la, dones, lb, &beta, dd, ld, dd, ld, &result.algo,
+                        workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
     std::array<float, m> out{};
     ok = ok &&
          cudaMemcpyAsync(out.data(), dd, m * sizeof(float), cudaMemcpyDeviceToHost, stream) ==
@@ -259,13 +259,17 @@ bool gelu_epilogue_is_tanh(cublasLtHandle_t handle, void* workspace, cudaStream_
   cudaGetLastError();  // a failed launch must not poison later calls
   for (int pass = 0; ok && pass < 2; ++pass)
     ok = err_tanh[pass] <= 1e-4 && 4.0 * err_tanh[pass] < err_erf[pass];
+  // Said once per device when the fusion is off (a speed matter, not a correctness one), and
+  // always with STOKER_GEMM_VERBOSE=1.
   static const bool verbose = env_int("STOKER_GEMM_VERBOSE", 0, 0, 1) == 1;
-  if (verbose)
+  if (verbose || !ok)
     std::fprintf(stderr,
-                 "stoker gemm: cuBLASLt GELU epilogue max |diff| vs tanh form %.3g, vs erf form "
-                 "%.3g; DGELU %.3g, %.3g: %s\n",
+                 "stoker gemm: cuBLASLt GELU epilogue max |diff| vs the tanh form %.3g, vs the "
+                 "erf form %.3g; DGELU %.3g, %.3g: %s\n",
                  err_tanh[0], err_erf[0], err_tanh[1], err_erf[1],
-                 ok ? "tanh form, fused" : "not verified, unfused");
+                 ok ? "the tanh form, the gelu/dgelu epilogues are fused"
+                    : "not the tanh form (or it did not run): the gelu/dgelu epilogues run as "
+                      "separate passes");
   return ok;
 }
 
@@ -284,7 +288,10 @@ class Cache {
     if (!plan) {
       TuneInputs tune = in;
       if (key.epilogue != static_cast<int>(GemmEpilogue::none)) {
-        int& verdict = gelu_tanh_.at(key.device);  // -1: not checked yet
+        // -1: not checked yet. The check synchronizes, so a plan first made while the stream is
+        // capturing a CUDA graph stays unfused (as it stays untuned); a warm-up step before the
+        // capture makes the plans that the captured steps use.
+        int& verdict = gelu_tanh_.at(key.device);
         if (verdict < 0 && !stream_is_capturing(stream))
           verdict = gelu_epilogue_is_tanh(handle, workspace, stream) ? 1 : 0;
         tune.gelu_is_tanh = verdict == 1;
@@ -389,16 +396,17 @@ class Cache {
     std::array<Candidate, 3> candidates{};
     int count = 0;
     if (key.epilogue == static_cast<int>(GemmEpilogue::gelu) && aux_ok)
-      candidates[count++] = {has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
-                             has_bias, true, false};
+      candidates[count++] = {
+          has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, has_bias, true,
+          false};
     if (key.epilogue == static_cast<int>(GemmEpilogue::dgelu) && aux_ok)
       candidates[count++] = {CUBLASLT_EPILOGUE_DGELU, false, false, true};
     if (has_bias) candidates[count++] = {CUBLASLT_EPILOGUE_BIAS, true, false, false};
     bool chosen = false;
     for (int i = 0; i < count && !chosen; ++i) {
       const Candidate& cand = candidates[i];
-      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &cand.epilogue, sizeof(cand.epilogue)));
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                         &cand.epilogue, sizeof(cand.epilogue)));
       if (cand.bias) {
         const auto bias_type = static_cast<cudaDataType_t>(key.bias_type);
         STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
