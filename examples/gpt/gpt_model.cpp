@@ -57,7 +57,7 @@ std::string GptConfig::str() const {
 // the MLP's dropout was its child 4 when ln2 was its child 0). ln2 is the block's own child,
 // registered between attention and the MLP, so names and their order are what they were when
 // it was the MLP's first child.
-GptBlock::GptBlock(int64_t d_model, int64_t heads, float dropout) {
+GptBlock::GptBlock(int64_t d_model, int64_t heads, float dropout, bool fuse_gelu) {
   ln1_ = &register_module("ln1", nn::make<nn::LayerNorm>(d_model));
   attn_ = &register_module("", nn::make<nn::CausalSelfAttention>(d_model, heads));
   if (dropout > 0.0f) drop_ = &register_module("attn_drop", nn::make<nn::Dropout>(dropout));
@@ -65,12 +65,20 @@ GptBlock::GptBlock(int64_t d_model, int64_t heads, float dropout) {
   // Sequential(ln2, fc, gelu, fc2) were evaluated (GCC: right to left), so a seed still gives
   // the same weights under GptInit::torch (a LayerNorm draws nothing).
   auto fc2 = nn::make<nn::Linear>(4 * d_model, d_model);
-  auto gelu = nn::make<nn::GELU>();
   auto fc = nn::make<nn::Linear>(d_model, 4 * d_model);
   ln2_ = &register_module("ln2", nn::make<nn::LayerNorm>(d_model));
   auto mlp = nn::make<nn::Sequential>();
-  mlp->add("fc", std::move(fc));
-  mlp->add("gelu", std::move(gelu));
+  // Fused: fc computes gelu(x W^T + b) in its GEMM's epilogue and fc2's input-gradient GEMM
+  // applies gelu' (nn/linear.h); the GELU module, which has no parameters, is gone, so the
+  // names are the same. Unfused: the GELU as its own module.
+  if (fuse_gelu) {
+    fc->set_activation(nn::Activation::gelu);
+    fc2->set_input_activation_from(fc.get());
+    mlp->add("fc", std::move(fc));
+  } else {
+    mlp->add("fc", std::move(fc));
+    mlp->add("gelu", nn::make<nn::GELU>());
+  }
   mlp->add("fc2", std::move(fc2));
   if (dropout > 0.0f) mlp->add("mlp.4", nn::make<nn::Dropout>(dropout));
   mlp_ = &register_module("", std::move(mlp));
@@ -109,7 +117,7 @@ void GptBlock::forward_for_backward(const Tensor& x) {
 Tensor GptBlock::backward(const Tensor& dy) {
   if (fc_input_released_) {
     // Rebuilt before the whole MLP's backward, not just before fc's as a Sequential would: this
-    // [B*T, C] tensor lives through fc2's and GELU's backward too.
+    // [B*T, C] tensor lives through fc2's (and an unfused GELU's) backward too.
     fc_input_released_ = false;
     const core::ModuleScope scope("ln2");
     (*mlp_)[0].restore_saved_input(ln2_->recompute_output(Tensor()));
@@ -161,7 +169,8 @@ Gpt::Gpt(GptConfig config) : config_(config) {
     drop_ = &register_module("drop", nn::make<nn::Dropout>(config_.dropout));
   blocks_ = &register_module("blocks", nn::make<nn::Sequential>());
   for (int64_t l = 0; l < config_.layers; ++l)
-    blocks_->add(nn::make<GptBlock>(config_.d_model, config_.heads, config_.dropout));
+    blocks_->add(
+        nn::make<GptBlock>(config_.d_model, config_.heads, config_.dropout, config_.fuse_gelu));
   lnf_ = &register_module("lnf", nn::make<nn::LayerNorm>(config_.d_model));
 
   if (config_.init == GptInit::gpt2) {

@@ -30,13 +30,17 @@
 // nn::Checkpoint without changing names. (TrainerOptions::activation_checkpoint_every needs the
 // model itself to be a Sequential; call checkpoint_blocks before building the Trainer instead.)
 // Selective recomputation (nn::set_selective_recompute) reaches each block's MLP, an
-// nn::Sequential(fc, gelu, fc2[, dropout]); the block itself lets fc give up its input (ln2's
-// output) and rebuilds it from ln2 before the MLP's backward, as the Sequential would with ln2
-// as its first child.
+// nn::Sequential(fc, fc2[, dropout]) whose fc carries the GELU (or, unfused,
+// Sequential(fc, gelu, fc2[, dropout])): fc2 gives up its input, the GELU's output, which fc
+// (or the GELU) rebuilds from the pre-activation it keeps; the block itself lets fc give up its
+// input (ln2's output) and rebuilds it from ln2 before the MLP's backward, as the Sequential
+// would with ln2 as its first child.
 //
 // Fusion: the attention half's residual add and ln2 are one kernel (nn::LayerNorm::forward_add,
 // ops::add_layernorm_forward), and in backward ln2's gradient and the residual gradient are one
-// (backward_add). The results have the bits of the unfused add + LayerNorm.
+// (backward_add). The results have the bits of the unfused add + LayerNorm. The MLP's GELU
+// rides in fc's forward GEMM and fc2's input-gradient GEMM (GptConfig::fuse_gelu, nn/linear.h):
+// on the CPU the bits of the unfused MLP, on the GPU within rounding of them.
 //
 // Saved for backward: the final LayerNorm's output (the head's input), the blocks' own saves
 // (nn/attention.h, nn/layernorm.h, nn/linear.h), the ids. Work runs on the current stream of
@@ -73,6 +77,12 @@ struct GptConfig {
   int64_t d_model = 128;  // C, divisible by heads
   float dropout = 0.0f;   // after the embeddings, attention's proj and the MLP (0: none)
   GptInit init = GptInit::gpt2;
+  // The MLP's GELU fused into its GEMMs (fc: nn::Linear with Activation::gelu, the GELU in the
+  // forward GEMM's epilogue; fc2's input-gradient GEMM applies gelu' in its epilogue) instead
+  // of a separate nn::GELU module with its own passes. Same parameters and names either way;
+  // on the CPU the same bits, on the GPU within an ulp of the compute dtype per GELU
+  // (nn/linear.h). false: the unfused Sequential(fc, gelu, fc2), the reference.
+  bool fuse_gelu = true;
 
   // "gpt2-124m": V 50304 (GPT-2's 50257 padded to a multiple of 64), T 1024, 12 layers,
   // 12 heads, C 768 — the benchmark model; "tiny": byte-level V 256, T 128, 4 layers, 4 heads,
@@ -88,7 +98,8 @@ struct GptConfig {
 // "fc2.*" (PyTorch's Block).
 class GptBlock : public nn::Module {
  public:
-  GptBlock(int64_t d_model, int64_t heads, float dropout);
+  // fuse_gelu: see GptConfig::fuse_gelu.
+  GptBlock(int64_t d_model, int64_t heads, float dropout, bool fuse_gelu = true);
 
   // x [B, T, C] -> [B, T, C].
   Tensor forward(const Tensor& x) override;
@@ -102,7 +113,7 @@ class GptBlock : public nn::Module {
   nn::CausalSelfAttention& attn() { return *attn_; }
   // Applied by the block, fused with the attention half's residual add.
   nn::LayerNorm& ln2() { return *ln2_; }
-  // fc, gelu, fc2 (and a Dropout when dropout > 0).
+  // fc (with its fused GELU), fc2 — or fc, gelu, fc2 unfused — and a Dropout when dropout > 0.
   nn::Sequential& mlp() { return *mlp_; }
 
  private:

@@ -137,6 +137,7 @@ int run(const Options& o) {
                     o.width > 0 && o.heads > 0 ? "" : " (the unset one is the preset's)");
   config.dropout = o.dropout;
   config.init = o.init == "gpt2" ? gpt::GptInit::gpt2 : gpt::GptInit::torch;
+  config.fuse_gelu = o.fused_gelu;
   // Byte-level text needs 256 ids; a bigger vocabulary only wastes the head.
   if (!o.synthetic && o.data.empty() && o.vocab == 0) config.vocab = 256;
   const amp::Precision precision = amp::parse_precision(o.precision);
@@ -412,6 +413,9 @@ int main(int argc, char** argv) {
   app.add_flag("--fused-head,!--no-fused-head", o.fused_head,
                "LM head and cross-entropy fused, a chunk of rows at a time (default on; "
                "--no-fused-head: whole logits, nn::CrossEntropyLoss)");
+  app.add_flag("--fused-gelu,!--no-fused-gelu", o.fused_gelu,
+               "the MLP's bias + GELU in the GEMMs' epilogues (default on; --no-fused-gelu: "
+               "GELU as its own passes, to compare)");
   app.add_option("--data", o.data, "token file of raw uint16 ids (default: the bundled text)");
   app.add_option("--text", o.text, "text to encode at byte level")->capture_default_str();
   app.add_option("--cache", o.cache, "folder for the encoded text")->capture_default_str();

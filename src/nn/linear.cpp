@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "stoker/core/error.h"
+#include "stoker/ops/activation.h"
 #include "stoker/ops/gemm.h"
 #include "stoker/ops/linear.h"
 #include "stoker/ops/random.h"
@@ -22,6 +23,12 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
   }
 }
 
+void Linear::set_activation(Activation activation) {
+  activation_ = activation;
+  pre_ = Tensor();
+  grad_is_preactivation_ = false;
+}
+
 Tensor Linear::forward(const Tensor& x) {
   STOKER_CHECK(x.defined() && x.rank() >= 1 && x.size(-1) == in_, describe(), ": input ",
                x.defined() ? x.str() : std::string("undefined"), " must end in ", in_, " features");
@@ -38,7 +45,18 @@ Tensor Linear::forward(const Tensor& x) {
   // The bias rides in the GEMM's epilogue (added in fp32 before y is rounded), in y's dtype
   // under mixed precision as autocast does (the half copy, refreshed with the weight's).
   const Tensor* bias = has_bias_ ? &bias_.compute_value(x.dtype()) : nullptr;
-  ops::gemm(y, x_, w_compute_, {.trans_b = true, .bias = bias});
+  grad_is_preactivation_ = false;
+  if (activation_ == Activation::gelu) {
+    // y = gelu(x W^T + b) with the pre-activation written beside it (the backward's input to
+    // gelu'). The same epilogue runs whether or not it is kept, so a Checkpoint's
+    // recomputation gives the first forward's bits.
+    Tensor pre = Tensor::empty(y.shape(), y.dtype(), device_);
+    ops::gemm(y, x_, w_compute_,
+              {.trans_b = true, .bias = bias, .epilogue = ops::GemmEpilogue::gelu, .aux = &pre});
+    pre_ = saving_activations() ? pre : Tensor();
+  } else {
+    ops::gemm(y, x_, w_compute_, {.trans_b = true, .bias = bias});
+  }
   if (!saving_activations()) x_ = Tensor();  // inside a Checkpoint's forward: keep nothing
   Shape out_shape = x_shape_;
   out_shape[out_shape.rank() - 1] = out_;
@@ -47,6 +65,10 @@ Tensor Linear::forward(const Tensor& x) {
 
 void Linear::forward_for_backward(const Tensor& x) {
   if (!saving_activations()) return;  // forward would keep nothing, and the output is not needed
+  if (activation_ != Activation::none) {  // the pre-activation it saves needs the GEMM
+    forward(x);
+    return;
+  }
   STOKER_CHECK(x.defined() && x.rank() >= 1 && x.size(-1) == in_ && x.device() == device_ &&
                    core::is_float(x.dtype()),
                describe(), ": input ", x.defined() ? x.str() : std::string("undefined"),
@@ -58,11 +80,21 @@ void Linear::forward_for_backward(const Tensor& x) {
 
 Tensor Linear::backward(const Tensor& dy) {
   STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
-  const Tensor dy2 = dy.reshape({-1, out_});
-  STOKER_CHECK(dy2.size(0) == x_.size(0), describe(), ": gradient ", dy.str(),
-               " does not match the forward's input ", x_shape_);
+  STOKER_CHECK(dy.numel() % out_ == 0 && dy.numel() / out_ == x_.size(0), describe(), ": gradient ",
+               dy.str(), " does not match the forward's input ", x_shape_);
   STOKER_CHECK(dy.dtype() == x_.dtype(), describe(), ": gradient ", dy.str(),
                " must have the forward's dtype ", dtype_name(x_.dtype()));
+  Tensor dy2 = dy.reshape({-1, out_});  // from here on: the gradient of x W^T + b
+  if (activation_ == Activation::gelu) {
+    STOKER_CHECK(pre_.defined(), describe(), ": backward called before forward");
+    if (!grad_is_preactivation_) {  // no consumer applied gelu' in its GEMM: apply it here
+      Tensor g = Tensor::empty(dy2.shape(), dy2.dtype(), device_);
+      ops::gelu_backward(g, dy2, pre_);
+      dy2 = g;
+    }
+    pre_ = Tensor();
+    grad_is_preactivation_ = false;
+  }
   if (weight_.requires_grad) {
     // dW (+)= dy^T x, written in fp32 straight from the GEMM (half inputs, fp32 accumulate);
     // the first micro-batch after zero_grad overwrites (beta 0), later ones accumulate.
@@ -77,7 +109,16 @@ Tensor Linear::backward(const Tensor& dy) {
   }
   x_ = Tensor();  // consumed: the saved input is freed before dx is allocated
   Tensor dx = Tensor::empty({dy2.size(0), in_}, dy.dtype(), device_);
-  ops::gemm(dx, dy2, w_compute_);
+  Linear* p = producer_;
+  if (p != nullptr && p->activation_ == Activation::gelu && p->pre_.defined() &&
+      p->pre_.shape() == dx.shape() && p->pre_.dtype() == dx.dtype() &&
+      p->pre_.device() == dx.device()) {
+    // dx = (dy W) * gelu'(pre): the producer's activation backward in this GEMM's epilogue.
+    ops::gemm(dx, dy2, w_compute_, {.epilogue = ops::GemmEpilogue::dgelu, .aux = &p->pre_});
+    p->grad_is_preactivation_ = true;
+  } else {
+    ops::gemm(dx, dy2, w_compute_);
+  }
   return dx.reshape(x_shape_);
 }
 
@@ -94,8 +135,24 @@ void Linear::restore_saved_input(const Tensor& x) {
   x_ = x.reshape({-1, in_});
 }
 
+Module::OutputRecompute Linear::output_recompute() const {
+  return activation_ != Activation::none && pre_.defined() ? OutputRecompute::from_own_state
+                                                           : OutputRecompute::none;
+}
+
+Tensor Linear::recompute_output(const Tensor&) {
+  STOKER_CHECK(activation_ != Activation::none && pre_.defined(), describe(),
+               ": no saved pre-activation to recompute the output from");
+  Tensor y = Tensor::empty(pre_.shape(), pre_.dtype(), device_);
+  ops::gelu_forward(y, pre_);
+  Shape out_shape = x_shape_;
+  out_shape[out_shape.rank() - 1] = out_;
+  return y.reshape(out_shape);
+}
+
 std::string Linear::describe() const {
-  return core::detail::str("Linear(in=", in_, ", out=", out_, has_bias_ ? ", bias)" : ")");
+  return core::detail::str("Linear(in=", in_, ", out=", out_, has_bias_ ? ", bias" : "",
+                           activation_ == Activation::gelu ? ", gelu" : "", ")");
 }
 
 }  // namespace stoker::nn

@@ -6,8 +6,10 @@
 
 #include "ops/backend.h"
 #include "ops/validate.h"
+#include "stoker/ops/activation.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/linear.h"
 
 namespace stoker::ops {
 
@@ -34,6 +36,47 @@ void set_gemm_autotune(bool on) { g_autotune.store(on ? 1 : 0); }
 double gemm_flops(int64_t m, int64_t n, int64_t k) {
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
 }
+
+namespace {
+const char* epilogue_name(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::none:
+      return "none";
+    case GemmEpilogue::gelu:
+      return "gelu";
+    case GemmEpilogue::dgelu:
+      return "dgelu";
+  }
+  return "?";
+}
+
+// options.epilogue and options.aux against c (already checked: [m, n], float, c's device).
+void check_epilogue(const Tensor& c, const GemmOptions& o) {
+  if (o.epilogue == GemmEpilogue::none) {
+    STOKER_CHECK(o.aux == nullptr,
+                 "ops::gemm: options.aux is set but options.epilogue is none; aux is the "
+                 "pre-activation of the gelu/dgelu epilogue (set the epilogue, or drop aux)");
+    return;
+  }
+  const char* e = epilogue_name(o.epilogue);
+  STOKER_CHECK(o.aux != nullptr, "ops::gemm: the ", e, " epilogue needs options.aux, a ",
+               dtype_name(c.dtype()), c.shape(), " tensor on ", c.device().str(),
+               o.epilogue == GemmEpilogue::gelu ? " that receives the pre-activation"
+                                                : " holding the forward's pre-activation");
+  const Tensor& aux = *o.aux;
+  STOKER_CHECK(aux.defined() && aux.dtype() == c.dtype() && aux.shape() == c.shape() &&
+                   aux.device() == c.device(),
+               "ops::gemm: options.aux is ", aux.defined() ? aux.str() : "undefined", "; the ", e,
+               " epilogue expects c's dtype, shape and device: ", c.str());
+  STOKER_CHECK(c.numel() == 0 || aux.data() != c.data(), "ops::gemm: options.aux is c itself; the ",
+               e, " epilogue needs the pre-activation in a tensor of its own");
+  STOKER_CHECK(o.beta == 0.0f, "ops::gemm: the ", e, " epilogue needs beta = 0, got beta ", o.beta,
+               " (it cannot accumulate into c)");
+  STOKER_CHECK(o.epilogue != GemmEpilogue::dgelu || o.bias == nullptr,
+               "ops::gemm: options.bias is set with the dgelu epilogue; the backward has no bias "
+               "to add (compute the bias gradient with ops::bias_grad)");
+}
+}  // namespace
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o) {
   detail::check_float("gemm", "a", a);
@@ -66,8 +109,22 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
   }
   STOKER_CHECK(c.size(0) == m && c.size(1) == n, "ops::gemm: c is ", c.str(), "; expected [", m,
                ", ", n, "] for op(a) [", m, ", ", k, "] x op(b) [", k, ", ", n, "]");
+  check_epilogue(c, o);
   if (m == 0 || n == 0) return;
-  if (k == 0) {  // op(a) op(b) is all zeros: C = beta * C, and beta = 0 must not read C
+  if (k == 0) {                              // op(a) op(b) is all zeros
+    if (o.epilogue == GemmEpilogue::gelu) {  // aux = bias (or 0), C = gelu(aux)
+      fill(*o.aux, 0.0);
+      if (o.bias && o.bias->dtype() == DType::f32) {
+        add_bias(*o.aux, *o.bias);
+      } else if (o.bias) {  // add_bias takes an f32 bias
+        const Tensor wide = Tensor::empty(o.bias->shape(), DType::f32, o.bias->device());
+        cast(wide, *o.bias);
+        add_bias(*o.aux, wide);
+      }
+      return gelu_forward(c, *o.aux);
+    }
+    if (o.epilogue == GemmEpilogue::dgelu) return fill(c, 0.0);  // 0 * gelu'(aux)
+    // C = beta * C, and beta = 0 must not read C
     if (o.beta == 0.0f) return fill(c, 0.0);
     return scale(c, o.beta);
   }

@@ -47,6 +47,9 @@ core::OpCost op_cost(std::string_view name, const CostArgs& args) {
       c.flops = 2.0 * numel(cc) * static_cast<double>(k);
       c.dtype = a->dtype();
     }
+    // A gelu/dgelu epilogue also writes or reads the pre-activation (ops/gemm.h).
+    if (args.gemm && args.gemm->aux && args.gemm->aux->defined())
+      c.bytes += static_cast<double>(args.gemm->aux->nbytes());
     return c;
   }
   if (starts_with(name, "conv2d")) {

@@ -192,6 +192,43 @@ TEST(GptModelGpu, FusedBlockGivesTheUnfusedBlocksBits) {
   }
 }
 
+// The MLP's GELU fused into the GEMMs (GptConfig::fuse_gelu, cuBLASLt's GELU_AUX_BIAS and DGELU
+// epilogues) against the unfused model on the device, and against the CPU reference: within
+// the tolerance of the compute dtype (the fused GELU reads the fp32 accumulator, the unfused
+// one the rounded pre-activation). With selective recomputation too, whose rebuilt GELU output
+// is gelu_forward of the rounded pre-activation.
+TEST(GptModelGpu, FusedGeluMatchesTheUnfusedModel) {
+  STOKER_REQUIRE_GPU();
+  ops::set_allow_tf32(false);
+  const auto [ids, targets] = batch(2, 64, 96, 3);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const bool selective : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (selective ? " selective" : ""));
+      GptConfig unfused_config = config();
+      unfused_config.fuse_gelu = false;
+      nn::manual_seed(13);
+      Gpt unfused(unfused_config);
+      unfused.to(kGpu);
+      nn::manual_seed(13);
+      Gpt fused(config());
+      fused.to(kGpu);
+      nn::manual_seed(13);
+      Gpt cpu(config());
+      if (selective) nn::set_selective_recompute(fused, true);
+      const Result a = run(fused, ids, targets, dtype);
+      const Result b = run(unfused, ids, targets, dtype);
+      const Result c = run(cpu, ids, targets, dtype);
+      const double rtol = dtype == DType::f32 ? 1e-4 : 4e-2;
+      for (const Result* ref : {&b, &c}) {
+        SCOPED_TRACE(ref == &b ? "vs unfused on the GPU" : "vs the CPU");
+        EXPECT_NEAR(a.loss, ref->loss, dtype == DType::f32 ? 1e-4 : 2e-2);
+        expect_close(a.logits, ref->logits, rtol, "logits");
+        for (const auto& [name, g] : ref->grads) expect_close(a.grads.at(name), g, rtol, name);
+      }
+    }
+  }
+}
+
 TEST(GptModelGpu, Bf16TrainingLowersTheLoss) {
   STOKER_REQUIRE_GPU();
   nn::manual_seed(12);

@@ -323,6 +323,69 @@ TEST(GptModel, FusedBlockGivesTheUnfusedBlocksBits) {
   }
 }
 
+// The MLP's GELU fused into fc's forward GEMM and fc2's input-gradient GEMM
+// (GptConfig::fuse_gelu, the default) gives the unfused model's bits on the CPU: loss, logits
+// and every gradient, in fp32 and under bf16 compute, plain, with selective recomputation, with
+// checkpointed blocks and with both; over two steps with dropout (the same draws). The names
+// (parameters and generators) are the unfused model's.
+TEST(GptModel, FusedGeluGivesTheUnfusedModelsBits) {
+  const GptConfig unfused_config = [] {
+    GptConfig c = small_config(GptInit::gpt2, /*dropout=*/0.1f);
+    c.fuse_gelu = false;
+    return c;
+  }();
+  const GptConfig fused_config = small_config(GptInit::gpt2, /*dropout=*/0.1f);
+  ASSERT_TRUE(fused_config.fuse_gelu) << "fused is the default";
+  const auto [ids, targets] = fixed_batch(3, 8, 4);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const bool checkpoint : {false, true}) {
+      for (const bool selective : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + (checkpoint ? " checkpoint" : "") +
+                     (selective ? " selective" : ""));
+        nn::manual_seed(6);
+        Gpt unfused(unfused_config);
+        nn::manual_seed(6);
+        Gpt fused(fused_config);
+        for (Gpt* m : {&unfused, &fused}) {
+          nn::set_compute_dtype(*m, dtype);
+          if (checkpoint) m->checkpoint_blocks(1);
+          if (selective) nn::set_selective_recompute(*m, true);
+        }
+        std::vector<std::string> names_u, names_f;
+        for (const auto& [name, p] : unfused.named_parameters()) names_u.push_back(name);
+        for (const auto& [name, p] : fused.named_parameters()) names_f.push_back(name);
+        ASSERT_EQ(names_f, names_u);
+        std::vector<std::string> gens_u, gens_f;
+        unfused.visit_generators("",
+                                 [&](const std::string& n, Generator&) { gens_u.push_back(n); });
+        fused.visit_generators("", [&](const std::string& n, Generator&) { gens_f.push_back(n); });
+        EXPECT_EQ(gens_f, gens_u);
+        for (int step = 0; step < 2; ++step) {
+          const double a = forward_backward(unfused, ids, targets);
+          const double b = forward_backward(fused, ids, targets);
+          EXPECT_EQ(a, b) << "step " << step;
+          const auto ga = grads(unfused), gb = grads(fused);
+          for (const auto& [name, g] : ga) EXPECT_EQ(g, gb.at(name)) << name << " step " << step;
+        }
+        nn::NoSaveScope no_save;  // evaluation: the same logits
+        EXPECT_TRUE(test::bit_identical(unfused.forward(ids), fused.forward(ids)));
+      }
+    }
+  }
+}
+
+// The fused block's MLP: fc carries the GELU, no GELU module; the unfused one has it.
+TEST(GptModel, FusedGeluBlockHasNoGeluModule) {
+  nn::manual_seed(3);
+  GptBlock fused(16, 2, 0.0f);
+  GptBlock unfused(16, 2, 0.0f, /*fuse_gelu=*/false);
+  EXPECT_EQ(fused.mlp().size(), 2u);
+  EXPECT_EQ(unfused.mlp().size(), 3u);
+  EXPECT_NE(fused.mlp().describe().find("gelu"), std::string::npos) << fused.mlp().describe();
+  EXPECT_EQ(fused.mlp().describe().find("GELU"), std::string::npos) << fused.mlp().describe();
+  EXPECT_NE(unfused.mlp().describe().find("GELU"), std::string::npos) << unfused.mlp().describe();
+}
+
 TEST(GptModel, OverfitsAPeriodicSequenceAndGreedyGenerationContinuesIt) {
   nn::manual_seed(7);
   Gpt model({.vocab = 16, .context = 12, .layers = 2, .heads = 2, .d_model = 32});

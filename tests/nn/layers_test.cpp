@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "stoker/nn/activation.h"
+#include "stoker/nn/checkpoint.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/dropout.h"
 #include "stoker/nn/embedding.h"
@@ -164,6 +165,86 @@ TEST(LayersTest, ReluGradientMatchesFiniteDifferences) {
 TEST(LayersTest, GeluGradientMatchesFiniteDifferences) {
   GELU gelu;
   check_module(gelu, test::random_tensor({4, 6}, DType::f32, 12, -4.0f, 4.0f), 13, 1e-2);
+}
+
+TEST(LayersTest, LinearWithFusedGeluGradientsMatchFiniteDifferences) {
+  manual_seed(21);
+  Linear fc(5, 6);
+  fc.set_activation(Activation::gelu);
+  EXPECT_EQ(fc.describe(), "Linear(in=5, out=6, bias, gelu)");
+  check_module(fc, test::random_tensor({2, 3, 5}, DType::f32, 22, -2.0f, 2.0f), 23, 1e-2);
+}
+
+// Linear with a fused GELU (and the next Linear applying gelu' in its input-gradient GEMM) gives
+// the bits of Linear + GELU + Linear on the CPU: output, input gradient and every parameter
+// gradient; with selective recomputation (the fused fc rebuilds fc2's input from its saved
+// pre-activation, as GELU does from its input) and inside a Checkpoint; f32 and bf16 compute.
+TEST(LayersTest, LinearWithFusedGeluGivesLinearPlusGeluBits) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (int variant = 0; variant < 3; ++variant) {  // plain, selective, checkpointed
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " variant " + std::to_string(variant));
+      manual_seed(31);
+      auto unfused = make<Sequential>();
+      unfused->add("fc", make<Linear>(6, 16));
+      unfused->add("gelu", make<GELU>());
+      unfused->add("fc2", make<Linear>(16, 6));
+      manual_seed(31);
+      auto fused = make<Sequential>();
+      auto fc = make<Linear>(6, 16);
+      auto fc2 = make<Linear>(16, 6);
+      fc->set_activation(Activation::gelu);
+      fc2->set_input_activation_from(fc.get());
+      fused->add("fc", std::move(fc));
+      fused->add("fc2", std::move(fc2));
+      std::unique_ptr<Module> a = std::move(unfused), b = std::move(fused);
+      if (variant == 1) {
+        set_selective_recompute(*a, true);
+        set_selective_recompute(*b, true);
+      } else if (variant == 2) {
+        a = make<Checkpoint>(std::move(a));
+        b = make<Checkpoint>(std::move(b));
+      }
+      set_compute_dtype(*a, dtype);
+      set_compute_dtype(*b, dtype);
+      const Tensor x = test::random_tensor({2, 5, 6}, dtype, 32, -2.0f, 2.0f);
+      const Tensor dy = test::random_tensor({2, 5, 6}, dtype, 33);
+      for (Parameter* p : a->parameters()) p->zero_grad();
+      for (Parameter* p : b->parameters()) p->zero_grad();
+      const Tensor ya = a->forward(x);
+      const Tensor yb = b->forward(x);
+      EXPECT_TRUE(test::bit_identical(ya, yb));
+      EXPECT_TRUE(test::bit_identical(a->backward(dy), b->backward(dy)));
+      const auto pa = a->named_parameters(), pb = b->named_parameters();
+      ASSERT_EQ(pa.size(), pb.size());
+      for (size_t i = 0; i < pa.size(); ++i) {
+        EXPECT_EQ(pa[i].first, pb[i].first);
+        EXPECT_TRUE(test::bit_identical(pa[i].second->grad(), pb[i].second->grad())) << pa[i].first;
+      }
+    }
+  }
+}
+
+// Without a partner the fused Linear applies gelu' itself; a partner whose producer kept no
+// pre-activation (or has none) passes its gradient on unchanged.
+TEST(LayersTest, FusedGeluBackwardWithoutAPartnerAndWithAStalePartner) {
+  manual_seed(41);
+  Linear fc(4, 8);
+  fc.set_activation(Activation::gelu);
+  Linear plain(4, 8);
+  Linear fc2(8, 3);
+  fc2.set_input_activation_from(&plain);  // no activation: an ordinary backward
+  const Tensor x = test::random_tensor({5, 4}, DType::f32, 42);
+  fc.forward(x);
+  const Tensor dx = fc.backward(test::random_tensor({5, 8}, DType::f32, 43));
+  EXPECT_EQ(dx.shape(), x.shape());
+  plain.forward(x);
+  fc2.forward(test::random_tensor({5, 8}, DType::f32, 44));
+  Linear reference(8, 3);
+  reference.weight().set_value(fc2.weight().value());
+  reference.bias().set_value(fc2.bias().value());
+  reference.forward(test::random_tensor({5, 8}, DType::f32, 44));
+  const Tensor g = test::random_tensor({5, 3}, DType::f32, 45);
+  EXPECT_TRUE(test::bit_identical(fc2.backward(g), reference.backward(g)));
 }
 
 TEST(LayersTest, DropoutWithFixedSeedGradientMatchesFiniteDifferences) {

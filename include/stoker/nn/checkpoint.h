@@ -37,7 +37,8 @@
 //    dropout, whose mask is never stored — it is regenerated from the Philox (seed, offset) of
 //    the forward) are not kept by the layer that consumes them (Linear, LayerNorm) and are
 //    rebuilt right before that layer's backward. Cost: one elementwise or row-normalization
-//    kernel per rebuilt tensor; no GEMM is repeated. Gradients are bit-identical. In a block
+//    kernel per rebuilt tensor; no GEMM is repeated. Gradients are bit-identical (except after
+//    a Linear with a fused GELU on the GPU, nn/linear.h: within rounding there). In a block
 //    x + Linear(GELU(Linear(LayerNorm(x)))) it keeps per token d + h values (x, kept by
 //    LayerNorm by reference, and GELU's input) instead of 2d + 2h.
 //
@@ -45,7 +46,8 @@
 // k-th block and turn selective recomputation on (checkpoint_every = 3, selective_recompute =
 // true for 12 MLP blocks; stoker_checkpoint_bench's `every3+selective`, docs/benchmarks.md).
 //
-// What each layer saves (its header has the details): Linear its input; LayerNorm its input
+// What each layer saves (its header has the details): Linear its input (with a fused
+// activation also its pre-activation); LayerNorm its input
 // and per-row mean and 1/std (fp32); GELU its input; ReLU its output; Dropout nothing (a draw
 // position); BatchNorm2d its input and per-channel statistics; Conv2d its input; MaxPool2d its
 // input and output; Embedding its ids; containers nothing.

@@ -5,15 +5,57 @@
 // the weight's half compute copy (Parameter::compute_value, refreshed by the optimizer after
 // each step); the weight gradient is written in fp32 by the backward GEMM (beta 0 right after
 // zero_grad, then 1: micro-batches accumulate in place). Bias and its gradient stay fp32.
+//
+// Fused activation (set_activation(Activation::gelu)): y = gelu(x W^T + b), tanh form — an
+// nn::Linear followed by an nn::GELU in one module, the GELU riding in the forward GEMM's
+// epilogue (ops::GemmEpilogue::gelu: on the GPU no separate pass over the output). It saves the
+// pre-activation x W^T + b (what nn::GELU would have saved) besides its input, and its backward
+// takes the gradient of the activated output. The parameters are the Linear's own ("weight",
+// "bias"), so a model switches between Linear + GELU and the fused Linear without changing names
+// or weight files. Selective recomputation: the output is rebuilt from the saved pre-activation
+// (output_recompute() == from_own_state), as nn::GELU rebuilds its output from its input, so
+// the next Linear need not keep it.
+//
+// Backward fusion (set_input_activation_from(&producer)): for a Linear whose input is exactly
+// the output of a Linear with a fused activation (an MLP's fc2 after fc), this Linear's input
+// gradient GEMM applies the producer's activation derivative in its epilogue
+// (ops::GemmEpilogue::dgelu with the producer's saved pre-activation), and the producer's next
+// backward takes the result as the gradient of its pre-activation (no gelu_backward pass). If
+// the producer kept no pre-activation of a matching shape (or has no activation), the gradient
+// is passed on unchanged and the producer applies the derivative itself: always correct. Only
+// pair Linears that run forward back to back on the same tensor.
+//
+// Why a Linear option rather than an MLP module: the GELU belongs to fc's output, so fc stays
+// one module with one input (selective recomputation can still release it and have it handed
+// back, nn::Checkpoint's recomputation still runs it), names stay "fc.weight" ..., and the
+// half compute copies and fp32 gradients are the Linear's own code.
+//
+// Bits: on the CPU the fused module gives exactly the bits of Linear + GELU (forward and
+// backward). On the GPU the epilogue's GELU is computed from the fp32 accumulator before
+// rounding (ops/gemm.h), so the output — and what the next layer computes from it — may differ
+// from Linear + GELU by an ulp of the compute dtype; the output rebuilt for selective
+// recomputation (gelu_forward of the saved, rounded pre-activation) may differ from the
+// forward's in the same way, so there gradients match the plain run within rounding rather
+// than bit for bit.
 #pragma once
 
 #include "stoker/nn/module.h"
 
 namespace stoker::nn {
 
+// An activation a Linear applies to its output (set_activation).
+enum class Activation { none, gelu };
+
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
+
+  // The fused activation (none by default); set it before the forward.
+  void set_activation(Activation activation);
+  Activation activation() const { return activation_; }
+  // Backward fusion with the Linear that produces this one's input (see above); nullptr: none.
+  // The producer must outlive this Linear (siblings in one container do).
+  void set_input_activation_from(Linear* producer) { producer_ = producer; }
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
@@ -23,6 +65,9 @@ class Linear : public Module {
   // back (nn/checkpoint.h).
   bool release_saved_input() override;
   void restore_saved_input(const Tensor& x) override;
+  // With a fused activation: the output, rebuilt from the saved pre-activation.
+  OutputRecompute output_recompute() const override;
+  Tensor recompute_output(const Tensor& x) override;
   std::string describe() const override;
 
   Parameter& weight() { return weight_; }
@@ -36,6 +81,10 @@ class Linear : public Module {
   Tensor x_;          // saved input (2-D view)
   Tensor w_compute_;  // the weight in the input's dtype (the master itself for f32)
   Shape x_shape_;     // the caller's shape, restored for dx
+  Activation activation_ = Activation::none;
+  Tensor pre_;                          // with an activation: the saved pre-activation [N, out]
+  bool grad_is_preactivation_ = false;  // the consumer's backward applied the derivative
+  Linear* producer_ = nullptr;          // set_input_activation_from
 };
 
 }  // namespace stoker::nn

@@ -105,7 +105,9 @@ class Module {
   //   from_input      from its input alone, replayed exactly (Dropout reuses its recorded
   //                   draw): recompute_output(x) rebuilds it from the same input values.
   // The answer describes the last forward (a module that saved nothing says none). The rebuilt
-  // output has the same bits as the forward's; recompute_output saves and draws nothing.
+  // output has the same bits as the forward's (one exception: a Linear with a fused GELU on the
+  // GPU, whose forward GELU read the fp32 accumulator — within rounding, nn/linear.h);
+  // recompute_output saves and draws nothing.
   enum class OutputRecompute { none, from_own_state, from_input };
   virtual OutputRecompute output_recompute() const { return OutputRecompute::none; }
   virtual Tensor recompute_output(const Tensor& x);

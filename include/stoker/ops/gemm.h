@@ -6,11 +6,34 @@
 //
 // CPU: through BLAS (sgemm; half inputs are widened to fp32 first). CUDA: through cuBLASLt on
 // the current stream, with a per-stream workspace and a cached algorithm per problem shape.
+//
+// Epilogues (GemmOptions::epilogue): a GELU (tanh form, ops::gelu_forward's) or its derivative
+// applied to the product in the same call, for an MLP's fc -> GELU -> fc2:
+//   gelu   aux = alpha op(A) op(B) + bias (the pre-activation, rounded to C's dtype) and
+//          C = gelu(pre-activation): the forward of fc with its GELU; aux is what the backward
+//          needs (ops::gelu_backward's x).
+//   dgelu  C = (alpha op(A) op(B)) * gelu'(aux), aux the forward's pre-activation: fc2's input
+//          gradient with the GELU's backward applied, i.e. the gradient of fc's pre-activation.
+//          No bias (its gradient stays ops::bias_grad's).
+// Both need beta = 0 and aux: a [M, N] tensor of C's dtype on C's device, not C itself.
+// CPU: exactly the unfused composition (gemm with bias into aux, then ops::gelu_forward; gemm,
+// then ops::gelu_backward in place), so its bits are the separate ops' bits. CUDA: cuBLASLt's
+// GELU_AUX(_BIAS) and DGELU epilogues — one pass over C instead of three; the GELU there is
+// computed from the fp32 accumulator before rounding, so C may differ from
+// gelu_forward(rounded aux) by an ulp of C's dtype (src/ops/cuda/gemm_cublaslt.cpp says which
+// GELU cuBLASLt computes). Where cuBLASLt offers no algorithm for the epilogue (or N is not a
+// multiple of 8, which its aux layout needs) the same call runs the unfused composition.
 #pragma once
 
 #include "stoker/core/tensor.h"
 
 namespace stoker::ops {
+
+enum class GemmEpilogue {
+  none,   // C = alpha op(A) op(B) + beta C (+ bias)
+  gelu,   // aux = alpha op(A) op(B) + bias; C = gelu(aux)
+  dgelu,  // C = (alpha op(A) op(B)) * gelu'(aux)
+};
 
 struct GemmOptions {
   bool trans_a = false;
@@ -22,6 +45,12 @@ struct GemmOptions {
   // extra pass over C). cuBLASLt fuses a bias in C's dtype; an f32 bias with a half C is a
   // separate pass.
   const Tensor* bias = nullptr;
+  // A GELU forward or backward applied to the product (see above); gelu and dgelu need aux and
+  // beta = 0.
+  GemmEpilogue epilogue = GemmEpilogue::none;
+  // gelu: written, the pre-activation; dgelu: read, the forward's pre-activation. [M, N] in C's
+  // dtype on C's device. Must be null with GemmEpilogue::none.
+  const Tensor* aux = nullptr;
 };
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& options = {});
@@ -30,9 +59,9 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
 // being the last two dimensions and the batch all leading dimensions flattened (the same for
 // a, b and c): a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with
 // trans_b), c [..., M, N], each contiguous. dtypes, alpha/beta and accumulation as gemm;
-// options.bias must be null. CPU: BLAS per matrix, oneTBB over the batch. CUDA: one cuBLASLt
-// call with a batch count and strided batch offsets, planned and autotuned per (shape, batch)
-// like gemm. (Attention's per-head products, ops/attention.h.)
+// options.bias and options.aux must be null and options.epilogue none. CPU: BLAS per matrix, oneTBB
+// over the batch. CUDA: one cuBLASLt call with a batch count and strided batch offsets, planned and
+// autotuned per (shape, batch) like gemm. (Attention's per-head products, ops/attention.h.)
 void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b,
                   const GemmOptions& options = {});
 

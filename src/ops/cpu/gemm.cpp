@@ -1,5 +1,6 @@
 // CPU GEMM through BLAS (cblas_sgemm, row-major). Half inputs are widened to fp32 first and a
 // half output is rounded once at the end, matching the GPU's "fp32 accumulate, round once".
+// The gelu/dgelu epilogues are the unfused ops in sequence (see below).
 #include <cblas.h>
 
 #include "ops/backend.h"
@@ -9,6 +10,22 @@
 namespace stoker::ops::cpu {
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o) {
+  // The epilogues are the unfused composition, op for op, so the bits are the separate ops':
+  // gelu: aux = gemm + bias (rounded to aux's dtype), C = gelu_forward(aux); dgelu: C = gemm
+  // (rounded), then gelu_backward in place.
+  if (o.epilogue != GemmEpilogue::none) {
+    GemmOptions plain = o;
+    plain.epilogue = GemmEpilogue::none;
+    plain.aux = nullptr;
+    if (o.epilogue == GemmEpilogue::gelu) {
+      cpu::gemm(*o.aux, a, b, plain);
+      cpu::gelu_forward(c, *o.aux);
+    } else {
+      cpu::gemm(c, a, b, plain);
+      cpu::gelu_backward(c, c, *o.aux);
+    }
+    return;
+  }
   const int m = static_cast<int>(c.size(0));
   const int n = static_cast<int>(c.size(1));
   const int k = static_cast<int>(o.trans_a ? a.size(0) : a.size(1));

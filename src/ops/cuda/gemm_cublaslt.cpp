@@ -20,6 +20,13 @@
 // shape first seen while capturing takes the heuristic's pick). set_gemm_autotune(false) or
 // STOKER_GEMM_AUTOTUNE=0 keeps the heuristic's first pick.
 //
+// Epilogues: a bias (CUBLASLT_EPILOGUE_BIAS), gelu (GELU_AUX / GELU_AUX_BIAS: C = gelu(AB +
+// bias), aux = AB + bias) and dgelu (DGELU: C = AB gelu'(aux)), each part of the plan key with
+// the aux pointer's alignment. A plan takes the most fused epilogue cuBLASLt offers an algorithm
+// for and runs the rest as separate passes (add_bias, gelu_forward, gelu_backward), so every
+// combination works; the GELU epilogues only once a check on the device has shown that
+// cuBLASLt's GELU is the tanh form ours is (see gelu_epilogue_is_tanh).
+//
 // Batched (ops::gemm_batched): the same plan with a batch count and strided batch offsets on
 // the three matrix layouts, so one call runs every matrix; batch count and strides are part of
 // the plan key (the autotuner times the whole batched call, whose best kernel differs from the
@@ -27,7 +34,9 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <compare>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +49,7 @@
 #include "core/cuda_util.h"
 #include "ops/attention_backend.h"
 #include "ops/backend.h"
+#include "ops/nn_math.h"
 #include "stoker/ops/gemm.h"
 
 namespace stoker::ops::cuda {
@@ -92,8 +102,10 @@ struct PlanKey {
   bool trans_a, trans_b;
   int ab_type, c_type, compute_type;
   uint32_t align_a, align_b, align_c;
-  int bias_type;  // cudaDataType_t of the bias asked for in the epilogue, -1: none
-  int64_t batch;  // matrices per call (1: ops::gemm); the strides below are 0 then
+  int bias_type;       // cudaDataType_t of the bias asked for in the epilogue, -1: none
+  int epilogue;        // GemmEpilogue asked for (gelu, dgelu: an aux matrix of C's type and shape)
+  uint32_t align_aux;  // the aux pointer's alignment (the heuristic reads it); 0: no aux
+  int64_t batch;       // matrices per call (1: ops::gemm); the strides below are 0 then
   int64_t stride_a, stride_b, stride_c;  // elements between consecutive matrices
   auto operator<=>(const PlanKey&) const = default;
 };
@@ -104,10 +116,14 @@ struct Plan {
   cublasLtMatrixLayout_t second = nullptr;  // our A
   cublasLtMatrixLayout_t out = nullptr;     // our C (also D)
   cublasLtMatmulAlgo_t algo{};
-  // The bias runs in the GEMM's epilogue; false with a bias asked for: cuBLASLt offered no
-  // algorithm for that epilogue, so the bias is a separate add_bias pass.
-  bool epilogue_bias = false;
-  std::mutex mu;  // the bias pointer is a descriptor attribute, set per call
+  // What the descriptor's epilogue does: the bias (add_bias otherwise), the GELU (writing aux;
+  // otherwise the GEMM writes the pre-activation into aux and gelu_forward follows) and the
+  // GELU's derivative (otherwise gelu_backward follows). Each false when not asked for or when
+  // cuBLASLt offered no algorithm for an epilogue that has it (see make_plan).
+  bool fused_bias = false;
+  bool fused_gelu = false;
+  bool fused_dgelu = false;
+  std::mutex mu;  // the bias and aux pointers are descriptor attributes, set per call
 };
 
 struct Resources {
@@ -123,6 +139,8 @@ struct TuneInputs {
   size_t c_bytes;
   cudaStream_t stream;
   const void* bias;  // nullptr: none
+  const void* aux;   // nullptr: none (written by a GELU_AUX epilogue: fine, the call rewrites it)
+  bool gelu_is_tanh = false;  // set by Cache::get: the GELU epilogues may be used
 };
 
 bool stream_is_capturing(cudaStream_t stream) {
@@ -154,6 +172,107 @@ float time_algo(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmulA
   return ms / kTimedRuns;
 }
 
+// Whether cuBLASLt's GELU epilogues compute the tanh-form GELU that ops::gelu_forward and
+// gelu_backward compute (the documentation does not say; see make_plan). Runs GELU_AUX and
+// DGELU once on 64 known inputs in [-6, 6] (fp32: the product is exactly the input) and
+// compares with the tanh form and the erf form: the tanh form must be matched to 1e-4 and at
+// least four times more closely than the erf form (they differ by up to ~5e-4 there). Any
+// failure to run says false: the unfused composition is always correct. Synchronizes the
+// stream; never called while it is capturing.
+bool gelu_epilogue_is_tanh(cublasLtHandle_t handle, void* workspace, cudaStream_t stream) {
+  constexpr int m = 64;
+  std::array<float, m> x{}, ones{};
+  for (int i = 0; i < m; ++i) {
+    x[i] = -6.0f + 12.0f * static_cast<float>(i) / (m - 1);
+    ones[i] = 1.0f;
+  }
+  float* buf = nullptr;  // x | ones | d | aux
+  if (cudaMalloc(&buf, 4 * m * sizeof(float)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  float* const dx = buf;
+  float* const dones = buf + m;
+  float* const dd = buf + 2 * m;
+  float* dAux = buf + 3 * m;
+  bool ok = cudaMemcpyAsync(dx, x.data(), m * sizeof(float), cudaMemcpyHostToDevice, stream) ==
+                cudaSuccess &&
+            cudaMemcpyAsync(dones, ones.data(), m * sizeof(float), cudaMemcpyHostToDevice,
+                            stream) == cudaSuccess;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  ok = ok && cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, 1, m) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, 1, 1, 1) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, 1, m) == CUBLAS_STATUS_SUCCESS;
+  std::array<double, 2> err_tanh{}, err_erf{};
+  for (int pass = 0; ok && pass < 2; ++pass) {
+    // pass 0: D = GELU(x * 1), aux = x; pass 1: D = (1 * 1) GELU'(aux), aux = x.
+    const cublasLtEpilogue_t epilogue =
+        pass == 0 ? CUBLASLT_EPILOGUE_GELU_AUX : CUBLASLT_EPILOGUE_DGELU;
+    float* const a = pass == 0 ? dx : dones;
+    void* const aux = pass == 0 ? static_cast<void*>(dAux) : static_cast<void*>(dx);
+    const int64_t aux_ld = m;
+    cublasLtMatmulDesc_t op = nullptr;
+    ok = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+    ok = ok &&
+         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                        sizeof(epilogue)) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                        sizeof(aux)) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                        sizeof(aux_ld)) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+    const uint64_t ws = kWorkspaceBytes;
+    ok = ok &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                              sizeof(ws)) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, ld, ld, pref, 1, &result, &found) ==
+             CUBLAS_STATUS_SUCCESS &&
+         found > 0;
+    const float alpha = 1.0f, beta = 0.0f;
+    ok = ok &&
+         cublasLtMatmul(handle, op, &alpha, a, la, dones, lb, &beta, dd, ld, dd, ld, &result.algo,
+                        workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
+    std::array<float, m> out{};
+    ok = ok &&
+         cudaMemcpyAsync(out.data(), dd, m * sizeof(float), cudaMemcpyDeviceToHost, stream) ==
+             cudaSuccess &&
+         cudaStreamSynchronize(stream) == cudaSuccess;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (op) cublasLtMatmulDescDestroy(op);
+    for (int i = 0; ok && i < m; ++i) {
+      const double v = x[i];
+      const double erf_form = pass == 0 ? 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)))
+                                        : 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) +
+                                              v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+      const double tanh_form = pass == 0 ? detail::gelu(x[i]) : detail::gelu_grad(x[i]);
+      err_tanh[pass] = std::max(err_tanh[pass], std::fabs(out[i] - tanh_form));
+      err_erf[pass] = std::max(err_erf[pass], std::fabs(out[i] - erf_form));
+    }
+  }
+  core::note_host_sync();
+  for (auto l : {la, lb, ld})
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  cudaFree(buf);
+  cudaGetLastError();  // a failed launch must not poison later calls
+  for (int pass = 0; ok && pass < 2; ++pass)
+    ok = err_tanh[pass] <= 1e-4 && 4.0 * err_tanh[pass] < err_erf[pass];
+  // Said once per device when the fusion is off (a speed matter, not a correctness one), and
+  // always with STOKER_GEMM_VERBOSE=1.
+  static const bool verbose = env_int("STOKER_GEMM_VERBOSE", 0, 0, 1) == 1;
+  if (verbose || !ok)
+    std::fprintf(stderr,
+                 "stoker gemm: cuBLASLt GELU epilogue max |diff| vs the tanh form %.3g, vs the "
+                 "erf form %.3g; DGELU %.3g, %.3g: %s\n",
+                 err_tanh[0], err_erf[0], err_tanh[1], err_erf[1],
+                 ok ? "the tanh form, the gelu/dgelu epilogues are fused"
+                    : "not the tanh form (or it did not run): the gelu/dgelu epilogues run as "
+                      "separate passes");
+  return ok;
+}
+
 class Cache {
  public:
   // Everything one call needs, under one lock; created on first use. The caller holds a
@@ -166,7 +285,19 @@ class Cache {
     void*& workspace = workspaces_[{key.device, stream}];
     if (!workspace) STOKER_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
     std::unique_ptr<Plan>& plan = plans_[key];
-    if (!plan) plan = make_plan(key, handle, ab, c, in, workspace);
+    if (!plan) {
+      TuneInputs tune = in;
+      if (key.epilogue != static_cast<int>(GemmEpilogue::none)) {
+        // -1: not checked yet. The check synchronizes, so a plan first made while the stream is
+        // capturing a CUDA graph stays unfused (as it stays untuned); a warm-up step before the
+        // capture makes the plans that the captured steps use.
+        int& verdict = gelu_tanh_.at(key.device);
+        if (verdict < 0 && !stream_is_capturing(stream))
+          verdict = gelu_epilogue_is_tanh(handle, workspace, stream) ? 1 : 0;
+        tune.gelu_is_tanh = verdict == 1;
+      }
+      plan = make_plan(key, handle, ab, c, tune, workspace);
+    }
     return {handle, workspace, plan.get()};
   }
 
@@ -240,25 +371,67 @@ class Cache {
                                             plan->out, pref, tune ? kCandidates : 1, results.data(),
                                             &found);
     };
-    if (key.bias_type >= 0) {
-      // The bias vector is added in fp32 before D is rounded (D's rows are our columns).
-      // cuBLASLt takes a bias in D's dtype (or f32 with an f32 D); any other combination is
-      // refused by the heuristic and falls back to a separate add_bias pass.
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      const auto bias_type = static_cast<cudaDataType_t>(key.bias_type);
+    // The epilogue: the first of the candidates (most fused first) for which cuBLASLt offers an
+    // algorithm; DEFAULT (no epilogue attribute at all) last. What the chosen one leaves out
+    // runs as separate passes after the GEMM (run_gemm). The bias vector is added in fp32
+    // before D is rounded (D's rows are our columns); cuBLASLt takes a bias in D's dtype (or f32
+    // with an f32 D), any other combination is refused by the heuristic.
+    //
+    // Which GELU: cuBLASLt's documentation (cublasLt.h of CUDA 13.0, cublasLtEpilogue_t;
+    // docs.nvidia.com/cuda/cublas, "cublasLtEpilogue_t") says only "apply GELU point-wise
+    // transform to the results (x:=GELU(x))" and names no formula. Ours is the tanh form
+    // (PyTorch's approximate="tanh"); the two forms differ by up to ~5e-4, which a bf16 output
+    // can show. So a GELU epilogue is used only after a one-time check on the device that the
+    // epilogue's GELU and DGELU are the tanh form (gelu_epilogue_is_tanh below); otherwise the
+    // unfused composition runs.
+    const bool has_bias = key.bias_type >= 0;
+    const bool has_aux = key.epilogue != static_cast<int>(GemmEpilogue::none);
+    // The aux matrix is column-major n x m (our [m, n]) with leading dimension n, which cuBLASLt
+    // requires to be a multiple of 8 (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD in cublasLt.h).
+    const bool aux_ok = has_aux && key.n % 8 == 0 && in.gelu_is_tanh;
+    struct Candidate {
+      cublasLtEpilogue_t epilogue;
+      bool bias, gelu, dgelu;
+    };
+    std::array<Candidate, 3> candidates{};
+    int count = 0;
+    if (key.epilogue == static_cast<int>(GemmEpilogue::gelu) && aux_ok)
+      candidates[count++] = {
+          has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, has_bias, true,
+          false};
+    if (key.epilogue == static_cast<int>(GemmEpilogue::dgelu) && aux_ok)
+      candidates[count++] = {CUBLASLT_EPILOGUE_DGELU, false, false, true};
+    if (has_bias) candidates[count++] = {CUBLASLT_EPILOGUE_BIAS, true, false, false};
+    bool chosen = false;
+    for (int i = 0; i < count && !chosen; ++i) {
+      const Candidate& cand = candidates[i];
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                         &epilogue, sizeof(epilogue)));
-      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &in.bias, sizeof(in.bias)));
-      plan->epilogue_bias = query() == CUBLAS_STATUS_SUCCESS && found > 0;
-      if (!plan->epilogue_bias) {  // a clean descriptor: no bias attributes left behind
+                                                         &cand.epilogue, sizeof(cand.epilogue)));
+      if (cand.bias) {
+        const auto bias_type = static_cast<cudaDataType_t>(key.bias_type);
+        STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+        STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &in.bias, sizeof(in.bias)));
+      }
+      if (cand.gelu || cand.dgelu) {
+        const int64_t ld = key.n;
+        STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &in.aux, sizeof(in.aux)));
+        STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+      }
+      chosen = query() == CUBLAS_STATUS_SUCCESS && found > 0;
+      if (chosen) {
+        plan->fused_bias = cand.bias;
+        plan->fused_gelu = cand.gelu;
+        plan->fused_dgelu = cand.dgelu;
+      } else {  // a clean descriptor: no epilogue attributes left behind
         cublasLtMatmulDescDestroy(plan->op);
         make_op();
       }
     }
-    const cublasStatus_t status = plan->epilogue_bias ? CUBLAS_STATUS_SUCCESS : query();
+    const cublasStatus_t status = chosen ? CUBLAS_STATUS_SUCCESS : query();
     cublasLtMatmulPreferenceDestroy(pref);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
       STOKER_THROW("gemm: cuBLASLt found no algorithm for ", key.batch > 1 ? "a batch of " : "",
@@ -312,6 +485,11 @@ class Cache {
 
   std::mutex mu_;
   std::array<cublasLtHandle_t, kMaxDevices> handles_{};
+  std::array<int, kMaxDevices> gelu_tanh_ = [] {  // per device: gelu_epilogue_is_tanh, -1: unknown
+    std::array<int, kMaxDevices> a{};
+    a.fill(-1);
+    return a;
+  }();
   std::map<std::pair<int, cudaStream_t>, void*> workspaces_;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;  // node-based: references stay valid
 };
@@ -357,30 +535,46 @@ void run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
   key.align_c = alignment_of(c.data(), stride_bytes(key.stride_c, c.dtype()));
 
   key.bias_type = o.bias ? static_cast<int>(cuda_type(o.bias->dtype())) : -1;
+  key.epilogue = static_cast<int>(o.epilogue);
   const void* bias = o.bias ? o.bias->data() : nullptr;
+  const void* aux = o.aux ? o.aux->data() : nullptr;
+  if (o.aux) {
+    key.align_aux = alignment_of(aux);
+    // An unfused GELU has the GEMM write the pre-activation into aux: the algorithm must suit
+    // that buffer as well as C.
+    if (o.epilogue == GemmEpilogue::gelu) key.align_c = std::min(key.align_c, key.align_aux);
+  }
   const Resources r =
-      cache().get(key, {a.data(), b.data(), c.nbytes(), stream, bias}, a.dtype(), c.dtype());
+      cache().get(key, {a.data(), b.data(), c.nbytes(), stream, bias, aux}, a.dtype(), c.dtype());
   Plan& plan = *r.plan;
   const float alpha = o.alpha;
   const float beta = o.beta;
+  // Where the GEMM writes: C, or aux when the GELU runs as a separate pass after it.
+  const bool gelu_after = o.epilogue == GemmEpilogue::gelu && !plan.fused_gelu;
+  const Tensor& out = gelu_after ? *o.aux : c;
   {
     const std::lock_guard<std::mutex> lock(plan.mu);
-    if (plan.epilogue_bias)
+    if (plan.fused_bias)
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                          &bias, sizeof(bias)));
+    if (plan.fused_gelu || plan.fused_dgelu)
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
     STOKER_CUBLAS_CHECK(cublasLtMatmul(r.handle, plan.op, &alpha, b.data(), plan.first, a.data(),
-                                       plan.second, &beta, c.data(), plan.out, c.data(), plan.out,
-                                       &plan.algo, r.workspace, kWorkspaceBytes, stream));
+                                       plan.second, &beta, out.data(), plan.out, out.data(),
+                                       plan.out, &plan.algo, r.workspace, kWorkspaceBytes, stream));
   }
-  if (o.bias && !plan.epilogue_bias) {
+  if (o.bias && !plan.fused_bias) {
     if (o.bias->dtype() == DType::f32) {
-      add_bias(c, *o.bias);
+      add_bias(out, *o.bias);
     } else {
       const Tensor wide = Tensor::empty(o.bias->shape(), DType::f32, device);
       cuda::cast(wide, *o.bias);
-      add_bias(c, wide);
+      add_bias(out, wide);
     }
   }
+  if (gelu_after) gelu_forward(c, *o.aux);
+  if (o.epilogue == GemmEpilogue::dgelu && !plan.fused_dgelu) gelu_backward(c, c, *o.aux);
 }
 
 }  // namespace

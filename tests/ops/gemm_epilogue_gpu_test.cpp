@@ -1,0 +1,163 @@
+// ops::gemm's gelu and dgelu epilogues on the GPU (cuBLASLt's GELU_AUX(_BIAS) and DGELU, or the
+// unfused fallback where N is not a multiple of 8 or the aux pointer is misaligned) against the
+// CPU reference (the unfused composition) and against the unfused CUDA ops, within the rounding
+// of the output dtype: the fused GELU is computed from the fp32 accumulator before rounding, the
+// unfused one from the rounded pre-activation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "stoker/ops/activation.h"
+#include "stoker/ops/gemm.h"
+#include "test_util.h"
+
+namespace stoker::ops {
+namespace {
+
+using test::gpu;
+
+double eps_of(DType d) {
+  switch (d) {
+    case DType::f16:
+      return std::ldexp(1.0, -10);
+    case DType::bf16:
+      return std::ldexp(1.0, -7);
+    default:
+      return 1e-6;  // fp32: accumulation order and the two GELU implementations
+  }
+}
+
+// |got - want| <= 3 eps (1 + |want|) element by element.
+::testing::AssertionResult close(const Tensor& got, const Tensor& want, DType dtype) {
+  const std::vector<float> g = got.to(Device::cpu()).to_floats();
+  const std::vector<float> w = want.to(Device::cpu()).to_floats();
+  if (g.size() != w.size()) return ::testing::AssertionFailure() << "sizes differ";
+  const double eps = eps_of(dtype);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double tol = 3.0 * eps * (1.0 + std::fabs(w[i]));
+    if (!(std::fabs(g[i] - w[i]) <= tol))
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << g[i] << " vs " << w[i] << " (tolerance " << tol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct Case {
+  int64_t m, n, k;
+  bool ta, tb;
+  DType in, out;
+  bool bias;
+  int64_t aux_offset = 0;  // elements: a misaligned aux pointer
+};
+
+std::string describe(const Case& c) {
+  return "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+         (c.ta ? " A^T" : " A") + (c.tb ? " B^T" : " B") + " " + std::string(dtype_name(c.in)) +
+         "->" + std::string(dtype_name(c.out)) + (c.bias ? " bias" : "") + " aux offset " +
+         std::to_string(c.aux_offset);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  const DType pairs[][2] = {
+      {DType::f32, DType::f32}, {DType::bf16, DType::bf16}, {DType::f16, DType::f16}};
+  for (const auto& p : pairs)
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const bool bias : {false, true}) {
+          out.push_back({64, 256, 96, ta, tb, p[0], p[1], bias});  // N % 8 == 0: fused
+          out.push_back({33, 20, 17, ta, tb, p[0], p[1], bias});   // N % 8 != 0: fallback
+        }
+  out.push_back({256, 3072, 768, false, true, DType::bf16, DType::bf16, true});  // GPT-2 fc
+  out.push_back({64, 256, 96, false, true, DType::bf16, DType::bf16, true, 8});  // 16-byte aux
+  return out;
+}
+
+struct Inputs {
+  Tensor a, b, bias;  // host
+};
+
+Inputs inputs(const Case& c, uint32_t seed) {
+  return {
+      test::random_tensor(c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, c.in, seed, -1.0f, 1.0f),
+      test::random_tensor(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, c.in, seed + 1, -1.0f, 1.0f),
+      test::random_tensor({c.n}, c.out, seed + 2, -1.0f, 1.0f)};
+}
+
+TEST(GemmEpilogueGpu, GeluMatchesTheCpuReferenceAndTheUnfusedCudaOps) {
+  STOKER_REQUIRE_GPU();
+  set_allow_tf32(false);
+  uint32_t seed = 1;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    const Inputs in = inputs(c, seed);
+    seed += 3;
+    // CPU reference (the unfused composition, bit for bit).
+    const Tensor pre_cpu = Tensor::empty({c.m, c.n}, c.out);
+    const Tensor y_cpu = Tensor::empty({c.m, c.n}, c.out);
+    gemm(y_cpu, in.a, in.b,
+         {.trans_a = c.ta,
+          .trans_b = c.tb,
+          .bias = c.bias ? &in.bias : nullptr,
+          .epilogue = GemmEpilogue::gelu,
+          .aux = &pre_cpu});
+    // GPU, fused.
+    const Tensor a = in.a.to(gpu()), b = in.b.to(gpu()), bias = in.bias.to(gpu());
+    const Tensor pre =
+        test::empty_at_offset(c.m * c.n, c.out, gpu(), c.aux_offset).reshape({c.m, c.n});
+    test::poison(pre);
+    const Tensor y = test::poisoned({c.m, c.n}, c.out, gpu());
+    const GemmOptions fused{.trans_a = c.ta,
+                            .trans_b = c.tb,
+                            .bias = c.bias ? &bias : nullptr,
+                            .epilogue = GemmEpilogue::gelu,
+                            .aux = &pre};
+    gemm(y, a, b, fused);
+    EXPECT_TRUE(close(pre, pre_cpu, c.out)) << "aux vs CPU";
+    EXPECT_TRUE(close(y, y_cpu, c.out)) << "c vs CPU";
+    // GPU, unfused ops.
+    const Tensor pre_u = Tensor::empty({c.m, c.n}, c.out, gpu());
+    const Tensor y_u = Tensor::empty({c.m, c.n}, c.out, gpu());
+    gemm(pre_u, a, b, {.trans_a = c.ta, .trans_b = c.tb, .bias = c.bias ? &bias : nullptr});
+    gelu_forward(y_u, pre_u);
+    EXPECT_TRUE(close(pre, pre_u, c.out)) << "aux vs the unfused GPU gemm";
+    EXPECT_TRUE(close(y, y_u, c.out)) << "c vs the unfused GPU gemm + gelu_forward";
+    // A second call (the cached plan) gives the same bits.
+    const Tensor y2 = Tensor::empty({c.m, c.n}, c.out, gpu());
+    gemm(y2, a, b, fused);
+    EXPECT_TRUE(test::bit_identical(y2, y)) << "second call";
+  }
+}
+
+TEST(GemmEpilogueGpu, DgeluMatchesTheCpuReferenceAndTheUnfusedCudaOps) {
+  STOKER_REQUIRE_GPU();
+  set_allow_tf32(false);
+  uint32_t seed = 500;
+  for (const Case& c : cases()) {
+    if (c.bias) continue;
+    SCOPED_TRACE(describe(c));
+    const Inputs in = inputs(c, seed);
+    const Tensor pre_host = test::random_tensor({c.m, c.n}, c.out, seed + 3, -4.0f, 4.0f);
+    seed += 4;
+    const Tensor d_cpu = Tensor::empty({c.m, c.n}, c.out);
+    gemm(d_cpu, in.a, in.b,
+         {.trans_a = c.ta, .trans_b = c.tb, .epilogue = GemmEpilogue::dgelu, .aux = &pre_host});
+    const Tensor a = in.a.to(gpu()), b = in.b.to(gpu());
+    const Tensor pre = test::copy_at_offset(pre_host, gpu(), c.aux_offset);
+    const Tensor d = test::poisoned({c.m, c.n}, c.out, gpu());
+    gemm(d, a, b, {.trans_a = c.ta, .trans_b = c.tb, .epilogue = GemmEpilogue::dgelu, .aux = &pre});
+    EXPECT_TRUE(close(d, d_cpu, c.out)) << "vs CPU";
+    const Tensor g_u = Tensor::empty({c.m, c.n}, c.out, gpu());
+    gemm(g_u, a, b, {.trans_a = c.ta, .trans_b = c.tb});
+    gelu_backward(g_u, g_u, pre);
+    EXPECT_TRUE(close(d, g_u, c.out)) << "vs the unfused GPU gemm + gelu_backward";
+    EXPECT_TRUE(test::bit_identical(pre, test::copy_at_offset(pre_host, gpu(), 0)))
+        << "aux is only read";
+  }
+}
+
+}  // namespace
+}  // namespace stoker::ops
