@@ -35,12 +35,10 @@ json run_overhead(const DoctorOptions& options, const Setup& s) {
     variants.push_back({"on, no monitor", true, false, false, true, true});
     variants.push_back({"on, no device timing", true, true, true, false, true});
   }
-  // What one run measured: its steady-state ms/step, its report, and (diagnostics on) the
-  // median host time of its op-timed steps and of its other steps.
+  // What one run measured: its steady-state ms/step and its report.
   struct Run {
     double ms = 0;
     diag::Report report;
-    double op_step_ms = -1, plain_step_ms = -1;
   };
   auto one = [&](const Variant& v) {
     optim::AdamW opt(model->named_parameters(), {.lr = 1e-4f});
@@ -92,22 +90,11 @@ json run_overhead(const DoctorOptions& options, const Setup& s) {
     Run run;
     run.ms = (timed.stop_ms - timed.start_ms) / static_cast<double>(o.steps);
     run.report = r.diagnosis;
-    if (const diag::Diagnostics* d = trainer.diagnostics()) {
-      std::vector<int64_t> op_steps;
-      for (const diag::OpStep& x : d->run_op_steps()) op_steps.push_back(x.step);
-      std::vector<double> op_ms, plain_ms;
-      for (const diag::StepSample& x : d->run_steps())
-        (std::find(op_steps.begin(), op_steps.end(), x.step) != op_steps.end() ? op_ms : plain_ms)
-            .push_back(x.host_ms);
-      if (!op_ms.empty()) run.op_step_ms = diag::summarize_values(op_ms).median_ms;
-      if (!plain_ms.empty()) run.plain_step_ms = diag::summarize_values(plain_ms).median_ms;
-    }
     return run;
   };
   std::vector<std::vector<double>> times(variants.size());
   diag::Report last;
-  std::vector<double> op_extra_ms;  // per "on" run: op-timed step - other steps (host, median)
-  int64_t op_steps = 0;
+  std::vector<int64_t> op_steps;  // per "on" run: its op-timed steps
   for (int i = 0; i < o.repeats; ++i) {
     // Rotate the order so that drift (clocks, temperature) hits every variant alike.
     std::printf("  repetition %d:", i + 1);
@@ -117,10 +104,7 @@ json run_overhead(const DoctorOptions& options, const Setup& s) {
       times[k].push_back(r.ms);
       if (k == 1) {
         last = r.report;
-        if (r.op_step_ms >= 0 && r.plain_step_ms >= 0) {
-          op_extra_ms.push_back(r.op_step_ms - r.plain_step_ms);
-          op_steps += r.report.ops.steps;
-        }
+        op_steps.push_back(r.report.ops.steps);
       }
     }
     for (size_t k = 0; k < variants.size(); ++k)
@@ -145,21 +129,31 @@ json run_overhead(const DoctorOptions& options, const Setup& s) {
                      {"median_ms", m},
                      {"overhead", moff > 0 ? m / moff - 1 : 0.0}});
   }
-  // The op-timed steps' own cost, measured inside the runs: how much longer an op-timed step is
-  // than the others, spread over the steps between two of them.
+  // The op-timed steps' own cost: "on" against "on, no op-timed steps", paired within each
+  // repetition (the two ran back to back), as a share of the step and per op-timed step. Not the
+  // host time of an op-timed step against the others: reading its events waits for the work
+  // queued before it, which on a device-bound run is the queue, not the cost.
   json op_timing = nullptr;
-  if (!op_extra_ms.empty()) {
-    const double extra = median(op_extra_ms);
+  int64_t timed_steps = 0;
+  for (const int64_t n : op_steps) timed_steps += n;
+  if (timed_steps > 0) {
+    std::vector<double> share, per_step_ms;
+    for (size_t i = 0; i < times[1].size(); ++i) {
+      share.push_back(times[2][i] > 0 ? times[1][i] / times[2][i] - 1 : 0.0);
+      if (op_steps[i] > 0)
+        per_step_ms.push_back((times[1][i] - times[2][i]) * static_cast<double>(o.steps) /
+                              static_cast<double>(op_steps[i]));
+    }
+    const double cost = median(share);
+    const double each = per_step_ms.empty() ? 0.0 : median(per_step_ms);
     const int64_t interval = diag::DiagnosticsOptions{}.op_timing_interval;
-    const double amortized = moff > 0 ? extra / (moff * static_cast<double>(interval)) : 0;
     std::printf(
-        "  an op-timed step (%lld in these runs) takes %+.3f ms (host, median) beside the "
-        "others: %+.3f %% of the step at one in %lld\n",
-        static_cast<long long>(op_steps), extra, 100 * amortized, static_cast<long long>(interval));
-    op_timing = {{"extra_ms", op_extra_ms},
-                 {"median_extra_ms", extra},
-                 {"interval", interval},
-                 {"amortized", amortized}};
+        "  op-timed steps (%lld in these runs, one in %lld): %+.2f %% of the run against no "
+        "op-timed steps (median of the paired repetitions), about %+.3f ms each\n",
+        static_cast<long long>(timed_steps), static_cast<long long>(interval), 100 * cost, each);
+    op_timing = {{"op_timed_steps", op_steps},          {"paired_overhead", share},
+                 {"median_paired_overhead", cost},      {"ms_per_op_timed_step", per_step_ms},
+                 {"median_ms_per_op_timed_step", each}, {"interval", interval}};
   }
   std::printf("  verdict with diagnostics on: %s\n", last.headline.c_str());
   const std::vector<double>& off = times[0];

@@ -167,11 +167,15 @@ TEST(LinearCrossEntropyLoss, ForwardThenBackwardEqualsForwardBackward) {
 TEST(LinearCrossEntropyLoss, ChunksAreEqualAndWithinTheMemoryBudget) {
   Parameter w(Tensor::zeros({50304, 4}, DType::f32));
   LinearCrossEntropyLoss loss(w);
-  // 256 MiB of bf16 logits over 50,304 classes: at most 2,668 rows; 16,384 rows in 7 chunks.
+  // 1 GiB of bf16 logits over 50,304 classes: at most 10,672 rows; 16,384 rows in 2 chunks of
+  // 8,192, 32,768 rows in 4.
   const int64_t rows = loss.chunk_rows(16384, DType::bf16);
-  EXPECT_EQ(rows % 64, 0);
-  EXPECT_LE(rows * 50304 * 2, (int64_t{256} << 20) + 64 * 50304 * 2);
-  EXPECT_EQ((16384 + rows - 1) / rows, 7);
+  EXPECT_EQ(rows, 8192);
+  EXPECT_LE(rows * 50304 * 2, int64_t{1} << 30);
+  const int64_t rows32 = loss.chunk_rows(32768, DType::bf16);
+  EXPECT_EQ(rows32 % 64, 0);
+  EXPECT_EQ((32768 + rows32 - 1) / rows32, 4);
+  EXPECT_LE(rows32 * 50304 * 2, (int64_t{1} << 30) + 64 * 50304 * 2);
   EXPECT_EQ(loss.chunk_rows(100, DType::bf16), 100);  // fewer rows than one chunk: all at once
   LinearCrossEntropyLoss fixed(w, {.chunk_rows = 300});
   EXPECT_EQ(fixed.chunk_rows(1000, DType::f32), 300);

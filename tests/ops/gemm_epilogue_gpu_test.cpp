@@ -26,7 +26,10 @@ double eps_of(DType d) {
     case DType::bf16:
       return std::ldexp(1.0, -7);
     default:
-      return 1e-6;  // fp32: accumulation order and the two GELU implementations
+      // fp32: accumulation order, and cuBLASLt's GELU — the tanh form, but with its own tanh:
+      // measured on an H100 (CUDA 13.0) 3.9e-6 from ops::gelu_forward's at most, and its
+      // derivative 1.5e-5 from gelu_backward's (the one-time check in gemm_cublaslt.cpp).
+      return 1e-5;
   }
 }
 

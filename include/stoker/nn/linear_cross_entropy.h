@@ -1,7 +1,14 @@
 // LinearCrossEntropyLoss: a linear layer without bias and the softmax cross-entropy after it,
 // computed a chunk of rows at a time so the [N, classes] logits never exist whole. For a
 // language model's head: 16 x 1024 tokens over GPT-2's 50,304 classes are 1.6 GB of bf16
-// logits, and as much again for their gradient, where a chunk of ~2,600 rows is 256 MiB.
+// logits, and as much again for their gradient, where two chunks of 8,192 rows are 0.8 GB each.
+//
+// Chunk size: the weight gradient is accumulated chunk by chunk (a read and a write of the fp32
+// [classes, K] gradient per chunk after the first: 0.3 GB for GPT-2's head), so fewer, larger
+// chunks are faster: with 256 MiB chunks (7 for GPT-2 124M at B 16) the fused head was 1.8 %
+// slower per step than whole logits on an H100 (docs/benchmarks.md), about what those six extra
+// passes take at its memory bandwidth. The default budget, 1 GiB of logits (2 chunks there),
+// leaves one such pass and still never holds more than half of the logits.
 //
 //   loss = CrossEntropy(x W^T, target)        x [N, K], W [classes, K] (nn::Linear's layout, or
 //                                              a tied embedding table), target [N] i32/i64
@@ -38,7 +45,7 @@ namespace stoker::nn {
 struct LinearCrossEntropyOptions {
   int64_t ignore_index = -100;   // as CrossEntropyOptions
   float label_smoothing = 0.0f;  // as CrossEntropyOptions
-  // Rows of logits alive at once; 0: as many as fit in 256 MiB, in equal chunks.
+  // Rows of logits alive at once; 0: as many as fit in 1 GiB, in equal chunks.
   int64_t chunk_rows = 0;
   // True: another use of the weight calls grad_ready() after this loss wrote its gradient.
   bool weight_shared = false;
@@ -58,7 +65,7 @@ class LinearCrossEntropyLoss : public Loss {
   bool predictions_are_scores() const override { return false; }  // x are features
   std::string describe() const override;
 
-  // The rows per chunk for N rows of x in `dtype` (chunk_rows, or the 256 MiB rule).
+  // The rows per chunk for N rows of x in `dtype` (chunk_rows, or the 1 GiB rule).
   int64_t chunk_rows(int64_t n, DType dtype) const;
 
  private:
