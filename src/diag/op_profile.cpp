@@ -105,6 +105,12 @@ std::string op_family(std::string_view n) {
   return "other";
 }
 
+bool gemm_misaligned(const core::OpCost& c) {
+  if (c.m <= 0 || c.n <= 0 || c.k <= 0) return false;  // not a GEMM
+  const int64_t v = static_cast<int64_t>(16 / std::max<size_t>(1, core::dtype_size(c.dtype)));
+  return c.m % v != 0 || c.n % v != 0 || c.k % v != 0;
+}
+
 OpTable summarize_ops(const std::vector<OpStep>& steps, const DevicePeaks& peaks, bool tf32,
                       double near_bandwidth_roof) {
   constexpr size_t kFuseCandidates = 4;         // ops named in the advice
@@ -116,10 +122,20 @@ OpTable summarize_ops(const std::vector<OpStep>& steps, const DevicePeaks& peaks
   const double n = static_cast<double>(steps.size());
   std::map<std::string, Acc> families, modules, ops;
   double total_flops = 0;
+  double slowest_misaligned = -1;
   for (const OpStep& s : steps) {
     t.step_ms += s.step_ms / n;
     for (const OpRecord& r : s.ops) {
       const std::string fam = op_family(r.name);
+      if (gemm_misaligned(r.cost)) {
+        t.misaligned_gemm_calls += 1 / n;
+        t.misaligned_gemm_ms += r.ms / n;
+        if (r.ms > slowest_misaligned) {
+          slowest_misaligned = r.ms;
+          t.misaligned_gemm_example = std::to_string(r.cost.m) + " x " +
+                                      std::to_string(r.cost.n) + " x " + std::to_string(r.cost.k);
+        }
+      }
       if (fam == "communication") {  // on the comm stream, beside the compute
         t.comm_calls += 1 / n;
         t.comm_ms += r.ms / n;
@@ -139,6 +155,8 @@ OpTable summarize_ops(const std::vector<OpStep>& steps, const DevicePeaks& peaks
       total_flops += r.cost.flops / n;
     }
   }
+  t.misaligned_gemm_share =
+      std::max(t.step_ms, t.op_ms) > 0 ? t.misaligned_gemm_ms / std::max(t.step_ms, t.op_ms) : 0;
   t.idle_ms = std::max(0.0, t.step_ms - t.op_ms);
   t.idle_share = t.step_ms > 0 ? t.idle_ms / t.step_ms : 0;
   t.tflops = t.step_ms > 0 ? total_flops / (t.step_ms * 1e-3) * 1e-12 : 0;
@@ -228,6 +246,12 @@ std::string OpTable::text(size_t top) const {
   table("family", families);
   table("module", modules);
   table("op", ops);
+  if (misaligned_gemm_calls > 0)
+    line("gemm alignment: " + fixed(misaligned_gemm_calls, 0) + " GEMM call" +
+         (misaligned_gemm_calls >= 1.5 ? "s" : "") + " per step (" + fixed(misaligned_gemm_ms, 2) +
+         " ms, " + fixed(100 * misaligned_gemm_share, 1) +
+         " % of the step) with a dimension that is not a multiple of 16 bytes, the slowest " +
+         misaligned_gemm_example + " (m x n x k)");
   return s;
 }
 
@@ -277,7 +301,12 @@ std::string OpTable::json() const {
             {"ops", rows(ops)},
             {"bandwidth_bound_share", bandwidth_bound_share},
             {"bandwidth_bound_roof_pct", bandwidth_bound_roof_pct},
-            {"fuse_candidates", fuse_candidates}};
+            {"fuse_candidates", fuse_candidates},
+            {"misaligned_gemm",
+             {{"calls", misaligned_gemm_calls},
+              {"ms", misaligned_gemm_ms},
+              {"share", misaligned_gemm_share},
+              {"example", misaligned_gemm_example}}}};
   return j.dump(2);
 }
 

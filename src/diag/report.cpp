@@ -74,6 +74,30 @@ void input_advice(const Breakdown& b, const LoaderView& l, std::vector<std::stri
   }
 }
 
+// What to do about one memory-bound op, by name (and its calls per step: a loss that runs
+// several times per step is already the chunked head + loss). Empty: nothing specific.
+std::string fusion_hint(const std::string& op, double calls) {
+  const std::string f = op_family(op);
+  if (f == "batch norm") return "fuse batch norm + ReLU + residual add in one pass";
+  if (f == "layer norm") return "fuse layer norm with the residual add (nn::LayerNorm::forward_add)";
+  if (op == "bias_grad")
+    return "bias gradients are a pass over each GEMM's output gradient: fewer, wider layers";
+  if (f == "elementwise")
+    return "fuse elementwise ops into the neighbouring GEMM's epilogue (bias + GELU: "
+           "nn::Linear::set_activation) or one fused kernel";
+  if (f == "optimizer")
+    return "the optimizer reads and writes every parameter and its state once a step: bf16 or "
+           "8-bit state (optim::StateFormat) halves or quarters those bytes";
+  if (f == "loss" && calls > 1.5)
+    return "the loss already runs a chunk of rows at a time: larger chunks "
+           "(LinearCrossEntropyOptions::chunk_rows) mean fewer passes over the head's gradient, "
+           "and class counts that are multiples of 64 keep its rows aligned";
+  if (f == "loss")
+    return "fuse the LM head and the cross-entropy, a chunk of rows at a time "
+           "(nn::LinearCrossEntropyLoss)";
+  return {};
+}
+
 // From the op table: which ops to fuse (bandwidth-bound ones, by time), and the GPU's idle time
 // inside the step.
 void op_advice(const OpTable& ops, Report& r) {
@@ -92,20 +116,24 @@ void op_advice(const OpTable& ops, Report& r) {
     }
     std::string how;
     for (const std::string& n : ops.fuse_candidates) {
-      const std::string f = op_family(n);
-      const char* h = f == "batch norm"    ? "batch norm + ReLU + residual add in one pass"
-                      : f == "layer norm"  ? "layer norm with the residual add"
-                      : f == "elementwise" ? "elementwise ops into the neighbouring GEMM's "
-                                             "epilogue (bias + GELU) or one fused kernel"
-                      : f == "optimizer"   ? "the optimizer step with its half-precision copy"
-                      : f == "loss"        ? "the LM head and cross-entropy in chunks"
-                                           : nullptr;
-      if (h && how.find(h) == std::string::npos) how += (how.empty() ? "" : "; ") + std::string(h);
+      const auto row =
+          std::find_if(ops.ops.begin(), ops.ops.end(), [&](const OpRow& o) { return o.key == n; });
+      const std::string h = fusion_hint(n, row != ops.ops.end() ? row->calls : 0);
+      if (!h.empty() && how.find(h) == std::string::npos) how += (how.empty() ? "" : "; ") + h;
     }
     r.advice.push_back("fuse these memory-bound ops: " + names +
                        ": each moves its tensors through memory once per op" +
-                       (how.empty() ? std::string() : "; fuse " + how));
+                       (how.empty() ? std::string() : "; " + how));
   }
+  if (ops.misaligned_gemm_share >= 0.05 && ops.device_timed)
+    r.advice.push_back(
+        "GEMMs with a dimension that is not a multiple of 16 bytes take " +
+        pct(ops.misaligned_gemm_share) + " of the step (" + ms(ops.misaligned_gemm_ms) + ", " +
+        fmt("%.0f", ops.misaligned_gemm_calls) + " calls; the slowest " +
+        ops.misaligned_gemm_example +
+        "): tensor cores need whole 16-byte rows, cuBLASLt falls back to slower kernels; pad that "
+        "dimension — a vocabulary to a multiple of 64 (GPT-2's 50,257 to 50,304), widths and "
+        "batch x tokens to multiples of 8");
   if (ops.idle_share >= 0.10 && ops.device_timed)
     r.advice.push_back("the GPU is idle " + pct(ops.idle_share) + " of the step between ops (" +
                        ms(ops.idle_ms) + " of " + ms(ops.step_ms) +

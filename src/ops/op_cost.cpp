@@ -46,6 +46,9 @@ core::OpCost op_cost(std::string_view name, const CostArgs& args) {
       const int64_t k = args.gemm->trans_a ? a->size(-2) : a->size(-1);
       c.flops = 2.0 * numel(cc) * static_cast<double>(k);
       c.dtype = a->dtype();
+      c.m = cc->size(-2);
+      c.n = cc->size(-1);
+      c.k = k;
     }
     // A gelu/dgelu epilogue also writes or reads the pre-activation (ops/gemm.h).
     if (args.gemm && args.gemm->aux && args.gemm->aux->defined())

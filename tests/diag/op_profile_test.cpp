@@ -202,6 +202,85 @@ TEST(OpProfileTest, BandwidthBoundVerdictAndItsPlaceAmongTheOthers) {
   EXPECT_EQ(std::string(diag::verdict_name(r.verdict)), "bandwidth-bound");
 }
 
+// GEMMs whose rows are not whole 16-byte vectors (GPT-2's vocabulary of 50,257 unpadded) are
+// counted, named by their shape and advised against; aligned ones and other ops are not.
+TEST(OpProfileTest, MisalignedGemmsAreFoundAndAdvised) {
+  const auto gemm = [](double ms, int64_t m, int64_t n, int64_t k, DType d = DType::bf16) {
+    diag::OpRecord r = op("gemm", "", ms, 2.0 * m * n * k, 1e9, d);
+    r.cost.m = m;
+    r.cost.n = n;
+    r.cost.k = k;
+    return r;
+  };
+  diag::OpStep s;
+  s.step_ms = 10;
+  s.ops = {gemm(4.0, 16384, 768, 768),            // aligned
+           gemm(3.0, 8192, 50257, 768),           // the head, unpadded vocabulary
+           gemm(1.0, 50257, 768, 8192),           // its weight gradient
+           op("add", "", 1.0, 1e8, 3e9)};         // not a GEMM
+  EXPECT_FALSE(diag::gemm_misaligned(s.ops[0].cost));
+  EXPECT_TRUE(diag::gemm_misaligned(s.ops[1].cost));
+  EXPECT_FALSE(diag::gemm_misaligned(s.ops[3].cost));
+  EXPECT_FALSE(diag::gemm_misaligned(gemm(1, 12, 20, 4, DType::f32).cost));  // f32: 4 per vector
+  EXPECT_TRUE(diag::gemm_misaligned(gemm(1, 12, 20, 4, DType::bf16).cost));  // bf16: 8
+  const diag::OpTable t = diag::summarize_ops({s, s}, diag::peaks_for_gpu("NVIDIA H100 80GB HBM3"));
+  EXPECT_DOUBLE_EQ(t.misaligned_gemm_calls, 2);
+  EXPECT_DOUBLE_EQ(t.misaligned_gemm_ms, 4.0);
+  EXPECT_NEAR(t.misaligned_gemm_share, 0.4, 1e-12);
+  EXPECT_EQ(t.misaligned_gemm_example, "8192 x 50257 x 768");
+  EXPECT_NE(t.text().find("gemm alignment: 2 GEMM calls per step (4.00 ms, 40.0 % of the step)"),
+            std::string::npos)
+      << t.text();
+  EXPECT_NE(t.json().find("\"misaligned_gemm\""), std::string::npos);
+  diag::Breakdown b;
+  b.steps = 10;
+  b.device_timed = true;
+  b.compute_share = 1.0;
+  std::string advice;
+  for (const std::string& a : diag::make_report(b, {}, {}, {}, t).advice) advice += a + "\n";
+  EXPECT_NE(advice.find("GEMMs with a dimension that is not a multiple of 16 bytes take 40.0 % of "
+                        "the step (4.00 ms, 2 calls; the slowest 8192 x 50257 x 768)"),
+            std::string::npos)
+      << advice;
+  EXPECT_NE(advice.find("50,304"), std::string::npos) << advice;
+  // Aligned shapes only: no line, no advice.
+  s.ops = {gemm(4.0, 16384, 768, 768), gemm(3.0, 8192, 50304, 768)};
+  const diag::OpTable ok = diag::summarize_ops({s}, diag::peaks_for_gpu("NVIDIA H100 80GB HBM3"));
+  EXPECT_EQ(ok.misaligned_gemm_calls, 0);
+  EXPECT_EQ(ok.text().find("gemm alignment"), std::string::npos);
+  advice.clear();
+  for (const std::string& a : diag::make_report(b, {}, {}, {}, ok).advice) advice += a + "\n";
+  EXPECT_EQ(advice.find("16 bytes"), std::string::npos) << advice;
+}
+
+// The advice names what to do per op: a chunked loss (several calls a step) is told to use
+// larger chunks, a whole one to chunk; the optimizer to store fewer bytes of state.
+TEST(OpProfileTest, FusionAdviceFollowsWhatTheOpAlreadyIs) {
+  const diag::DevicePeaks h100 = diag::peaks_for_gpu("NVIDIA H100 80GB HBM3");
+  diag::Breakdown b;
+  b.steps = 10;
+  b.device_timed = true;
+  b.compute_share = 1.0;
+  const auto advice_for = [&](int loss_calls) {
+    diag::OpStep s;
+    s.step_ms = 10;
+    for (int i = 0; i < loss_calls; ++i)
+      s.ops.push_back(op("cross_entropy_forward", "", 4.0 / loss_calls, 1e8, 8e9 / loss_calls));
+    s.ops.push_back(op("adamw_step", "", 2.0, 1e8, 4e9, DType::f32));
+    std::string a;
+    for (const std::string& x : diag::make_report(b, {}, {}, {}, diag::summarize_ops({s}, h100))
+                                    .advice)
+      a += x + "\n";
+    return a;
+  };
+  const std::string chunked = advice_for(7), whole = advice_for(1);
+  EXPECT_NE(chunked.find("already runs a chunk of rows at a time"), std::string::npos) << chunked;
+  EXPECT_EQ(chunked.find("nn::LinearCrossEntropyLoss"), std::string::npos) << chunked;
+  EXPECT_NE(whole.find("a chunk of rows at a time (nn::LinearCrossEntropyLoss)"), std::string::npos)
+      << whole;
+  EXPECT_NE(whole.find("bf16 or 8-bit state"), std::string::npos) << whole;
+}
+
 // The listener sees each op once (the outermost) with its cost, and the module path.
 TEST(OpProfileTest, ListenerSeesOpsWithCostsAndModules) {
   struct Recorder : core::OpListener {
@@ -229,6 +308,9 @@ TEST(OpProfileTest, ListenerSeesOpsWithCostsAndModules) {
       gemm = true;
       EXPECT_EQ(rec.seen[i].second, "fc");
       EXPECT_DOUBLE_EQ(rec.costs[i].flops, 2.0 * 16 * 4 * 8);  // 2·m·n·k
+      EXPECT_EQ(rec.costs[i].m, 16);
+      EXPECT_EQ(rec.costs[i].n, 4);
+      EXPECT_EQ(rec.costs[i].k, 8);
       EXPECT_GE(rec.costs[i].bytes, 4.0 * (16 * 8 + 8 * 4 + 16 * 4));
     }
     if (rec.seen[i].first == "relu_forward") {

@@ -34,6 +34,9 @@ struct OpCost {
   double flops = 0;
   double bytes = 0;
   DType dtype = DType::f32;  // of the op's first tensor: which compute roof applies
+  // GEMMs (gemm, gemm_batched): the problem's m, n, k (0 for other ops), for the alignment check
+  // of the op table (tensor cores want rows of whole 16-byte vectors).
+  int64_t m = 0, n = 0, k = 0;
 };
 
 // The name the gradient syncs report each bucket's reduction under (on the comm stream; the op

@@ -102,6 +102,13 @@ struct OpTable {
   double bandwidth_bound_share = 0;
   double bandwidth_bound_roof_pct = 0;
   std::vector<std::string> fuse_candidates;
+  // GEMMs with a dimension whose rows are not whole 16-byte vectors (m, n or k not a multiple of
+  // 8 in f16/bf16, of 4 in f32): cuBLASLt runs them on slower unaligned kernels. Per step: their
+  // calls, device ms and share of the step, and the slowest one's shape ("m x n x k").
+  double misaligned_gemm_calls = 0;
+  double misaligned_gemm_ms = 0;
+  double misaligned_gemm_share = 0;
+  std::string misaligned_gemm_example;
 
   bool empty() const { return steps == 0; }
   // "diag  ops ..." lines: the family table, the top modules and ops, idle time.
@@ -110,6 +117,9 @@ struct OpTable {
   // Sets exposed_comm_ms and hidden_comm_share from the step's exposed communication.
   void set_exposed_comm(double exposed_ms);
 };
+
+// A GEMM whose m, n or k is not a whole number of 16-byte vectors of its dtype.
+bool gemm_misaligned(const core::OpCost& cost);
 
 // The op table of `steps` (their per-step means) on a device with `peaks`; `tf32` says whether
 // fp32 GEMMs may use TF32 (ops::allow_tf32()). Memory-bound op kinds that reach at least
