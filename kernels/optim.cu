@@ -41,6 +41,8 @@ template <typename H>
 struct AdamWOp {
   detail::AdamWConsts c;
   const AdamWStepState* state;  // device step state (bias corrections), or null
+  const float* lr;              // device learning rate (decay from it), or null
+  double weight_decay;
   __device__ void operator()(const MultiTensorArgs& a, int t, int64_t i) const {
     float p = a.p[t][i], m = a.s1[t][i], v = a.s2[t][i];
     detail::AdamWConsts k = c;
@@ -48,6 +50,7 @@ struct AdamWOp {
       k.step_size = state->step_size;
       k.bc2_sqrt = state->bc2_sqrt;
     }
+    if (lr) k.decay = detail::adamw_decay(static_cast<double>(*lr), weight_decay);
     detail::adamw_update(p, m, v, a.g[t][i], k);
     a.p[t][i] = p;
     a.s1[t][i] = m;
@@ -478,7 +481,8 @@ struct AdamWCompactOp {
 };
 
 __global__ void adamw_advance_kernel(AdamWStepState* s, const float* found_inf, double beta1,
-                                     double beta2, double lr) {
+                                     double beta2, double lr, const float* lr_device = nullptr) {
+  if (lr_device) lr = static_cast<double>(*lr_device);
   detail::adamw_advance(*s, found_inf && *found_inf != 0.0f, beta1, beta2, lr);
 }
 
@@ -493,8 +497,10 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
                 const detail::AdamWConsts& c, const Tensor& found_inf, const Tensor& step_state,
-                double beta1, double beta2, double lr, std::span<const Tensor> compute_copies) {
+                double beta1, double beta2, double lr, std::span<const Tensor> compute_copies,
+                const Tensor& lr_device, double weight_decay) {
   AdamWStepState* st = nullptr;
+  const float* lr_dev = lr_device.defined() ? static_cast<const float*>(lr_device.data()) : nullptr;
   if (step_state.defined()) {
     // One thread advances the step count and the bias corrections (unless skipped); the update
     // kernel then reads them: the host never learns whether the step was taken.
@@ -502,20 +508,22 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
     st = static_cast<AdamWStepState*>(step_state.data());
     adamw_advance_kernel<<<1, 1, 0, core::cuda_stream(step_state.device())>>>(
         st, found_inf.defined() ? static_cast<const float*>(found_inf.data()) : nullptr, beta1,
-        beta2, lr);
+        beta2, lr, lr_dev);
     STOKER_CUDA_CHECK(cudaGetLastError());
   }
   DType half = DType::f32;  // f32: no copies to write
   for (const Tensor& h : compute_copies)
     if (h.defined()) half = h.dtype();
   if (half == DType::f16)
-    launch_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, found_inf, AdamWOp<core::Half>{c, st},
-                        {}, {}, compute_copies);
+    launch_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, found_inf,
+                        AdamWOp<core::Half>{c, st, lr_dev, weight_decay}, {}, {}, compute_copies);
   else if (half == DType::bf16)
     launch_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, found_inf,
-                        AdamWOp<core::BFloat16>{c, st}, {}, {}, compute_copies);
+                        AdamWOp<core::BFloat16>{c, st, lr_dev, weight_decay}, {}, {},
+                        compute_copies);
   else
-    launch_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, found_inf, AdamWOp<void>{c, st});
+    launch_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, found_inf,
+                        AdamWOp<void>{c, st, lr_dev, weight_decay});
 }
 
 void sgd_step_compact(std::span<const Tensor> params, std::span<const Tensor> grads,

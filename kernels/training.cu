@@ -40,8 +40,9 @@ __global__ void update_scale_kernel(float* scale, int32_t* state, const float* f
                        u.growth_interval, u.hysteresis, u.min_scale);
 }
 
-__global__ void loss_monitor_kernel(LossMonitorState* s, const float* loss, int64_t step) {
-  detail::loss_monitor_fold(*s, *loss, step);
+__global__ void loss_monitor_kernel(LossMonitorState* s, const float* loss, int64_t step,
+                                    const int64_t* step_device) {
+  detail::loss_monitor_fold(*s, *loss, step_device ? *step_device : step);
 }
 
 }  // namespace
@@ -64,10 +65,12 @@ void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_
   STOKER_CUDA_CHECK(cudaGetLastError());
 }
 
-void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step) {
+void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step,
+                         const Tensor& step_device) {
   core::DeviceScope scope(monitor.device().index);
   loss_monitor_kernel<<<1, 1, 0, core::cuda_stream(monitor.device())>>>(
-      static_cast<LossMonitorState*>(monitor.data()), static_cast<const float*>(loss.data()), step);
+      static_cast<LossMonitorState*>(monitor.data()), static_cast<const float*>(loss.data()), step,
+      step_device.defined() ? static_cast<const int64_t*>(step_device.data()) : nullptr);
   STOKER_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -36,8 +36,9 @@ struct Options {
   float clip = 1.0f;
   std::string precision = "fp32";
   bool selective = false;
-  bool fused_head = true;  // the head in the loss, in chunks (Gpt::set_head_in_loss)
-  bool fused_gelu = true;  // GptConfig::fuse_gelu
+  bool fused_head = true;   // the head in the loss, in chunks (Gpt::set_head_in_loss)
+  bool fused_gelu = true;   // GptConfig::fuse_gelu
+  bool cuda_graph = false;  // TrainerOptions::cuda_graph
   std::string data;
   std::string text = STOKER_GPT_TEXT;
   std::string cache = STOKER_GPT_CACHE;

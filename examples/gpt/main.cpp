@@ -217,6 +217,7 @@ int run(const Options& o) {
       .grad_sync = grad_sync.get(),
   };
   topts.diagnostics.enabled = o.diagnostics;
+  topts.cuda_graph = o.cuda_graph;
   o.run.apply(topts);  // checkpoints, metrics, evaluation (activation checkpointing: above)
   if (parity_run) parity_run->adjust(topts);  // exact and simple: constant lr, no clipping
 
@@ -413,6 +414,9 @@ int main(int argc, char** argv) {
   app.add_flag("--fused-head,!--no-fused-head", o.fused_head,
                "LM head and cross-entropy fused, a chunk of rows at a time (default on; "
                "--no-fused-head: whole logits, nn::CrossEntropyLoss)");
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "capture the training step as a CUDA graph after 2 eager steps and replay it "
+               "(one launch per step; one GPU, AdamW with f32 state)");
   app.add_flag("--fused-gelu,!--no-fused-gelu", o.fused_gelu,
                "the MLP's bias + GELU in the GEMMs' epilogues (default on; --no-fused-gelu: "
                "GELU as its own passes, to compare)");

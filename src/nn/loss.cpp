@@ -33,6 +33,8 @@ Tensor CrossEntropyLoss::backward(float scale) {
   Tensor d = Tensor::empty(logits_.shape(), logits_.dtype(), logits_.device());
   ops::cross_entropy_backward(d, logits_, target_, lse_, count_, options_.ignore_index,
                               options_.label_smoothing, scale, grad_scale_);
+  // Consumed: nothing of the step outlives it (a CUDA-graph step must free what it allocates).
+  logits_ = target_ = lse_ = count_ = Tensor();
   return d;
 }
 
@@ -72,6 +74,7 @@ Tensor MSELoss::backward(float scale) {
   STOKER_CHECK(pred_.defined(), "MSELoss: backward called before forward");
   Tensor d = Tensor::empty(pred_.shape(), pred_.dtype(), pred_.device());
   ops::mse_backward(d, pred_, target_, scale, grad_scale_);
+  pred_ = target_ = Tensor();  // consumed (see CrossEntropyLoss::backward)
   if (d.dtype() == pred_dtype_) return d;
   Tensor narrow = Tensor::empty(d.shape(), pred_dtype_, d.device());
   ops::cast(narrow, d);

@@ -97,7 +97,7 @@ detail::AdamWConsts adamw_consts(const AdamWHyper& h) {
   const double t = static_cast<double>(h.step);
   const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), t);
   const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), t);
-  return {static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay),
+  return {detail::adamw_decay(static_cast<double>(h.lr), static_cast<double>(h.weight_decay)),
           static_cast<float>(1.0 - h.beta1),
           h.beta2,
           static_cast<float>(1.0 - h.beta2),
@@ -161,7 +161,7 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
                 const AdamWHyper& h, const Tensor& found_inf, const Tensor& step_state,
-                std::span<const Tensor> compute_copies) {
+                std::span<const Tensor> compute_copies, const Tensor& lr) {
   check_list("adamw_step", "params", params, params);
   check_list("adamw_step", "grads", grads, params);
   check_list("adamw_step", "exp_avgs", exp_avgs, params);
@@ -169,11 +169,22 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
   check_found_inf("adamw_step", found_inf, params);
   check_adamw_hyper(h, step_state, params);
   check_compute_copies("adamw_step", compute_copies, params);
+  if (lr.defined()) {
+    STOKER_CHECK(
+        step_state.defined(),
+        "ops::adamw_step: a device learning rate needs step_state (adamw_step_state_create)"
+        ": the bias corrections are computed from it on the device");
+    STOKER_CHECK(lr.dtype() == DType::f32 && lr.numel() == 1 &&
+                     (params.empty() || lr.device() == params[0].device()),
+                 "ops::adamw_step: lr is ", lr.str(), "; expected a rank-0 f32 tensor on ",
+                 params.empty() ? std::string("the parameters' device") : params[0].device().str());
+  }
   if (params.empty()) return;
   detail::check_backend("adamw_step", params[0]);
   STOKER_DISPATCH(params[0].device(), adamw_step, params, grads, exp_avgs, exp_avg_sqs,
                   adamw_consts(h), found_inf, step_state, static_cast<double>(h.beta1),
-                  static_cast<double>(h.beta2), static_cast<double>(h.lr), compute_copies);
+                  static_cast<double>(h.beta2), static_cast<double>(h.lr), compute_copies, lr,
+                  static_cast<double>(h.weight_decay));
 }
 
 void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,

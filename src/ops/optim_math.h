@@ -49,6 +49,12 @@ STOKER_HD STOKER_FORCEINLINE void adamw_update(float& p, float& m, float& v, flo
 // AdamW's step counter and bias corrections kept on the device (ops::AdamWStepState): advanced
 // only by steps that were not skipped for overflow, so a skipped step does not count, as in
 // PyTorch. beta^t by repeated multiplication in double: the same operations on both backends.
+// 1 - lr * weight_decay, in double, rounded once (the host's adamw_consts and the device-lr
+// path alike).
+STOKER_HD STOKER_FORCEINLINE float adamw_decay(double lr, double weight_decay) {
+  return static_cast<float>(1.0 - lr * weight_decay);
+}
+
 STOKER_HD STOKER_FORCEINLINE void adamw_advance(AdamWStepState& s, bool skip, double beta1,
                                                 double beta2, double lr) {
   if (skip) return;

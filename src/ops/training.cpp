@@ -71,14 +71,20 @@ Tensor loss_monitor_create(Device device) {
   return device.is_cpu() ? host : host.to(device);
 }
 
-void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step) {
+void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step,
+                         const Tensor& step_device) {
   STOKER_CHECK(monitor.dtype() == DType::u8 && monitor.nbytes() == sizeof(LossMonitorState) &&
                    loss.dtype() == DType::f32 && loss.numel() == 1 &&
                    loss.device() == monitor.device(),
                "ops::loss_monitor_update: expected a monitor from loss_monitor_create and a "
                "one-element f32 loss on its device, got ",
                monitor.str(), " and ", loss.str());
-  STOKER_DISPATCH(monitor.device(), loss_monitor_update, monitor, loss, step);
+  STOKER_CHECK(
+      !step_device.defined() || (step_device.dtype() == DType::i64 && step_device.numel() == 1 &&
+                                 step_device.device() == monitor.device()),
+      "ops::loss_monitor_update: step_device is ", step_device.str(),
+      "; expected a rank-0 i64 tensor on ", monitor.device().str());
+  STOKER_DISPATCH(monitor.device(), loss_monitor_update, monitor, loss, step, step_device);
 }
 
 LossMonitorState loss_monitor_read(const Tensor& monitor, bool reset) {

@@ -16,7 +16,8 @@ namespace stoker::ops {
                          const Tensor& found_inf);                                               \
   void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,           \
                     const ScaleUpdate& u);                                                       \
-  void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step);
+  void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step,              \
+                           const Tensor& step_device);
 
 namespace cpu {
 STOKER_TRAINING_BACKEND_DECLS

@@ -160,6 +160,15 @@ void Optimizer::step() {
   nn::refresh_compute_copies(ps);
 }
 
+void Optimizer::set_lr_tensor(const Tensor& lr) {
+  STOKER_CHECK(!lr.defined() || supports_device_lr(), describe(),
+               " cannot read its learning rate on the device (a CUDA-graph step needs it): use "
+               "AdamW with f32 state, or train without TrainerOptions::cuda_graph");
+  STOKER_CHECK(!lr.defined() || (lr.dtype() == DType::f32 && lr.numel() == 1),
+               "Optimizer::set_lr_tensor: expected a rank-0 f32 tensor, got ", lr.str());
+  lr_tensor_ = lr;
+}
+
 std::vector<Tensor> Optimizer::fused_compute_copies() {
   std::vector<Tensor> out;
   DType half = DType::f32;
@@ -239,7 +248,7 @@ void AdamW::update() {
                     step_state_);
   else  // the half compute copies written in the same pass
     ops::adamw_step(values, grads, values_of(*exp_avg_), values_of(*exp_avg_sq_), h, found_inf_,
-                    step_state_, fused_compute_copies());
+                    step_state_, fused_compute_copies(), lr_tensor_);
   ++steps_;
 }
 

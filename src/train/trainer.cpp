@@ -9,6 +9,7 @@
 
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
+#include "stoker/core/op_listener.h"
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
 #include "stoker/diag/replay_source.h"
@@ -28,6 +29,7 @@
 #include "train/log_printer.h"
 #include "train/metrics_observer.h"
 #include "train/progress_observer.h"
+#include "train/step_graph.h"
 #include "util/atomic_file.h"
 #include "util/checksum.h"
 #include "util/progress_bar.h"
@@ -156,6 +158,19 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
                " must be >= 1");
   STOKER_CHECK(options_.clip_grad_norm >= 0.0f, "TrainerOptions: clip_grad_norm ",
                options_.clip_grad_norm, " must be >= 0 (0 disables clipping)");
+  // cuda_graph: refused now rather than after the warm-up steps.
+  STOKER_CHECK(!options_.cuda_graph || optimizer.supports_device_lr(),
+               "TrainerOptions::cuda_graph: ", optimizer.describe(),
+               " cannot read its learning rate on the device, which a replayed step needs; use "
+               "AdamW with f32 state, or turn the option off");
+  STOKER_CHECK(!options_.cuda_graph || options_.cuda_graph_warmup >= 1,
+               "TrainerOptions: cuda_graph_warmup ", options_.cuda_graph_warmup,
+               " must be >= 1 (the first step plans the GEMMs with host syncs, which a capture "
+               "cannot hold)");
+  STOKER_CHECK(!options_.cuda_graph || model.device().is_cuda(),
+               "TrainerOptions::cuda_graph: the model is on ", model.device().str(),
+               "; CUDA graphs need a CUDA device (move the model first, or turn the option off "
+               "for CPU training)");
   STOKER_CHECK(options_.activation_checkpoint_every >= 0,
                "TrainerOptions: activation_checkpoint_every ", options_.activation_checkpoint_every,
                " must be >= 0 (0 disables checkpointing)");
@@ -234,6 +249,7 @@ void Trainer::notify(Event&& event, bool erase_bar) {
 }
 
 void Trainer::phase(diag::Phase p) {
+  if (capturing_) return;  // a CUDA graph's step: one span to the diagnostics
   notify([p](StepObserver& o) { o.on_phase(p); });
 }
 
@@ -331,15 +347,23 @@ void Trainer::apply_step(int micro, int k, bool want_norm) {
     sync_->agree_on_overflow(scaler_->found_inf());
   }
   if (options_.clip_grad_norm > 0.0f || want_norm) {
-    grad_norm_ = sync_->total_norm(grads);
+    const Tensor norm = sync_->total_norm(grads);
+    // Kept in a tensor of the Trainer's own: a graph's step frees everything it allocates.
+    if (!grad_norm_.defined() || grad_norm_.device() != norm.device())
+      grad_norm_ = Tensor::empty({}, DType::f32, norm.device());
+    ops::copy(grad_norm_, norm);
     if (options_.clip_grad_norm > 0.0f)
       ops::clip_by_total_norm(grads, grad_norm_, options_.clip_grad_norm);
   }
   if (options_.schedule) optimizer_.set_lr(options_.schedule->lr_at(step_));
+  // With a graph the optimizer reads the learning rate on the device; an eager step writes it
+  // there too (a replay's is written by StepGraph before its launch).
+  if (graph_ && !capturing_) ops::fill(graph_->lr(), static_cast<double>(optimizer_.lr()));
   optimizer_.step();  // skipped on the device when the scaler found an overflow
   optimizer_.zero_grad();
   if (scaler_) scaler_->update();
-  ops::loss_monitor_update(monitor_, step_loss_, step_);
+  ops::loss_monitor_update(monitor_, step_loss_, step_,
+                           capturing_ ? graph_->step_number() : Tensor());
   ++step_;
 }
 
@@ -364,6 +388,7 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
   ops::fill(step_loss_, 0.0);
   int micro = 0;
   int64_t step_samples = 0;
+  std::vector<data::Batch> held;  // cuda_graph: the step runs once all its batches are here
   for (; micro < k; ++micro) {
     data::Batch batch;
     if (micro > 0) phase(diag::Phase::data);
@@ -374,9 +399,13 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
       epoch_done = true;
       break;
     }
+    step_samples += batch.size;
+    if (options_.cuda_graph) {
+      held.push_back(std::move(batch));
+      continue;
+    }
     sync_->set_sync(micro == k - 1);
     micro_step(batch, k);
-    step_samples += batch.size;
   }
   samples += step_samples;
   if (micro == 0) {
@@ -384,7 +413,10 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
     return;
   }
   const bool logs_now = (step_ + 1) % options_.log_interval == 0 || epoch_done;
-  apply_step(micro, k, options_.log_grad_norm && logs_now);
+  if (options_.cuda_graph)
+    graph_step(held, micro, k, options_.log_grad_norm && logs_now);
+  else
+    apply_step(micro, k, options_.log_grad_norm && logs_now);
   const StepEnd end{.step = step_,
                     .epoch = std::max<int64_t>(0, train.epoch()),
                     .samples = step_samples,
@@ -406,12 +438,67 @@ void Trainer::train_step(std::span<const data::Batch> micro_batches) {
   ops::fill(step_loss_, 0.0);
   const bool measuring = begin_memory_measure();
   const int k = static_cast<int>(micro_batches.size());
-  for (int i = 0; i < k; ++i) {
-    sync_->set_sync(i == k - 1);
-    micro_step(micro_batches[static_cast<size_t>(i)], k);
-  }
-  apply_step(k, k, /*want_norm=*/false);
+  if (options_.cuda_graph)
+    graph_step(micro_batches, k, k, /*want_norm=*/false);
+  else
+    eager_step(micro_batches, k, k, /*want_norm=*/false);
   end_memory_measure(measuring);
+}
+
+size_t Trainer::cuda_graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
+
+void Trainer::eager_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm) {
+  for (int i = 0; i < micro; ++i) {
+    sync_->set_sync(i == micro - 1);
+    micro_step(batches[static_cast<size_t>(i)], k);
+  }
+  apply_step(micro, k, want_norm);
+}
+
+bool Trainer::graph_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm) {
+  // Eager: the warm-up steps (cuBLASLt plans and autotunes each GEMM shape with host syncs, the
+  // half compute copies are made), a partial accumulation group, an op-timed step (its ops are
+  // timed one by one on the host's side).
+  if (graph_warm_steps_ < options_.cuda_graph_warmup || micro < k ||
+      core::op_listener() != nullptr) {
+    ++graph_warm_steps_;
+    eager_step(batches, micro, k, want_norm);
+    return false;
+  }
+  if (!graph_) {
+    STOKER_CHECK(world_size() == 1, "TrainerOptions::cuda_graph: this job has ", world_size(),
+                 " ranks; the graph step is for one process (turn cuda_graph off for data "
+                 "parallelism)");
+    auto graph = std::make_unique<StepGraph>(model_.device());
+    optimizer_.set_lr_tensor(graph->lr());  // throws for an optimizer that cannot
+    graph_ = std::move(graph);
+  }
+  if (graph_->captured() && !graph_->matches(batches)) {  // another shape: this step eagerly
+    eager_step(batches, micro, k, want_norm);
+    return false;
+  }
+  if (options_.schedule) optimizer_.set_lr(options_.schedule->lr_at(step_));
+  const float lr = optimizer_.lr();
+  if (graph_->matches(batches)) {  // the common case: one launch
+    graph_->replay(batches, lr, step_);
+    optimizer_.count_replayed_step();
+    ++step_;
+    return true;
+  }
+  // Capture (the first graph step, or the first after a resume): the norm every step when logs
+  // or clipping want it (a graph cannot choose per step), in a tensor made before the capture.
+  const bool norm = options_.clip_grad_norm > 0.0f || options_.log_grad_norm || want_norm;
+  if (norm && !grad_norm_.defined()) grad_norm_ = Tensor::zeros({}, DType::f32, model_.device());
+  capturing_ = true;
+  try {
+    graph_->capture_and_run(batches, lr, step_,
+                            [&](std::span<const data::Batch> b) { eager_step(b, k, k, norm); });
+  } catch (...) {
+    capturing_ = false;
+    throw;
+  }
+  capturing_ = false;
+  return true;
 }
 
 StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps) {
@@ -722,6 +809,10 @@ void Trainer::write_checkpoint(const std::filesystem::path& path, const data::Ba
 }
 
 void Trainer::resume(const std::filesystem::path& path) {
+  // The loaded weights leave the half copies stale, which a replay would not see: capture again
+  // after an eager step.
+  if (graph_) graph_->reset();
+  graph_warm_steps_ = 0;
   const SafetensorsReader reader(path);
   const std::string file = path.string();
   const auto& meta = reader.metadata();

@@ -12,6 +12,8 @@
 #include "gpt_model.h"
 #include "stoker/nn/linear_cross_entropy.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/optim/optimizer.h"
+#include "stoker/train/trainer.h"
 #include "test_util.h"
 
 namespace stoker::gpt {
@@ -249,6 +251,44 @@ TEST(GptModelGpu, Bf16TrainingLowersTheLoss) {
   const double last = eval();
   EXPECT_TRUE(std::isfinite(last));
   EXPECT_LT(last, 0.5 * first) << first << " -> " << last;
+}
+
+// The GPT example's default model on the device: head in the loss (chunked), GELU in the GEMM
+// epilogues, bf16, train_step replayed.
+TEST(GptModelGpu, CudaGraphStepWithTheFusedHeadReplays) {
+  STOKER_REQUIRE_GPU();
+  std::vector<std::vector<float>> out[2];
+  std::vector<double> loss_after[2];
+  size_t nodes = 0;
+  for (const bool graph : {false, true}) {
+    nn::manual_seed(9);
+    Gpt model({.vocab = 96, .context = 64, .layers = 2, .heads = 4, .d_model = 64});
+    model.to(kGpu);
+    model.set_head_in_loss(true);
+    optim::AdamW opt(model.named_parameters(), {.lr = 1e-3f});
+    const std::unique_ptr<nn::Loss> loss = model.make_loss();
+    train::TrainerOptions o{
+        .precision = amp::Precision::bf16, .progress_bar = false, .quiet = true};
+    o.cuda_graph = graph;
+    train::Trainer trainer(model, *loss, opt, o);
+    std::vector<int64_t> ids, tg;
+    for (int i = 0; i < 4 * 64; ++i) {
+      ids.push_back(i * 13 % 96);
+      tg.push_back(i * 13 % 96 + 1 == 96 ? 0 : i * 13 % 96 + 1);
+    }
+    const data::Batch batch{Tensor::from_vector(ids, {4, 64}, kGpu),
+                            Tensor::from_vector(tg, {4 * 64}, kGpu), 4};
+    for (int s = 0; s < 6; ++s) {
+      trainer.train_step({&batch, 1});
+      loss_after[graph].push_back(loss->forward(model.forward(batch.input), batch.target).item());
+    }
+    for (nn::Parameter* p : model.parameters()) out[graph].push_back(p->value().to_floats());
+    if (graph) nodes = trainer.cuda_graph_nodes();
+  }
+  EXPECT_GT(nodes, 10u);
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(loss_after[1], loss_after[0]);
+  EXPECT_LT(loss_after[1].back(), loss_after[1].front());
 }
 
 }  // namespace

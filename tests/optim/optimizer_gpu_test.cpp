@@ -179,6 +179,40 @@ TEST(OptimizerGpuTest, LossMonitorTracksFirstBadStep) {
   EXPECT_EQ(st.last_finite_step, 3);
   EXPECT_FLOAT_EQ(st.last_finite_loss, 1.0f);
   EXPECT_EQ(stoker::ops::loss_monitor_read(m, false).steps, 0);
+  // The step number read on the device (a CUDA-graph step), in place of the host's argument.
+  const Tensor step = Tensor::zeros({}, DType::i64, gpu);
+  stoker::ops::fill(step, 41.0);
+  stoker::ops::loss_monitor_update(m, Tensor::from_floats({NAN}, {}, DType::f32, gpu), 0, step);
+  EXPECT_EQ(stoker::ops::loss_monitor_read(m, true).first_bad_step, 2);  // the first stays
+  const Tensor fresh = stoker::ops::loss_monitor_create(gpu);
+  stoker::ops::loss_monitor_update(fresh, Tensor::from_floats({NAN}, {}, DType::f32, gpu), 0, step);
+  EXPECT_EQ(stoker::ops::loss_monitor_read(fresh, true).first_bad_step, 41);
+}
+
+// AdamW with its learning rate on the device: the host-lr update's bits on the GPU too.
+TEST(OptimizerGpuTest, AdamWDeviceLearningRateGivesTheHostBits) {
+  STOKER_REQUIRE_GPU();
+  auto p = make(kSizes, 20), q = make(kSizes, 20), g = make(kSizes, 21);
+  auto m1 = make(kSizes, 22), m2 = make(kSizes, 22), v1 = make(kSizes, 23), v2 = make(kSizes, 23);
+  for (auto* l : {&v1, &v2})
+    for (size_t i = 0; i < l->gpu.size(); ++i) {
+      stoker::ops::random_uniform(l->cpu[i], 0.0f, 2.0f, 24, i * 100000);
+      l->gpu[i] = l->cpu[i].to(Device::cuda(0));
+    }
+  const Tensor st1 = stoker::ops::adamw_step_state_create(Device::cuda(0));
+  const Tensor st2 = stoker::ops::adamw_step_state_create(Device::cuda(0));
+  const Tensor lr = Tensor::zeros({}, DType::f32, Device::cuda(0));
+  for (int s = 1; s <= 3; ++s) {
+    const float rate = 3e-3f / static_cast<float>(s);
+    stoker::ops::adamw_step(p.gpu, g.gpu, m1.gpu, v1.gpu, {.lr = rate, .weight_decay = 0.1f}, {},
+                            st1);
+    stoker::ops::fill(lr, rate);
+    stoker::ops::adamw_step(q.gpu, g.gpu, m2.gpu, v2.gpu, {.lr = 99.0f, .weight_decay = 0.1f}, {},
+                            st2, {}, lr);
+  }
+  expect_bit_equal(p.gpu, q.gpu);
+  expect_bit_equal(m1.gpu, m2.gpu);
+  expect_bit_equal(v1.gpu, v2.gpu);
 }
 
 }  // namespace

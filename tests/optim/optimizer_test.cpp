@@ -246,6 +246,36 @@ TEST(OptimizerTest, AdamWComputeCopiesAreValidated) {
       [&] { stoker::ops::adamw_step(p, g, m, v, h, {}, {}, f32); }, {"compute_copies[1]"}));
 }
 
+// A learning rate read on the device (a CUDA-graph step) gives the bits of the host value, step
+// after step with a changing rate; optimizers that cannot are refused with the reason.
+TEST(OptimizerTest, AdamWReadsItsLearningRateFromATensorWithTheHostsBits) {
+  Parameter a(Tensor::empty({1000}, DType::f32)), b(Tensor::empty({1000}, DType::f32));
+  stoker::ops::random_normal(a.value(), 0.0f, 1.0f, 31, 0);
+  stoker::ops::copy(b.value(), a.value());
+  AdamW host({{"p", &a}}, {.lr = 0.01f, .weight_decay = 0.1f});
+  AdamW dev({{"p", &b}}, {.lr = 123.0f, .weight_decay = 0.1f});  // its host lr must not matter
+  const Tensor lr = Tensor::zeros({}, DType::f32);
+  dev.set_lr_tensor(lr);
+  for (int step = 0; step < 4; ++step) {
+    const float rate = 0.01f / static_cast<float>(step + 1);
+    stoker::ops::random_normal(a.grad(), 0.0f, 1.0f, 40 + step, 0);
+    stoker::ops::copy(b.grad(), a.grad());
+    host.set_lr(rate);
+    stoker::ops::fill(lr, rate);
+    host.step();
+    dev.step();
+  }
+  EXPECT_EQ(a.value().to_floats(), b.value().to_floats());
+  SGD sgd({{"p", &a}}, {.lr = 0.1f});
+  EXPECT_TRUE(stoker::test::throws_error_with([&] { sgd.set_lr_tensor(lr); },
+                                              {"cannot read its learning rate on the device"}));
+  AdamW compact({{"p", &a}}, {.lr = 0.1f, .state = {.dtype = StateDType::bf16}});
+  EXPECT_FALSE(compact.supports_device_lr());
+  EXPECT_THROW(compact.set_lr_tensor(lr), stoker::Error);
+  EXPECT_TRUE(stoker::test::throws_error_with(
+      [&] { dev.set_lr_tensor(Tensor::zeros({2}, DType::f32)); }, {"expected a rank-0 f32"}));
+}
+
 TEST(OptimizerTest, FrozenParametersAreNotTouched) {
   Parameter a(random_tensor(10, 6)), b(random_tensor(10, 7));
   b.requires_grad = false;

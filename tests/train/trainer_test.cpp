@@ -156,6 +156,29 @@ TEST_F(TrainerTest, TrainStepEqualsFitStepAndReportsHostSyncs) {
   EXPECT_THROW(tb.train_step({}), stoker::Error);
 }
 
+// TrainerOptions::cuda_graph is refused when the Trainer is built, with the reason: a model on
+// the CPU, an optimizer that cannot read its learning rate on the device, no warm-up step.
+TEST_F(TrainerTest, CudaGraphIsRefusedWhereItCannotRun) {
+  auto m = make_mlp(12, 0.0f);
+  stoker::optim::AdamW adamw(m->named_parameters());
+  nn::CrossEntropyLoss loss;
+  TrainerOptions o{.progress_bar = false, .quiet = true};
+  o.cuda_graph = true;
+  std::string e = error_of([&] { Trainer t(*m, loss, adamw, o); });
+  EXPECT_NE(e.find("TrainerOptions::cuda_graph: the model is on cpu"), std::string::npos) << e;
+  EXPECT_NE(e.find("turn the option off"), std::string::npos) << e;
+  o.cuda_graph_warmup = 0;
+  e = error_of([&] { Trainer t(*m, loss, adamw, o); });
+  EXPECT_NE(e.find("cuda_graph_warmup 0 must be >= 1"), std::string::npos) << e;
+  o.cuda_graph_warmup = 2;
+  stoker::optim::SGD sgd(m->named_parameters(), {.lr = 0.1f});
+  e = error_of([&] { Trainer t(*m, loss, sgd, o); });
+  EXPECT_NE(e.find("cannot read its learning rate on the device"), std::string::npos) << e;
+  o.cuda_graph = false;
+  o.cuda_graph_warmup = 0;
+  EXPECT_NO_THROW(Trainer(*m, loss, sgd, o));  // none of it counts with the option off
+}
+
 // 20 steps straight == 10 steps + checkpoint + resume in fresh objects + 10 steps, bit for bit
 // (dropout masks, shuffling, optimizer state and step count all restored).
 TEST_F(TrainerTest, ResumeReproducesTheRunBitForBit) {

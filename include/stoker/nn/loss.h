@@ -3,7 +3,8 @@
 //
 //   Tensor forward(pred, target)  -> rank-0 f32 loss on pred's device (mean over counted
 //                                    samples); no host sync — call item() to read it.
-//   Tensor backward(scale)        -> d(scale * loss)/d(pred), in pred's dtype. `scale` folds in
+//   Tensor backward(scale)        -> d(scale * loss)/d(pred), in pred's dtype, once per forward
+//                                    (it releases what the forward kept). `scale` folds in
 //                                    the 1/k of gradient accumulation (and, under mixed
 //                                    precision, the loss scale) without an extra pass.
 //   forward_backward(pred, target, scale) -> both at once. The Trainer calls it in training

@@ -65,10 +65,13 @@ int64_t adamw_step_state_steps(const Tensor& state);
 // updated value (rounded to nearest even, as cast_multi) in the update's own pass, instead of a
 // second pass that reads every parameter again. The defined ones share one dtype. Skipped with
 // the update when found_inf is set.
+// `lr` (optional, needs step_state): a rank-0 f32 tensor on the parameters' device the update
+// reads the learning rate from, instead of h.lr — so a step captured in a CUDA graph follows a
+// schedule the host writes there before each replay. Same bits as h.lr of that value.
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
                 const AdamWHyper& h, const Tensor& found_inf = {}, const Tensor& step_state = {},
-                std::span<const Tensor> compute_copies = {});
+                std::span<const Tensor> compute_copies = {}, const Tensor& lr = {});
 
 // ---- compact (low-precision) optimizer state ----
 //

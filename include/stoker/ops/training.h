@@ -49,8 +49,11 @@ struct LossMonitorState {
 
 // A zeroed monitor (first_bad_step = -1) on `device`.
 Tensor loss_monitor_create(Device device);
-// Folds the rank-0 f32 `loss` of optimizer step `step` into the monitor.
-void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step);
+// Folds the rank-0 f32 `loss` of optimizer step `step` into the monitor. `step_device`
+// (optional, a rank-0 i64 tensor on the monitor's device) replaces `step`: a step captured in a
+// CUDA graph reads its number there, written by the host before each replay.
+void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step,
+                         const Tensor& step_device = {});
 // Reads the monitor on the host (a sync when on a GPU) and, with `reset`, zeroes the sum.
 LossMonitorState loss_monitor_read(const Tensor& monitor, bool reset);
 

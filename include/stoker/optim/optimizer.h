@@ -65,6 +65,16 @@ class Optimizer {
   float lr() const { return lr_; }
   int64_t steps() const { return steps_; }
 
+  // Steps captured in a CUDA graph (TrainerOptions::cuda_graph): the update reads its learning
+  // rate from `lr` (a rank-0 f32 tensor on the parameters' device the caller writes before each
+  // replay) instead of the host value, which a graph would freeze. Undefined: the host value.
+  // Throws where the update cannot (supports_device_lr() is false).
+  void set_lr_tensor(const Tensor& lr);
+  virtual bool supports_device_lr() const { return false; }
+  // A replay of a captured step ran the update on the device: advance the host's step count as
+  // step() would have.
+  void count_replayed_step() { ++steps_; }
+
   // A device flag (rank-0 f32): when non-zero at step time, the update is skipped on the
   // device and the step counter still advances on the host only if the caller says so.
   void set_found_inf(const Tensor& flag) { found_inf_ = flag; }
@@ -134,6 +144,7 @@ class Optimizer {
   float lr_ = 0.0f;
   int64_t steps_ = 0;
   Tensor found_inf_;
+  Tensor lr_tensor_;  // set_lr_tensor
   StateFormat format_;
   // Each state kind ("exp_avg", ...) with one entry per trainable parameter, in one place so
   // that any later state handling (offload, sharding) sees all of it. A deque: references
@@ -185,6 +196,8 @@ class AdamW : public Optimizer {
   std::vector<std::pair<std::string, Tensor>> state() override;
   // Updates applied so far (a host sync on a GPU); steps() counts calls to step().
   int64_t applied_steps() const;
+  // With f32 state (the compact-state update takes its learning rate from the host).
+  bool supports_device_lr() const override { return !compact_state(); }
 
  protected:
   void update() override;

@@ -212,6 +212,18 @@ struct TrainerOptions {
   // Ablation: fit() trains on its source's first batch, replayed for every step of the
   // source's epoch length (diag::ReplaySource): the step without the input pipeline.
   bool replay_first_batch = false;
+  // The training step as a CUDA graph (core::CudaGraph): after `cuda_graph_warmup` eager steps
+  // (cuBLASLt plans its GEMMs, the half compute copies are made), the step is captured once and
+  // then replayed with one launch per step while its batches keep their shapes — what takes a
+  // small model's kernel-launch overhead away (a launch-bound verdict). The optimizer reads its
+  // learning rate on the device (AdamW with f32 state; others are refused when the first graph
+  // step comes). Steps that cannot replay run eagerly, with the same results: a batch of another
+  // shape (the last, partial one), a partial accumulation group, the diagnostics' op-timed
+  // steps. With the graph the step's phases are one span to the diagnostics. One CUDA device,
+  // one process (no gradient sync across ranks). Memory the step allocates stays reserved by
+  // the graph. Off by default.
+  bool cuda_graph = false;
+  int cuda_graph_warmup = 2;
   // Whether the STOKER_DIAG* environment variables may override these options
   // (train/environment.h, applied when the Trainer is built): how `stoker doctor` diagnoses a
   // program built on the Trainer. false: the options are exactly as given.
@@ -237,6 +249,8 @@ struct EvalResult {
   double accuracy = -1.0;
   int64_t samples = 0;
 };
+
+class StepGraph;
 
 class Trainer {
  public:
@@ -279,6 +293,8 @@ class Trainer {
   // stopping). In a data-parallel job every rank must request it at the same step — decide
   // from numbers every rank shares. Reset when the next fit() begins.
   void request_stop() { stop_requested_ = true; }
+  // TrainerOptions::cuda_graph: the nodes of the captured step (0: none captured yet).
+  size_t cuda_graph_nodes() const;
   // The fp16 loss scaler (nullptr for fp32/bf16).
   const amp::GradScaler* scaler() const { return scaler_.get(); }
 
@@ -374,10 +390,18 @@ class Trainer {
   Tensor step_loss_;                         // rank-0 f32 accumulator of the current step's loss
   Tensor grad_norm_;                         // rank-0 f32, the last step's total gradient norm
   std::unique_ptr<amp::GradScaler> scaler_;  // fp16 only
-  uint64_t window_max_syncs_ = 0;            // see StepStats::host_syncs_per_step
-  double window_data_wait_s_ = 0;            // see StepStats::data_wait_share
-  bool memory_measured_ = false;             // the first step's activation peak is known
-  bool memory_printed_ = false;              // fit() printed the report
+  std::unique_ptr<StepGraph> graph_;         // TrainerOptions::cuda_graph, from the first capture
+  bool capturing_ = false;                   // inside the graph's capture: no phase marks
+  int graph_warm_steps_ = 0;                 // eager steps run before the first capture
+  // TrainerOptions::cuda_graph: runs one optimizer step on `batches` (`micro` of k
+  // micro-batches) as the graph when it can, else eagerly; returns false when it ran eagerly.
+  bool graph_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm);
+  // The steps run and the batches' micro-steps, eagerly.
+  void eager_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm);
+  uint64_t window_max_syncs_ = 0;  // see StepStats::host_syncs_per_step
+  double window_data_wait_s_ = 0;  // see StepStats::data_wait_share
+  bool memory_measured_ = false;   // the first step's activation peak is known
+  bool memory_printed_ = false;    // fit() printed the report
   size_t activations_peak_ = 0;
   size_t last_batch_bytes_ = 0;  // input + target of the last micro-batch on the device
   // The fit() in progress: its start, first step and end, and evaluation's wall time.

@@ -56,9 +56,15 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
                 const detail::AdamWConsts& host_consts, const Tensor& found_inf,
                 const Tensor& step_state, double beta1, double beta2, double lr,
-                std::span<const Tensor> compute_copies) {
+                std::span<const Tensor> compute_copies, const Tensor& lr_device,
+                double weight_decay) {
   const bool skip = skip_step(found_inf);
-  const detail::AdamWConsts c = adamw_step_consts(host_consts, step_state, skip, beta1, beta2, lr);
+  detail::AdamWConsts host = host_consts;
+  if (lr_device.defined()) {  // the learning rate of this step, as the host would have passed it
+    lr = static_cast<double>(*static_cast<const float*>(lr_device.data()));
+    host.decay = detail::adamw_decay(lr, weight_decay);
+  }
+  const detail::AdamWConsts c = adamw_step_consts(host, step_state, skip, beta1, beta2, lr);
   if (skip) return;
   for (size_t t = 0; t < params.size(); ++t) {
     float* p = static_cast<float*>(params[t].data());

@@ -52,7 +52,9 @@ void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_
                        u.growth_interval, u.hysteresis, u.min_scale);
 }
 
-void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step) {
+void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step,
+                         const Tensor& step_device) {
+  if (step_device.defined()) step = *static_cast<const int64_t*>(step_device.data());
   detail::loss_monitor_fold(*static_cast<LossMonitorState*>(monitor.data()),
                             *static_cast<const float*>(loss.data()), step);
 }
