@@ -99,7 +99,7 @@ TEST(LinearCrossEntropyLoss, AppliesTheLossScaleBeforeRoundingAndHalfInputsFollo
     const Loss::ForwardBackward r = loss.forward_backward(x, target, 0.25f);
     EXPECT_EQ(r.grad.dtype(), dt);
     EXPECT_NEAR(r.loss.item(), want.loss, 1e-4f * (1.0f + want.loss));
-    // Gradients carry the factor 1024 * 0.25 / 16 = 16; bf16 logits differ from one GEMM to the
+    // Gradients hold the factor 1024 * 0.25 / 16 = 16; bf16 logits differ from one GEMM to the
     // other only in how fp32 sums are ordered, which can move a rounding by one half-ulp.
     expect_close(r.grad.to_floats(), want.dx, 1e-2f, "dx");
     expect_close(w.grad().to_floats(), want.dw, 1e-2f, "dW");
