@@ -81,6 +81,7 @@ DevicePeaks device_peaks(Device device) {
 std::string op_family(std::string_view n) {
   if (n == core::kGradSyncBucketOp) return "communication";
   if (starts_with(n, "gemm")) return "matmul";
+  if (starts_with(n, "fp8_")) return "elementwise";  // FP8 casts (ops/fp8.h), not optimizer state
   if (starts_with(n, "conv2d")) return "convolution";
   if (starts_with(n, "batchnorm")) return "batch norm";
   if (starts_with(n, "layernorm") || starts_with(n, "add_layernorm")) return "layer norm";
@@ -132,8 +133,8 @@ OpTable summarize_ops(const std::vector<OpStep>& steps, const DevicePeaks& peaks
         t.misaligned_gemm_ms += r.ms / n;
         if (r.ms > slowest_misaligned) {
           slowest_misaligned = r.ms;
-          t.misaligned_gemm_example = std::to_string(r.cost.m) + " x " +
-                                      std::to_string(r.cost.n) + " x " + std::to_string(r.cost.k);
+          t.misaligned_gemm_example = std::to_string(r.cost.m) + " x " + std::to_string(r.cost.n) +
+                                      " x " + std::to_string(r.cost.k);
         }
       }
       if (fam == "communication") {  // on the comm stream, beside the compute

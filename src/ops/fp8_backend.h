@@ -1,0 +1,39 @@
+// Private: backend entry points of the FP8 ops (ops/fp8.h; see backend.h for the convention).
+#pragma once
+
+#include "stoker/core/fp8.h"
+#include "stoker/core/tensor.h"
+
+namespace stoker::ops {
+
+#define STOKER_FP8_BACKEND_DECLS                                                        \
+  void fp8_quantize(const Tensor& codes, const Tensor& x, const Tensor& scale,          \
+                    core::Fp8Format format);                                            \
+  void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& scale,        \
+                      core::Fp8Format format);                                          \
+  void fp8_update_scale(const Tensor& scale, const Tensor& history, const Tensor& amax, \
+                        core::Fp8Format format, int margin);
+
+namespace cpu {
+STOKER_FP8_BACKEND_DECLS
+}
+namespace cuda {
+STOKER_FP8_BACKEND_DECLS
+}
+#undef STOKER_FP8_BACKEND_DECLS
+
+// The shared arithmetic of fp8_update_scale (host and device): history shifted, amax in front,
+// the new scale or the old one.
+namespace detail {
+STOKER_HD STOKER_FORCEINLINE void fp8_scale_step(float* scale, float* history, int64_t length,
+                                                 float amax, float fp8_max, int margin) {
+  for (int64_t i = length - 1; i > 0; --i) history[i] = history[i - 1];
+  history[0] = amax;
+  float m = 0.0f;
+  for (int64_t i = 0; i < length; ++i)
+    m = history[i] > m || history[i] != history[i] ? history[i] : m;  // NaN wins
+  if (m > 0.0f && m - m == 0.0f) *scale = ldexpf(fp8_max / m, -margin);
+}
+}  // namespace detail
+
+}  // namespace stoker::ops
