@@ -286,8 +286,13 @@ TEST(GptModelGpu, CudaGraphStepWithTheFusedHeadReplays) {
     if (graph) nodes = trainer.cuda_graph_nodes();
   }
   EXPECT_GT(nodes, 10u);
-  EXPECT_EQ(out[1], out[0]);
-  EXPECT_EQ(loss_after[1], loss_after[0]);
+  // Not bit for bit: the embedding gradients are scattered with float atomics, whose order
+  // varies between any two runs (CheckpointedBlocksAreBitIdentical says the same); measured on
+  // an H100 the weights matched in their printed digits. Close, step after step.
+  ASSERT_EQ(out[1].size(), out[0].size());
+  for (size_t t = 0; t < out[0].size(); ++t) expect_close(out[1][t], out[0][t], 1e-3, "weights");
+  for (size_t s = 0; s < loss_after[0].size(); ++s)
+    EXPECT_NEAR(loss_after[1][s], loss_after[0][s], 1e-3) << "step " << s + 1;
   EXPECT_LT(loss_after[1].back(), loss_after[1].front());
 }
 

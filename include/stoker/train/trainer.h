@@ -221,7 +221,9 @@ struct TrainerOptions {
   // shape (the last, partial one), a partial accumulation group, the diagnostics' op-timed
   // steps. With the graph the step's phases are one span to the diagnostics. One CUDA device,
   // one process (no gradient sync across ranks). Memory the step allocates stays reserved by
-  // the graph. Off by default.
+  // the graph, and core::memory_stats does not count it (CUDA's graph allocations bypass
+  // stoker's allocator): peaks printed under a graph are the memory outside the step. Off by
+  // default.
   bool cuda_graph = false;
   int cuda_graph_warmup = 2;
   // Whether the STOKER_DIAG* environment variables may override these options
