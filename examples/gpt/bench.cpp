@@ -85,8 +85,7 @@ int run_bench(const Options& o, const BenchSetup& b) {
     // not see: that peak is then only what lives outside the step.
     std::printf("%s: %s tok/s, %.1f ms/step, peak %.1f GiB%s, ~%.0f TFLOP/s%s\n", name.c_str(),
                 core::detail::str(static_cast<long long>(tokens / dt)).c_str(), dt * 1e3, peak_gib,
-                o.cuda_graph ? " (outside the graph's memory)" : "",
-                flops / dt / 1e12,
+                o.cuda_graph ? " (outside the graph's memory)" : "", flops / dt / 1e12,
                 util > 0 ? core::detail::str(", MFU ", std::lround(1000 * util) / 10.0, " % of ",
                                              peaks.compute_tflops(dtype, o.tf32), " TFLOP/s (",
                                              peaks.source, ")")

@@ -105,6 +105,7 @@ SlowdownStats detect_slowdown(const std::vector<TimelinePoint>& points, const Th
       wait.push_back(p.data_wait_ms);
     }
     seg.step_ms = median_of(step);
+    seg.step_p90_ms = summarize_values(step).p90_ms;
     seg.data_wait_ms = median_of(wait);
     seg.label = s.by_epoch ? "epoch " + std::to_string(seg.epoch + 1)
                            : "steps " + std::to_string(seg.first_step) + ".." +
@@ -119,11 +120,12 @@ SlowdownStats detect_slowdown(const std::vector<TimelinePoint>& points, const Th
   };
   s.step_rise = step_rise(s.segments.back());
   s.data_rise = data_rise(s.segments.back());
+  s.jitter = std::max(0.0, first.step_p90_ms / first.step_ms - 1);
+  const double bar = std::max(t.slowdown_moderate, s.jitter);
   // The first segment from which the run stays slow: every later segment is slow too (one slow
   // epoch in the middle of a run that recovered is noise, not a trend).
   for (size_t i = s.segments.size(); i-- > 1;) {
-    const bool slow =
-        std::max(step_rise(s.segments[i]), data_rise(s.segments[i])) >= t.slowdown_moderate;
+    const bool slow = std::max(step_rise(s.segments[i]), data_rise(s.segments[i])) >= bar;
     if (!slow) break;
     s.first_slow = static_cast<int>(i);
   }

@@ -174,6 +174,25 @@ TEST(Slowdown, OneEpochIsSplitInQuarters) {
   EXPECT_EQ(a.slowdown.first_slow, 2);
 }
 
+TEST(Slowdown, ARiseWithinTheStepsOwnJitterIsNoTrend) {
+  // A small model's 2 ms steps: 30 % of them take 3.6 ms (p90 / median - 1 = 0.8). The last
+  // quarter's median rises to 3.0 ms (+50 %), still inside that spread: seen on an H100 as a
+  // "slowing down (high)" of a 60-step run, which was the jitter.
+  std::vector<TimelinePoint> pts = steady(400, 2);
+  for (size_t i = 0; i < pts.size(); ++i) {
+    pts[i].step_ms = i % 10 < 3 ? 3.6 : (i >= 300 ? 3.0 : 2.0);
+    pts[i].epoch = 0;
+  }
+  const SlowdownStats s = detect_slowdown(pts, Thresholds{});
+  EXPECT_NEAR(s.jitter, 0.8, 1e-9);
+  EXPECT_NEAR(s.step_rise, 0.5, 1e-9);
+  EXPECT_EQ(s.first_slow, -1);
+  EXPECT_EQ(find(analyze_curves(pts, {}, {}, 1, Thresholds{}), "slowing down"), nullptr);
+  // The same rise from a steady start is a trend.
+  for (size_t i = 0; i < pts.size(); ++i) pts[i].step_ms = i >= 300 ? 3.0 : 2.0;
+  EXPECT_EQ(detect_slowdown(pts, Thresholds{}).first_slow, 3);
+}
+
 TEST(Slowdown, ShortEpochsAreLeftOut) {
   // A max_steps run: epoch 1 has 3 steps only, far slower (cold cache) — not a trend.
   std::vector<TimelinePoint> pts = steady(103, 100);

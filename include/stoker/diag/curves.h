@@ -103,6 +103,7 @@ struct TrendSegment {
   int64_t first_step = 0, last_step = 0;
   int64_t steps = 0;
   double step_ms = 0;       // median
+  double step_p90_ms = 0;   // p90
   double data_wait_ms = 0;  // median
 };
 struct SlowdownStats {
@@ -113,8 +114,11 @@ struct SlowdownStats {
   // grows from 0.01 to 0.1 ms in a 100 ms step is no slowdown).
   double step_rise = 0;
   double data_rise = 0;
+  // The first segment's own spread, p90 / median - 1 of its step times: a rise below it is the
+  // step's jitter (a 2 ms step of a small model moves by half its length), not a trend.
+  double jitter = 0;
   // The first segment whose step-time or data-wait rise reaches Thresholds::slowdown_moderate
-  // (-1: none), and its label.
+  // and the jitter, as every later one does (-1: none).
   int first_slow = -1;
 };
 // Points in step order; segments with fewer than Thresholds::slowdown_min_steps steps are left
