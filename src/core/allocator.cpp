@@ -210,6 +210,35 @@ void reset_peak_memory(Device d) {
 
 void reset_peak_pinned_memory() { g_pinned.reset_peak(); }
 
+GraphMemoryStats graph_memory_stats(Device d) {
+  GraphMemoryStats s;
+#if STOKER_WITH_CUDA
+  if (!d.is_cuda() || d.index >= cuda_device_count()) return s;
+  const auto read = [&](cudaGraphMemAttributeType what) {
+    unsigned long long v = 0;  // cuuint64_t
+    STOKER_CUDA_CHECK(cudaDeviceGetGraphMemAttribute(d.index, what, &v));
+    return static_cast<size_t>(v);
+  };
+  s.used_bytes = read(cudaGraphMemAttrUsedMemCurrent);
+  s.used_high_bytes = read(cudaGraphMemAttrUsedMemHigh);
+  s.reserved_bytes = read(cudaGraphMemAttrReservedMemCurrent);
+#else
+  (void)d;
+#endif
+  return s;
+}
+
+void reset_graph_memory_peak(Device d) {
+#if STOKER_WITH_CUDA
+  if (!d.is_cuda() || d.index >= cuda_device_count()) return;
+  unsigned long long zero =
+      0;  // cuuint64_t; the only value the attribute takes: back to the current use
+  STOKER_CUDA_CHECK(cudaDeviceSetGraphMemAttribute(d.index, cudaGraphMemAttrUsedMemHigh, &zero));
+#else
+  (void)d;
+#endif
+}
+
 std::string format_memory_stats(Device d) {
   const MemoryStats s = memory_stats(d);
   return detail::str(d.str(), ": current ", format_bytes(s.current_bytes), ", peak ",

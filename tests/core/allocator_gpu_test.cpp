@@ -1,9 +1,12 @@
 // The CUDA pool allocator: current/peak/reserved bytes of cuda:0 follow allocations, and an
-// impossible allocation throws OutOfMemoryError with the numbers a user needs.
+// impossible allocation throws OutOfMemoryError with the numbers a user needs. A CUDA graph's
+// own allocations show in graph_memory_stats, not in memory_stats.
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "stoker/core/graph.h"
+#include "stoker/ops/copy.h"
 #include "test_util.h"
 
 namespace stoker::core {
@@ -77,6 +80,29 @@ TEST(AllocatorGpuTest, FormatMemoryStats) {
   EXPECT_EQ(s.rfind("cuda:0: current ", 0), 0u) << s;
   EXPECT_NE(s.find("peak"), std::string::npos) << s;
   EXPECT_NE(s.find("reserved"), std::string::npos) << s;
+}
+
+TEST(AllocatorGpuTest, GraphAllocationsAreCountedApart) {
+  STOKER_REQUIRE_GPU();
+  reset_graph_memory_peak(gpu());
+  const Tensor keep = Tensor::zeros({1}, DType::f32, gpu());
+  const Stream stream = compute_stream(gpu());
+  // 64 MiB made and freed inside the captured work: a graph allocation node and its free.
+  const CudaGraph g = CudaGraph::capture(stream, [&] {
+    const Tensor tmp = Tensor::empty({16 << 20}, DType::f32, gpu());
+    ops::fill(tmp, 1.0);
+    ops::copy(keep, tmp.slice(0, 1));
+  });
+  // The capture itself went through the allocator's bookkeeping once; a launch does not.
+  reset_peak_memory(gpu());
+  g.launch(stream);
+  stream.synchronize();
+  const GraphMemoryStats gs = graph_memory_stats(gpu());
+  EXPECT_GE(gs.used_high_bytes, size_t{64} << 20);
+  EXPECT_GE(gs.reserved_bytes, gs.used_high_bytes);
+  EXPECT_LT(memory_stats(gpu()).peak_bytes, size_t{64} << 20)
+      << "a launch is not seen by the allocator's counters";
+  EXPECT_EQ(keep.item(), 1.0);
 }
 
 }  // namespace

@@ -140,6 +140,14 @@ TEST(AllocatorTest, FormatMemoryStats) {
       << s;
 }
 
+TEST(AllocatorTest, GraphMemoryIsZeroOnTheCpu) {
+  const GraphMemoryStats s = graph_memory_stats(Device::cpu());
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.used_high_bytes, 0u);
+  EXPECT_EQ(s.reserved_bytes, 0u);
+  EXPECT_NO_THROW(reset_graph_memory_peak(Device::cpu()));
+}
+
 TEST(AllocatorTest, BadDeviceIndexThrows) {
   EXPECT_TRUE(test::throws_error_with([] { memory_stats(Device::cuda(64)); },
                                       {"memory_stats: bad device cuda:64"}));

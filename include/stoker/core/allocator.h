@@ -35,6 +35,19 @@ MemoryStats pinned_memory_stats();
 void reset_peak_memory(Device d);
 void reset_peak_pinned_memory();
 
+// CUDA graphs' own allocations on device `d` (what a captured step allocates inside its graph:
+// core::CudaGraph, TrainerOptions::cuda_graph), which memory_stats does not see when the graph
+// is launched — CUDA makes them, not stoker's pool (the capture went through its bookkeeping
+// once). From cudaDeviceGetGraphMemAttribute; zeros for the CPU and without
+// CUDA. reset_graph_memory_peak sets the high-water mark back to what is in use.
+struct GraphMemoryStats {
+  size_t used_bytes = 0;       // allocated by graphs now
+  size_t used_high_bytes = 0;  // highest used_bytes since the last reset
+  size_t reserved_bytes = 0;   // held for graphs by the driver
+};
+GraphMemoryStats graph_memory_stats(Device d);
+void reset_graph_memory_peak(Device d);
+
 // "cuda:0: current 1.50 GiB, peak 2.00 GiB, reserved 2.00 GiB" — for logs and errors.
 std::string format_memory_stats(Device d);
 // "1.50 GiB", "512 B", ...

@@ -222,8 +222,7 @@ struct TrainerOptions {
   // steps. With the graph the step's phases are one span to the diagnostics. One CUDA device,
   // one process (no gradient sync across ranks). Memory the step allocates stays reserved by
   // the graph, and core::memory_stats does not count it (CUDA's graph allocations bypass
-  // stoker's allocator): peaks printed under a graph are the memory outside the step. Off by
-  // default.
+  // stoker's allocator): core::graph_memory_stats does. Off by default.
   bool cuda_graph = false;
   int cuda_graph_warmup = 2;
   // Whether the STOKER_DIAG* environment variables may override these options
