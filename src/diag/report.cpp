@@ -79,7 +79,8 @@ void input_advice(const Breakdown& b, const LoaderView& l, std::vector<std::stri
 std::string fusion_hint(const std::string& op, double calls) {
   const std::string f = op_family(op);
   if (f == "batch norm") return "fuse batch norm + ReLU + residual add in one pass";
-  if (f == "layer norm") return "fuse layer norm with the residual add (nn::LayerNorm::forward_add)";
+  if (f == "layer norm")
+    return "fuse layer norm with the residual add (nn::LayerNorm::forward_add)";
   if (op == "bias_grad")
     return "bias gradients are a pass over each GEMM's output gradient: fewer, wider layers";
   if (f == "elementwise")

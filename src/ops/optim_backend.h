@@ -17,9 +17,8 @@ namespace stoker::ops {
   void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,                   \
                   std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,           \
                   const detail::AdamWConsts& c, const Tensor& found_inf, const Tensor& step_state, \
-                  double beta1, double beta2, double lr,                                           \
-                  std::span<const Tensor> compute_copies, const Tensor& lr_device,                 \
-                  double weight_decay);                                                            \
+                  double beta1, double beta2, double lr, std::span<const Tensor> compute_copies,   \
+                  const Tensor& lr_device, double weight_decay);                                   \
   void sgd_step_compact(std::span<const Tensor> params, std::span<const Tensor> grads,             \
                         std::span<const StateTensor> bufs, const detail::SgdConsts& c,             \
                         const StateStorage& storage, const Tensor& found_inf);                     \

@@ -214,10 +214,10 @@ TEST(OpProfileTest, MisalignedGemmsAreFoundAndAdvised) {
   };
   diag::OpStep s;
   s.step_ms = 10;
-  s.ops = {gemm(4.0, 16384, 768, 768),            // aligned
-           gemm(3.0, 8192, 50257, 768),           // the head, unpadded vocabulary
-           gemm(1.0, 50257, 768, 8192),           // its weight gradient
-           op("add", "", 1.0, 1e8, 3e9)};         // not a GEMM
+  s.ops = {gemm(4.0, 16384, 768, 768),     // aligned
+           gemm(3.0, 8192, 50257, 768),    // the head, unpadded vocabulary
+           gemm(1.0, 50257, 768, 8192),    // its weight gradient
+           op("add", "", 1.0, 1e8, 3e9)};  // not a GEMM
   EXPECT_FALSE(diag::gemm_misaligned(s.ops[0].cost));
   EXPECT_TRUE(diag::gemm_misaligned(s.ops[1].cost));
   EXPECT_FALSE(diag::gemm_misaligned(s.ops[3].cost));
@@ -268,8 +268,8 @@ TEST(OpProfileTest, FusionAdviceFollowsWhatTheOpAlreadyIs) {
       s.ops.push_back(op("cross_entropy_forward", "", 4.0 / loss_calls, 1e8, 8e9 / loss_calls));
     s.ops.push_back(op("adamw_step", "", 2.0, 1e8, 4e9, DType::f32));
     std::string a;
-    for (const std::string& x : diag::make_report(b, {}, {}, {}, diag::summarize_ops({s}, h100))
-                                    .advice)
+    for (const std::string& x :
+         diag::make_report(b, {}, {}, {}, diag::summarize_ops({s}, h100)).advice)
       a += x + "\n";
     return a;
   };
