@@ -1,8 +1,6 @@
 // FP8 ops (ops/fp8.h) on the GPU: grid-stride elementwise conversions through core/fp8.h (the
 // CPU reference's functions: identical codes and values), the scale read from device memory;
 // the delayed-scaling step by one thread (the history is a handful of floats).
-#include <type_traits>
-
 #include "kernel_util.cuh"
 #include "ops/fp8_backend.h"
 
@@ -33,21 +31,13 @@ __global__ void fp8_scale_kernel(float* scale, float* history, int64_t length, c
   detail::fp8_scale_step(scale, history, length, *amax, fp8_max, margin);
 }
 
-template <typename Fn>
-void visit_format(core::Fp8Format format, Fn&& f) {
-  if (format == core::Fp8Format::e4m3)
-    f(std::integral_constant<core::Fp8Format, core::Fp8Format::e4m3>{});
-  else
-    f(std::integral_constant<core::Fp8Format, core::Fp8Format::e5m2>{});
-}
-
 }  // namespace
 
 void fp8_quantize(const Tensor& codes, const Tensor& x, const Tensor& scale,
                   core::Fp8Format format) {
   const core::DeviceScope scope(x.device().index);
   const int64_t n = x.numel();
-  visit_format(format, [&](auto fmt) {
+  visit_fp8_format(format, [&](auto fmt) {
     constexpr core::Fp8Format F = decltype(fmt)::value;
     visit_float(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -64,7 +54,7 @@ void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& scale,
                     core::Fp8Format format) {
   const core::DeviceScope scope(y.device().index);
   const int64_t n = y.numel();
-  visit_format(format, [&](auto fmt) {
+  visit_fp8_format(format, [&](auto fmt) {
     constexpr core::Fp8Format F = decltype(fmt)::value;
     visit_float(y.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;

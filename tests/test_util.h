@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -167,6 +168,20 @@ template <typename F>
     return ::testing::AssertionFailure() << "threw a non-stoker exception: " << e.what();
   }
   return ::testing::AssertionFailure() << "did not throw";
+}
+
+// max |a - b| <= atol + rtol * max |b| over the whole tensor, every a finite (a GPU result
+// against a reference whose rounding differs: one tolerance per tensor, not per element).
+inline void expect_max_abs_close(const std::vector<float>& a, const std::vector<float>& b,
+                                 double rtol, const std::string& what, double atol = 1e-6) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double scale = 0, diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(a[i])) << what << "[" << i << "]";
+    scale = std::max(scale, static_cast<double>(std::abs(b[i])));
+    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+  }
+  EXPECT_LE(diff, atol + rtol * scale) << what << " (max |b| " << scale << ")";
 }
 
 // ---- GPU-test helpers ------------------------------------------------------------------------

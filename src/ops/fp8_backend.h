@@ -1,6 +1,8 @@
 // Private: backend entry points of the FP8 ops (ops/fp8.h; see backend.h for the convention).
 #pragma once
 
+#include <type_traits>
+
 #include "stoker/core/fp8.h"
 #include "stoker/core/tensor.h"
 
@@ -21,6 +23,15 @@ namespace cuda {
 STOKER_FP8_BACKEND_DECLS
 }
 #undef STOKER_FP8_BACKEND_DECLS
+
+// Calls f(std::integral_constant<Fp8Format, F>{}) for the runtime format (both backends).
+template <typename Fn>
+void visit_fp8_format(core::Fp8Format format, Fn&& f) {
+  if (format == core::Fp8Format::e4m3)
+    f(std::integral_constant<core::Fp8Format, core::Fp8Format::e4m3>{});
+  else
+    f(std::integral_constant<core::Fp8Format, core::Fp8Format::e5m2>{});
+}
 
 // The shared arithmetic of fp8_update_scale (host and device): history shifted, amax in front,
 // the new scale or the old one.

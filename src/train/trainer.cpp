@@ -348,10 +348,13 @@ void Trainer::apply_step(int micro, int k, bool want_norm) {
   }
   if (options_.clip_grad_norm > 0.0f || want_norm) {
     const Tensor norm = sync_->total_norm(grads);
-    // Kept in a tensor of the Trainer's own: a graph's step frees everything it allocates.
-    if (!grad_norm_.defined() || grad_norm_.device() != norm.device())
-      grad_norm_ = Tensor::empty({}, DType::f32, norm.device());
-    ops::copy(grad_norm_, norm);
+    if (graph_ && grad_norm_.defined()) {
+      // The graph's step writes the tensor made before its capture (it frees what it
+      // allocates); eager steps beside it write there too, so logs read one place.
+      ops::copy(grad_norm_, norm);
+    } else {
+      grad_norm_ = norm;
+    }
     if (options_.clip_grad_norm > 0.0f)
       ops::clip_by_total_norm(grads, grad_norm_, options_.clip_grad_norm);
   }
@@ -488,7 +491,11 @@ bool Trainer::graph_step(std::span<const data::Batch> batches, int micro, int k,
   // Capture (the first graph step, or the first after a resume): the norm every step when logs
   // or clipping want it (a graph cannot choose per step), in a tensor made before the capture.
   const bool norm = options_.clip_grad_norm > 0.0f || options_.log_grad_norm || want_norm;
-  if (norm && !grad_norm_.defined()) grad_norm_ = Tensor::zeros({}, DType::f32, model_.device());
+  if (norm) {  // a tensor of the Trainer's own, made outside the capture (see apply_step)
+    const Tensor last = grad_norm_;
+    grad_norm_ = Tensor::zeros({}, DType::f32, model_.device());
+    if (last.defined()) ops::copy(grad_norm_, last);
+  }
   capturing_ = true;
   try {
     graph_->capture_and_run(batches, lr, step_,

@@ -60,19 +60,6 @@ Result run(Gpt& model, const Tensor& ids, const Tensor& targets, DType dtype) {
   return r;
 }
 
-// max |a - b| <= atol + rtol * max |b|, per tensor.
-void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rtol,
-                  const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double scale = 0, diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(a[i])) << what << "[" << i << "]";
-    scale = std::max(scale, static_cast<double>(std::abs(b[i])));
-    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
-  }
-  EXPECT_LE(diff, 1e-6 + rtol * scale) << what << " (max |b| " << scale << ")";
-}
-
 TEST(GptModelGpu, MatchesTheCpuReference) {
   STOKER_REQUIRE_GPU();
   ops::set_allow_tf32(false);
@@ -88,8 +75,9 @@ TEST(GptModelGpu, MatchesTheCpuReference) {
     const Result b = run(cpu, ids, targets, dtype);
     const double rtol = dtype == DType::f32 ? 1e-4 : 4e-2;
     EXPECT_NEAR(a.loss, b.loss, dtype == DType::f32 ? 1e-4 : 2e-2);
-    expect_close(a.logits, b.logits, rtol, "logits");
-    for (const auto& [name, g] : b.grads) expect_close(a.grads.at(name), g, rtol, name);
+    test::expect_max_abs_close(a.logits, b.logits, rtol, "logits");
+    for (const auto& [name, g] : b.grads)
+      test::expect_max_abs_close(a.grads.at(name), g, rtol, name);
   }
 }
 
@@ -120,7 +108,7 @@ TEST(GptModelGpu, HeadInTheLossFollowsThePlainModel) {
     const double rtol = dtype == DType::f32 ? 1e-5 : 2e-2;
     EXPECT_NEAR(r.loss.item(), a.loss, dtype == DType::f32 ? 1e-5 : 1e-2);
     for (const auto& [name, p] : fused.named_parameters())
-      expect_close(p->grad().to_floats(), a.grads.at(name), rtol, name);
+      test::expect_max_abs_close(p->grad().to_floats(), a.grads.at(name), rtol, name);
   }
 }
 
@@ -148,7 +136,7 @@ TEST(GptModelGpu, CheckpointedBlocksAreBitIdentical) {
       // with float atomics on the GPU, whose order varies from run to run: close, not
       // bit-identical, even between two runs of the same model. Everything else is.
       if (name == "wte.weight" || name == "wpe.weight")
-        expect_close(g, b.grads.at(name), 1e-5, name);
+        test::expect_max_abs_close(g, b.grads.at(name), 1e-5, name);
       else
         EXPECT_EQ(g, b.grads.at(name)) << name;
     }
@@ -217,8 +205,9 @@ TEST(GptModelGpu, FusedGeluMatchesTheUnfusedModel) {
       for (const Result* ref : {&b, &c}) {
         SCOPED_TRACE(ref == &b ? "vs unfused on the GPU" : "vs the CPU");
         EXPECT_NEAR(a.loss, ref->loss, dtype == DType::f32 ? 1e-4 : 2e-2);
-        expect_close(a.logits, ref->logits, rtol, "logits");
-        for (const auto& [name, g] : ref->grads) expect_close(a.grads.at(name), g, rtol, name);
+        test::expect_max_abs_close(a.logits, ref->logits, rtol, "logits");
+        for (const auto& [name, g] : ref->grads)
+          test::expect_max_abs_close(a.grads.at(name), g, rtol, name);
       }
     }
   }
@@ -283,7 +272,8 @@ TEST(GptModelGpu, CudaGraphStepWithTheFusedHeadReplays) {
   // varies between any two runs (CheckpointedBlocksAreBitIdentical says the same); measured on
   // an H100 the weights matched in their printed digits. Close, step after step.
   ASSERT_EQ(out[1].size(), out[0].size());
-  for (size_t t = 0; t < out[0].size(); ++t) expect_close(out[1][t], out[0][t], 1e-3, "weights");
+  for (size_t t = 0; t < out[0].size(); ++t)
+    test::expect_max_abs_close(out[1][t], out[0][t], 1e-3, "weights");
   for (size_t s = 0; s < loss_after[0].size(); ++s)
     EXPECT_NEAR(loss_after[1][s], loss_after[0][s], 1e-3) << "step " << s + 1;
   EXPECT_LT(loss_after[1].back(), loss_after[1].front());

@@ -26,19 +26,6 @@ Tensor targets_of(int64_t n, int64_t classes, int64_t ignore_every) {
   return Tensor::from_vector(t, {n});
 }
 
-// max |a - b| <= atol + rtol * max |b|.
-void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rtol,
-                  const char* what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double scale = 0, diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(a[i])) << what << "[" << i << "]";
-    scale = std::max(scale, static_cast<double>(std::abs(b[i])));
-    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
-  }
-  EXPECT_LE(diff, 1e-7 + rtol * scale) << what << " (max |b| " << scale << ")";
-}
-
 TEST(LinearCrossEntropyLossGpu, MatchesTheCpuLoss) {
   STOKER_REQUIRE_GPU();
   ops::set_allow_tf32(false);
@@ -64,8 +51,8 @@ TEST(LinearCrossEntropyLossGpu, MatchesTheCpuLoss) {
       const double rtol = dt == DType::f32 ? 1e-5 : 2e-2;
       EXPECT_NEAR(b.loss.item(), a.loss.item(), dt == DType::f32 ? 1e-5 : 1e-2);
       EXPECT_EQ(b.grad.dtype(), dt);
-      expect_close(b.grad.to_floats(), a.grad.to_floats(), rtol, "dx");
-      expect_close(wg.grad().to_floats(), wc.grad().to_floats(), rtol, "dW");
+      test::expect_max_abs_close(b.grad.to_floats(), a.grad.to_floats(), rtol, "dx", 1e-7);
+      test::expect_max_abs_close(wg.grad().to_floats(), wc.grad().to_floats(), rtol, "dW", 1e-7);
       // Evaluation: the loss alone.
       NoSaveScope no_save;
       EXPECT_NEAR(dev.forward(x.to(gpu()), target.to(gpu())).item(), b.loss.item(), 1e-6);

@@ -1,27 +1,15 @@
 // CPU reference of the FP8 ops: core/fp8.h's conversions element by element (oneTBB-parallel),
 // the scale read on the host.
-#include <type_traits>
-
 #include "ops/cpu/parallel.h"
 #include "ops/fp8_backend.h"
 
 namespace stoker::ops::cpu {
 
-namespace {
-template <typename F>
-void visit_format(core::Fp8Format format, F&& f) {
-  if (format == core::Fp8Format::e4m3)
-    f(std::integral_constant<core::Fp8Format, core::Fp8Format::e4m3>{});
-  else
-    f(std::integral_constant<core::Fp8Format, core::Fp8Format::e5m2>{});
-}
-}  // namespace
-
 void fp8_quantize(const Tensor& codes, const Tensor& x, const Tensor& scale,
                   core::Fp8Format format) {
   const float s = *static_cast<const float*>(scale.data());
   uint8_t* out = static_cast<uint8_t*>(codes.data());
-  visit_format(format, [&](auto fmt) {
+  visit_fp8_format(format, [&](auto fmt) {
     constexpr core::Fp8Format F = decltype(fmt)::value;
     visit_float(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -37,7 +25,7 @@ void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& scale,
                     core::Fp8Format format) {
   const float s = *static_cast<const float*>(scale.data());
   const uint8_t* in = static_cast<const uint8_t*>(codes.data());
-  visit_format(format, [&](auto fmt) {
+  visit_fp8_format(format, [&](auto fmt) {
     constexpr core::Fp8Format F = decltype(fmt)::value;
     visit_float(y.dtype(), [&](auto tag) {
       using T = decltype(tag);
