@@ -1,6 +1,8 @@
 // FP8 ops (ops/fp8.h) on the GPU: grid-stride elementwise conversions through core/fp8.h (the
 // CPU reference's functions: identical codes and values), the scale read from device memory;
 // the delayed-scaling step by one thread (the history is a handful of floats).
+#include <algorithm>
+
 #include "kernel_util.cuh"
 #include "ops/fp8_backend.h"
 
@@ -24,6 +26,72 @@ __global__ void __launch_bounds__(kBlockSize)
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = from_float<T>(__fdiv_rn(core::fp8_bits_to_float<F>(codes[i]), s));
+}
+
+template <core::Fp8Format F, typename T>
+__global__ void __launch_bounds__(kBlockSize)
+    fp8_dequantize_inv_kernel(T* y, const uint8_t* codes, const float* scale_inv, int64_t n) {
+  const float s = __ldg(scale_inv);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = from_float<T>(__fmul_rn(core::fp8_bits_to_float<F>(codes[i]), s));
+}
+
+// Cast + transpose: block (x, y) owns the kCtTile x kCtTile tile of x at rows x * kCtTile and
+// columns y * kCtTile; thread (tx, ty) of a 32 x 8 block visits columns tx, tx + 32 of rows
+// ty, ty + 8, ... (a warp reads a run of adjacent elements: coalesced), converts, writes the
+// codes in place and parks them in shared memory, from which the transposed tile is written
+// with the same pattern (a warp writes a run of one output row). The padding (+4 bytes: tile
+// rows 17 words apart, an odd stride) keeps the column reads free of bank conflicts. amax: the
+// largest bit pattern of |x| (NaN > Inf > finite for non-negative floats), reduced in the block and
+// merged with one atomicMax per block.
+constexpr int kCtTile = 64;
+constexpr int kCtRows = 8;  // threadIdx.y extent
+
+template <core::Fp8Format F, typename T>
+__global__ void __launch_bounds__(32 * kCtRows)
+    fp8_cast_transpose_kernel(uint8_t* codes, uint8_t* codes_t, unsigned* amax, float* scale_inv,
+                              const T* x, const float* scale, int64_t rows, int64_t cols) {
+  __shared__ uint8_t tile[kCtTile][kCtTile + 4];
+  __shared__ unsigned warp_max[kCtRows];
+  const float s = __ldg(scale);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kCtTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kCtTile;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && tx == 0 && ty == 0) *scale_inv = __frcp_rn(s);
+  unsigned local = 0;
+  for (int i = ty; i < kCtTile; i += kCtRows) {
+    const int64_t r = r0 + i;
+    for (int j = tx; j < kCtTile; j += 32) {
+      const int64_t c = c0 + j;
+      uint8_t q = 0;
+      if (r < rows && c < cols) {
+        const float v = to_float(x[r * cols + c]);
+        local = max(local, __float_as_uint(v) & 0x7fffffffu);
+        q = core::float_to_fp8_bits<F>(__fmul_rn(v, s));
+        if (codes) codes[r * cols + c] = q;
+      }
+      tile[i][j] = q;
+    }
+  }
+  if (codes_t) {
+    __syncthreads();
+    for (int j = ty; j < kCtTile && c0 + j < cols; j += kCtRows) {  // output row c0 + j
+      for (int i = tx; i < kCtTile && r0 + i < rows; i += 32)
+        codes_t[(c0 + j) * rows + r0 + i] = tile[i][j];
+    }
+  }
+  if (amax) {
+    for (int offset = 16; offset > 0; offset /= 2)
+      local = max(local, __shfl_xor_sync(0xffffffffu, local, offset));
+    if (tx == 0) warp_max[ty] = local;
+    __syncthreads();
+    if (tx == 0 && ty == 0) {
+      unsigned m = 0;
+      for (int k = 0; k < kCtRows; ++k) m = max(m, warp_max[k]);
+      atomicMax(amax, m);
+    }
+  }
 }
 
 __global__ void fp8_scale_kernel(float* scale, float* history, int64_t length, const float* amax,
@@ -50,18 +118,45 @@ void fp8_quantize(const Tensor& codes, const Tensor& x, const Tensor& scale,
   });
 }
 
-void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& scale,
-                    core::Fp8Format format) {
+void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& factor,
+                    core::Fp8Format format, bool factor_is_inverse) {
   const core::DeviceScope scope(y.device().index);
   const int64_t n = y.numel();
   visit_fp8_format(format, [&](auto fmt) {
     constexpr core::Fp8Format F = decltype(fmt)::value;
     visit_float(y.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      fp8_dequantize_kernel<F, T>
-          <<<grid_for(n, y.device().index), kBlockSize, 0, core::cuda_stream(y.device())>>>(
-              static_cast<T*>(y.data()), static_cast<const uint8_t*>(codes.data()),
-              static_cast<const float*>(scale.data()), n);
+      auto* kernel =
+          factor_is_inverse ? fp8_dequantize_inv_kernel<F, T> : fp8_dequantize_kernel<F, T>;
+      kernel<<<grid_for(n, y.device().index), kBlockSize, 0, core::cuda_stream(y.device())>>>(
+          static_cast<T*>(y.data()), static_cast<const uint8_t*>(codes.data()),
+          static_cast<const float*>(factor.data()), n);
+      STOKER_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+void fp8_cast_transpose(const Fp8CastOutputs& out, const Tensor& x, const Tensor& scale,
+                        core::Fp8Format format) {
+  const core::DeviceScope scope(x.device().index);
+  const cudaStream_t stream = core::cuda_stream(x.device());
+  const int64_t rows = x.size(0), cols = x.size(1);
+  auto* amax = out.amax ? static_cast<unsigned*>(out.amax->data()) : nullptr;
+  if (amax) STOKER_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(unsigned), stream));
+  auto* codes = out.codes ? static_cast<uint8_t*>(out.codes->data()) : nullptr;
+  auto* codes_t = out.codes_t ? static_cast<uint8_t*>(out.codes_t->data()) : nullptr;
+  // An empty x still writes scale_inv (and amax 0): one block that converts nothing.
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, (rows + kCtTile - 1) / kCtTile)),
+                  static_cast<unsigned>(std::max<int64_t>(1, (cols + kCtTile - 1) / kCtTile)));
+  STOKER_CHECK(grid.y <= 65535u, "ops::fp8_cast_transpose: x ", x.str(),
+               " has too many columns for one launch (at most ", 65535 * kCtTile, ")");
+  visit_fp8_format(format, [&](auto fmt) {
+    constexpr core::Fp8Format F = decltype(fmt)::value;
+    visit_float(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      fp8_cast_transpose_kernel<F, T><<<grid, dim3(32, kCtRows), 0, stream>>>(
+          codes, codes_t, amax, static_cast<float*>(out.scale_inv->data()),
+          static_cast<const T*>(x.data()), static_cast<const float*>(scale.data()), rows, cols);
       STOKER_CUDA_CHECK(cudaGetLastError());
     });
   });

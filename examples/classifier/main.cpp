@@ -577,7 +577,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-epochs", a.warmup_epochs, "linear lr warm-up")
       ->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--precision", a.precision, "fp32, bf16 or fp16")
+  app.add_option("--precision", a.precision,
+                 "fp32, bf16, fp16 or fp8 (bf16 with the Linear layers in FP8)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   app.add_option("--layout", a.layout, "nchw or nhwc (channels-last)")

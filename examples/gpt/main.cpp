@@ -407,7 +407,8 @@ int main(int argc, char** argv) {
   app.add_option("--clip", o.clip, "gradient norm clipping (0: off)")
       ->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--precision", o.precision, "fp32 | bf16 | fp16")
+  app.add_option("--precision", o.precision,
+                 "fp32 | bf16 | fp16 | fp8 (bf16 with the block Linears in FP8: Ada, Hopper)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   app.add_flag("--selective", o.selective, "selective recomputation (GELU/LayerNorm outputs)");

@@ -68,6 +68,20 @@ std::string cpu_model() {
 }
 }  // namespace
 
+int compute_capability(Device d) {
+  if (d.is_cpu()) return 0;
+#if STOKER_WITH_CUDA
+  STOKER_CHECK(d.index < cuda_device_count(), "compute_capability: ", d.str(), " does not exist (",
+               cuda_device_count(), " CUDA devices visible)");
+  int major = 0, minor = 0;
+  STOKER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d.index));
+  STOKER_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d.index));
+  return major * 10 + minor;
+#else
+  STOKER_THROW("compute_capability: ", d.str(), " requested but stoker was built without CUDA");
+#endif
+}
+
 std::string describe_device(Device d) {
   if (d.is_cpu()) {
     return cpu_model() + " (" + std::to_string(std::thread::hardware_concurrency()) +

@@ -5,6 +5,7 @@
 #include "stoker/core/error.h"
 #include "stoker/ops/activation.h"
 #include "stoker/ops/gemm.h"
+#include "stoker/ops/gemm_fp8.h"
 #include "stoker/ops/linear.h"
 #include "stoker/ops/random.h"
 
@@ -29,6 +30,27 @@ void Linear::set_activation(Activation activation) {
   grad_is_preactivation_ = false;
 }
 
+void Linear::set_fp8(bool on, Fp8Options options) {
+  if (!on) {
+    fp8_.reset();
+    return;
+  }
+  if (fp8_ && fp8_->input.options() == options) return;
+  fp8_.emplace(Fp8State{.input = Fp8Scaling(core::Fp8Format::e4m3, options),
+                        .weight = Fp8Scaling(core::Fp8Format::e4m3, options),
+                        .grad_output = Fp8Scaling(core::Fp8Format::e5m2, options)});
+}
+
+int set_linear_fp8(Module& root, bool on, Fp8Options options) {
+  int count = 0;
+  if (auto* linear = dynamic_cast<Linear*>(&root)) {
+    linear->set_fp8(on, options);
+    ++count;
+  }
+  root.visit_children([&](Module& child) { count += set_linear_fp8(child, on, options); });
+  return count;
+}
+
 Tensor Linear::forward(const Tensor& x) {
   STOKER_CHECK(x.defined() && x.rank() >= 1 && x.size(-1) == in_, describe(), ": input ",
                x.defined() ? x.str() : std::string("undefined"), " must end in ", in_, " features");
@@ -38,6 +60,14 @@ Tensor Linear::forward(const Tensor& x) {
                " must be f32, f16 or bf16");
   x_shape_ = x.shape();
   x_ = x.reshape({-1, in_});
+  Shape out_shape = x_shape_;
+  out_shape[out_shape.rank() - 1] = out_;
+  if (fp8_) {
+    const Tensor* bias = has_bias_ ? &bias_.compute_value(x.dtype()) : nullptr;
+    const Tensor y = forward_fp8(x_, bias);
+    x_ = Tensor();  // the backward reads the FP8 copies instead
+    return y.reshape(out_shape);
+  }
   // Mixed precision: a half input computes in its dtype (fp32 accumulation in the GEMM) with the
   // parameter's half copy of the fp32 master, which the optimizer refreshes after each step.
   w_compute_ = weight_.compute_value(x.dtype());
@@ -58,9 +88,87 @@ Tensor Linear::forward(const Tensor& x) {
     ops::gemm(y, x_, w_compute_, {.trans_b = true, .bias = bias});
   }
   if (!saving_activations()) x_ = Tensor();  // inside a Checkpoint's forward: keep nothing
-  Shape out_shape = x_shape_;
-  out_shape[out_shape.rank() - 1] = out_;
   return y.reshape(out_shape);
+}
+
+namespace {
+void check_fp8_device(const std::string& who, Device device) {
+  STOKER_CHECK(ops::fp8_gemm_supported(device), who, " runs its GEMMs in FP8, but ",
+               core::describe_device(device),
+               " has no FP8 tensor cores (compute capability 8.9 or newer: Ada, Hopper); train "
+               "in bf16 there (Precision::bf16, or set_fp8(false))");
+}
+}  // namespace
+
+Tensor Linear::forward_fp8(const Tensor& x2d, const Tensor* bias) {
+  check_fp8_device(describe(), device_);
+  Fp8State& f = *fp8_;
+  const bool save = saving_activations();
+  const bool new_use = !recomputing();
+  // The weight from its half compute copy under mixed precision (what the bf16 path reads; an
+  // E4M3 code has fewer bits than either), else from the f32 master.
+  const Tensor& w = weight_.compute_value(x2d.dtype());
+  const Fp8Scaling::Cast xq = f.input.cast(x2d, true, save, new_use);
+  const Fp8Scaling::Cast wq = f.weight.cast(w, true, save, new_use);
+  Tensor y = Tensor::empty({x2d.size(0), out_}, x2d.dtype(), device_);
+  grad_is_preactivation_ = false;
+  if (activation_ == Activation::gelu) {
+    Tensor pre = Tensor::empty(y.shape(), y.dtype(), device_);
+    ops::gemm_fp8(
+        y, xq.value, wq.value,
+        {.trans_b = true, .bias = bias, .epilogue = ops::GemmEpilogue::gelu, .aux = &pre});
+    pre_ = save ? pre : Tensor();
+  } else {
+    ops::gemm_fp8(y, xq.value, wq.value, {.trans_b = true, .bias = bias});
+  }
+  f.input_t = save ? xq.transposed : ops::Fp8Tensor{};
+  f.weight_t = save ? wq.transposed : ops::Fp8Tensor{};
+  f.rows = x2d.size(0);
+  f.dtype = x2d.dtype();
+  return y;
+}
+
+void Linear::save_fp8_operands(const Tensor& x2d) {
+  check_fp8_device(describe(), device_);
+  Fp8State& f = *fp8_;
+  const bool new_use = !recomputing();
+  f.input_t = f.input.cast(x2d, false, true, new_use).transposed;
+  f.weight_t = f.weight.cast(weight_.compute_value(x2d.dtype()), false, true, new_use).transposed;
+  f.rows = x2d.size(0);
+  f.dtype = x2d.dtype();
+}
+
+Tensor Linear::backward_fp8(const Tensor& dy2) {
+  Fp8State& f = *fp8_;
+  const bool weight_grad = weight_.requires_grad;
+  // dy in E5M2 (gradients need range more than precision), as it is for dx and transposed for dW.
+  const Fp8Scaling::Cast dq = f.grad_output.cast(dy2, true, weight_grad);
+  if (weight_grad) {
+    // dW [out, in] (+)= dy^T x: K-major operands dy^T [out, N] and x^T [in, N].
+    float beta = 1.0f;
+    const Tensor& dw = weight_.grad_for_write(beta);
+    ops::gemm_fp8(dw, dq.transposed, f.input_t, {.trans_b = true, .beta = beta});
+    weight_.grad_ready();
+  }
+  if (has_bias_ && bias_.requires_grad) {
+    ops::bias_grad(bias_.grad(), dy2);
+    bias_.grad_ready();
+  }
+  f.input_t = {};
+  // dx [N, in] = dy W: K-major operands dy [N, out] and W^T [in, out].
+  Tensor dx = Tensor::empty({dy2.size(0), in_}, dy2.dtype(), device_);
+  Linear* p = producer_;
+  if (p != nullptr && p->activation_ == Activation::gelu && p->pre_.defined() &&
+      p->pre_.shape() == dx.shape() && p->pre_.dtype() == dx.dtype() &&
+      p->pre_.device() == dx.device()) {
+    ops::gemm_fp8(dx, dq.value, f.weight_t,
+                  {.trans_b = true, .epilogue = ops::GemmEpilogue::dgelu, .aux = &p->pre_});
+    p->grad_is_preactivation_ = true;
+  } else {
+    ops::gemm_fp8(dx, dq.value, f.weight_t, {.trans_b = true});
+  }
+  f.weight_t = {};
+  return dx;
 }
 
 void Linear::forward_for_backward(const Tensor& x) {
@@ -74,16 +182,20 @@ void Linear::forward_for_backward(const Tensor& x) {
                describe(), ": input ", x.defined() ? x.str() : std::string("undefined"),
                " must be a float tensor on ", device_.str(), " ending in ", in_, " features");
   x_shape_ = x.shape();
+  if (fp8_) return save_fp8_operands(x.reshape({-1, in_}));
   x_ = x.reshape({-1, in_});
   w_compute_ = weight_.compute_value(x.dtype());
 }
 
 Tensor Linear::backward(const Tensor& dy) {
-  STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
-  STOKER_CHECK(dy.numel() % out_ == 0 && dy.numel() / out_ == x_.size(0), describe(), ": gradient ",
+  STOKER_CHECK(fp8_ ? fp8_->input_t.codes.defined() : x_.defined(), describe(),
+               ": backward called before forward");
+  const int64_t rows = fp8_ ? fp8_->rows : x_.size(0);
+  const DType dtype = fp8_ ? fp8_->dtype : x_.dtype();
+  STOKER_CHECK(dy.numel() % out_ == 0 && dy.numel() / out_ == rows, describe(), ": gradient ",
                dy.str(), " does not match the forward's input ", x_shape_);
-  STOKER_CHECK(dy.dtype() == x_.dtype(), describe(), ": gradient ", dy.str(),
-               " must have the forward's dtype ", dtype_name(x_.dtype()));
+  STOKER_CHECK(dy.dtype() == dtype, describe(), ": gradient ", dy.str(),
+               " must have the forward's dtype ", dtype_name(dtype));
   Tensor dy2 = dy.reshape({-1, out_});  // from here on: the gradient of x W^T + b
   if (activation_ == Activation::gelu) {
     STOKER_CHECK(pre_.defined(), describe(), ": backward called before forward");
@@ -95,6 +207,7 @@ Tensor Linear::backward(const Tensor& dy) {
     pre_ = Tensor();
     grad_is_preactivation_ = false;
   }
+  if (fp8_) return backward_fp8(dy2).reshape(x_shape_);
   if (weight_.requires_grad) {
     // dW (+)= dy^T x, written in fp32 straight from the GEMM (half inputs, fp32 accumulate);
     // the first micro-batch after zero_grad overwrites (beta 0), later ones accumulate.
@@ -123,7 +236,7 @@ Tensor Linear::backward(const Tensor& dy) {
 }
 
 bool Linear::release_saved_input() {
-  if (!x_.defined()) return false;
+  if (fp8_ || !x_.defined()) return false;  // FP8: the codes it keeps are not an input to hand back
   x_ = Tensor();
   return true;
 }
@@ -152,7 +265,8 @@ Tensor Linear::recompute_output(const Tensor&) {
 
 std::string Linear::describe() const {
   return core::detail::str("Linear(in=", in_, ", out=", out_, has_bias_ ? ", bias" : "",
-                           activation_ == Activation::gelu ? ", gelu" : "", ")");
+                           activation_ == Activation::gelu ? ", gelu" : "", fp8_ ? ", fp8" : "",
+                           ")");
 }
 
 }  // namespace stoker::nn

@@ -37,7 +37,40 @@ void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& scale, F
   check_codes("fp8_dequantize", codes, y, "y");
   check_scalar("fp8_dequantize", "scale", scale, y);
   if (y.numel() == 0) return;
-  STOKER_DISPATCH(y.device(), fp8_dequantize, y, codes, scale, format);
+  STOKER_DISPATCH(y.device(), fp8_dequantize, y, codes, scale, format, false);
+}
+
+void fp8_dequantize(const Tensor& y, const Fp8Tensor& x) {
+  check_codes("fp8_dequantize", x.codes, y, "y");
+  check_scalar("fp8_dequantize", "scale_inv", x.scale_inv, y);
+  if (y.numel() == 0) return;
+  STOKER_DISPATCH(y.device(), fp8_dequantize, y, x.codes, x.scale_inv, x.format, true);
+}
+
+void fp8_cast_transpose(const Fp8CastOutputs& out, const Tensor& x, const Tensor& scale,
+                        Fp8Format format) {
+  const char* op = "fp8_cast_transpose";
+  detail::check_float(op, "x", x);
+  detail::check_backend(op, x);
+  STOKER_CHECK(x.rank() == 2, "ops::", op, ": x is ", x.str(),
+               "; expected a 2-D tensor (reshape to [rows, features] first)");
+  check_scalar(op, "scale", scale, x);
+  STOKER_CHECK(out.scale_inv != nullptr, "ops::", op,
+               ": out.scale_inv is null; it receives 1 / scale, which the codes are read with");
+  check_scalar(op, "out.scale_inv", *out.scale_inv, x);
+  if (out.amax) check_scalar(op, "out.amax", *out.amax, x);
+  const int64_t r = x.size(0), c = x.size(1);
+  const auto check_out = [&](const Tensor* t, const char* name, int64_t rows, int64_t cols) {
+    if (!t) return;
+    detail::check_defined(op, name, *t);
+    STOKER_CHECK(t->dtype() == DType::u8 && t->rank() == 2 && t->size(0) == rows &&
+                     t->size(1) == cols && t->device() == x.device(),
+                 "ops::", op, ": ", name, " is ", t->str(), "; expected u8[", rows, ", ", cols,
+                 "] on ", x.device().str(), " for x ", x.str());
+  };
+  check_out(out.codes, "out.codes", r, c);
+  check_out(out.codes_t, "out.codes_t", c, r);
+  STOKER_DISPATCH(x.device(), fp8_cast_transpose, out, x, scale, format);
 }
 
 void fp8_update_scale(const Tensor& scale, const Tensor& history, const Tensor& amax,

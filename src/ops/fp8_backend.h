@@ -5,15 +5,20 @@
 
 #include "stoker/core/fp8.h"
 #include "stoker/core/tensor.h"
+#include "stoker/ops/fp8.h"
+#include "stoker/ops/gemm.h"
 
 namespace stoker::ops {
 
-#define STOKER_FP8_BACKEND_DECLS                                                        \
-  void fp8_quantize(const Tensor& codes, const Tensor& x, const Tensor& scale,          \
-                    core::Fp8Format format);                                            \
-  void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& scale,        \
-                      core::Fp8Format format);                                          \
-  void fp8_update_scale(const Tensor& scale, const Tensor& history, const Tensor& amax, \
+#define STOKER_FP8_BACKEND_DECLS                                                           \
+  void fp8_quantize(const Tensor& codes, const Tensor& x, const Tensor& scale,             \
+                    core::Fp8Format format);                                               \
+  /* factor_is_inverse: y = value * factor (a scale_inv), else y = value / factor */       \
+  void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& factor,          \
+                      core::Fp8Format format, bool factor_is_inverse);                     \
+  void fp8_cast_transpose(const Fp8CastOutputs& out, const Tensor& x, const Tensor& scale, \
+                          core::Fp8Format format);                                         \
+  void fp8_update_scale(const Tensor& scale, const Tensor& history, const Tensor& amax,    \
                         core::Fp8Format format, int margin);
 
 namespace cpu {
@@ -21,7 +26,10 @@ STOKER_FP8_BACKEND_DECLS
 }
 namespace cuda {
 STOKER_FP8_BACKEND_DECLS
-}
+// ops::gemm_fp8 through cuBLASLt; false (nothing done) where it has no FP8 algorithm for the
+// call: the caller runs the reference composition (src/ops/gemm_fp8.cpp).
+bool gemm_fp8(const Tensor& c, const Fp8Tensor& a, const Fp8Tensor& b, const GemmOptions& o);
+}  // namespace cuda
 #undef STOKER_FP8_BACKEND_DECLS
 
 // Calls f(std::integral_constant<Fp8Format, F>{}) for the runtime format (both backends).

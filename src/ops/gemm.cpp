@@ -50,34 +50,34 @@ const char* epilogue_name(GemmEpilogue e) {
   return "?";
 }
 
-// options.epilogue and options.aux against c (already checked: [m, n], float, c's device).
-void check_epilogue(const Tensor& c, const GemmOptions& o) {
+}  // namespace
+
+void detail::check_gemm_epilogue(std::string_view op, const Tensor& c, const GemmOptions& o) {
   if (o.epilogue == GemmEpilogue::none) {
-    STOKER_CHECK(o.aux == nullptr,
-                 "ops::gemm: options.aux is set but options.epilogue is none; aux is the "
+    STOKER_CHECK(o.aux == nullptr, "ops::", op,
+                 ": options.aux is set but options.epilogue is none; aux is the "
                  "pre-activation of the gelu/dgelu epilogue (set the epilogue, or drop aux)");
     return;
   }
   const char* e = epilogue_name(o.epilogue);
-  STOKER_CHECK(o.aux != nullptr, "ops::gemm: the ", e, " epilogue needs options.aux, a ",
+  STOKER_CHECK(o.aux != nullptr, "ops::", op, ": the ", e, " epilogue needs options.aux, a ",
                dtype_name(c.dtype()), c.shape(), " tensor on ", c.device().str(),
                o.epilogue == GemmEpilogue::gelu ? " that receives the pre-activation"
                                                 : " holding the forward's pre-activation");
   const Tensor& aux = *o.aux;
   STOKER_CHECK(aux.defined() && aux.dtype() == c.dtype() && aux.shape() == c.shape() &&
                    aux.device() == c.device(),
-               "ops::gemm: options.aux is ", aux.defined() ? aux.str() : "undefined", "; the ", e,
-               " epilogue expects c's dtype, shape and device: ", c.str());
-  STOKER_CHECK(c.numel() == 0 || aux.data() != c.data(), "ops::gemm: options.aux is c itself; the ",
-               e, " epilogue needs the pre-activation in a tensor of its own");
-  STOKER_CHECK(o.beta == 0.0f, "ops::gemm: the ", e, " epilogue needs beta = 0, got beta ", o.beta,
-               " (it cannot accumulate into c)");
-  STOKER_CHECK(o.epilogue != GemmEpilogue::dgelu || o.bias == nullptr,
-               "ops::gemm: options.bias is set with the dgelu epilogue; the backward has no bias "
+               "ops::", op, ": options.aux is ", aux.defined() ? aux.str() : "undefined", "; the ",
+               e, " epilogue expects c's dtype, shape and device: ", c.str());
+  STOKER_CHECK(c.numel() == 0 || aux.data() != c.data(), "ops::", op,
+               ": options.aux is c itself; the ", e,
+               " epilogue needs the pre-activation in a tensor of its own");
+  STOKER_CHECK(o.beta == 0.0f, "ops::", op, ": the ", e, " epilogue needs beta = 0, got beta ",
+               o.beta, " (it cannot accumulate into c)");
+  STOKER_CHECK(o.epilogue != GemmEpilogue::dgelu || o.bias == nullptr, "ops::", op,
+               ": options.bias is set with the dgelu epilogue; the backward has no bias "
                "to add (compute the bias gradient with ops::bias_grad)");
 }
-}  // namespace
-
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o) {
   detail::check_float("gemm", "a", a);
   detail::check_float("gemm", "b", b);
@@ -109,7 +109,7 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
   }
   STOKER_CHECK(c.size(0) == m && c.size(1) == n, "ops::gemm: c is ", c.str(), "; expected [", m,
                ", ", n, "] for op(a) [", m, ", ", k, "] x op(b) [", k, ", ", n, "]");
-  check_epilogue(c, o);
+  detail::check_gemm_epilogue("gemm", c, o);
   if (m == 0 || n == 0) return;
   if (k == 0) {                              // op(a) op(b) is all zeros
     if (o.epilogue == GemmEpilogue::gelu) {  // aux = bias (or 0), C = gelu(aux)

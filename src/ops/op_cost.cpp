@@ -39,7 +39,7 @@ core::OpCost op_cost(std::string_view name, const CostArgs& args) {
   const Tensor* first = args.tensors.front();
   if (first->defined()) c.dtype = first->dtype();
   const auto at = [&](size_t i) { return i < args.tensors.size() ? args.tensors[i] : nullptr; };
-  if (name == "gemm" || name == "gemm_batched") {
+  if (name == "gemm" || name == "gemm_batched" || name == "gemm_fp8") {
     // c [..., m, n] = op(a) [..., m, k] · op(b): 2·|c|·k.
     const Tensor *cc = at(0), *a = at(1);
     if (cc && a && a->rank() >= 2 && args.gemm) {

@@ -7,6 +7,10 @@
 
 #include "stoker/core/tensor.h"
 
+namespace stoker::ops {
+struct GemmOptions;
+}
+
 namespace stoker::ops::detail {
 
 void check_defined(std::string_view op, std::string_view name, const Tensor& t);
@@ -25,5 +29,8 @@ void check_backend(std::string_view op, const Tensor& t);
 void check_float_operands(std::string_view op, std::string_view first_name, const Tensor& first,
                           std::string_view second_name, const Tensor& second,
                           std::string_view third_name, const Tensor& third);
+// options.epilogue / aux / beta / bias of a GEMM into c (already checked: [m, n], float, on its
+// device); `op` names the caller ("gemm", "gemm_fp8").
+void check_gemm_epilogue(std::string_view op, const Tensor& c, const GemmOptions& o);
 
 }  // namespace stoker::ops::detail

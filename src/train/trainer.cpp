@@ -16,8 +16,10 @@
 #include "stoker/dist/grad_sync.h"
 #include "stoker/dist/local_grad_sync.h"
 #include "stoker/nn/checkpoint.h"
+#include "stoker/nn/linear.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/gemm_fp8.h"
 #include "stoker/ops/reduce.h"
 #include "stoker/ops/training.h"
 #include "stoker/train/checkpoint_files.h"
@@ -189,6 +191,18 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
   // Under mixed precision, layers that make activations from integer inputs (Embedding) emit
   // the compute dtype, so everything after them computes in half precision too.
   nn::set_compute_dtype(model_, amp::compute_dtype(options_.precision));
+  // Precision::fp8: the Linear layers' GEMMs on FP8 tensor cores (refused on GPUs without).
+  if (options_.precision == amp::Precision::fp8) {
+    STOKER_CHECK(ops::fp8_gemm_supported(model_.device()),
+                 "Trainer: Precision::fp8 needs FP8 tensor cores (compute capability 8.9 or newer: "
+                 "Ada, Hopper), and ",
+                 core::describe_device(model_.device()),
+                 " has none; train in bf16 there (--precision bf16)");
+    STOKER_CHECK(nn::set_linear_fp8(model_, true) > 0,
+                 "Trainer: Precision::fp8 runs the "
+                 "nn::Linear layers in FP8, and ",
+                 model_.describe(), " has none; train in bf16 (the rest of fp8 is bf16)");
+  }
   STOKER_CHECK(!params_.empty(), "Trainer: the model ", model_.describe(), " has no parameters");
   if (options_.precision == amp::Precision::fp16) {
     scaler_ = std::make_unique<amp::GradScaler>(model_.device(), options_.scaler);

@@ -68,6 +68,52 @@ TEST(Fp8OpsTest, DelayedScalingFollowsTheHistorysMaximum) {
   EXPECT_EQ(s5.item(), 57344.0f / 4.0f);
 }
 
+TEST(Fp8OpsTest, CastTransposeWritesTheQuantizedCodesBothWaysWithScaleInvAndAmax) {
+  for (const Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    for (const DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(testing::Message()
+                   << dtype_name(dt) << (f == Fp8Format::e4m3 ? " e4m3" : " e5m2"));
+      const int64_t r = 37, c = 70;
+      const Tensor x = test::random_tensor({r, c}, dt, 11, -6.0f, 4.0f);
+      const Tensor scale = Tensor::from_floats({37.5f}, {});
+      Tensor want = Tensor::empty({r, c}, DType::u8);
+      fp8_quantize(want, x, scale, f);
+      Tensor codes = Tensor::empty({r, c}, DType::u8), codes_t = Tensor::empty({c, r}, DType::u8);
+      Tensor scale_inv = Tensor::empty({}, DType::f32), amax = Tensor::empty({}, DType::f32);
+      fp8_cast_transpose({&codes, &codes_t, &scale_inv, &amax}, x, scale, f);
+      const std::vector<uint8_t> w = want.to_vector<uint8_t>(), q = codes.to_vector<uint8_t>(),
+                                 qt = codes_t.to_vector<uint8_t>();
+      ASSERT_EQ(q, w);
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j) ASSERT_EQ(qt[j * r + i], w[i * c + j]) << i << "," << j;
+      EXPECT_EQ(scale_inv.item(), 1.0f / 37.5f);
+      EXPECT_EQ(amax.item(), max_abs(x).item());
+    }
+  }
+  // amax: NaN wins over everything, and an empty x gives 0 (scale_inv is still written).
+  Tensor x = Tensor::from_floats({1.0f, -INFINITY, NAN, 2.0f}, {2, 2});
+  Tensor scale_inv = Tensor::empty({}, DType::f32), amax = Tensor::empty({}, DType::f32);
+  fp8_cast_transpose({.scale_inv = &scale_inv, .amax = &amax}, x, Tensor::from_floats({4.0f}, {}),
+                     Fp8Format::e4m3);
+  EXPECT_TRUE(std::isnan(amax.item()));
+  x = Tensor::from_floats({1.0f, -INFINITY, 3.0f, 2.0f}, {2, 2});
+  fp8_cast_transpose({.scale_inv = &scale_inv, .amax = &amax}, x, Tensor::from_floats({4.0f}, {}),
+                     Fp8Format::e4m3);
+  EXPECT_EQ(amax.item(), INFINITY);
+  fp8_cast_transpose({.scale_inv = &scale_inv, .amax = &amax}, Tensor::empty({0, 5}, DType::f32),
+                     Tensor::from_floats({8.0f}, {}), Fp8Format::e4m3);
+  EXPECT_EQ(amax.item(), 0.0f);
+  EXPECT_EQ(scale_inv.item(), 0.125f);
+}
+
+TEST(Fp8OpsTest, DequantizeWithScaleInvMultiplies) {
+  const Tensor codes = Tensor::from_vector<uint8_t>({0x38, 0x40, 0xb8, 0x00}, {4});  // 1 2 -1 0
+  const Tensor scale_inv = Tensor::from_floats({0.25f}, {});
+  Tensor y = Tensor::empty({4}, DType::f32);
+  fp8_dequantize(y, Fp8Tensor{codes, scale_inv, Fp8Format::e4m3});
+  EXPECT_EQ(y.to_floats(), (std::vector<float>{0.25f, 0.5f, -0.25f, 0.0f}));
+}
+
 TEST(Fp8OpsTest, BadArgumentsAreNamed) {
   const Tensor x = Tensor::zeros({8}, DType::f32), s = Tensor::from_floats({1.0f}, {});
   EXPECT_TRUE(test::throws_error_with(
@@ -89,6 +135,15 @@ TEST(Fp8OpsTest, BadArgumentsAreNamed) {
   EXPECT_TRUE(test::throws_error_with(
       [&] { fp8_update_scale(s, Tensor::zeros({2}, DType::f32), s, Fp8Format::e4m3, -1); },
       {"margin -1"}));
+  const Tensor x2 = Tensor::zeros({4, 6}, DType::f32);
+  Tensor si = Tensor::empty({}, DType::f32), wrong = Tensor::empty({4, 6}, DType::u8);
+  EXPECT_TRUE(test::throws_error_with(
+      [&] { fp8_cast_transpose({.codes_t = &wrong, .scale_inv = &si}, x2, s, Fp8Format::e4m3); },
+      {"out.codes_t", "expected u8[6, 4]"}));
+  EXPECT_TRUE(test::throws_error_with([&] { fp8_cast_transpose({}, x2, s, Fp8Format::e4m3); },
+                                      {"out.scale_inv is null"}));
+  EXPECT_TRUE(test::throws_error_with(
+      [&] { fp8_cast_transpose({.scale_inv = &si}, x, s, Fp8Format::e4m3); }, {"2-D"}));
 }
 
 }  // namespace

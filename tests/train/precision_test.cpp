@@ -83,6 +83,23 @@ TEST(PrecisionTest, Fp32Bf16Fp16EndClose) {
   EXPECT_EQ(f16.log.back().loss_scale, 65536.0);
 }
 
+// Precision::fp8 runs the Linear layers' GEMMs in FP8 (on the CPU: the reference arithmetic):
+// training ends close to fp32 (a looser band than bf16: 3 mantissa bits in, 2 in the gradients),
+// and a model without Linear layers is refused rather than silently run in bf16.
+TEST(PrecisionTest, Fp8EndsCloseAndNeedsLinearLayers) {
+  const Outcome f32 = train(Precision::fp32), fp8 = train(Precision::fp8),
+                bf16 = train(Precision::bf16);
+  EXPECT_NEAR(fp8.train_loss, f32.train_loss, 0.10 * f32.train_loss);
+  EXPECT_NEAR(fp8.accuracy, f32.accuracy, 0.03);
+  EXPECT_NE(fp8.train_loss, bf16.train_loss);  // it did not run as bf16
+  nn::Sequential no_linear(nn::make<nn::Embedding>(10, 4));
+  stoker::optim::SGD opt(no_linear.named_parameters(), {.lr = 0.1f});
+  nn::CrossEntropyLoss loss;
+  EXPECT_TRUE(stoker::test::throws_error_with(
+      [&] { Trainer t(no_linear, loss, opt, {.precision = Precision::fp8, .quiet = true}); },
+      {"Precision::fp8", "nn::Linear", "bf16"}));
+}
+
 // A scale far too large makes the scaled f16 loss gradients overflow: those steps are skipped on
 // the device and the scale halves until it fits, then training proceeds.
 TEST(PrecisionTest, Fp16ScalerBacksOffFromOverflow) {

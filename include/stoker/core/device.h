@@ -39,6 +39,10 @@ Device best_device();
 // True when this library was built with the CUDA backend.
 bool built_with_cuda();
 
+// A CUDA device's compute capability as major * 10 + minor (90 for Hopper's sm_90, 89 for Ada);
+// 0 for the CPU. Throws stoker::Error for a CUDA device that does not exist.
+int compute_capability(Device d);
+
 // One line describing the device: "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" or the CPU model.
 std::string describe_device(Device d);
 

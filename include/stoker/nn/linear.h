@@ -37,8 +37,22 @@
 // recomputation (gelu_forward of the saved, rounded pre-activation) may differ from the
 // forward's in the same way, so there gradients match the plain run within rounding rather
 // than bit for bit.
+//
+// FP8 (set_fp8(true), or nn::set_linear_fp8 over a model; what Precision::fp8 turns on): the
+// three GEMMs run on FP8 tensor cores (ops::gemm_fp8) — the input and the weight quantized to
+// E4M3, the output gradient to E5M2, each with its own delayed scale (nn::Fp8Scaling) — with
+// fp32 accumulation, the output and input gradient in the input's dtype, the weight gradient in
+// fp32 into the master's gradient as before; bias, GELU epilogues, master weights and the
+// optimizer are unchanged. What the backward keeps is the FP8 copies it needs (the input's and
+// the weight's codes, transposed: one byte per value) instead of the half input. Those are not
+// handed to selective recomputation (release_saved_input says false). On the CPU the same
+// arithmetic runs as the reference (dequantized f32 GEMMs); a GPU without FP8 tensor cores is
+// refused at the first forward.
 #pragma once
 
+#include <optional>
+
+#include "stoker/nn/fp8_scaling.h"
 #include "stoker/nn/module.h"
 
 namespace stoker::nn {
@@ -53,6 +67,10 @@ class Linear : public Module {
   // The fused activation (none by default); set it before the forward.
   void set_activation(Activation activation);
   Activation activation() const { return activation_; }
+  // FP8 GEMMs (see above) on or off; set it before the forward. Turning it on again keeps the
+  // scales already learnt unless the options differ.
+  void set_fp8(bool on, Fp8Options options = {});
+  bool fp8() const { return fp8_.has_value(); }
   // Backward fusion with the Linear that produces this one's input (see above); nullptr: none.
   // The producer must outlive this Linear (siblings in one container do).
   void set_input_activation_from(Linear* producer) { producer_ = producer; }
@@ -85,6 +103,22 @@ class Linear : public Module {
   Tensor pre_;                          // with an activation: the saved pre-activation [N, out]
   bool grad_is_preactivation_ = false;  // the consumer's backward applied the derivative
   Linear* producer_ = nullptr;          // set_input_activation_from
+
+  // FP8 mode: the scalings of the three FP8 tensors and what the backward keeps.
+  struct Fp8State {
+    Fp8Scaling input, weight, grad_output;
+    ops::Fp8Tensor input_t;    // the input's codes transposed [in, N]: the weight gradient's B
+    ops::Fp8Tensor weight_t;   // the weight's codes transposed [in, out]: the input gradient's B
+    int64_t rows = 0;          // N of the saved forward
+    DType dtype = DType::f32;  // the forward input's dtype
+  };
+  std::optional<Fp8State> fp8_;
+  Tensor forward_fp8(const Tensor& x2d, const Tensor* bias);
+  Tensor backward_fp8(const Tensor& dy2);
+  void save_fp8_operands(const Tensor& x2d);
 };
+
+// Turns FP8 GEMMs on (or off) for every Linear in the tree; returns how many Linears there are.
+int set_linear_fp8(Module& root, bool on, Fp8Options options = {});
 
 }  // namespace stoker::nn

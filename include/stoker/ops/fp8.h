@@ -17,11 +17,40 @@ namespace stoker::ops {
 
 using core::Fp8Format;
 
+// A matrix in FP8 as the FP8 GEMM (ops/gemm_fp8.h) takes it: u8 codes [R, C] and the factor
+// that reads them back, x ~= fp8_value(code) * scale_inv, where scale_inv = 1 / the scale the
+// codes were made with (rank-0 f32 on the codes' device). Each quantized tensor carries its own
+// scale_inv, so a scale that moves on (delayed scaling) never changes what earlier codes mean.
+struct Fp8Tensor {
+  Tensor codes;
+  Tensor scale_inv;
+  Fp8Format format = Fp8Format::e4m3;
+};
+
+// What fp8_cast_transpose writes; null members are skipped (scale_inv is always written).
+struct Fp8CastOutputs {
+  const Tensor* codes = nullptr;      // u8 [R, C]: fp8(x * scale)
+  const Tensor* codes_t = nullptr;    // u8 [C, R]: the same codes, transposed
+  const Tensor* scale_inv = nullptr;  // rank-0 f32: 1 / scale (correctly rounded)
+  const Tensor* amax = nullptr;       // rank-0 f32: max |x| (NaN if x holds one; 0 when empty)
+};
+
+// One pass over a 2-D x [R, C] (f32/f16/bf16) for everything a linear layer's FP8 GEMMs need
+// of it: the codes in x's layout (the forward's operand), the codes transposed (the backward's
+// operand: the FP8 GEMM takes both operands K-major, see ops/gemm_fp8.h), the matching
+// scale_inv, and x's amax for the delayed-scaling history. scale: rank-0 f32 on x's device,
+// read there (no host sync). The codes are fp8_quantize's, bit for bit.
+void fp8_cast_transpose(const Fp8CastOutputs& out, const Tensor& x, const Tensor& scale,
+                        Fp8Format format);
+
 // codes (u8) = fp8(x * scale) elementwise; x float (f32/f16/bf16), scale a rank-0 f32 tensor on
 // x's device (read there: no host sync).
 void fp8_quantize(const Tensor& codes, const Tensor& x, const Tensor& scale, Fp8Format format);
 // y (float dtype) = fp8_value(codes) / scale.
 void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& scale, Fp8Format format);
+// y (float dtype, x.codes' element count) = fp8_value(x.codes) * x.scale_inv: what the FP8 GEMM
+// reads (the reference of ops/gemm_fp8.h).
+void fp8_dequantize(const Tensor& y, const Fp8Tensor& x);
 
 // Delayed scaling, one step: history (f32 [L], most recent first) shifts by one and takes `amax`
 // (rank-0 f32, this step's |x| maximum) at index 0; then

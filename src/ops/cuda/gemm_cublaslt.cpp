@@ -27,6 +27,12 @@
 // combination works; the GELU epilogues only once a check on the device has shown that
 // cuBLASLt's GELU is the tanh form ours is (see gelu_epilogue_is_tanh).
 //
+// FP8 (ops::gemm_fp8): the same plans with FP8 operand types (A and B may differ: E4M3 x E5M2)
+// and the operands' scale_inv as cuBLASLt's A/B scale pointers, set per call like the bias.
+// FP8 kernels exist only for cuBLASLt's "TN" layout (our trans_a = false, trans_b = true), which
+// ops::gemm_fp8 guarantees; a shape cuBLASLt has no FP8 algorithm for makes an unusable plan
+// (remembered, so the heuristic is asked once) and the caller runs the reference composition.
+//
 // Batched (ops::gemm_batched): the same plan with a batch count and strided batch offsets on
 // the three matrix layouts, so one call runs every matrix; batch count and strides are part of
 // the plan key (the autotuner times the whole batched call, whose best kernel differs from the
@@ -49,6 +55,7 @@
 #include "core/cuda_util.h"
 #include "ops/attention_backend.h"
 #include "ops/backend.h"
+#include "ops/fp8_backend.h"
 #include "ops/nn_math.h"
 #include "stoker/ops/gemm.h"
 
@@ -100,7 +107,8 @@ struct PlanKey {
   int device;
   int64_t m, n, k;
   bool trans_a, trans_b;
-  int ab_type, c_type, compute_type;
+  int ab_type, c_type, compute_type;  // ab_type: A's (and B's, unless FP8 gives B its own)
+  int b_type;                         // B's type: ab_type except for FP8 operands
   uint32_t align_a, align_b, align_c;
   int bias_type;       // cudaDataType_t of the bias asked for in the epilogue, -1: none
   int epilogue;        // GemmEpilogue asked for (gelu, dgelu: an aux matrix of C's type and shape)
@@ -123,7 +131,8 @@ struct Plan {
   bool fused_bias = false;
   bool fused_gelu = false;
   bool fused_dgelu = false;
-  std::mutex mu;  // the bias and aux pointers are descriptor attributes, set per call
+  bool usable = true;  // false: an FP8 shape cuBLASLt has no algorithm for (see make_plan)
+  std::mutex mu;       // the bias and aux pointers are descriptor attributes, set per call
 };
 
 struct Resources {
@@ -277,7 +286,7 @@ class Cache {
  public:
   // Everything one call needs, under one lock; created on first use. The caller holds a
   // DeviceScope for key.device.
-  Resources get(const PlanKey& key, const TuneInputs& in, DType ab, DType c) {
+  Resources get(const PlanKey& key, const TuneInputs& in, DType ab, DType c, bool fp8) {
     const cudaStream_t stream = in.stream;
     std::lock_guard<std::mutex> lock(mu_);
     cublasLtHandle_t& handle = handles_.at(key.device);
@@ -296,14 +305,15 @@ class Cache {
           verdict = gelu_epilogue_is_tanh(handle, workspace, stream) ? 1 : 0;
         tune.gelu_is_tanh = verdict == 1;
       }
-      plan = make_plan(key, handle, ab, c, tune, workspace);
+      plan = make_plan(key, handle, ab, c, tune, workspace, fp8);
     }
     return {handle, workspace, plan.get()};
   }
 
  private:
   static std::unique_ptr<Plan> make_plan(const PlanKey& key, cublasLtHandle_t handle, DType ab,
-                                         DType c, const TuneInputs& in, void* workspace_ptr) {
+                                         DType c, const TuneInputs& in, void* workspace_ptr,
+                                         bool fp8) {
     auto plan = std::make_unique<Plan>();
     const cublasOperation_t op_first = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_second = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -321,14 +331,15 @@ class Cache {
     make_op();
 
     // Stored (column-major) shapes: row-major B [K, N] is column-major N x K, and so on.
-    const auto ab_type = static_cast<cudaDataType_t>(key.ab_type);
+    const auto a_type = static_cast<cudaDataType_t>(key.ab_type);
+    const auto b_type = static_cast<cudaDataType_t>(key.b_type);
     const uint64_t first_rows = key.trans_b ? key.k : key.n;
     const uint64_t first_cols = key.trans_b ? key.n : key.k;
     const uint64_t second_rows = key.trans_a ? key.m : key.k;
     const uint64_t second_cols = key.trans_a ? key.k : key.m;
-    STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->first, ab_type, first_rows, first_cols,
+    STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->first, b_type, first_rows, first_cols,
                                                    static_cast<int64_t>(first_rows)));
-    STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->second, ab_type, second_rows, second_cols,
+    STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->second, a_type, second_rows, second_cols,
                                                    static_cast<int64_t>(second_rows)));
     STOKER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
         &plan->out, static_cast<cudaDataType_t>(key.c_type), key.n, key.m, key.n));
@@ -433,6 +444,10 @@ class Cache {
     }
     const cublasStatus_t status = chosen ? CUBLAS_STATUS_SUCCESS : query();
     cublasLtMatmulPreferenceDestroy(pref);
+    if (fp8 && (status != CUBLAS_STATUS_SUCCESS || found == 0)) {
+      plan->usable = false;  // the caller runs the reference composition
+      return plan;
+    }
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
       STOKER_THROW("gemm: cuBLASLt found no algorithm for ", key.batch > 1 ? "a batch of " : "",
                    key.batch > 1 ? std::to_string(key.batch) + " " : "", "C ", dtype_name(c), "[",
@@ -503,9 +518,22 @@ Cache& cache() {
 
 namespace {
 
+// FP8 operands of run_gemm: their cuBLASLt types and scale_inv pointers (device, f32).
+struct Fp8Operands {
+  cudaDataType_t a_type, b_type;
+  const void* a_scale_inv;
+  const void* b_scale_inv;
+};
+
+cudaDataType_t fp8_type(core::Fp8Format f) {
+  return f == core::Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
 // One cuBLASLt call for `batch` matrices (the last two dimensions of a, b, c; batch 1: gemm).
-void run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
-              const GemmOptions& o) {
+// With fp8: a and b hold FP8 codes (u8 tensors); returns false, doing nothing, when cuBLASLt has
+// no FP8 algorithm for the call (otherwise always true).
+bool run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
+              const GemmOptions& o, const Fp8Operands* fp8 = nullptr) {
   const core::Device device = c.device();
   const core::DeviceScope scope(device.index);
   const cudaStream_t stream = core::cuda_stream(device);
@@ -517,10 +545,12 @@ void run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
   key.k = o.trans_a ? a.size(-2) : a.size(-1);
   key.trans_a = o.trans_a;
   key.trans_b = o.trans_b;
-  key.ab_type = cuda_type(a.dtype());
+  key.ab_type = fp8 ? fp8->a_type : cuda_type(a.dtype());
+  key.b_type = fp8 ? fp8->b_type : key.ab_type;
   key.c_type = cuda_type(c.dtype());
-  key.compute_type =
-      (a.dtype() == DType::f32 && allow_tf32()) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  key.compute_type = (!fp8 && a.dtype() == DType::f32 && allow_tf32())
+                         ? CUBLAS_COMPUTE_32F_FAST_TF32
+                         : CUBLAS_COMPUTE_32F;
   key.batch = batch;
   if (batch > 1) {
     key.stride_a = a.numel() / batch;
@@ -544,9 +574,10 @@ void run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
     // that buffer as well as C.
     if (o.epilogue == GemmEpilogue::gelu) key.align_c = std::min(key.align_c, key.align_aux);
   }
-  const Resources r =
-      cache().get(key, {a.data(), b.data(), c.nbytes(), stream, bias, aux}, a.dtype(), c.dtype());
+  const Resources r = cache().get(key, {a.data(), b.data(), c.nbytes(), stream, bias, aux},
+                                  a.dtype(), c.dtype(), fp8 != nullptr);
   Plan& plan = *r.plan;
+  if (!plan.usable) return false;
   const float alpha = o.alpha;
   const float beta = o.beta;
   // Where the GEMM writes: C, or aux when the GELU runs as a separate pass after it.
@@ -560,6 +591,14 @@ void run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
     if (plan.fused_gelu || plan.fused_dgelu)
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    if (fp8) {  // cuBLASLt's A is our B (see the top of this file)
+      STOKER_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                         &fp8->b_scale_inv, sizeof(fp8->b_scale_inv)));
+      STOKER_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                         &fp8->a_scale_inv, sizeof(fp8->a_scale_inv)));
+    }
     STOKER_CUBLAS_CHECK(cublasLtMatmul(r.handle, plan.op, &alpha, b.data(), plan.first, a.data(),
                                        plan.second, &beta, out.data(), plan.out, out.data(),
                                        plan.out, &plan.algo, r.workspace, kWorkspaceBytes, stream));
@@ -575,6 +614,7 @@ void run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
   }
   if (gelu_after) gelu_forward(c, *o.aux);
   if (o.epilogue == GemmEpilogue::dgelu && !plan.fused_dgelu) gelu_backward(c, c, *o.aux);
+  return true;
 }
 
 }  // namespace
@@ -586,6 +626,18 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
 void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
                   const GemmOptions& o) {
   run_gemm(c, a, b, batch, o);
+}
+
+bool gemm_fp8(const Tensor& c, const Fp8Tensor& a, const Fp8Tensor& b, const GemmOptions& o) {
+  // The FP8 kernels' layout needs: every dimension a multiple of 16 and 16-byte aligned
+  // operands (cuBLASLt's FP8 requirements); otherwise the caller's reference composition.
+  const int64_t m = c.size(0), n = c.size(1), k = a.codes.size(1);
+  if (m % 16 != 0 || n % 16 != 0 || k % 16 != 0 || alignment_of(a.codes.data()) < 16 ||
+      alignment_of(b.codes.data()) < 16 || alignment_of(c.data()) < 16)
+    return false;
+  const Fp8Operands fp8{fp8_type(a.format), fp8_type(b.format), a.scale_inv.data(),
+                        b.scale_inv.data()};
+  return run_gemm(c, a.codes, b.codes, 1, o, &fp8);
 }
 
 }  // namespace stoker::ops::cuda
