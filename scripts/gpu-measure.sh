@@ -30,6 +30,10 @@
 #   fp8         GPT-2 124M B=16 bf16 vs --precision fp8 (each with and without --cuda-graph),
 #               then 2,000 steps on the bundled text, bf16 and fp8, two seeds each: the loss
 #               curves (fp8_curves.txt: step, loss per run) against bf16's own spread (~4 min)
+#   gptlarge    GPT-2 774M and 1.5B B=8 (STOKER_GPT_LARGE="gpt2-774m gpt2-1.5b" picks which):
+#               stoker bf16 / bf16 + int8 AdamW state + per-block checkpointing / fp8, the
+#               largest batch of the memory-saving setting, PyTorch eager, eager + checkpointing
+#               and torch.compile (torch_train.py gpt --preset) (~5 min a model)
 #   resnet      ResNet-18/50 synthetic and fed by the loader (stoker_classifier) vs torch_e2e.py
 #               on the same 20,000 ImageNet-like JPEGs (needs scripts/make-imagenet-like.sh kit);
 #               with STOKER_RESNET_REALISTIC=1 also 20,000 realistic ones (make --realistic:
@@ -52,7 +56,7 @@ B=${STOKER_BUNDLE:-build-gpu/bundle}
 P=benchmarks/peers
 OUT_DIR=${STOKER_MEASURE_OUT:-build/gpu-measure}
 TMP=${TMPDIR:-/tmp}
-ALL=(train checkpoint parity gemm ops state memory diag health gpt gptc gptparity fp8 resnet multi)
+ALL=(train checkpoint parity gemm ops state memory diag health gpt gptc gptparity fp8 gptlarge resnet multi)
 DEFAULT=(train checkpoint parity gemm)
 
 usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$SELF"; }
@@ -61,7 +65,7 @@ die() { echo "gpu-measure: $*" >&2; exit 2; }
 # The files a measurement needs besides the bundle: its peers (relative to the repository).
 peers_of() {
   case $1 in
-    train|gpt|gptc) echo "$P/torch_train.py $P/gpt_model.py" ;;
+    train|gpt|gptc|gptlarge) echo "$P/torch_train.py $P/gpt_model.py" ;;
     parity) echo "tests/parity/torch_parity.py" ;;
     gemm) echo "$P/torch_gemm_probe.py" ;;
     gptparity) echo "$P/torch_gpt_parity.py $P/gpt_model.py examples/gpt/data/kjv-genesis-exodus.txt" ;;
@@ -282,6 +286,29 @@ run_fp8() {
   done
   { echo "step bf16_seed1 bf16_seed2 fp8_seed1 fp8_seed2"; paste -d' ' "$TMP/fp8_steps" "${cols[@]}"; } |
     tee "$OUT_DIR/fp8_curves.txt"
+}
+
+run_gptlarge() {
+  local g=$B/examples/stoker_gpt m b
+  local -a a=(--synthetic --steps 10 --bench-warmup 4 --clip 0)
+  for m in ${STOKER_GPT_LARGE:-gpt2-774m gpt2-1.5b}; do
+    section "$m B=8 T=1024: stoker bf16 / bf16 + int8 AdamW state + checkpointing / fp8"
+    "$g" --preset "$m" "${a[@]}" --batch 8 --precision bf16
+    "$g" --preset "$m" "${a[@]}" --batch 8 --precision bf16 --optimizer-state int8 \
+      --activation-checkpoint-every 1
+    "$g" --preset "$m" "${a[@]}" --batch 8 --precision fp8
+    section "$m: the largest batch of stoker bf16 + int8 state + checkpointing (16, 32, 64)"
+    for b in 16 32 64; do
+      "$g" --preset "$m" "${a[@]}" --batch "$b" --precision bf16 --optimizer-state int8 \
+        --activation-checkpoint-every 1 2>&1 | tail -3 || break
+    done
+    section "$m B=8: PyTorch eager bf16, eager + checkpointing, torch.compile"
+    python3 "$P/torch_train.py" gpt --preset "$m" --batch 8 --precision bf16 --warmup 3 --steps 10
+    python3 "$P/torch_train.py" gpt --preset "$m" --batch 8 --precision bf16 --warmup 3 \
+      --steps 10 --checkpoint
+    python3 "$P/torch_train.py" gpt --preset "$m" --batch 8 --precision bf16 --warmup 3 \
+      --steps 10 --compile
+  done
 }
 
 run_resnet() {

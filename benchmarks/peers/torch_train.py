@@ -76,12 +76,23 @@ def run_mlp(torch, args, precision):
           f"{dt * 1e3:.2f} ms/step, peak {peak:.2f} GiB", flush=True)
 
 
+# GPT-2's sizes as stoker_gpt's --preset names them: (layers, heads, width); vocabulary 50304.
+GPT_PRESETS = {
+    "gpt2-124m": (12, 12, 768),
+    "gpt2-350m": (24, 16, 1024),
+    "gpt2-774m": (36, 20, 1280),
+    "gpt2-1.5b": (48, 25, 1600),
+}
+
+
 def run_gpt(torch, args, precision):
     import gpt_model
 
     batch, context = args.batch or 16, 1024
+    layers, heads, width = GPT_PRESETS[args.preset]
     torch.manual_seed(0)
-    model = gpt_model.GPT(context=context, checkpoint_blocks=args.checkpoint).cuda()
+    model = gpt_model.GPT(context=context, width=width, layers=layers, heads=heads,
+                          checkpoint_blocks=args.checkpoint).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     forward = torch.compile(model) if args.compile else model
     ids = torch.randint(0, 50257, (batch, context), device="cuda")
@@ -96,8 +107,8 @@ def run_gpt(torch, args, precision):
 
     dt, peak = timed(torch, step, args.warmup, args.steps)
     tokens = batch * context
-    flops = gpt_model.flops_per_token(model, 12, 768, context) * tokens
-    print(f"torch GPT gpt2-124m B={batch} T={context} {label(precision, args.tf32)}"
+    flops = gpt_model.flops_per_token(model, layers, width, context) * tokens
+    print(f"torch GPT {args.preset} B={batch} T={context} {label(precision, args.tf32)}"
           f"{' +ckpt(every 1)' if args.checkpoint else ''}{' +compile' if args.compile else ''}: "
           f"{tokens / dt:,.0f} tok/s, {dt * 1e3:.1f} ms/step, peak {peak:.1f} GiB, "
           f"~{flops / dt / 1e12:.0f} TFLOP/s", flush=True)
@@ -146,6 +157,8 @@ def main():
                          "gpt fp32,bf16; resnet fp32,bf16)")
     ap.add_argument("--batch", type=int, default=0,
                     help="batch size (default: mlp 8192, gpt 16, resnet 256)")
+    ap.add_argument("--preset", default="gpt2-124m", choices=tuple(GPT_PRESETS),
+                    help="gpt: the model size (gpt2-124m)")
     ap.add_argument("--layers", type=int, default=8, help="mlp: Linear+GELU blocks (8)")
     ap.add_argument("--width", type=int, default=4096, help="mlp: width d (4096)")
     ap.add_argument("--arch", default="resnet50", choices=("resnet18", "resnet50"),
