@@ -579,7 +579,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--precision", a.precision,
                  "fp32, bf16, fp16 or fp8 (bf16 with the Linear layers in FP8)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
       ->capture_default_str();
   app.add_option("--layout", a.layout, "nchw or nhwc (channels-last)")
       ->check(CLI::IsMember({"nchw", "nhwc"}))

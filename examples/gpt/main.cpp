@@ -409,7 +409,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--precision", o.precision,
                  "fp32 | bf16 | fp16 | fp8 (bf16 with the block Linears in FP8: Ada, Hopper)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
       ->capture_default_str();
   app.add_flag("--selective", o.selective, "selective recomputation (GELU/LayerNorm outputs)");
   app.add_flag("--fused-head,!--no-fused-head", o.fused_head,

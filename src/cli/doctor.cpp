@@ -81,7 +81,7 @@ CLI::App* add_doctor_command(CLI::App& app, DoctorOptions& o) {
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   c->add_option("--precision", o.precision, "fp32, bf16, fp16 or fp8 (default bf16 on a GPU)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
   c->add_option("--data", o.data,
                 "real data: an LMDB from `stoker pack` (default: a synthetic set packed in a "
                 "temporary folder)");
