@@ -1,6 +1,6 @@
 // Optimizer update kernels over a whole list of parameters ("multi-tensor": one launch on the
-// GPU for all of them). Formulas are PyTorch's (torch.optim.SGD / AdamW, foreach variants);
-// LARS's are MLPerf's reference (below).
+// GPU for all of them; three for LARS). Formulas are PyTorch's (torch.optim.SGD / AdamW, foreach
+// variants); LARS's are MLPerf's reference (below).
 //
 // params, grads and state tensors are f32 and pairwise the same shape, all on one device.
 // `found_inf` is optional (undefined = none): a rank-0 f32 device flag written by the gradient
