@@ -25,7 +25,11 @@
 //   "<arch> <precision> <layout> B=<batch>: synthetic N img/s, peak X GiB ..."
 //   "<arch> <precision> <layout> B=<batch>: fed by the stoker loader (T threads) N img/s
 //    (P % of synthetic), peak X GiB ..."
-// Optimizer: SGD with momentum 0.9 (the peer's); weight decay and a cosine schedule in training.
+// Optimizer: --optimizer sgd (default): SGD with momentum 0.9 (the peer's); --optimizer lars:
+// LARS as in MLPerf's ResNet-50 runs (momentum 0.9, --lars-eta 0.001, weight decay 5e-5; biases
+// and batch-norm parameters excluded from the trust ratio and the decay), for large batches.
+// Training: weight decay, a linear warm-up, then --lr-schedule cosine (default) or poly
+// (MLPerf's: (1 - t)^2 down to 1e-4), and optionally --label-smoothing (MLPerf uses 0.1).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -70,9 +74,15 @@ struct Args {
   int64_t epochs = 3;
   int64_t batch = 64;
   int accum = 1;
-  float lr = -1;  // < 0: 0.1 * batch * accum * ranks / 256 (Goyal et al.'s rule)
+  // < 0: SGD 0.1 * global batch / 256 (Goyal et al.'s rule); LARS 10.5 * global batch / 3264
+  // (NVIDIA's MLPerf ResNet-50 setting at batch 3264, scaled linearly).
+  float lr = -1;
   float weight_decay = 5e-5f;
   int warmup_epochs = 1;
+  std::string optimizer = "sgd";
+  std::string lr_schedule = "cosine";
+  float label_smoothing = 0.0f;
+  float lars_eta = 0.001f;
   std::string precision = "fp32";
   // Channels-last: tensor cores on the GPU; on the CPU one large GEMM per conv chunk.
   std::string layout = "nhwc";
@@ -152,6 +162,32 @@ std::unique_ptr<nn::Sequential> build_model(const Args& a, int64_t classes, Layo
   return m;
 }
 
+// The optimizer of --optimizer, with momentum 0.9: SGD (the peer's), or LARS with MLPerf's
+// settings (--lars-eta; biases and batch-norm gamma/beta excluded: optim::one_dimensional).
+std::unique_ptr<stoker::optim::Optimizer> make_optimizer(const Args& a, nn::Module& model, float lr,
+                                                         float weight_decay) {
+  if (a.optimizer == "lars")
+    return std::make_unique<stoker::optim::LARS>(
+        model.named_parameters(),
+        stoker::optim::LarsOptions{
+            .lr = lr, .momentum = 0.9f, .weight_decay = weight_decay, .eta = a.lars_eta});
+  return std::make_unique<stoker::optim::SGD>(
+      model.named_parameters(),
+      stoker::optim::SgdOptions{.lr = lr, .momentum = 0.9f, .weight_decay = weight_decay});
+}
+
+// What the startup line says of the optimizer: "SGD lr 0.1 (momentum 0.9, weight decay 5e-05"
+// and the like (the caller closes the parenthesis after the schedule).
+std::string describe_optimizer(const Args& a, const stoker::optim::Optimizer& opt, float lr,
+                               float weight_decay) {
+  using stoker::core::detail::str;
+  const std::string common = str(" lr ", lr, " (momentum 0.9, weight decay ", weight_decay);
+  if (const auto* lars = dynamic_cast<const stoker::optim::LARS*>(&opt))
+    return str("LARS", common, ", eta ", a.lars_eta, ", ", lars->adapted_count(), " of ",
+               lars->trainable_count(), " parameters adapted");
+  return "SGD" + common;
+}
+
 data::LoaderOptions loader_options(const Args& a, Device device, Layout layout, DType dtype,
                                    int rank, int world, bool train_split) {
   data::LoaderOptions o;
@@ -213,6 +249,13 @@ void check_args(const Args& a) {
                     a.min_accuracy, " needs a validation set: there is no --val");
 }
 
+// Flags that belong to an optimizer other than the one chosen are errors, not ignored.
+void check_optimizer_flags(const CLI::App& app, const Args& a) {
+  STOKER_CHECK_HINT(app.count("--lars-eta") == 0 || a.optimizer == "lars",
+                    "add --optimizer lars, or leave --lars-eta out",
+                    "--lars-eta applies to --optimizer lars, not --optimizer ", a.optimizer);
+}
+
 // One optimizer step per call on `batch`, `n` times, between device syncs: seconds.
 double time_steps(train::Trainer& t, const data::Batch& batch, int n, Device device) {
   stoker::core::synchronize_device(device);
@@ -238,11 +281,13 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
                           " B=" + std::to_string(a.batch);
   if (root)
     std::printf(
-        "%s on %s (%s), image %dx%d, %lld classes, SGD(momentum 0.9)%s\n", tag.c_str(),
+        "%s on %s (%s), image %dx%d, %lld classes, %s(momentum 0.9)%s\n", tag.c_str(),
         device.str().c_str(), stoker::core::describe_device(device).c_str(), a.image_size,
-        a.image_size, static_cast<long long>(classes),
+        a.image_size, static_cast<long long>(classes), a.optimizer == "lars" ? "LARS" : "SGD",
         world > 1 ? (", data parallel on " + std::to_string(world) + " ranks").c_str() : "");
   const float lr = a.lr > 0 ? a.lr : 0.1f;
+  // The peer's SGD has no weight decay; LARS keeps its own (its update's work).
+  const float bench_decay = a.optimizer == "lars" ? a.weight_decay : 0.0f;
 
   // Synthetic: one random batch on the device, in the compute dtype and layout.
   double syn = 0;
@@ -250,9 +295,9 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
     auto model = build_model(a, classes, layout, device);
     std::unique_ptr<dist::ReplicatedGradSync> grad_sync;
     if (world > 1) grad_sync = std::make_unique<dist::ReplicatedGradSync>(*ctx->comm, *model);
-    stoker::optim::SGD opt(model->named_parameters(), {.lr = lr, .momentum = 0.9f});
-    nn::CrossEntropyLoss loss;
-    train::Trainer t(*model, loss, opt,
+    const auto opt = make_optimizer(a, *model, lr, bench_decay);
+    nn::CrossEntropyLoss loss({.label_smoothing = a.label_smoothing});
+    train::Trainer t(*model, loss, *opt,
                      {.precision = p,
                       .log_grad_norm = false,
                       .progress_bar = false,
@@ -297,9 +342,9 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
 
   // Fed by the Loader: `bench_epochs` epochs, the first `warmup` steps untimed.
   auto model = build_model(a, classes, layout, device);
-  stoker::optim::SGD opt(model->named_parameters(), {.lr = lr, .momentum = 0.9f});
-  nn::CrossEntropyLoss loss;
-  train::Trainer t(*model, loss, opt,
+  const auto opt = make_optimizer(a, *model, lr, bench_decay);
+  nn::CrossEntropyLoss loss({.label_smoothing = a.label_smoothing});
+  train::Trainer t(*model, loss, *opt,
                    {.precision = p,
                     .log_grad_norm = false,
                     .progress_bar = false,
@@ -386,10 +431,12 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
         *val_ds, loader_options(a, device, layout, dtype, 0, 1, false));
 
   auto model = build_model(a, classes, layout, device);
-  const float lr = a.lr > 0 ? a.lr : 0.1f * static_cast<float>(a.batch * a.accum * world) / 256.0f;
-  stoker::optim::SGD opt(model->named_parameters(),
-                         {.lr = lr, .momentum = 0.9f, .weight_decay = a.weight_decay});
-  nn::CrossEntropyLoss loss;
+  const float global_batch = static_cast<float>(a.batch * a.accum * world);
+  const float lr = a.lr > 0                ? a.lr
+                   : a.optimizer == "lars" ? 10.5f * global_batch / 3264.0f
+                                           : 0.1f * global_batch / 256.0f;
+  const auto opt = make_optimizer(a, *model, lr, a.weight_decay);
+  nn::CrossEntropyLoss loss({.label_smoothing = a.label_smoothing});
   std::unique_ptr<dist::ReplicatedGradSync> grad_sync;
   if (ctx && world > 1) grad_sync = std::make_unique<dist::ReplicatedGradSync>(*ctx->comm, *model);
   const int64_t steps_per_epoch = train_loader.batches_per_epoch() / a.accum;
@@ -399,10 +446,15 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   train::TrainerOptions to;
   to.precision = p;
   to.grad_accum_steps = a.accum;
-  // Warm-up epochs leave at least one epoch of cosine decay.
+  // Warm-up epochs leave at least one epoch of decay.
   const int64_t warmup_epochs = std::clamp<int64_t>(a.warmup_epochs, 0, a.epochs - 1);
-  to.schedule = stoker::optim::cosine_with_warmup(lr, warmup_epochs * steps_per_epoch,
-                                                  a.epochs * steps_per_epoch);
+  // poly: MLPerf's end rate 1e-4 and power 2 (the end rate no higher than the peak).
+  const float poly_end = std::min(1e-4f, lr);
+  to.schedule = a.lr_schedule == "poly"
+                    ? stoker::optim::polynomial_with_warmup(lr, warmup_epochs * steps_per_epoch,
+                                                            a.epochs * steps_per_epoch, poly_end)
+                    : stoker::optim::cosine_with_warmup(lr, warmup_epochs * steps_per_epoch,
+                                                        a.epochs * steps_per_epoch);
   to.log_interval = a.log_interval;
   to.log_grad_norm = false;
   to.grad_sync = grad_sync.get();
@@ -410,7 +462,7 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   to.diagnostics.print = false;  // the final report is printed below, once
   to.activation_checkpoint_every = a.run.activation_checkpoint_every;
   a.run.apply(to);  // checkpoints, metrics, evaluation
-  train::Trainer trainer(*model, loss, opt, to);
+  train::Trainer trainer(*model, loss, *opt, to);
   const int64_t total_steps = a.epochs * steps_per_epoch;
 
   if (main_rank) {
@@ -421,12 +473,19 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
                 world > 1 ? "s" : "");
     std::printf(
         "data: %s (%lld images, %lld classes)%s; %dx%d crops, batch %lld x accum %d x %d "
-        "rank%s = global batch %lld, SGD lr %.4g (cosine, %d warm-up epoch%s)\n",
+        "rank%s = global batch %lld, %s; %s, %lld warm-up epoch%s)%s\n",
         train_db.c_str(), static_cast<long long>(train_ds.size()), static_cast<long long>(classes),
         val_ds ? (", val " + std::to_string(val_ds->size()) + " images").c_str() : ", no --val",
         a.image_size, a.image_size, static_cast<long long>(a.batch), a.accum, world,
-        world > 1 ? "s" : "", static_cast<long long>(a.batch * a.accum * world), lr,
-        a.warmup_epochs, a.warmup_epochs == 1 ? "" : "s");
+        world > 1 ? "s" : "", static_cast<long long>(a.batch * a.accum * world),
+        describe_optimizer(a, *opt, lr, a.weight_decay).c_str(),
+        a.lr_schedule == "poly"
+            ? stoker::core::detail::str("poly (power 2, down to ", poly_end, ")").c_str()
+            : "cosine",
+        static_cast<long long>(warmup_epochs), warmup_epochs == 1 ? "" : "s",
+        a.label_smoothing > 0
+            ? stoker::core::detail::str(", label smoothing ", a.label_smoothing).c_str()
+            : "");
     std::printf("run: %lld steps (%lld epochs of %lld)%s%s\n", static_cast<long long>(total_steps),
                 static_cast<long long>(a.epochs), static_cast<long long>(steps_per_epoch),
                 a.run.checkpoint_dir.empty() ? ", no checkpoints (--checkpoint-dir)"
@@ -569,13 +628,34 @@ int main(int argc, char** argv) {
   app.add_option("--accum", a.accum, "micro-batches per optimizer step")
       ->check(at_least(1))
       ->capture_default_str();
-  app.add_option("--lr", a.lr, "peak learning rate (default 0.1 x global batch / 256)")
+  app.add_option("--optimizer", a.optimizer,
+                 "sgd (momentum 0.9) or lars (MLPerf's large-batch recipe: layer-wise trust "
+                 "ratio; biases and batch-norm parameters plain SGD without decay)")
+      ->check(CLI::IsMember({"sgd", "lars"}))
+      ->capture_default_str();
+  app.add_option("--lr", a.lr,
+                 "peak learning rate (default: sgd 0.1 x global batch / 256, lars 10.5 x global "
+                 "batch / 3264)")
       ->check(positive());
-  app.add_option("--weight-decay", a.weight_decay, "SGD weight decay")
+  app.add_option("--weight-decay", a.weight_decay,
+                 "weight decay (lars: of the adapted weights only; MLPerf's 5e-5)")
       ->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--warmup-epochs", a.warmup_epochs, "linear lr warm-up")
+  app.add_option("--lars-eta", a.lars_eta, "lars: trust coefficient eta (MLPerf's 0.001)")
+      ->check(positive())
+      ->capture_default_str();
+  app.add_option("--warmup-epochs", a.warmup_epochs,
+                 "linear lr warm-up (at most --epochs - 1 are used)")
       ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--lr-schedule", a.lr_schedule,
+                 "decay after the warm-up: cosine (to 0) or poly (MLPerf's: (1 - t)^2 down to "
+                 "1e-4)")
+      ->check(CLI::IsMember({"cosine", "poly"}))
+      ->capture_default_str();
+  app.add_option("--label-smoothing", a.label_smoothing,
+                 "cross-entropy label smoothing, 0..1 (MLPerf's 0.1; the val loss includes it)")
+      ->check(in_range(0, 1))
       ->capture_default_str();
   app.add_option("--precision", a.precision,
                  "fp32, bf16, fp16 or fp8 (bf16 with the Linear layers in FP8)")
@@ -640,6 +720,7 @@ int main(int argc, char** argv) {
     // The ResNets are ImageNet models: 224x224 crops unless told otherwise.
     if (app.count("--image-size") == 0 && a.arch != "small") a.image_size = 224;
     check_args(a);
+    check_optimizer_flags(app, a);
     if (a.synthetic)
       stoker::program::RunFlags::refuse_in(
           app, "a --synthetic bench",

@@ -90,6 +90,7 @@
 #include "stoker/ops/random.h"
 #include "stoker/ops/reduce.h"
 #include "stoker/ops/training.h"
+#include "stoker/optim/lars.h"
 #include "stoker/optim/offloaded_optimizer.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/optim/schedule.h"

@@ -39,6 +39,11 @@ ShardedOptimizer::ShardedOptimizer(ShardedGradSync& sync, const Factory& make)
   STOKER_CHECK(make != nullptr, "ShardedOptimizer: no factory for the inner optimizer");
   inner_ = make(sync.shard_parameters());
   STOKER_CHECK(inner_ != nullptr, "ShardedOptimizer: the factory returned no optimizer");
+  STOKER_CHECK_HINT(!inner_->needs_whole_parameters(),
+                    "use a ReplicatedGradSync (plain data parallelism) with this optimizer",
+                    "ShardedOptimizer: ", inner_->describe(),
+                    " needs each parameter whole (norms over a tensor), but ZeRO-1 gives its "
+                    "inner optimizer slices of gradient buckets");
   set_state_format(inner_->state_format());
   lr_ = inner_->lr();
 }

@@ -20,6 +20,7 @@ double flops_per_element(std::string_view name) {
   if (starts_with(name, "cross_entropy")) return 5;
   if (starts_with(name, "adamw")) return 12;
   if (starts_with(name, "sgd")) return 4;
+  if (starts_with(name, "lars")) return 8;  // two squared norms, then SGD's update
   if (starts_with(name, "gelu")) return 10;
   if (starts_with(name, "random")) return 4;
   if (starts_with(name, "fill") || starts_with(name, "cast") || starts_with(name, "convert") ||

@@ -158,6 +158,28 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                   found_inf);
 }
 
+void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+               std::span<const Tensor> momentum_bufs, std::span<const uint8_t> adapt,
+               const LarsHyper& h, const Tensor& found_inf) {
+  check_list("lars_step", "params", params, params);
+  check_list("lars_step", "grads", grads, params);
+  check_list("lars_step", "momentum_bufs", momentum_bufs, params);
+  STOKER_CHECK(adapt.size() == params.size(), "ops::lars_step: ", params.size(), " parameters but ",
+               adapt.size(), " adapt flags; pass one per parameter");
+  check_found_inf("lars_step", found_inf, params);
+  const auto finite_non_negative = [](float x) { return std::isfinite(x) && x >= 0.0f; };
+  STOKER_CHECK(finite_non_negative(h.lr) && finite_non_negative(h.momentum) &&
+                   finite_non_negative(h.weight_decay) && finite_non_negative(h.epsilon),
+               "ops::lars_step: lr ", h.lr, ", momentum ", h.momentum, ", weight_decay ",
+               h.weight_decay, " and epsilon ", h.epsilon, " must be finite and non-negative");
+  STOKER_CHECK(std::isfinite(h.eta) && h.eta > 0.0f, "ops::lars_step: eta ", h.eta,
+               " must be a finite positive number (MLPerf's reference uses 0.001)");
+  if (params.empty()) return;
+  detail::check_backend("lars_step", params[0]);
+  const detail::LarsConsts c{h.lr, h.momentum, h.weight_decay, h.eta, h.epsilon};
+  STOKER_DISPATCH(params[0].device(), lars_step, params, grads, momentum_bufs, adapt, c, found_inf);
+}
+
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
                 const AdamWHyper& h, const Tensor& found_inf, const Tensor& step_state,

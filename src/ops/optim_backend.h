@@ -1,5 +1,5 @@
 // Private: backend entry points of the optimizer ops (ops/optim.h; see backend.h for the
-// convention). CPU: src/ops/cpu/optim.cpp, optim_state.cpp; CUDA: kernels/optim.cu. (The
+// convention). CPU: src/ops/cpu/optim.cpp, optim_state.cpp; CUDA: kernels/optim.cu, lars.cu. (The
 // training-step ops: training_backend.h.)
 #pragma once
 
@@ -26,7 +26,10 @@ namespace stoker::ops {
                           std::span<const StateTensor> exp_avgs,                                   \
                           std::span<const StateTensor> exp_avg_sqs, const detail::AdamWConsts& c,  \
                           const StateStorage& storage, const Tensor& found_inf,                    \
-                          const Tensor& step_state, double beta1, double beta2, double lr);
+                          const Tensor& step_state, double beta1, double beta2, double lr);        \
+  void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,                    \
+                 std::span<const Tensor> bufs, std::span<const uint8_t> adapt,                     \
+                 const detail::LarsConsts& c, const Tensor& found_inf);
 
 namespace cpu {
 STOKER_OPTIM_BACKEND_DECLS

@@ -28,6 +28,26 @@ STOKER_HD STOKER_FORCEINLINE void sgd_update(float& p, float& buf, float g, cons
   p = fmaf(-c.lr, g, p);
 }
 
+// LARS (ops::lars_step). The trust ratio of an adapted tensor from its two norms, in f32 on
+// both backends; `1` where either norm is zero (or NaN: an overflowed step, skipped anyway).
+struct LarsConsts {
+  float lr, momentum, weight_decay, eta, epsilon;
+};
+
+STOKER_HD STOKER_FORCEINLINE float lars_trust(float w_norm, float g_norm, const LarsConsts& c) {
+  if (!(w_norm > 0.0f) || !(g_norm > 0.0f)) return 1.0f;
+  return c.eta * w_norm / (fmaf(c.weight_decay, w_norm, g_norm) + c.epsilon);
+}
+
+// One LARS element: `lr` is this tensor's rate (lr * trust, or lr for an excluded tensor) and
+// `weight_decay` its decay (0 for an excluded tensor).
+STOKER_HD STOKER_FORCEINLINE void lars_update(float& p, float& buf, float g, float lr,
+                                              float weight_decay, float momentum) {
+  if (weight_decay != 0.0f) g = fmaf(weight_decay, p, g);
+  buf = fmaf(momentum, buf, lr * g);
+  p -= buf;
+}
+
 struct AdamWConsts {
   float decay;            // 1 - lr * weight_decay
   float one_minus_beta1;  // lerp weight of the first moment

@@ -5,7 +5,8 @@
 # output paths that cannot be written (checked before training: a path below a regular file and
 # /proc refuse root too), --classes and --val databases that do not match --data, and a
 # database with a damaged record under --on-corrupt fail and skip; the flags of long runs
-# (checkpoints, resume, evaluation, metrics) and the old spelling of activation checkpointing. Every check runs and the
+# (checkpoints, resume, evaluation, metrics) and the old spelling of activation checkpointing; the
+# classifier's optimizer flags (a short LARS run must lower its loss). Every check runs and the
 # failures are listed at the end.
 # Usage: examples_cli_test.sh STOKER STOKER_MLP STOKER_DEMO STOKER_CLASSIFIER STOKER_GPT SCRATCH
 set -u
@@ -138,6 +139,34 @@ has "$err" "class 0 is 'circle' in --data $dir/db but 'aardvark' in --val $dir/d
 expect 0 run_classifier
 has "$out" "^epoch 1/1: train loss [0-9.]*, [0-9]* img/s, no validation set"
 hasnt "$out" "-100.00"
+out_default="$dir/out_default.txt"
+cp "$out" "$out_default"
+
+# --- the classifier's optimizer, schedule and loss: bad values name the flag; the startup line
+# names what is used; LARS with the poly schedule and label smoothing trains (the loss goes down).
+expect 105 run_classifier --optimizer adam
+has "$err" "--optimizer: adam not in"
+expect 105 run_classifier --lr-schedule step
+has "$err" "--lr-schedule: step not in"
+expect 105 run_classifier --label-smoothing 1.5
+has "$err" "--label-smoothing: 1.5 is not in \[0, 1\]"
+expect 105 run_classifier --optimizer lars --lars-eta 0
+has "$err" "--lars-eta: 0 is not a positive number"
+expect 1 run_classifier --lars-eta 0.01
+has "$err" "^stoker_classifier: error: --lars-eta applies to --optimizer lars, not --optimizer sgd"
+hasnt "$out" "^step "
+# The default (one epoch: its warm-up is clamped to none, and said so).
+has "$out_default" "SGD lr 0.00625 (momentum 0.9, weight decay 5e-05; cosine, 0 warm-up epochs)$"
+lars_classifier() {
+  "$classifier" --data "$dir/db" --device cpu --epochs 4 --batch 16 --image-size 16 \
+    --optimizer lars --lr 0.5 --lars-eta 0.01 --lr-schedule poly --label-smoothing 0.1 "$@"
+}
+expect 0 lars_classifier
+has "$out" "LARS lr 0.5 (momentum 0.9, weight decay 5e-05, eta 0.01, [1-9][0-9]* of [1-9][0-9]* parameters adapted; poly (power 2, down to 0.0001), 1 warm-up epoch), label smoothing 0.1$"
+first=$(sed -n 's|^epoch 1/4: train loss \([0-9.]*\),.*|\1|p' "$out")
+last=$(sed -n 's|^epoch 4/4: train loss \([0-9.]*\),.*|\1|p' "$out")
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(a != "" && b != "" && b + 0.05 < a) }' ||
+  fail "LARS did not train: train loss $first in epoch 1, $last in epoch 4"
 
 # --- the flags of long runs (examples/common/run_flags.h), the same in both trainers.
 expect 1 run_classifier --checkpoint-interval 10

@@ -25,6 +25,7 @@
 #include "stoker/dist/thread_communicator.h"
 #include "stoker/nn/loss.h"
 #include "stoker/ops/copy.h"
+#include "stoker/optim/lars.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"
@@ -538,6 +539,22 @@ static_assert(!std::is_constructible_v<dist::ShardedOptimizer, dist::ReplicatedG
                                        const dist::ShardedOptimizer::Factory&>);
 static_assert(std::is_constructible_v<dist::ShardedOptimizer, dist::ShardedGradSync&,
                                       const dist::ShardedOptimizer::Factory&>);
+
+// LARS takes norms over whole parameters; ZeRO-1's inner optimizer sees slices of buckets, whose
+// norms are others: the ShardedOptimizer refuses it and names the way out.
+TEST(ZeroTest, LarsIsRefusedOverSlices) {
+  auto m = make_odd_mlp(5);
+  dist::run_ranks(1, [&](dist::Communicator& comm) {
+    dist::ShardedGradSync sharded(comm, *m);
+    EXPECT_TRUE(stoker::test::throws_error_with(
+        [&] {
+          dist::ShardedOptimizer opt(sharded, [](optim::NamedParameters p) {
+            return std::make_unique<optim::LARS>(std::move(p));
+          });
+        },
+        {"LARS(", "needs each parameter whole", "ReplicatedGradSync"}));
+  });
+}
 
 // The Trainer checks that its sync and optimizer go together (GradSync::check_optimizer).
 TEST(ZeroTest, MismatchedPiecesAreErrors) {

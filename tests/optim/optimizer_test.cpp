@@ -336,4 +336,51 @@ TEST(ScheduleTest, Shapes) {
   EXPECT_THROW(cosine_with_warmup(1.0f, 10, 10), stoker::Error);
 }
 
+// MLPerf's LARS schedule: linear warm-up, then end + (lr - end) * (1 - t)^power, then end.
+// Expected values computed here from the formula, in double.
+TEST(ScheduleTest, PolynomialWithWarmup) {
+  const auto p = polynomial_with_warmup(2.0f, 4, 104, 1e-4f, 2.0f);
+  EXPECT_FLOAT_EQ(p.lr_at(0), 0.5f);  // 2 * 1/4
+  EXPECT_FLOAT_EQ(p.lr_at(1), 1.0f);
+  EXPECT_FLOAT_EQ(p.lr_at(3), 2.0f);  // the warm-up's last step reaches lr
+  EXPECT_FLOAT_EQ(p.lr_at(4), 2.0f);  // t = 0: the decay starts at lr
+  const auto decay = [](int64_t s) {
+    const double t = (s - 4) / 100.0;
+    return static_cast<float>(1e-4 + (2.0 - 1e-4) * (1.0 - t) * (1.0 - t));
+  };
+  for (const int64_t s : {5, 29, 54, 79, 103}) EXPECT_FLOAT_EQ(p.lr_at(s), decay(s)) << s;
+  EXPECT_NEAR(p.lr_at(54), 0.500075, 1e-6);  // t = 0.5: a quarter of the way above end
+  EXPECT_FLOAT_EQ(p.lr_at(104), 1e-4f);      // the end
+  EXPECT_FLOAT_EQ(p.lr_at(100000), 1e-4f);   // held beyond it
+  for (int64_t s = 4; s < 104; ++s) EXPECT_GT(p.lr_at(s), p.lr_at(s + 1)) << s;
+
+  // power 1 is a straight line; no warm-up starts at lr; total == warmup has no decay phase.
+  const auto linear = polynomial_with_warmup(1.0f, 0, 10, 0.0f, 1.0f);
+  EXPECT_FLOAT_EQ(linear.lr_at(0), 1.0f);
+  EXPECT_FLOAT_EQ(linear.lr_at(5), 0.5f);
+  EXPECT_FLOAT_EQ(linear.lr_at(10), 0.0f);
+  const auto flat = polynomial_with_warmup(1.0f, 5, 5, 0.25f);
+  EXPECT_FLOAT_EQ(flat.lr_at(4), 1.0f);
+  EXPECT_FLOAT_EQ(flat.lr_at(5), 0.25f);
+  EXPECT_NE(p.description.find("poly"), std::string::npos) << p.description;
+}
+
+TEST(ScheduleTest, PolynomialWithWarmupArgumentErrors) {
+  using stoker::test::throws_error_with;
+  EXPECT_TRUE(throws_error_with([] { polynomial_with_warmup(1.0f, -1, 10); },
+                                {"warmup_steps -1 is negative"}));
+  EXPECT_TRUE(throws_error_with([] { polynomial_with_warmup(1.0f, 0, -5); },
+                                {"total_steps -5 must be positive"}));
+  EXPECT_TRUE(throws_error_with([] { polynomial_with_warmup(1.0f, 20, 10); },
+                                {"total_steps (10) is below warmup_steps (20)"}));
+  EXPECT_TRUE(throws_error_with([] { polynomial_with_warmup(1.0f, 0, 10, 1e-4f, 0.0f); },
+                                {"power 0 must be", "> 0"}));
+  EXPECT_TRUE(
+      throws_error_with([] { polynomial_with_warmup(1.0f, 0, 10, 1e-4f, -2.0f); }, {"power -2"}));
+  EXPECT_TRUE(throws_error_with([] { polynomial_with_warmup(1.0f, 0, 10, 2.0f); },
+                                {"end_lr 2 must be in [0, lr = 1]"}));
+  EXPECT_TRUE(throws_error_with([] { polynomial_with_warmup(1.0f, 0, 10, -1.0f); }, {"end_lr -1"}));
+  EXPECT_TRUE(throws_error_with([] { polynomial_with_warmup(NAN, 0, 10); }, {"lr nan"}));
+}
+
 }  // namespace

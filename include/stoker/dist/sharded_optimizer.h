@@ -4,9 +4,11 @@
 //
 // How: the ShardedGradSync (dist/sharded_grad_sync.h) reduce-scatters each gradient bucket, so
 // rank r holds the averaged gradient of slice r of every bucket, and keeps the parameters' fp32
-// values in flat buffers with the buckets' layout. The inner optimizer — any optim::Optimizer,
-// made by the factory — is built over sync.shard_parameters(): one parameter per bucket, this
-// rank's contiguous slice, so the existing multi-tensor kernels update the slices. After the
+// values in flat buffers with the buckets' layout. The inner optimizer — any element-wise
+// optim::Optimizer, made by the factory — is built over sync.shard_parameters(): one parameter
+// per bucket, this rank's contiguous slice, so the existing multi-tensor kernels update the
+// slices. An optimizer that needs whole parameters (optim::LARS: norms over each tensor;
+// Optimizer::needs_whole_parameters) is refused with an error. After the
 // inner update the sync all-gathers the updated slices (on the current stream) and the half compute
 // copies of every parameter are refreshed as after any step. Why a wrapper and not an option on
 // Optimizer: optim sits below dist in the layers, and wrapping keeps AdamW/SGD and their kernels

@@ -1,5 +1,6 @@
 // Optimizer update kernels over a whole list of parameters ("multi-tensor": one launch on the
-// GPU for all of them). Formulas are PyTorch's (torch.optim.SGD / AdamW, foreach variants).
+// GPU for all of them; three for LARS). Formulas are PyTorch's (torch.optim.SGD / AdamW, foreach
+// variants); LARS's are MLPerf's reference (below).
 //
 // params, grads and state tensors are f32 and pairwise the same shape, all on one device.
 // `found_inf` is optional (undefined = none): a rank-0 f32 device flag written by the gradient
@@ -31,6 +32,31 @@ struct SgdHyper {
 void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
               std::span<const Tensor> momentum_bufs, const SgdHyper& h,
               const Tensor& found_inf = {});
+
+struct LarsHyper {
+  float lr = 0.1f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  float eta = 0.001f;    // trust coefficient
+  float epsilon = 0.0f;  // added to the trust ratio's denominator
+};
+
+// LARS (You, Gitman & Ginsburg 2017) in the form of the MLPerf ResNet-50 reference
+// (TensorFlow's LARSOptimizer, NVIDIA's MXNet "sgdwfastlars"): the learning rate is applied
+// inside the momentum. Per tensor, with ||.|| the L2 norm over the whole tensor:
+//   adapt[i] != 0:
+//     trust = eta * ||p|| / (||g|| + weight_decay * ||p|| + epsilon)  if ||p|| > 0 and ||g|| > 0
+//             1                                                       otherwise
+//     buf = momentum * buf + (lr * trust) * (g + weight_decay * p)
+//   adapt[i] == 0 (biases, normalization gamma/beta): no trust ratio, no weight decay
+//     buf = momentum * buf + lr * g
+//   p -= buf
+// momentum_bufs are required (zeros before the first step). The norms are reduced on the
+// parameters' device (GPU: f32 partial sums in a fixed order, deterministic; CPU: f64), the
+// trust ratios stay there (no host sync); lr is a host value.
+void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+               std::span<const Tensor> momentum_bufs, std::span<const uint8_t> adapt,
+               const LarsHyper& h, const Tensor& found_inf = {});
 
 struct AdamWHyper {
   float lr = 1e-3f;

@@ -1,5 +1,5 @@
 // Optimizers: SGD and AdamW over a model's parameters, with PyTorch's update formulas, each step
-// one multi-tensor launch on the GPU (ops/optim.h).
+// one multi-tensor launch on the GPU (ops/optim.h). LARS, for large batches: optim/lars.h.
 //
 // The learning rate is a host value set before each step (by the Trainer's schedule); all
 // state lives on the parameters' device. `step()` reads gradients as they are (unscaling and
@@ -102,6 +102,11 @@ class Optimizer {
 
   const NamedParameters& parameters() const { return params_; }
   virtual std::string describe() const = 0;
+
+  // Whether the update needs each parameter whole — LARS's norms over a tensor — and so cannot
+  // run over slices of parameters (dist::ShardedOptimizer refuses such an optimizer). False for
+  // the element-wise updates (SGD, AdamW).
+  virtual bool needs_whole_parameters() const { return false; }
 
   // The gradient synchronization whose gradient slices this optimizer updates, for an
   // optimizer whose state is sharded over ranks (dist::ShardedOptimizer returns its

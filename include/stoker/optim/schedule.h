@@ -25,6 +25,17 @@ LrSchedule linear_warmup(float lr, int64_t warmup_steps);
 LrSchedule cosine_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps,
                               float min_lr = 0.0f);
 
+// Linear warmup as above, then polynomial decay from lr to end_lr at total_steps, held at end_lr
+// after (MLPerf ResNet-50's LARS schedule: power 2, end_lr 1e-4):
+//   step <  warmup_steps:                lr * (step + 1) / warmup_steps
+//   warmup_steps <= step < total_steps:  end_lr + (lr - end_lr) * (1 - t)^power,
+//                                        t = (step - warmup_steps) / (total_steps - warmup_steps)
+//   step >= total_steps:                 end_lr
+// Needs 0 <= warmup_steps <= total_steps, total_steps > 0, 0 <= end_lr <= lr and power > 0;
+// otherwise throws naming the argument.
+LrSchedule polynomial_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps,
+                                  float end_lr = 1e-4f, float power = 2.0f);
+
 // The linear scaling rule (Goyal et al. 2017): lr for `batch_size` given a reference lr tuned
 // at `base_batch_size`.
 float scale_lr_for_batch(float base_lr, int64_t base_batch_size, int64_t batch_size);
