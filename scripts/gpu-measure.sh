@@ -27,9 +27,11 @@
 #   gpt         GPT-2 124M (stoker_gpt --synthetic) vs torch_train.py gpt, eager
 #   gptc        the PyTorch GPT-2 124M step under torch.compile (slow to compile)
 #   gptparity   the loss curve of stoker_gpt --parity-dir vs torch_gpt_parity.py (~30 s)
-#   fp8         GPT-2 124M B=16 bf16 vs --precision fp8 (each with and without --cuda-graph),
-#               then 2,000 steps on the bundled text, bf16 and fp8, two seeds each: the loss
-#               curves (fp8_curves.txt: step, loss per run) against bf16's own spread (~4 min)
+#   fp8         GPT-2 124M B=16 bf16 vs --precision fp8 (each with and without --cuda-graph)
+#   fp8curves   2,000 steps of GPT-2 124M B=8 on the bundled text, bf16 and fp8, each with the
+#               seeds of STOKER_FP8_SEEDS (default "1 2"): final train and validation losses and
+#               the curves (fp8_curves.txt: step, loss per run) against bf16's own spread
+#               (~1 min a run)
 #   gptlarge    GPT-2 774M and 1.5B B=8 (STOKER_GPT_LARGE="gpt2-774m gpt2-1.5b" picks which):
 #               stoker bf16 / bf16 + int8 AdamW state + per-block checkpointing / fp8, the
 #               largest batch of the memory-saving setting, PyTorch eager, eager + checkpointing
@@ -56,7 +58,7 @@ B=${STOKER_BUNDLE:-build-gpu/bundle}
 P=benchmarks/peers
 OUT_DIR=${STOKER_MEASURE_OUT:-build/gpu-measure}
 TMP=${TMPDIR:-/tmp}
-ALL=(train checkpoint parity gemm ops state memory diag health gpt gptc gptparity fp8 gptlarge resnet multi)
+ALL=(train checkpoint parity gemm ops state memory diag health gpt gptc gptparity fp8 fp8curves gptlarge resnet multi)
 DEFAULT=(train checkpoint parity gemm)
 
 usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$SELF"; }
@@ -71,7 +73,7 @@ peers_of() {
     gptparity) echo "$P/torch_gpt_parity.py $P/gpt_model.py examples/gpt/data/kjv-genesis-exodus.txt" ;;
     resnet) echo "$P/torch_e2e.py $P/torch_loader.py $P/make_imagenet_like.py scripts/make-imagenet-like.sh" ;;
     multi) echo "$P/torch_allreduce.py $P/torch_ddp.py $P/gpt_model.py scripts/kill-rank-check.sh" ;;
-    checkpoint|ops|state|memory|diag|health|fp8) echo "" ;;
+    checkpoint|ops|state|memory|diag|health|fp8|fp8curves) echo "" ;;
     *) return 1 ;;
   esac
 }
@@ -259,32 +261,37 @@ run_gptparity() {
 }
 
 run_fp8() {
-  local g=$B/examples/stoker_gpt p s log
+  local g=$B/examples/stoker_gpt p
   section "GPT-2 124M B=16 T=1024: stoker bf16 / fp8, each eager and with --cuda-graph"
   for p in bf16 fp8; do
     "$g" "${GPT_ARGS[@]}" --batch 16 --precision "$p"
     "$g" "${GPT_ARGS[@]}" --batch 16 --precision "$p" --cuda-graph
   done
-  section "GPT-2 124M B=8 T=1024, 2,000 steps on the bundled text: bf16 and fp8, seeds 1 and 2"
+}
+
+run_fp8curves() {
+  local g=$B/examples/stoker_gpt p s r log seeds=${STOKER_FP8_SEEDS:-1 2}
+  local -a runs=() cols=()
+  section "GPT-2 124M B=8 T=1024, 2,000 steps on the bundled text: bf16 and fp8, seeds $seeds"
   for p in bf16 fp8; do
-    for s in 1 2; do
+    for s in $seeds; do
       log=$OUT_DIR/fp8_curve_${p}_seed$s.log
       "$g" --preset gpt2-124m --batch 8 --steps 2000 --precision "$p" --seed "$s" \
         --log-interval 100 --sample 0 --cache "$TMP/stoker-fp8-data" >"$log" 2>&1
-      tail -3 "$log"
+      grep -E "final train loss|validation loss after" "$log"
+      runs+=("${p}_seed$s")
     done
   done
-  # One table: the loss at every logged step of the four runs (the Trainer's "step N | ... |
-  # loss L |" lines).
-  local r cols=()
-  awk -F'|' '/^step /{sub(/^step */, "", $1); print $1 + 0}' "$OUT_DIR/fp8_curve_bf16_seed1.log" \
+  # One table: the loss at every logged step of the runs (the Trainer's "step N | ... | loss L |"
+  # lines).
+  awk -F'|' '/^step /{sub(/^step */, "", $1); print $1 + 0}' "$OUT_DIR/fp8_curve_${runs[0]}.log" \
     >"$TMP/fp8_steps"
-  for r in bf16_seed1 bf16_seed2 fp8_seed1 fp8_seed2; do
+  for r in "${runs[@]}"; do
     awk -F'|' '/^step /{sub(/^ *loss */, "", $3); print $3 + 0}' "$OUT_DIR/fp8_curve_$r.log" \
       >"$TMP/fp8_$r"
     cols+=("$TMP/fp8_$r")
   done
-  { echo "step bf16_seed1 bf16_seed2 fp8_seed1 fp8_seed2"; paste -d' ' "$TMP/fp8_steps" "${cols[@]}"; } |
+  { echo "step ${runs[*]}"; paste -d' ' "$TMP/fp8_steps" "${cols[@]}"; } |
     tee "$OUT_DIR/fp8_curves.txt"
 }
 
