@@ -32,6 +32,9 @@ struct Acc {
 
 double DevicePeaks::compute_tflops(DType dtype, bool tf32) const {
   if (dtype == DType::bf16 || dtype == DType::f16) return tensor_tflops;
+  // u8 operands are FP8 codes (ops::gemm_fp8): the FP8 tensor cores run at twice the bf16 rate
+  // on every GPU that has them (Ada, Hopper, Blackwell datasheets).
+  if (dtype == DType::u8) return 2 * tensor_tflops;
   if (dtype == DType::f32 && tf32) return tf32_tflops;
   return fp32_tflops;
 }

@@ -13,6 +13,7 @@
 
 #include "stoker/core/op_listener.h"
 #include "stoker/core/tensor.h"
+#include "stoker/ops/fp8.h"
 #include "stoker/ops/gemm.h"
 
 namespace stoker::ops::detail {
@@ -23,6 +24,10 @@ struct CostArgs {
   const GemmOptions* gemm = nullptr;
   void add(const Tensor& t) { tensors.push_back(&t); }
   void add(const GemmOptions& o) { gemm = &o; }
+  void add(const Fp8CastOutputs& o) {  // the codes it writes (scale_inv and amax: 4 bytes)
+    if (o.codes) tensors.push_back(o.codes);
+    if (o.codes_t) tensors.push_back(o.codes_t);
+  }
   void add(std::span<const Tensor> ts) {
     for (const Tensor& t : ts) tensors.push_back(&t);
   }

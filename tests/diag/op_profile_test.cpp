@@ -78,6 +78,7 @@ TEST(OpProfileTest, PeaksComeFromTheModelName) {
   EXPECT_DOUBLE_EQ(h200.compute_tflops(DType::bf16, false), 989.4);
   EXPECT_DOUBLE_EQ(h200.compute_tflops(DType::f32, true), 494.7);
   EXPECT_DOUBLE_EQ(h200.compute_tflops(DType::f32, false), 66.9);
+  EXPECT_DOUBLE_EQ(h200.compute_tflops(DType::u8, false), 2 * 989.4);  // FP8 GEMMs
 }
 
 TEST(OpProfileTest, FamiliesOfTheBackendOps) {

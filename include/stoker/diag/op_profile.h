@@ -33,7 +33,8 @@ struct DevicePeaks {
   double fp32_tflops = 0;     // fp32 without tensor cores
   double bandwidth_gb_s = 0;  // device memory bandwidth
   bool known() const { return tensor_tflops > 0 && bandwidth_gb_s > 0; }
-  // The compute roof for an op on `dtype` (f32: TF32's when `tf32`).
+  // The compute roof for an op on `dtype` (f32: TF32's when `tf32`; u8, the FP8 GEMM's codes:
+  // twice the bf16 tensor peak).
   double compute_tflops(DType dtype, bool tf32) const;
 };
 
