@@ -99,8 +99,16 @@ TEST_P(BatchNormReluGpu, MatchesCpuAndTheUnfusedComposition) {
   EXPECT_GT(zeros, 0) << what;
   EXPECT_LT(zeros, g.y.numel()) << what;
 
-  // The unfused composition on the GPU: the same kernels' arithmetic, so the same bits.
+  // The unfused composition on the GPU: the same kernels' arithmetic, so the same bits (NHWC:
+  // stoker's deterministic kernels; NCHW runs the composition itself through cuDNN, whose
+  // reductions are not promised to be deterministic, so it is only held to the tolerances).
   const Out u = run(k, kGpu, /*fused=*/false);
+  if (k.layout == Layout::nchw) {
+    EXPECT_TRUE(all_close(g.y, u.y, r, r)) << what << ": y vs unfused";
+    EXPECT_TRUE(all_close(g.dx, u.dx, rdx, rdx)) << what << ": dx vs unfused";
+    EXPECT_TRUE(all_close(g.dgamma, u.dgamma, r, r * std::sqrt(m))) << what << ": dgamma";
+    return;
+  }
   EXPECT_TRUE(bit_identical(g.y, u.y)) << what << ": y vs unfused";
   EXPECT_TRUE(bit_identical(g.mean, u.mean)) << what << ": save_mean vs unfused";
   EXPECT_TRUE(bit_identical(g.rv, u.rv)) << what << ": running_var vs unfused";
