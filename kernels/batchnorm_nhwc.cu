@@ -29,8 +29,16 @@
 //  2. finalize per channel in fp64 over the slabs: dbeta += sum dy, dgamma += sum dy * xhat,
 //     k = gamma * invstd, a = sum dy / M, b = sum dy * xhat / M;
 //  3. dx = k * (dy - a - xhat * b).
-// dx may alias dy and y may alias x exactly: pass 1 reads everything before pass 3 writes, and
-// pass 3 reads each element before writing it.
+// dx may alias dy (or the fused ReLU's y) and the forward's y may alias x exactly: pass 1 reads
+// everything before pass 3 writes, and pass 3 reads each element before writing it.
+//
+// Fused ReLU (BatchNormParams::relu, the Relu template flag): forward pass 3 writes
+// relu((x - mean) * scale + beta); backward passes 1 and 3 also read the forward's output y and
+// use dz = dy * (y > 0) (nn_math.h's relu_grad, NaN counts as positive) wherever the plain
+// kernels use dy — dz is never stored. Activation-sized traffic, forward: 2 reads + 1 write
+// (x twice, y) against 3 reads + 2 writes for the BN kernels then a ReLU kernel; backward:
+// 6 reads + 1 write ((dy, y, x) twice, dx) against 6 reads + 2 writes for relu_backward (dy, y ->
+// dz) then the BN backward (dz, x twice, dx) — and no dz buffer.
 //
 // Determinism: the slab count depends only on (M, C, V) and every fold runs in a fixed order, no
 // atomics; so the same inputs (with the same pointer alignment, which picks V) give the same bits
@@ -40,6 +48,7 @@
 #include "kernel_util.cuh"
 #include "ops/backend.h"
 #include "ops/cuda/batchnorm_nhwc.h"
+#include "ops/nn_math.h"
 #include "stoker/ops/layout.h"
 
 namespace stoker::ops::cuda {
@@ -225,7 +234,7 @@ __global__ void __launch_bounds__(kBlockSize)
   }
 }
 
-template <int V, typename T>
+template <int V, bool Relu, typename T>
 __global__ void __launch_bounds__(kBnThreads)
     bn_normalize_kernel(T* y, const T* x, int64_t m, int64_t channels, int64_t slab_rows,
                         const float* mean, const float* scale, const float* beta) {
@@ -247,7 +256,10 @@ __global__ void __launch_bounds__(kBnThreads)
     float v[V];
     load_channels<V>(v, x + r * channels, c);
 #pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = fmaf(v[k] - mu[k], sc[k], sh[k]);
+    for (int k = 0; k < V; ++k) {
+      v[k] = fmaf(v[k] - mu[k], sc[k], sh[k]);
+      if constexpr (Relu) v[k] = detail::relu(v[k]);
+    }
     store_channels<V>(y + r * channels, c, v);
   }
 }
@@ -255,11 +267,24 @@ __global__ void __launch_bounds__(kBnThreads)
 // ---- backward ----
 
 // partial_dy / partial_dyx: [slabs, C] sums of dy and dy * xhat.
-template <int V, typename T>
+// With Relu, dy is masked by the forward's output y: dz = dy * (y > 0).
+template <int V, bool Relu, typename T>
+__device__ STOKER_FORCEINLINE void load_grad(float (&g)[V], const T* dy_row, const T* y_row,
+                                             int64_t c) {
+  load_channels<V>(g, dy_row, c);
+  if constexpr (Relu) {
+    float o[V];
+    load_channels<V>(o, y_row, c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) g[k] = detail::relu_grad(g[k], o[k]);
+  }
+}
+
+template <int V, bool Relu, typename T>
 __global__ void __launch_bounds__(kBnThreads)
-    bn_grad_sums_kernel(const T* dy, const T* x, int64_t m, int64_t channels, int64_t slab_rows,
-                        const float* mean, const float* invstd, float* partial_dy,
-                        float* partial_dyx) {
+    bn_grad_sums_kernel(const T* dy, const T* y, const T* x, int64_t m, int64_t channels,
+                        int64_t slab_rows, const float* mean, const float* invstd,
+                        float* partial_dy, float* partial_dyx) {
   using G = Geometry<V>;
   __shared__ float s_dy[G::kTy][G::kTile];
   __shared__ float s_dyx[G::kTy][G::kTile];
@@ -281,7 +306,7 @@ __global__ void __launch_bounds__(kBnThreads)
 #pragma unroll 4
     for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
       float g[V], v[V];
-      load_channels<V>(g, dy + r * channels, c);
+      load_grad<V, Relu>(g, dy + r * channels, y + r * channels, c);
       load_channels<V>(v, x + r * channels, c);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
@@ -337,10 +362,10 @@ __global__ void __launch_bounds__(kBlockSize)
   coef[2 * channels + c] = static_cast<float>(b / md);
 }
 
-template <int V, typename T>
+template <int V, bool Relu, typename T>
 __global__ void __launch_bounds__(kBnThreads)
-    bn_dx_kernel(T* dx, const T* dy, const T* x, int64_t m, int64_t channels, int64_t slab_rows,
-                 const float* mean, const float* invstd, const float* coef) {
+    bn_dx_kernel(T* dx, const T* dy, const T* y, const T* x, int64_t m, int64_t channels,
+                 int64_t slab_rows, const float* mean, const float* invstd, const float* coef) {
   using G = Geometry<V>;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * slab_rows;
@@ -359,7 +384,7 @@ __global__ void __launch_bounds__(kBnThreads)
 #pragma unroll 4
   for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
     float g[V], v[V];
-    load_channels<V>(g, dy + r * channels, c);
+    load_grad<V, Relu>(g, dy + r * channels, y + r * channels, c);
     load_channels<V>(v, x + r * channels, c);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
@@ -433,8 +458,10 @@ void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
           pm, pq, s.count, s.rows, e.m, e.c, cf(gamma), p.eps, p.momentum, mf(save_mean),
           mf(save_invstd), mf(running_mean), mf(running_var), scale);
       STOKER_CUDA_CHECK(cudaGetLastError());
-      bn_normalize_kernel<V>
-          <<<grid, block, 0, stream>>>(py, px, e.m, e.c, s.rows, cf(save_mean), scale, cf(beta));
+      const auto normalize =
+          p.relu ? bn_normalize_kernel<V, true, T> : bn_normalize_kernel<V, false, T>;
+      normalize<<<grid, block, 0, stream>>>(py, px, e.m, e.c, s.rows, cf(save_mean), scale,
+                                            cf(beta));
       STOKER_CUDA_CHECK(cudaGetLastError());
     });
   });
@@ -443,7 +470,7 @@ void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
 void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                              const Tensor& dy, const Tensor& x, const Tensor& gamma,
                              const Tensor& save_mean, const Tensor& save_invstd,
-                             const BatchNormParams& p) {
+                             const BatchNormParams& p, const Tensor& y) {
   const Device d = x.device();
   const Extent e = extent_of(x);
   if (e.m == 0 || e.c == 0) return;
@@ -453,7 +480,9 @@ void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tenso
     const T* px = static_cast<const T*>(x.data());
     const T* pdy = static_cast<const T*>(dy.data());
     T* pdx = static_cast<T*>(dx.data());
-    visit_width<T>(e.c, {px, pdy, pdx}, [&](auto width) {
+    // The fused ReLU's mask source; without it the kernels never touch py (x stands in).
+    const T* py = p.relu ? static_cast<const T*>(y.data()) : px;
+    visit_width<T>(e.c, {px, pdy, pdx, py}, [&](auto width) {
       constexpr int V = decltype(width)::value;
       using G = Geometry<V>;
       const int64_t tiles = (e.c + G::kTile - 1) / G::kTile;
@@ -466,14 +495,16 @@ void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tenso
       float* coef = pb + s.count * e.c;
       const dim3 grid(static_cast<unsigned>(s.count), static_cast<unsigned>(tiles));
       const dim3 block(G::kTx, G::kTy);
-      bn_grad_sums_kernel<V><<<grid, block, 0, stream>>>(pdy, px, e.m, e.c, s.rows, cf(save_mean),
-                                                         cf(save_invstd), pa, pb);
+      const auto sums = p.relu ? bn_grad_sums_kernel<V, true, T> : bn_grad_sums_kernel<V, false, T>;
+      sums<<<grid, block, 0, stream>>>(pdy, py, px, e.m, e.c, s.rows, cf(save_mean),
+                                       cf(save_invstd), pa, pb);
       STOKER_CUDA_CHECK(cudaGetLastError());
       bn_grad_finalize_kernel<<<channel_grid(e.c), kBlockSize, 0, stream>>>(
           pa, pb, s.count, e.m, e.c, cf(gamma), cf(save_invstd), mf(dgamma), mf(dbeta), coef);
       STOKER_CUDA_CHECK(cudaGetLastError());
-      bn_dx_kernel<V><<<grid, block, 0, stream>>>(pdx, pdy, px, e.m, e.c, s.rows, cf(save_mean),
-                                                  cf(save_invstd), coef);
+      const auto dx_pass = p.relu ? bn_dx_kernel<V, true, T> : bn_dx_kernel<V, false, T>;
+      dx_pass<<<grid, block, 0, stream>>>(pdx, pdy, py, px, e.m, e.c, s.rows, cf(save_mean),
+                                          cf(save_invstd), coef);
       STOKER_CUDA_CHECK(cudaGetLastError());
     });
   });

@@ -90,6 +90,7 @@ struct Args {
   bool diagnostics = false;
   std::string device = "auto";
   bool synthetic = false;
+  bool fuse_bn_relu = false;  // --fuse-bn-relu
   int steps = 20;
   int warmup = 5;
   int64_t bench_epochs = 2;
@@ -157,6 +158,7 @@ std::unique_ptr<nn::Sequential> build_model(const Args& a, int64_t classes, Layo
   auto m = classifier::make_model(a.arch, {.num_classes = classes,
                                            .layout = layout,
                                            .zero_init_residual = a.arch != "small",
+                                           .fuse_bn_relu = a.fuse_bn_relu,
                                            .small_width = a.width});
   m->to(device);
   return m;
@@ -668,6 +670,9 @@ int main(int argc, char** argv) {
       ->check(in_range(0, 1024))
       ->capture_default_str();
   app.add_flag("--diagnostics", a.diagnostics, "time step phases; print breakdown and verdict");
+  app.add_flag("--fuse-bn-relu", a.fuse_bn_relu,
+               "fuse each batch norm with the ReLU after it (experimental: one pass over the "
+               "activation less per BN)");
   app.add_option("--device", a.device, "auto, cpu or cuda[:N]")->capture_default_str();
   app.add_flag("--synthetic", a.synthetic,
                "benchmark: steps on a random batch held on the device, then (with --data) "

@@ -43,6 +43,21 @@ std::unique_ptr<nn::BatchNorm2d> bn(int64_t channels, Layout layout, bool zero_g
   return b;
 }
 
+// BN then ReLU, as s's children `bn_name` and `relu_name`; with fuse_bn_relu one BatchNorm2d
+// with the ReLU fused (nn::BatchNorm2d::set_activation) under `bn_name`. The ReLU has no
+// parameters, so the names of everything stay the same either way.
+void add_bn_relu(nn::Sequential& s, const std::string& bn_name, const std::string& relu_name,
+                 int64_t channels, const ModelOptions& o) {
+  auto b = bn(channels, o.layout);
+  if (o.fuse_bn_relu) {
+    b->set_activation(nn::Activation::relu);
+    s.add(bn_name, std::move(b));
+    return;
+  }
+  s.add(bn_name, std::move(b));
+  s.add(relu_name, nn::make<nn::ReLU>());
+}
+
 // Sequential{"" : Residual(body, downsample), "relu" : ReLU}; downsample (1x1 conv + BN) when
 // the block changes the shape.
 std::unique_ptr<nn::Module> block(std::unique_ptr<nn::Sequential> body, int64_t in, int64_t out,
@@ -65,8 +80,7 @@ std::unique_ptr<nn::Module> basic_block(int64_t in, int64_t planes, int64_t stri
                                         const ModelOptions& o) {
   auto body = nn::make<nn::Sequential>();
   body->add("conv1", conv(in, planes, 3, stride, 1, o.layout));
-  body->add("bn1", bn(planes, o.layout));
-  body->add("relu", nn::make<nn::ReLU>());
+  add_bn_relu(*body, "bn1", "relu", planes, o);
   body->add("conv2", conv(planes, planes, 3, 1, 1, o.layout));
   body->add("bn2", bn(planes, o.layout, o.zero_init_residual));
   return block(std::move(body), in, planes, stride, o.layout);
@@ -78,11 +92,9 @@ std::unique_ptr<nn::Module> bottleneck(int64_t in, int64_t planes, int64_t strid
   const int64_t out = planes * 4;
   auto body = nn::make<nn::Sequential>();
   body->add("conv1", conv(in, planes, 1, 1, 0, o.layout));
-  body->add("bn1", bn(planes, o.layout));
-  body->add("relu1", nn::make<nn::ReLU>());
+  add_bn_relu(*body, "bn1", "relu1", planes, o);
   body->add("conv2", conv(planes, planes, 3, stride, 1, o.layout));
-  body->add("bn2", bn(planes, o.layout));
-  body->add("relu2", nn::make<nn::ReLU>());
+  add_bn_relu(*body, "bn2", "relu2", planes, o);
   body->add("conv3", conv(planes, out, 1, 1, 0, o.layout));
   body->add("bn3", bn(out, o.layout, o.zero_init_residual));
   return block(std::move(body), in, out, stride, o.layout);
@@ -93,8 +105,7 @@ std::unique_ptr<nn::Sequential> resnet(bool bottlenecks, const int (&blocks)[4],
   STOKER_CHECK(o.num_classes > 0, "ResNet: num_classes ", o.num_classes, " must be positive");
   auto m = nn::make<nn::Sequential>();
   m->add("conv1", conv(3, 64, 7, 2, 3, o.layout, /*input_grad=*/false));
-  m->add("bn1", bn(64, o.layout));
-  m->add("relu", nn::make<nn::ReLU>());
+  add_bn_relu(*m, "bn1", "relu", 64, o);
   m->add("maxpool", nn::make<nn::MaxPool2d>(3, 2, 1, o.layout));
   const int64_t expansion = bottlenecks ? 4 : 1;
   int64_t in = 64;
@@ -129,8 +140,7 @@ std::unique_ptr<nn::Sequential> small_cnn(const ModelOptions& o) {
   const int64_t w = o.small_width;
   auto m = nn::make<nn::Sequential>();
   m->add("conv1", conv(3, w, 3, 1, 1, o.layout, /*input_grad=*/false));
-  m->add("bn1", bn(w, o.layout));
-  m->add("relu", nn::make<nn::ReLU>());
+  add_bn_relu(*m, "bn1", "relu", w, o);
   m->add_module("layer1.0", basic_block(w, w, 1, o));
   m->add_module("layer2.0", basic_block(w, 2 * w, 2, o));
   m->add_module("layer3.0", basic_block(2 * w, 4 * w, 2, o));

@@ -15,6 +15,14 @@
 // (each block then starts as the identity). Weights are drawn from nn::init_generator() in
 // construction order (nn::manual_seed reproduces a model).
 //
+// fuse_bn_relu (off by default, stoker_classifier --fuse-bn-relu; its GPU kernels await their
+// first measured run): every BN that torchvision follows by a ReLU inside a block or in
+// the stem (bn1 of the stem, bn1 / bn2 of the bodies) is one nn::BatchNorm2d with the ReLU fused
+// (BatchNorm2d::set_activation(relu)); the blocks' final ReLU, after the residual add, stays an
+// nn::ReLU. Same results (bit for bit on the CPU) and the same names as separate ReLU modules;
+// on the GPU's NHWC path one pass over the activation less in the forward and one dz buffer
+// less in the backward per fused BN. Off builds torchvision's module list one to one.
+//
 // Layout: every conv, BN and pool computes in `layout` (NCHW, or NHWC = channels-last); the
 // input batch must come in the same layout. Models are built on the CPU; move them with to().
 #pragma once
@@ -32,6 +40,7 @@ struct ModelOptions {
   int64_t num_classes = 1000;
   stoker::ops::Layout layout = stoker::ops::Layout::nchw;
   bool zero_init_residual = false;
+  bool fuse_bn_relu = false;  // see above
   // Small CNN: channels of its first stage (doubled at each of its three stages).
   int64_t small_width = 32;
 };

@@ -78,7 +78,9 @@ void input_advice(const Breakdown& b, const LoaderView& l, std::vector<std::stri
 // several times per step is already the chunked head + loss). Empty: nothing specific.
 std::string fusion_hint(const std::string& op, double calls) {
   const std::string f = op_family(op);
-  if (f == "batch norm") return "fuse batch norm + ReLU + residual add in one pass";
+  if (f == "batch norm")
+    return "fuse the ReLU after a batch norm into it (nn::BatchNorm2d::set_activation); the "
+           "residual add + ReLU after a block's last batch norm is not fused yet";
   if (f == "layer norm")
     return "fuse layer norm with the residual add (nn::LayerNorm::forward_add)";
   if (op == "bias_grad")

@@ -5,11 +5,14 @@
 //   dx     = dy * s               = batchnorm_forward_eval(dy) with mean 0 and beta 0
 //   dbeta += sum dy               = channel_bias_grad(dy)
 //   dgamma += sum dy * xhat       with xhat = batchnorm_forward_eval(x) with gamma 1, beta 0
+// With the fused ReLU the training backward passes the saved output to the op (which masks dy
+// inside its passes); the evaluation backward first applies relu_backward (the rare path).
 #include "stoker/nn/batchnorm2d.h"
 
 #include <cmath>
 
 #include "stoker/core/error.h"
+#include "stoker/ops/activation.h"
 #include "stoker/ops/conv.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
@@ -41,6 +44,14 @@ BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum, ops::Layou
   register_buffer("running_var", running_var_);
 }
 
+void BatchNorm2d::set_activation(Activation activation) {
+  STOKER_CHECK(activation == Activation::none || activation == Activation::relu, describe(),
+               ": set_activation supports Activation::none and Activation::relu; follow the "
+               "BatchNorm2d with an nn::GELU for GELU");
+  params_.relu = activation == Activation::relu;
+  y_ = Tensor();
+}
+
 Tensor BatchNorm2d::forward(const Tensor& x) {
   STOKER_CHECK(x.defined() && x.rank() == 4, describe(), ": input ",
                x.defined() ? x.str() : std::string("undefined"), " must be rank 4");
@@ -64,13 +75,16 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                                 params_);
   }
   x_ = x;
+  y_ = params_.relu ? y : Tensor();
   saved_training_ = training_;
-  if (!saving_activations()) x_ = save_mean_ = save_invstd_ = Tensor();  // Checkpoint forward
+  if (!saving_activations()) x_ = y_ = save_mean_ = save_invstd_ = Tensor();  // Checkpoint forward
   return y;
 }
 
 Tensor BatchNorm2d::backward(const Tensor& dy) {
   STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
+  STOKER_CHECK(!params_.relu || y_.defined(), describe(),
+               ": backward with the fused ReLU needs the forward's output, which was not kept");
   Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), device_);
   if (saved_training_) {
     // The op always writes both parameter gradients; frozen ones go to scratch.
@@ -79,37 +93,51 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
     const Tensor dbeta =
         bias_.requires_grad ? bias_.grad() : Tensor::zeros({channels_}, DType::f32, device_);
     ops::batchnorm_backward(dx, dgamma, dbeta, dy, x_, weight_.value(), save_mean_, save_invstd_,
-                            params_);
+                            params_, y_);
   } else {
+    // The fixed affine map's backward, of the gradient before the ReLU.
+    ops::BatchNormParams plain = params_;
+    plain.relu = false;
+    const Tensor dz = params_.relu ? Tensor::empty(dy.shape(), dy.dtype(), device_) : dy;
+    if (params_.relu) ops::relu_backward(dz, dy, y_);
     const Tensor zeros = Tensor::zeros({channels_}, DType::f32, device_);
     const Tensor ones = Tensor::empty({channels_}, DType::f32, device_);
     ops::fill(ones, 1.0);
-    ops::batchnorm_forward_eval(dx, dy, weight_.value(), zeros, zeros, running_var_, params_);
-    if (bias_.requires_grad) ops::channel_bias_grad(bias_.grad(), dy, params_.layout);
+    ops::batchnorm_forward_eval(dx, dz, weight_.value(), zeros, zeros, running_var_, plain);
+    if (bias_.requires_grad) ops::channel_bias_grad(bias_.grad(), dz, params_.layout);
     if (weight_.requires_grad) {
       const Tensor xhat = Tensor::empty(x_.shape(), x_.dtype(), device_);
-      ops::batchnorm_forward_eval(xhat, x_, ones, zeros, running_mean_, running_var_, params_);
-      const Tensor prod = Tensor::empty(x_.shape(), dy.dtype(), device_);
-      if (xhat.dtype() == dy.dtype()) {
-        ops::mul(prod, dy, xhat);
+      ops::batchnorm_forward_eval(xhat, x_, ones, zeros, running_mean_, running_var_, plain);
+      const Tensor prod = Tensor::empty(x_.shape(), dz.dtype(), device_);
+      if (xhat.dtype() == dz.dtype()) {
+        ops::mul(prod, dz, xhat);
       } else {
-        const Tensor cast = Tensor::empty(x_.shape(), dy.dtype(), device_);
+        const Tensor cast = Tensor::empty(x_.shape(), dz.dtype(), device_);
         ops::cast(cast, xhat);
-        ops::mul(prod, dy, cast);
+        ops::mul(prod, dz, cast);
       }
       ops::channel_bias_grad(weight_.grad(), prod, params_.layout);
     }
   }
-  x_ = save_mean_ = save_invstd_ = Tensor();  // consumed
+  x_ = y_ = save_mean_ = save_invstd_ = Tensor();  // consumed
   if (weight_.requires_grad) weight_.grad_ready();
   if (bias_.requires_grad) bias_.grad_ready();
   return dx;
 }
 
 std::string BatchNorm2d::describe() const {
-  return core::detail::str("BatchNorm2d(", channels_, ", eps=", params_.eps,
-                           ", momentum=", params_.momentum,
-                           params_.layout == ops::Layout::nhwc ? ", NHWC)" : ")");
+  return core::detail::str(
+      "BatchNorm2d(", channels_, ", eps=", params_.eps, ", momentum=", params_.momentum,
+      params_.layout == ops::Layout::nhwc ? ", NHWC" : "", params_.relu ? ", relu)" : ")");
+}
+
+Module::OutputRecompute BatchNorm2d::output_recompute() const {
+  return y_.defined() ? OutputRecompute::from_own_state : OutputRecompute::none;
+}
+
+Tensor BatchNorm2d::recompute_output(const Tensor&) {
+  STOKER_CHECK(y_.defined(), describe(), ": no saved output to hand out");
+  return y_;
 }
 
 }  // namespace stoker::nn

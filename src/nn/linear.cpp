@@ -25,6 +25,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
 }
 
 void Linear::set_activation(Activation activation) {
+  STOKER_CHECK(activation != Activation::relu, describe(),
+               ": set_activation(Activation::relu) is not supported (the GEMM epilogue fuses "
+               "GELU only); follow the Linear with an nn::ReLU");
   activation_ = activation;
   pre_ = Tensor();
   grad_is_preactivation_ = false;

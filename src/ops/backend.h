@@ -100,7 +100,7 @@ STOKER_OPS_BACKEND_DECLS
   void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,           \
                           const Tensor& dy, const Tensor& x, const Tensor& gamma,                \
                           const Tensor& save_mean, const Tensor& save_invstd,                    \
-                          const BatchNormParams& p);                                             \
+                          const BatchNormParams& p, const Tensor& y);                            \
   void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);               \
   void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& y,  \
                           const Pool2dParams& p);                                                \

@@ -95,11 +95,21 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p) {
+                        const BatchNormParams& p, const Tensor& y) {
   constexpr const char* op = "batchnorm_backward";
   check_x(op, x, p);
   check_like_x(op, "dy", dy, x, p.layout);
   check_like_x(op, "dx", dx, x, p.layout);
+  if (p.relu) {
+    STOKER_CHECK(y.defined(), "ops::", op,
+                 ": params.relu is set but y is undefined; pass the training forward's output "
+                 "relu(bn(x)) as y (its mask is y > 0)");
+    check_like_x(op, "y", y, x, p.layout);
+  } else {
+    STOKER_CHECK(!y.defined(), "ops::", op, ": y ", y.str(),
+                 " is given but params.relu is not set; pass y only for the fused ReLU (the "
+                 "plain backward reads x, not y)");
+  }
   check_channel_vectors(op,
                         {{"dgamma", dgamma},
                          {"dbeta", dbeta},
@@ -109,7 +119,7 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
                         dims4(x.shape(), p.layout).c, x, p.layout);
   if (x.numel() == 0) return;
   STOKER_DISPATCH(x.device(), batchnorm_backward, dx, dgamma, dbeta, dy, x, gamma, save_mean,
-                  save_invstd, p);
+                  save_invstd, p, y);
 }
 
 }  // namespace stoker::ops

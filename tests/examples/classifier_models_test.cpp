@@ -1,6 +1,7 @@
 // examples/classifier's models on the CPU: torchvision's parameter counts and names, the same
 // loss and gradients in NCHW and NHWC (the small CNN and ResNet-18 at 32x32), the zero-init
-// option, and a short training on packed synthetic shapes that learns far above chance.
+// option, fuse_bn_relu against separate ReLU modules (same names, same bits), and a short
+// training on packed synthetic shapes that learns far above chance.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -101,9 +102,11 @@ struct Pass {
 
 // One training-mode forward + cross-entropy + backward of a freshly seeded model on a batch
 // given in NCHW (converted for NHWC models).
-Pass run_pass(const std::string& arch, Layout layout, const Tensor& x_nchw, const Tensor& y) {
+Pass run_pass(const std::string& arch, Layout layout, const Tensor& x_nchw, const Tensor& y,
+              bool fuse_bn_relu = true) {
   nn::manual_seed(11);
-  auto m = make_model(arch, {.num_classes = 5, .layout = layout, .small_width = 8});
+  auto m = make_model(
+      arch, {.num_classes = 5, .layout = layout, .fuse_bn_relu = fuse_bn_relu, .small_width = 8});
   Tensor x = x_nchw;
   if (layout == Layout::nhwc) {
     const auto d = stoker::ops::dims4(x_nchw.shape(), Layout::nchw);
@@ -151,6 +154,54 @@ TEST(ClassifierModelsTest, ResNet18NchwAndNhwcGiveTheSameLossAndGradients) {
   // 64x64: layer4 sees 2x2, so its BatchNorms average 16 values (over fewer, e.g. 32x32 at
   // batch 2, the batch variance is tiny and amplifies rounding differences of the two layouts).
   expect_layouts_agree("resnet18", 4, 64);
+}
+
+// fuse_bn_relu (BatchNorm2d with the ReLU fused) against torchvision's separate ReLU modules:
+// the same names in the same order, and the same loss, logits and gradients bit for bit.
+void expect_fusion_changes_nothing(const std::string& arch, Layout layout, int64_t batch,
+                                   int64_t size) {
+  const auto names = [&](bool fuse) {
+    nn::manual_seed(11);
+    auto m = make_model(
+        arch, {.num_classes = 5, .layout = layout, .fuse_bn_relu = fuse, .small_width = 8});
+    std::vector<std::string> out;
+    for (const auto& [n, p] : m->named_parameters()) out.push_back(n);
+    m->visit_buffers("", [&](const std::string& n, Tensor&) { out.push_back(n); });
+    return out;
+  };
+  EXPECT_EQ(names(true), names(false)) << arch;
+  const Tensor x = stoker::test::random_tensor({batch, 3, size, size}, DType::f32, 7, -2.0f, 2.0f);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < batch; ++i) labels.push_back(i % 5);
+  const Tensor y = Tensor::from_vector(labels, {batch});
+  const Pass a = run_pass(arch, layout, x, y, /*fuse_bn_relu=*/true);
+  const Pass b = run_pass(arch, layout, x, y, /*fuse_bn_relu=*/false);
+  EXPECT_EQ(a.loss, b.loss) << arch;
+  EXPECT_EQ(a.logits, b.logits) << arch;
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (const auto& [name, ga] : a.grads) EXPECT_EQ(ga, b.grads.at(name)) << arch << " " << name;
+}
+
+TEST(ClassifierModelsTest, FusedBnReluChangesNothingButTheModules) {
+  expect_fusion_changes_nothing("small", Layout::nchw, 4, 16);
+  expect_fusion_changes_nothing("small", Layout::nhwc, 4, 16);
+  expect_fusion_changes_nothing("resnet18", Layout::nhwc, 2, 32);
+  // The fused model really has fewer modules: no ReLU inside the bodies or after the stem BN.
+  nn::manual_seed(11);
+  auto fused = make_model("small", {.num_classes = 5, .fuse_bn_relu = true, .small_width = 8});
+  auto plain = make_model("small", {.num_classes = 5, .fuse_bn_relu = false, .small_width = 8});
+  const std::string df = fused->describe(), dp = plain->describe();
+  EXPECT_NE(df.find("relu)"), std::string::npos) << df;
+  EXPECT_EQ(dp.find("relu)"), std::string::npos) << dp;
+  // ReLU modules: small has a stem and three BasicBlocks; fused, only the blocks' final ReLU
+  // (after the residual add) stays a module.
+  const auto relus = [](const std::string& d) {
+    int n = 0;
+    for (size_t at = d.find("ReLU"); at != std::string::npos; at = d.find("ReLU", at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(relus(df), 3) << df;
+  EXPECT_EQ(relus(dp), 7) << dp;
 }
 
 // A few hundred packed synthetic shapes, the Loader, the Trainer (the classifier's recipe: SGD

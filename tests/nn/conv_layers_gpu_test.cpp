@@ -98,6 +98,27 @@ TEST(ConvLayersGpu, BatchNormEvalModeMatchesCpu) {
   }
 }
 
+// BatchNorm2d with the fused ReLU (set_activation(relu)), training and evaluation mode, f32 and
+// bf16: the NHWC path runs the fused kernels, NCHW cuDNN then the ReLU kernels.
+TEST(ConvLayersGpu, BatchNormWithFusedReluMatchesCpu) {
+  STOKER_REQUIRE_GPU();
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const double rtol = dtype == DType::f32 ? 1e-4 : 3e-2;
+    for (const Layout l : {Layout::nchw, Layout::nhwc}) {
+      for (const bool training : {true, false}) {
+        compare_devices(
+            [l, training] {
+              auto bn = nn::make<nn::BatchNorm2d>(5, 1e-5f, 0.1f, l);
+              bn->set_activation(nn::Activation::relu);
+              bn->set_training(training);
+              return bn;
+            },
+            shape4({3, 5, 7, 7}, l), dtype, rtol);
+      }
+    }
+  }
+}
+
 TEST(ConvLayersGpu, SmallNetworkMatchesCpu) {
   STOKER_REQUIRE_GPU();
   for (const Layout l : {Layout::nchw, Layout::nhwc}) {

@@ -12,6 +12,10 @@
 
 namespace stoker::nn {
 
+// An activation a layer fuses into its output: Linear::set_activation (gelu),
+// BatchNorm2d::set_activation (relu).
+enum class Activation { none, gelu, relu };
+
 class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) override;

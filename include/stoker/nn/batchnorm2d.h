@@ -9,9 +9,20 @@
 // Saved for backward: the input and the batch mean and 1/std. Under an nn::Checkpoint the
 // recomputed forward (nn::recomputing()) leaves the running statistics alone: they move once
 // per training forward, as without checkpointing.
+//
+// Fused ReLU (set_activation(Activation::relu)): y = relu(bn(x)) — a BatchNorm2d followed by an
+// nn::ReLU in one module, the ReLU inside the batch-norm passes (ops::BatchNormParams::relu: on
+// the GPU's NHWC path no separate pass over y in the forward, no dz buffer in the backward). It
+// saves its output y besides its input (y is the mask source, y > 0, exactly what nn::ReLU would
+// have kept; the next layer usually keeps y as its own input, so the view costs no memory), and
+// its backward takes the gradient of the activated output. Same results as BatchNorm2d + ReLU
+// (bit for bit on the CPU), same parameter and buffer names, so a model switches between the two
+// without changing weight files. Selective recomputation: like nn::ReLU it hands back the output
+// it keeps (output_recompute() == from_own_state).
 // Not thread-safe.
 #pragma once
 
+#include "stoker/nn/activation.h"
 #include "stoker/nn/module.h"
 #include "stoker/ops/batchnorm.h"
 
@@ -22,9 +33,15 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f,
                        ops::Layout layout = ops::Layout::nchw);
 
+  // The fused activation: none (default) or relu; set it before the forward.
+  void set_activation(Activation activation);
+  Activation activation() const { return params_.relu ? Activation::relu : Activation::none; }
+
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
   std::string describe() const override;
+  OutputRecompute output_recompute() const override;
+  Tensor recompute_output(const Tensor& x) override;
 
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }
@@ -37,6 +54,7 @@ class BatchNorm2d : public Module {
   Parameter weight_, bias_;
   Tensor running_mean_, running_var_;
   Tensor x_, save_mean_, save_invstd_;
+  Tensor y_;                    // with the fused ReLU: the output, the mask source
   bool saved_training_ = true;  // mode of the forward that x_ belongs to
 };
 

@@ -52,19 +52,18 @@
 
 #include <optional>
 
+#include "stoker/nn/activation.h"
 #include "stoker/nn/fp8_scaling.h"
 #include "stoker/nn/module.h"
 
 namespace stoker::nn {
 
-// An activation a Linear applies to its output (set_activation).
-enum class Activation { none, gelu };
-
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
 
-  // The fused activation (none by default); set it before the forward.
+  // The fused activation (none by default, or gelu; relu is refused: use nn::ReLU after the
+  // Linear); set it before the forward.
   void set_activation(Activation activation);
   Activation activation() const { return activation_; }
   // FP8 GEMMs (see above) on or off; set it before the forward. Turning it on again keeps the

@@ -16,6 +16,18 @@
 // ran at ~21 GB/s on an H200 (19 ms for the ResNet stem's [256, 112, 112, 64] bf16 forward;
 // 85 % of a ResNet-18 step, Nsight Compute). Those are deterministic (fixed reduction order, no
 // atomics) and synchronize nothing. Thread-safe (distinct outputs).
+//
+// Fused ReLU (BatchNormParams::relu): the forwards compute y = relu(bn(x)) and the backward
+// takes that OUTPUT y besides x and computes the batch-norm gradient of dz = dy * (y > 0)
+// without storing dz. The result is exactly the composition batchnorm_forward_* then
+// relu_forward, and relu_backward then batchnorm_backward (ops/activation.h: NaN counts as
+// positive, the ReLU's output is rounded once to x's dtype): bit for bit on the CPU, and on CUDA
+// whenever the plain kernels would pick the same vector width (alignment of y too). The NHWC
+// training kernels fuse it into their passes: the normalize pass writes relu(bn(x)) (forward:
+// 2 reads + 1 write of activation-sized tensors instead of 3 + 2 for BN then ReLU), and the
+// backward's sums pass and dx pass read y and mask dy as they load it (6 reads + 1 write instead
+// of 6 + 2, and no dz buffer). The cuDNN paths (NCHW, and the evaluation forward) run the
+// composition: correct, not fused.
 #pragma once
 
 #include "stoker/core/tensor.h"
@@ -27,6 +39,7 @@ struct BatchNormParams {
   float eps = 1e-5f;      // > 0
   float momentum = 0.1f;  // in [0, 1]; the weight of the new batch in the running statistics
   Layout layout = Layout::nchw;
+  bool relu = false;  // y = relu(bn(x)); the backward then needs the forward's output y
 };
 
 // Batch statistics; running_mean / running_var are updated in place (pass both undefined to
@@ -39,10 +52,12 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
                             const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, const BatchNormParams& p);
 // dx is overwritten; dgamma and dbeta are ACCUMULATED (+=). Uses the training forward's saved
-// statistics (eps must be the forward's).
+// statistics (eps must be the forward's). With p.relu, y is the training forward's output
+// relu(bn(x)) (x's shape and dtype) and dy is the gradient
+// with respect to it; without p.relu, y must be undefined.
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p);
+                        const BatchNormParams& p, const Tensor& y = Tensor());
 
 }  // namespace stoker::ops

@@ -3,6 +3,11 @@
 // so the reference is exact enough to judge the GPU's fp32 one-pass statistics. The backward
 // uses the classic closed form with the forward's saved mean and invstd:
 //   dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)),  xhat = (x - mean) * invstd
+// The fused ReLU (BatchNormParams::relu) is the composition with ops/activation.h's ReLU, element
+// by element and with its roundings: the forward rounds bn(x) to T and then applies relu to the
+// rounded value (relu returns its argument or 0, so one more rounding changes nothing); the
+// backward loads dz = relu_grad(dy, y) — exactly what relu_backward would have stored, as the
+// result is dy or 0 — in place of dy. So fused == unfused bit for bit.
 #include <oneapi/tbb/parallel_for.h>
 
 #include <cmath>
@@ -10,6 +15,7 @@
 #include "ops/backend.h"
 #include "ops/cpu/parallel.h"
 #include "ops/geometry.h"
+#include "ops/nn_math.h"
 
 namespace stoker::ops::cpu {
 
@@ -32,6 +38,13 @@ void for_channel(const Dims4& d, Layout layout, int64_t c, F&& f) {
 
 const float* cf(const Tensor& t) { return static_cast<const float*>(t.data()); }
 float* mf(const Tensor& t) { return static_cast<float*>(t.data()); }
+
+// The forward's output element: bn(x) as the float v, rounded to T, then the optional ReLU.
+template <typename T>
+T bn_out(double v, bool relu) {
+  const T r = store<T>(static_cast<float>(v));
+  return relu ? store<T>(detail::relu(load(r))) : r;
+}
 
 }  // namespace
 
@@ -67,9 +80,8 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
       }
       const double scale = invstd * cf(gamma)[c];
       const double shift = cf(beta)[c] - mean * scale;
-      for_channel(d, p.layout, c, [&](int64_t i) {
-        out[i] = store<T>(static_cast<float>(load(in[i]) * scale + shift));
-      });
+      for_channel(d, p.layout, c,
+                  [&](int64_t i) { out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu); });
     });
   });
 }
@@ -87,9 +99,8 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
           1.0 / std::sqrt(static_cast<double>(cf(running_var)[c]) + static_cast<double>(p.eps));
       const double scale = invstd * cf(gamma)[c];
       const double shift = cf(beta)[c] - cf(running_mean)[c] * scale;
-      for_channel(d, p.layout, c, [&](int64_t i) {
-        out[i] = store<T>(static_cast<float>(load(in[i]) * scale + shift));
-      });
+      for_channel(d, p.layout, c,
+                  [&](int64_t i) { out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu); });
     });
   });
 }
@@ -97,20 +108,25 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p) {
+                        const BatchNormParams& p, const Tensor& y) {
   const Dims4 d = dims4(x.shape(), p.layout);
   const double m = static_cast<double>(d.n * d.h * d.w);
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x.data());
     const T* g = static_cast<const T*>(dy.data());
+    const T* yo = p.relu ? static_cast<const T*>(y.data()) : nullptr;
     T* out = static_cast<T*>(dx.data());
+    // The gradient with respect to bn(x): dy, or with the fused ReLU dy masked by y > 0.
+    const auto grad = [&](int64_t i) -> double {
+      return yo != nullptr ? detail::relu_grad(load(g[i]), load(yo[i])) : load(g[i]);
+    };
     tbb::parallel_for(int64_t{0}, d.c, [&](int64_t c) {
       const double mean = cf(save_mean)[c];
       const double invstd = cf(save_invstd)[c];
       double sum_dy = 0.0, sum_dy_xhat = 0.0;
       for_channel(d, p.layout, c, [&](int64_t i) {
-        const double gi = load(g[i]);
+        const double gi = grad(i);
         sum_dy += gi;
         sum_dy_xhat += gi * (load(in[i]) - mean) * invstd;
       });
@@ -121,7 +137,7 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
       const double mean_dy_xhat = sum_dy_xhat / m;
       for_channel(d, p.layout, c, [&](int64_t i) {
         const double xhat = (load(in[i]) - mean) * invstd;
-        out[i] = store<T>(static_cast<float>(k * (load(g[i]) - mean_dy - xhat * mean_dy_xhat)));
+        out[i] = store<T>(static_cast<float>(k * (grad(i) - mean_dy - xhat * mean_dy_xhat)));
       });
     });
   });

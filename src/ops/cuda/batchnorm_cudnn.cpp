@@ -19,6 +19,10 @@
 // Mode: CUDNN_BATCHNORM_SPATIAL (NCHW training, and evaluation in either layout). The
 // per-channel tensors are f32 for every data type (cudnnDeriveBNTensorDescriptor's float for
 // half data).
+//
+// Fused ReLU (BatchNormParams::relu): the NHWC training kernels apply it inside their passes;
+// the cuDNN paths run the composition — cuDNN, then the ReLU kernel in place on y (forwards), or
+// relu_backward into a temporary dz that cuDNN's backward reads. Correct, not fused.
 #include <cudnn.h>
 
 #include "ops/backend.h"
@@ -70,6 +74,7 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
                  y.data(), desc.channel.get(), gamma.data(), beta.data(), p.momentum,
                  opt(running_mean), opt(running_var), p.eps, save_mean.data(), save_invstd.data()),
              "batchnorm_forward_train", "cudnnBatchNormalizationForwardTraining", x, p.layout);
+  if (p.relu) relu_forward(y, y);
 }
 
 void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
@@ -85,24 +90,31 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
                  y.data(), desc.channel.get(), gamma.data(), beta.data(), running_mean.data(),
                  running_var.data(), p.eps),
              "batchnorm_forward_eval", "cudnnBatchNormalizationForwardInference", x, p.layout);
+  if (p.relu) relu_forward(y, y);
 }
 
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p) {
+                        const BatchNormParams& p, const Tensor& y) {
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
   if (p.layout == Layout::nhwc) {
-    batchnorm_nhwc_backward(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, p);
+    batchnorm_nhwc_backward(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, p, y);
     return;
+  }
+  // The fused ReLU's composition: cuDNN reads dz = dy * (y > 0) from a temporary.
+  Tensor dz = dy;
+  if (p.relu) {
+    dz = Tensor::empty(dy.shape(), dy.dtype(), d);
+    relu_backward(dz, dy, y);
   }
   const BnDescs desc(x, p.layout);
   const CudnnLease lease(d);
   const float one = 1.0f, zero = 0.0f;
   check_call(cudnnBatchNormalizationBackward(
                  lease.handle(), desc.mode, &one, &zero, &one, &one, desc.x.get(), x.data(),
-                 desc.x.get(), dy.data(), desc.x.get(), dx.data(), desc.channel.get(), gamma.data(),
+                 desc.x.get(), dz.data(), desc.x.get(), dx.data(), desc.channel.get(), gamma.data(),
                  dgamma.data(), dbeta.data(), p.eps, save_mean.data(), save_invstd.data()),
              "batchnorm_backward", "cudnnBatchNormalizationBackward", x, p.layout);
 }

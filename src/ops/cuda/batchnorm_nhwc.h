@@ -1,7 +1,8 @@
 // Private: stoker's own CUDA batch-norm kernels for channels-last (NHWC) training
 // (kernels/batchnorm_nhwc.cu), called by batchnorm_cudnn.cpp for layout == nhwc. Same contract
 // as the training forward and the backward of stoker/ops/batchnorm.h; x, y, dy, dx are viewed as
-// [M = N*H*W, C] row-major. The caller holds a DeviceScope for x's device.
+// [M = N*H*W, C] row-major. Both apply the fused ReLU of
+// BatchNormParams::relu inside their passes. The caller holds a DeviceScope for x's device.
 #pragma once
 
 #include "stoker/core/tensor.h"
@@ -16,6 +17,6 @@ void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
 void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                              const Tensor& dy, const Tensor& x, const Tensor& gamma,
                              const Tensor& save_mean, const Tensor& save_invstd,
-                             const BatchNormParams& p);
+                             const BatchNormParams& p, const Tensor& y);
 
 }  // namespace stoker::ops::cuda

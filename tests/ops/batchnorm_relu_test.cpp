@@ -1,0 +1,181 @@
+// Batch norm with the fused ReLU (ops::BatchNormParams::relu) on the CPU against the unfused
+// composition it is defined as: batchnorm_forward_train / _eval then relu_forward, and
+// relu_backward then batchnorm_backward. Same bits for y, the saved and running statistics, dx,
+// dgamma and dbeta, in both layouts, f32 and bf16; the mask is shown to matter (the fused
+// backward differs from the plain one of the unmasked dy); aliasing; the argument checks.
+#include <gtest/gtest.h>
+
+#include "ops/conv_test_util.h"
+#include "stoker/ops/activation.h"
+#include "stoker/ops/batchnorm.h"
+#include "test_util.h"
+
+namespace stoker::test {
+namespace {
+
+using ops::shape4;
+
+struct Inputs {
+  Tensor x, gamma, beta, rm, rv, dy, dgamma, dbeta;
+};
+
+// x in [-2, 3] and beta in [-1, 1]: roughly a third to a half of bn(x) is negative, so the ReLU
+// zeroes a good share of y and masks a good share of dy.
+Inputs make_inputs(const Dims4& d, Layout l, DType dtype, uint32_t seed) {
+  return {random_tensor(shape4(d, l), dtype, seed, -2.0f, 3.0f),
+          random_tensor({d.c}, DType::f32, seed + 1, 0.5f, 1.5f),
+          random_tensor({d.c}, DType::f32, seed + 2),
+          random_tensor({d.c}, DType::f32, seed + 3),
+          random_tensor({d.c}, DType::f32, seed + 4, 0.5f, 2.0f),
+          random_tensor(shape4(d, l), dtype, seed + 5),
+          random_tensor({d.c}, DType::f32, seed + 6),
+          random_tensor({d.c}, DType::f32, seed + 7)};
+}
+
+struct Result {
+  Tensor y, mean, invstd, rm, rv, y_eval, dx, dgamma, dbeta;
+};
+
+// Training forward, evaluation forward (with the updated running statistics) and backward,
+// fused (one op each) or as the composition with the ReLU ops.
+Result run(const Inputs& in, const Dims4& d, Layout l, bool fused) {
+  const ops::BatchNormParams plain{.eps = 1e-5f, .momentum = 0.1f, .layout = l};
+  ops::BatchNormParams with_relu = plain;
+  with_relu.relu = true;
+  const Shape shape = shape4(d, l);
+  const DType dt = in.x.dtype();
+  Result r{poisoned(shape, dt),
+           poisoned({d.c}, DType::f32),
+           poisoned({d.c}, DType::f32),
+           in.rm.clone(),
+           in.rv.clone(),
+           poisoned(shape, dt),
+           poisoned(shape, dt),
+           in.dgamma.clone(),
+           in.dbeta.clone()};
+  if (fused) {
+    ops::batchnorm_forward_train(r.y, r.mean, r.invstd, r.rm, r.rv, in.x, in.gamma, in.beta,
+                                 with_relu);
+    ops::batchnorm_forward_eval(r.y_eval, in.x, in.gamma, in.beta, r.rm, r.rv, with_relu);
+    ops::batchnorm_backward(r.dx, r.dgamma, r.dbeta, in.dy, in.x, in.gamma, r.mean, r.invstd,
+                            with_relu, r.y);
+  } else {
+    const Tensor z = poisoned(shape, dt);
+    ops::batchnorm_forward_train(z, r.mean, r.invstd, r.rm, r.rv, in.x, in.gamma, in.beta, plain);
+    ops::relu_forward(r.y, z);
+    const Tensor ze = poisoned(shape, dt);
+    ops::batchnorm_forward_eval(ze, in.x, in.gamma, in.beta, r.rm, r.rv, plain);
+    ops::relu_forward(r.y_eval, ze);
+    const Tensor dz = poisoned(shape, dt);
+    ops::relu_backward(dz, in.dy, r.y);
+    ops::batchnorm_backward(r.dx, r.dgamma, r.dbeta, dz, in.x, in.gamma, r.mean, r.invstd, plain);
+  }
+  return r;
+}
+
+const Dims4 kDims[] = {{3, 5, 7, 7}, {2, 4, 13, 5}, {8, 3, 1, 1}, {1, 6, 4, 9}, {4, 19, 3, 3}};
+
+class BatchNormReluCpu : public ::testing::TestWithParam<std::tuple<int, Layout, DType>> {};
+
+TEST_P(BatchNormReluCpu, FusedEqualsTheCompositionBitForBit) {
+  const Dims4& d = kDims[std::get<0>(GetParam())];
+  const Layout l = std::get<1>(GetParam());
+  const DType dt = std::get<2>(GetParam());
+  const Inputs in = make_inputs(d, l, dt, 50);
+  const Result f = run(in, d, l, /*fused=*/true);
+  const Result u = run(in, d, l, /*fused=*/false);
+  const std::string what = core::detail::str(d.n, "x", d.c, "x", d.h, "x", d.w, " ",
+                                             ops::layout_name(l), " ", dtype_name(dt));
+  EXPECT_TRUE(bit_identical(f.y, u.y)) << what << ": y";
+  EXPECT_TRUE(bit_identical(f.mean, u.mean)) << what << ": save_mean";
+  EXPECT_TRUE(bit_identical(f.invstd, u.invstd)) << what << ": save_invstd";
+  EXPECT_TRUE(bit_identical(f.rm, u.rm)) << what << ": running_mean";
+  EXPECT_TRUE(bit_identical(f.rv, u.rv)) << what << ": running_var";
+  EXPECT_TRUE(bit_identical(f.y_eval, u.y_eval)) << what << ": eval y";
+  EXPECT_TRUE(bit_identical(f.dx, u.dx)) << what << ": dx";
+  EXPECT_TRUE(bit_identical(f.dgamma, u.dgamma)) << what << ": dgamma";
+  EXPECT_TRUE(bit_identical(f.dbeta, u.dbeta)) << what << ": dbeta";
+
+  // Not vacuous: the ReLU zeroed part of y (and not all of it) ...
+  int64_t zeros = 0;
+  for (float v : f.y.to_floats()) zeros += v == 0.0f;
+  EXPECT_GT(zeros, 0) << what;
+  EXPECT_LT(zeros, f.y.numel()) << what;
+  // ... and the backward used the mask: the plain backward of the unmasked dy differs.
+  const ops::BatchNormParams plain{.layout = l};
+  const Tensor dx_plain = poisoned(shape4(d, l), dt);
+  const Tensor dg = in.dgamma.clone(), db = in.dbeta.clone();
+  ops::batchnorm_backward(dx_plain, dg, db, in.dy, in.x, in.gamma, f.mean, f.invstd, plain);
+  EXPECT_FALSE(bit_identical(dx_plain, f.dx)) << what;
+  EXPECT_FALSE(bit_identical(db, f.dbeta)) << what;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormReluCpu,
+                         ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kDims))),
+                                            ::testing::Values(Layout::nchw, Layout::nhwc),
+                                            ::testing::Values(DType::f32, DType::bf16)));
+
+// The mask comes from y alone: where the forward's output is 0, dy has no effect on anything.
+TEST(BatchNormReluCpuMask, GradientIgnoresDyWhereYIsZero) {
+  const Dims4 d{4, 6, 5, 5};
+  const Layout l = Layout::nhwc;
+  const Inputs in = make_inputs(d, l, DType::f32, 60);
+  const Result f = run(in, d, l, /*fused=*/true);
+  // Change dy wherever y == 0: dx, dgamma, dbeta stay the same bits.
+  std::vector<float> dy = in.dy.to_floats();
+  const std::vector<float> y = f.y.to_floats();
+  for (size_t i = 0; i < dy.size(); ++i)
+    if (y[i] == 0.0f) dy[i] = 1000.0f + static_cast<float>(i);
+  const Inputs changed{in.x,      in.gamma, in.beta,
+                       in.rm,     in.rv,    Tensor::from_vector(dy, in.dy.shape()),
+                       in.dgamma, in.dbeta};
+  const Result g = run(changed, d, l, /*fused=*/true);
+  EXPECT_TRUE(bit_identical(g.dx, f.dx));
+  EXPECT_TRUE(bit_identical(g.dgamma, f.dgamma));
+  EXPECT_TRUE(bit_identical(g.dbeta, f.dbeta));
+}
+
+// dx may alias dy or y: each element is read before it is written.
+TEST(BatchNormReluCpuAlias, DxOverDyOrY) {
+  const Dims4 d{3, 5, 7, 7};
+  const Layout l = Layout::nhwc;
+  const Inputs in = make_inputs(d, l, DType::bf16, 70);
+  const Result f = run(in, d, l, /*fused=*/true);
+  const ops::BatchNormParams p{.layout = l, .relu = true};
+  {
+    const Tensor dy = in.dy.clone(), dg = in.dgamma.clone(), db = in.dbeta.clone();
+    ops::batchnorm_backward(dy, dg, db, dy, in.x, in.gamma, f.mean, f.invstd, p, f.y);
+    EXPECT_TRUE(bit_identical(dy, f.dx));
+    EXPECT_TRUE(bit_identical(dg, f.dgamma));
+  }
+  {
+    const Tensor y = f.y.clone(), dg = in.dgamma.clone(), db = in.dbeta.clone();
+    ops::batchnorm_backward(y, dg, db, in.dy, in.x, in.gamma, f.mean, f.invstd, p, y);
+    EXPECT_TRUE(bit_identical(y, f.dx));
+    EXPECT_TRUE(bit_identical(db, f.dbeta));
+  }
+}
+
+TEST(BatchNormReluCpuErrors, YMustComeExactlyWithRelu) {
+  const Tensor x = random_tensor({2, 3, 4, 4}, DType::f32, 1);
+  const Tensor dx = Tensor::empty({2, 3, 4, 4}, DType::f32);
+  const Tensor c3 = random_tensor({3}, DType::f32, 2, 0.5f, 1.5f);
+  const ops::BatchNormParams relu{.relu = true};
+  EXPECT_TRUE(throws_error_with(
+      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu); },
+      {"ops::batchnorm_backward", "params.relu is set but y is undefined", "relu(bn(x))"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, {}, x); },
+      {"ops::batchnorm_backward", "y f32[2, 3, 4, 4]", "is given but params.relu is not set"}));
+  const Tensor y_bad = Tensor::empty({2, 3, 4, 5}, DType::f32);
+  EXPECT_TRUE(
+      throws_error_with([&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, y_bad); },
+                        {"ops::batchnorm_backward", "y is f32[2, 3, 4, 5]"}));
+  const Tensor y_half = Tensor::empty({2, 3, 4, 4}, DType::bf16);
+  EXPECT_TRUE(throws_error_with(
+      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, y_half); },
+      {"ops::batchnorm_backward", "y"}));
+}
+
+}  // namespace
+}  // namespace stoker::test
