@@ -102,8 +102,8 @@ expect 105 "$classifier" --epochs -2
 has "$err" "--epochs: -2 is below the minimum 1"
 expect 105 "$classifier" --threads 10000
 has "$err" "--threads: 10000 is not in \[0, 1024\]"
-expect 105 "$classifier" --precision fp8
-has "$err" "--precision: fp8 not in"
+expect 105 "$classifier" --precision fp4
+has "$err" "--precision: fp4 not in"
 expect 105 "$classifier" --on-corrupt maybe
 has "$err" "--on-corrupt: maybe not in"
 expect 105 "$classifier" --seed -1  # not wrapped around to 2^64 - 1
@@ -171,7 +171,7 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(a != "" && b != "" && b + 0.05 < 
 # batch norm has the separate modules' bits).
 expect 0 lars_classifier --fuse-bn-relu
 fused_last=$(sed -n 's|^epoch 4/4: train loss \([0-9.]*\),.*|\1|p' "$out")
-[[ -n $fused_last && $fused_last == "$last" ]] ||
+[ -n "$fused_last" ] && [ "$fused_last" = "$last" ] ||
   fail "--fuse-bn-relu changed the result: train loss $fused_last in epoch 4, unfused $last"
 
 # --- the flags of long runs (examples/common/run_flags.h), the same in both trainers.
