@@ -6,7 +6,7 @@
 // aliasing and bit-identical reruns.
 #include <gtest/gtest.h>
 
-#include "ops/conv_test_util.h"
+#include "ops/batchnorm_test_util.h"
 #include "stoker/ops/batchnorm.h"
 #include "test_util.h"
 
@@ -111,19 +111,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormGpu,
 
 // ---- NHWC training kernels (kernels/batchnorm_nhwc.cu) ----
 
-struct BnOut {
-  Tensor y, mean, invstd, rm, rv, dx, dgamma, dbeta;
-};
-
 // Training forward then backward on `device`; x and dy are placed `offset` elements into their
 // blocks (offset 1 misaligns every row: the scalar path).
-BnOut run_nhwc(const Dims4& d, DType dtype, Device device, int64_t offset = 0) {
+BnOutputs run_nhwc(const Dims4& d, DType dtype, Device device, int64_t offset = 0) {
   const ops::BatchNormParams p{.eps = 1e-5f, .momentum = 0.1f, .layout = Layout::nhwc};
   const Shape shape = shape4(d, Layout::nhwc);
   const Tensor x = random_tensor(shape, dtype, 21, -2.0f, 3.0f);
   const Tensor dy = random_tensor(shape, dtype, 22);
   const auto on = [&](const Tensor& t) { return t.to(device); };
-  BnOut o;
+  BnOutputs o;
   o.rm = on(random_tensor({d.c}, DType::f32, 24));
   o.rv = on(random_tensor({d.c}, DType::f32, 25, 0.5f, 2.0f));
   o.dgamma = on(random_tensor({d.c}, DType::f32, 26));
@@ -151,23 +147,13 @@ class BatchNormNhwcGpu : public ::testing::TestWithParam<std::tuple<Dims4, DType
 TEST_P(BatchNormNhwcGpu, MatchesCpuAndIsDeterministic) {
   STOKER_REQUIRE_GPU();
   const auto [d, dtype, offset] = GetParam();
-  const BnOut c = run_nhwc(d, dtype, Device::cpu());
-  const BnOut g = run_nhwc(d, dtype, kGpu, offset);
+  const BnOutputs c = run_nhwc(d, dtype, Device::cpu());
+  const BnOutputs g = run_nhwc(d, dtype, kGpu, offset);
   const std::string what = core::detail::str("NHWC ", d.n, "x", d.h, "x", d.w, "x", d.c, " ",
                                              dtype_name(dtype), " offset ", offset);
-  const double r = dtype == DType::f32 ? 1e-4 : (dtype == DType::f16 ? 4e-3 : 2e-2);
-  const double rdx = dtype == DType::f32 ? r : 4 * r;
-  const double m = static_cast<double>(d.n * d.h * d.w);
-  EXPECT_TRUE(all_close(g.y, c.y, r, r)) << what << ": y";
-  EXPECT_TRUE(all_close(g.mean, c.mean, 1e-5, 1e-5)) << what << ": save_mean";
-  EXPECT_TRUE(all_close(g.invstd, c.invstd, 1e-4, 1e-5)) << what << ": save_invstd";
-  EXPECT_TRUE(all_close(g.rm, c.rm, 1e-5, 1e-5)) << what << ": running_mean";
-  EXPECT_TRUE(all_close(g.rv, c.rv, 1e-4, 1e-5)) << what << ": running_var";
-  EXPECT_TRUE(all_close(g.dx, c.dx, rdx, rdx)) << what << ": dx";
-  EXPECT_TRUE(all_close(g.dgamma, c.dgamma, r, r * std::sqrt(m))) << what << ": dgamma";
-  EXPECT_TRUE(all_close(g.dbeta, c.dbeta, r, r * std::sqrt(m))) << what << ": dbeta";
+  expect_bn_outputs_close(g, c, dtype, static_cast<double>(d.n * d.h * d.w), what);
   // Fixed reduction order, no atomics: a rerun has the same bits.
-  const BnOut g2 = run_nhwc(d, dtype, kGpu, offset);
+  const BnOutputs g2 = run_nhwc(d, dtype, kGpu, offset);
   EXPECT_TRUE(bit_identical(g2.y, g.y)) << what << ": y rerun";
   EXPECT_TRUE(bit_identical(g2.mean, g.mean)) << what << ": save_mean rerun";
   EXPECT_TRUE(bit_identical(g2.invstd, g.invstd)) << what << ": save_invstd rerun";
@@ -202,7 +188,7 @@ TEST(BatchNormNhwcGpuAlias, InPlaceForwardAndBackward) {
   STOKER_REQUIRE_GPU();
   const Dims4 d{8, 64, 20, 20};
   const DType dt = DType::bf16;
-  const BnOut ref = run_nhwc(d, dt, kGpu);
+  const BnOutputs ref = run_nhwc(d, dt, kGpu);
   const ops::BatchNormParams p{.layout = Layout::nhwc};
   const Shape shape = shape4(d, Layout::nhwc);
   const Tensor x = random_tensor(shape, dt, 21, -2.0f, 3.0f).to(kGpu);

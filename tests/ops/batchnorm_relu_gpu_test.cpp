@@ -6,7 +6,7 @@
 // against the CPU.
 #include <gtest/gtest.h>
 
-#include "ops/conv_test_util.h"
+#include "ops/batchnorm_test_util.h"
 #include "stoker/ops/activation.h"
 #include "stoker/ops/batchnorm.h"
 #include "test_util.h"
@@ -18,10 +18,6 @@ using ops::shape4;
 
 const Device kGpu = Device::cuda(0);
 
-struct Out {
-  Tensor y, mean, invstd, rm, rv, dx, dgamma, dbeta;
-};
-
 struct Case {
   Dims4 d;
   DType dtype;
@@ -32,7 +28,7 @@ struct Case {
 // Training forward then backward on `device`, fused or as the composition. `mask_y`, when
 // given, replaces the forward's output as the backward's mask source (so that the CPU reference
 // masks exactly where the GPU did: the sign of bn(x) near 0 may differ between fp32 and fp64).
-Out run(const Case& k, Device device, bool fused, const Tensor& mask_y = Tensor()) {
+BnOutputs run(const Case& k, Device device, bool fused, const Tensor& mask_y = Tensor()) {
   const ops::BatchNormParams plain{.eps = 1e-5f, .momentum = 0.1f, .layout = k.layout};
   ops::BatchNormParams with_relu = plain;
   with_relu.relu = true;
@@ -41,7 +37,7 @@ Out run(const Case& k, Device device, bool fused, const Tensor& mask_y = Tensor(
   const Tensor x = random_tensor(shape, k.dtype, 31, -2.0f, 3.0f);
   const Tensor dy = random_tensor(shape, k.dtype, 32);
   const auto on = [&](const Tensor& t) { return t.to(device); };
-  Out o;
+  BnOutputs o;
   o.rm = on(random_tensor({c}, DType::f32, 34));
   o.rv = on(random_tensor({c}, DType::f32, 35, 0.5f, 2.0f));
   o.dgamma = on(random_tensor({c}, DType::f32, 36));
@@ -80,19 +76,9 @@ TEST_P(BatchNormReluGpu, MatchesCpuAndTheUnfusedComposition) {
   const std::string what =
       core::detail::str(ops::layout_name(k.layout), " N", d.n, " C", d.c, " H", d.h, " W", d.w, " ",
                         dtype_name(k.dtype), " offset ", k.offset);
-  const Out g = run(k, kGpu, /*fused=*/true);
-  const Out c = run(k, Device::cpu(), /*fused=*/true, g.y.to(Device::cpu()));
-  const double r = k.dtype == DType::f32 ? 1e-4 : (k.dtype == DType::f16 ? 4e-3 : 2e-2);
-  const double rdx = k.dtype == DType::f32 ? r : 4 * r;
-  const double m = static_cast<double>(d.n * d.h * d.w);
-  EXPECT_TRUE(all_close(g.y, c.y, r, r)) << what << ": y";
-  EXPECT_TRUE(all_close(g.mean, c.mean, 1e-5, 1e-5)) << what << ": save_mean";
-  EXPECT_TRUE(all_close(g.invstd, c.invstd, 1e-4, 1e-5)) << what << ": save_invstd";
-  EXPECT_TRUE(all_close(g.rm, c.rm, 1e-5, 1e-5)) << what << ": running_mean";
-  EXPECT_TRUE(all_close(g.rv, c.rv, 1e-4, 1e-5)) << what << ": running_var";
-  EXPECT_TRUE(all_close(g.dx, c.dx, rdx, rdx)) << what << ": dx";
-  EXPECT_TRUE(all_close(g.dgamma, c.dgamma, r, r * std::sqrt(m))) << what << ": dgamma";
-  EXPECT_TRUE(all_close(g.dbeta, c.dbeta, r, r * std::sqrt(m))) << what << ": dbeta";
+  const BnOutputs g = run(k, kGpu, /*fused=*/true);
+  const BnOutputs c = run(k, Device::cpu(), /*fused=*/true, g.y.to(Device::cpu()));
+  expect_bn_outputs_close(g, c, k.dtype, static_cast<double>(d.n * d.h * d.w), what);
   // The ReLU did something: part of y is 0.
   int64_t zeros = 0;
   for (float v : g.y.to_floats()) zeros += v == 0.0f;
@@ -102,11 +88,10 @@ TEST_P(BatchNormReluGpu, MatchesCpuAndTheUnfusedComposition) {
   // The unfused composition on the GPU: the same kernels' arithmetic, so the same bits (NHWC:
   // stoker's deterministic kernels; NCHW runs the composition itself through cuDNN, whose
   // reductions are not promised to be deterministic, so it is only held to the tolerances).
-  const Out u = run(k, kGpu, /*fused=*/false);
+  const BnOutputs u = run(k, kGpu, /*fused=*/false);
   if (k.layout == Layout::nchw) {
-    EXPECT_TRUE(all_close(g.y, u.y, r, r)) << what << ": y vs unfused";
-    EXPECT_TRUE(all_close(g.dx, u.dx, rdx, rdx)) << what << ": dx vs unfused";
-    EXPECT_TRUE(all_close(g.dgamma, u.dgamma, r, r * std::sqrt(m))) << what << ": dgamma";
+    expect_bn_outputs_close(g, u, k.dtype, static_cast<double>(d.n * d.h * d.w),
+                            what + " vs unfused");
     return;
   }
   EXPECT_TRUE(bit_identical(g.y, u.y)) << what << ": y vs unfused";
@@ -117,7 +102,7 @@ TEST_P(BatchNormReluGpu, MatchesCpuAndTheUnfusedComposition) {
   EXPECT_TRUE(bit_identical(g.dbeta, u.dbeta)) << what << ": dbeta vs unfused";
 
   // Deterministic.
-  const Out g2 = run(k, kGpu, /*fused=*/true);
+  const BnOutputs g2 = run(k, kGpu, /*fused=*/true);
   EXPECT_TRUE(bit_identical(g2.y, g.y)) << what << ": y rerun";
   EXPECT_TRUE(bit_identical(g2.dx, g.dx)) << what << ": dx rerun";
   EXPECT_TRUE(bit_identical(g2.dgamma, g.dgamma)) << what << ": dgamma rerun";

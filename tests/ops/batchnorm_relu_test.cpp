@@ -5,7 +5,7 @@
 // backward differs from the plain one of the unmasked dy); aliasing; the argument checks.
 #include <gtest/gtest.h>
 
-#include "ops/conv_test_util.h"
+#include "ops/batchnorm_test_util.h"
 #include "stoker/ops/activation.h"
 #include "stoker/ops/batchnorm.h"
 #include "test_util.h"
@@ -15,30 +15,13 @@ namespace {
 
 using ops::shape4;
 
-struct Inputs {
-  Tensor x, gamma, beta, rm, rv, dy, dgamma, dbeta;
-};
-
-// x in [-2, 3] and beta in [-1, 1]: roughly a third to a half of bn(x) is negative, so the ReLU
-// zeroes a good share of y and masks a good share of dy.
-Inputs make_inputs(const Dims4& d, Layout l, DType dtype, uint32_t seed) {
-  return {random_tensor(shape4(d, l), dtype, seed, -2.0f, 3.0f),
-          random_tensor({d.c}, DType::f32, seed + 1, 0.5f, 1.5f),
-          random_tensor({d.c}, DType::f32, seed + 2),
-          random_tensor({d.c}, DType::f32, seed + 3),
-          random_tensor({d.c}, DType::f32, seed + 4, 0.5f, 2.0f),
-          random_tensor(shape4(d, l), dtype, seed + 5),
-          random_tensor({d.c}, DType::f32, seed + 6),
-          random_tensor({d.c}, DType::f32, seed + 7)};
-}
-
 struct Result {
   Tensor y, mean, invstd, rm, rv, y_eval, dx, dgamma, dbeta;
 };
 
 // Training forward, evaluation forward (with the updated running statistics) and backward,
 // fused (one op each) or as the composition with the ReLU ops.
-Result run(const Inputs& in, const Dims4& d, Layout l, bool fused) {
+Result run(const BnInputs& in, const Dims4& d, Layout l, bool fused) {
   const ops::BatchNormParams plain{.eps = 1e-5f, .momentum = 0.1f, .layout = l};
   ops::BatchNormParams with_relu = plain;
   with_relu.relu = true;
@@ -81,7 +64,7 @@ TEST_P(BatchNormReluCpu, FusedEqualsTheCompositionBitForBit) {
   const Dims4& d = kDims[std::get<0>(GetParam())];
   const Layout l = std::get<1>(GetParam());
   const DType dt = std::get<2>(GetParam());
-  const Inputs in = make_inputs(d, l, dt, 50);
+  const BnInputs in = make_bn_inputs(d, l, dt, 50);
   const Result f = run(in, d, l, /*fused=*/true);
   const Result u = run(in, d, l, /*fused=*/false);
   const std::string what = core::detail::str(d.n, "x", d.c, "x", d.h, "x", d.w, " ",
@@ -119,16 +102,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormReluCpu,
 TEST(BatchNormReluCpuMask, GradientIgnoresDyWhereYIsZero) {
   const Dims4 d{4, 6, 5, 5};
   const Layout l = Layout::nhwc;
-  const Inputs in = make_inputs(d, l, DType::f32, 60);
+  const BnInputs in = make_bn_inputs(d, l, DType::f32, 60);
   const Result f = run(in, d, l, /*fused=*/true);
   // Change dy wherever y == 0: dx, dgamma, dbeta stay the same bits.
   std::vector<float> dy = in.dy.to_floats();
   const std::vector<float> y = f.y.to_floats();
   for (size_t i = 0; i < dy.size(); ++i)
     if (y[i] == 0.0f) dy[i] = 1000.0f + static_cast<float>(i);
-  const Inputs changed{in.x,      in.gamma, in.beta,
-                       in.rm,     in.rv,    Tensor::from_vector(dy, in.dy.shape()),
-                       in.dgamma, in.dbeta};
+  const BnInputs changed{in.x,      in.gamma, in.beta,
+                         in.rm,     in.rv,    Tensor::from_vector(dy, in.dy.shape()),
+                         in.dgamma, in.dbeta};
   const Result g = run(changed, d, l, /*fused=*/true);
   EXPECT_TRUE(bit_identical(g.dx, f.dx));
   EXPECT_TRUE(bit_identical(g.dgamma, f.dgamma));
@@ -139,7 +122,7 @@ TEST(BatchNormReluCpuMask, GradientIgnoresDyWhereYIsZero) {
 TEST(BatchNormReluCpuAlias, DxOverDyOrY) {
   const Dims4 d{3, 5, 7, 7};
   const Layout l = Layout::nhwc;
-  const Inputs in = make_inputs(d, l, DType::bf16, 70);
+  const BnInputs in = make_bn_inputs(d, l, DType::bf16, 70);
   const Result f = run(in, d, l, /*fused=*/true);
   const ops::BatchNormParams p{.layout = l, .relu = true};
   {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "ops/conv_test_util.h"
+#include "ops/batchnorm_test_util.h"
 #include "stoker/ops/batchnorm.h"
 #include "test_util.h"
 
@@ -81,21 +81,6 @@ BnGrads naive_bn_backward(const Dims4& d, Layout l, const std::vector<float>& x,
   return g;
 }
 
-struct BnTensors {
-  Tensor x, gamma, beta, rm, rv, dy, dgamma, dbeta;
-};
-
-BnTensors make(const Dims4& d, Layout l, DType dtype, uint32_t seed) {
-  return {random_tensor(shape4(d, l), dtype, seed, -2.0f, 3.0f),
-          random_tensor({d.c}, DType::f32, seed + 1, 0.5f, 1.5f),
-          random_tensor({d.c}, DType::f32, seed + 2),
-          random_tensor({d.c}, DType::f32, seed + 3),
-          random_tensor({d.c}, DType::f32, seed + 4, 0.5f, 2.0f),
-          random_tensor(shape4(d, l), dtype, seed + 5),
-          random_tensor({d.c}, DType::f32, seed + 6),
-          random_tensor({d.c}, DType::f32, seed + 7)};
-}
-
 const Dims4 kDims[] = {{3, 5, 7, 7}, {2, 4, 13, 5}, {8, 3, 1, 1}, {1, 6, 4, 9}};
 
 class BatchNormCpu : public ::testing::TestWithParam<std::tuple<int, Layout>> {
@@ -108,7 +93,7 @@ TEST_P(BatchNormCpu, TrainForwardAndRunningStatistics) {
   const Dims4& d = dims();
   const Layout l = layout();
   const ops::BatchNormParams p{.eps = 1e-5f, .momentum = 0.1f, .layout = l};
-  const BnTensors t = make(d, l, DType::f32, 10);
+  const BnInputs t = make_bn_inputs(d, l, DType::f32, 10);
   const std::vector<float> rm0 = t.rm.to_floats(), rv0 = t.rv.to_floats();
   const Tensor y = poisoned(shape4(d, l), DType::f32);
   const Tensor mean = poisoned({d.c}, DType::f32), invstd = poisoned({d.c}, DType::f32);
@@ -132,7 +117,7 @@ TEST_P(BatchNormCpu, EvalUsesRunningStatistics) {
   const Dims4& d = dims();
   const Layout l = layout();
   const ops::BatchNormParams p{.eps = 1e-3f, .layout = l};
-  const BnTensors t = make(d, l, DType::f32, 20);
+  const BnInputs t = make_bn_inputs(d, l, DType::f32, 20);
   const std::vector<float> x = t.x.to_floats(), g = t.gamma.to_floats(), b = t.beta.to_floats();
   const std::vector<float> rm = t.rm.to_floats(), rv = t.rv.to_floats();
   std::vector<double> want(x.size());
@@ -152,7 +137,7 @@ TEST_P(BatchNormCpu, BackwardMatchesChainRule) {
   const Dims4& d = dims();
   const Layout l = layout();
   const ops::BatchNormParams p{.layout = l};
-  const BnTensors t = make(d, l, DType::f32, 30);
+  const BnInputs t = make_bn_inputs(d, l, DType::f32, 30);
   const Tensor y = poisoned(shape4(d, l), DType::f32);
   const Tensor mean = poisoned({d.c}, DType::f32), invstd = poisoned({d.c}, DType::f32);
   ops::batchnorm_forward_train(y, mean, invstd, {}, {}, t.x, t.gamma, t.beta, p);
@@ -175,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormCpu,
 TEST(BatchNormCpuHalf, HalfInputsMatchWithinRounding) {
   const Dims4 d{3, 5, 7, 7};
   for (const DType dtype : {DType::f16, DType::bf16}) {
-    const BnTensors t = make(d, Layout::nhwc, dtype, 40);
+    const BnInputs t = make_bn_inputs(d, Layout::nhwc, dtype, 40);
     const ops::BatchNormParams p{.layout = Layout::nhwc};
     const Tensor y = poisoned(shape4(d, Layout::nhwc), dtype);
     const Tensor mean = poisoned({d.c}, DType::f32), invstd = poisoned({d.c}, DType::f32);

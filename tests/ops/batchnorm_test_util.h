@@ -1,0 +1,54 @@
+// Shared by the batch-norm tests (plain and with the fused ReLU, CPU and GPU): the inputs of one
+// training forward + backward, and the GPU-against-CPU comparison of its outputs.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "ops/conv_test_util.h"
+#include "test_util.h"
+
+namespace stoker::test {
+
+struct BnInputs {
+  Tensor x, gamma, beta, rm, rv, dy, dgamma, dbeta;
+};
+
+// x in [-2, 3] and beta in [-1, 1] (so roughly a third to a half of bn(x) is negative: a fused
+// ReLU zeroes a good share of y), gamma in [0.5, 1.5], running variance in [0.5, 2].
+inline BnInputs make_bn_inputs(const Dims4& d, ops::Layout l, DType dtype, uint32_t seed) {
+  return {random_tensor(ops::shape4(d, l), dtype, seed, -2.0f, 3.0f),
+          random_tensor({d.c}, DType::f32, seed + 1, 0.5f, 1.5f),
+          random_tensor({d.c}, DType::f32, seed + 2),
+          random_tensor({d.c}, DType::f32, seed + 3),
+          random_tensor({d.c}, DType::f32, seed + 4, 0.5f, 2.0f),
+          random_tensor(ops::shape4(d, l), dtype, seed + 5),
+          random_tensor({d.c}, DType::f32, seed + 6),
+          random_tensor({d.c}, DType::f32, seed + 7)};
+}
+
+// What one training forward + backward produced.
+struct BnOutputs {
+  Tensor y, mean, invstd, rm, rv, dx, dgamma, dbeta;
+};
+
+// The GPU's outputs `g` against the CPU's `c` for activations of `dtype` over m = N*H*W values
+// per channel: tolerances of the dtype's rounding (dx four times looser in half precision: it
+// sums three rounded terms; dgamma / dbeta absolute bounds grow as sqrt(m)).
+inline void expect_bn_outputs_close(const BnOutputs& g, const BnOutputs& c, DType dtype, double m,
+                                    const std::string& what) {
+  const double r = dtype == DType::f32 ? 1e-4 : (dtype == DType::f16 ? 4e-3 : 2e-2);
+  const double rdx = dtype == DType::f32 ? r : 4 * r;
+  EXPECT_TRUE(all_close(g.y, c.y, r, r)) << what << ": y";
+  EXPECT_TRUE(all_close(g.mean, c.mean, 1e-5, 1e-5)) << what << ": save_mean";
+  EXPECT_TRUE(all_close(g.invstd, c.invstd, 1e-4, 1e-5)) << what << ": save_invstd";
+  EXPECT_TRUE(all_close(g.rm, c.rm, 1e-5, 1e-5)) << what << ": running_mean";
+  EXPECT_TRUE(all_close(g.rv, c.rv, 1e-4, 1e-5)) << what << ": running_var";
+  EXPECT_TRUE(all_close(g.dx, c.dx, rdx, rdx)) << what << ": dx";
+  EXPECT_TRUE(all_close(g.dgamma, c.dgamma, r, r * std::sqrt(m))) << what << ": dgamma";
+  EXPECT_TRUE(all_close(g.dbeta, c.dbeta, r, r * std::sqrt(m))) << what << ": dbeta";
+}
+
+}  // namespace stoker::test
