@@ -19,22 +19,16 @@ __global__ void __launch_bounds__(kBlockSize)
     codes[i] = core::float_to_fp8_bits<F>(__fmul_rn(to_float(x[i]), s));
 }
 
-template <core::Fp8Format F, typename T>
+// y = value / factor (a scale), or value * factor (a scale_inv) with Inverse.
+template <core::Fp8Format F, typename T, bool Inverse>
 __global__ void __launch_bounds__(kBlockSize)
-    fp8_dequantize_kernel(T* y, const uint8_t* codes, const float* scale, int64_t n) {
-  const float s = __ldg(scale);
+    fp8_dequantize_kernel(T* y, const uint8_t* codes, const float* factor, int64_t n) {
+  const float s = __ldg(factor);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] = from_float<T>(__fdiv_rn(core::fp8_bits_to_float<F>(codes[i]), s));
-}
-
-template <core::Fp8Format F, typename T>
-__global__ void __launch_bounds__(kBlockSize)
-    fp8_dequantize_inv_kernel(T* y, const uint8_t* codes, const float* scale_inv, int64_t n) {
-  const float s = __ldg(scale_inv);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] = from_float<T>(__fmul_rn(core::fp8_bits_to_float<F>(codes[i]), s));
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = core::fp8_bits_to_float<F>(codes[i]);
+    y[i] = from_float<T>(Inverse ? __fmul_rn(v, s) : __fdiv_rn(v, s));
+  }
 }
 
 // Cast + transpose: block (x, y) owns the kCtTile x kCtTile tile of x at rows x * kCtTile and
@@ -201,8 +195,8 @@ void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& factor,
     constexpr core::Fp8Format F = decltype(fmt)::value;
     visit_float(y.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      auto* kernel =
-          factor_is_inverse ? fp8_dequantize_inv_kernel<F, T> : fp8_dequantize_kernel<F, T>;
+      auto* kernel = factor_is_inverse ? fp8_dequantize_kernel<F, T, true>
+                                       : fp8_dequantize_kernel<F, T, false>;
       kernel<<<grid_for(n, y.device().index), kBlockSize, 0, core::cuda_stream(y.device())>>>(
           static_cast<T*>(y.data()), static_cast<const uint8_t*>(codes.data()),
           static_cast<const float*>(factor.data()), n);
