@@ -10,7 +10,7 @@
 // result is dy or 0 — in place of dy. So fused == unfused bit for bit.
 // The residual tail (y = act(bn(x) + r)) is the composition likewise: bn(x) rounded to T, plus r
 // in fp32 and rounded to T once (ops::add, nn::Residual's add), then the optional ReLU; the
-// backward's first pass stores dz (dy or 0: exact) into dresidual.
+// backward's first pass stores dz (dy or 0: exact) into dresidual and the second reads it back.
 #include <oneapi/tbb/parallel_for.h>
 
 #include <cmath>
@@ -155,7 +155,9 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
       const double mean_dy_xhat = sum_dy_xhat / m;
       for_channel(d, p.layout, c, [&](int64_t i) {
         const double xhat = (load(in[i]) - mean) * invstd;
-        out[i] = store<T>(static_cast<float>(k * (grad(i) - mean_dy - xhat * mean_dy_xhat)));
+        // With dresidual, the dz stored by the first loop (as the GPU's dx pass reads it).
+        const double gi = dres != nullptr ? load(dres[i]) : grad(i);
+        out[i] = store<T>(static_cast<float>(k * (gi - mean_dy - xhat * mean_dy_xhat)));
       });
     });
   });
