@@ -40,6 +40,13 @@
 // 6 reads + 1 write ((dy, y, x) twice, dx) against 6 reads + 2 writes for relu_backward (dy, y ->
 // dz) then the BN backward (dz, x twice, dx) — and no dz buffer.
 //
+// Residual tail (the `residual` / `dresidual` arguments, the Res template flag): forward pass 3
+// reads r too and writes act(round(bn(x)) + r) — bn(x) rounded to T first, the sum rounded once,
+// as the BN kernel then the add kernel would (3 reads + 1 write against 5 + 3 for BN, add, ReLU);
+// backward pass 1 also writes dz = dy * (y > 0) into dresidual, and pass 3 reads that dz in place
+// of (dy, y): 5 reads + 2 writes against 6 + 2 for relu_backward then the BN backward. dz is
+// dy or 0, exact in T, so pass 3 sees the very values pass 1 summed. dresidual may alias dy.
+//
 // Determinism: the slab count depends only on (M, C, V) and every fold runs in a fixed order, no
 // atomics; so the same inputs (with the same pointer alignment, which picks V) give the same bits
 // on every run and every GPU. No host synchronization: the scratch is stream-ordered pool memory.
@@ -234,10 +241,11 @@ __global__ void __launch_bounds__(kBlockSize)
   }
 }
 
-template <int V, bool Relu, typename T>
+template <int V, bool Relu, bool Res, typename T>
 __global__ void __launch_bounds__(kBnThreads)
-    bn_normalize_kernel(T* y, const T* x, int64_t m, int64_t channels, int64_t slab_rows,
-                        const float* mean, const float* scale, const float* beta) {
+    bn_normalize_kernel(T* y, const T* x, const T* res, int64_t m, int64_t channels,
+                        int64_t slab_rows, const float* mean, const float* scale,
+                        const float* beta) {
   using G = Geometry<V>;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * slab_rows;
@@ -255,9 +263,13 @@ __global__ void __launch_bounds__(kBnThreads)
   for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
     float v[V];
     load_channels<V>(v, x + r * channels, c);
+    float rv[V];
+    if constexpr (Res) load_channels<V>(rv, res + r * channels, c);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       v[k] = fmaf(v[k] - mu[k], sc[k], sh[k]);
+      // bn(x) rounded to T as the BN kernel stores it, then the add's fp32 sum.
+      if constexpr (Res) v[k] = rv[k] + to_float(from_float<T>(v[k]));
       if constexpr (Relu) v[k] = detail::relu(v[k]);
     }
     store_channels<V>(y + r * channels, c, v);
@@ -280,9 +292,10 @@ __device__ STOKER_FORCEINLINE void load_grad(float (&g)[V], const T* dy_row, con
   }
 }
 
-template <int V, bool Relu, typename T>
+// With Res, dz (the masked dy) is also stored into dres.
+template <int V, bool Relu, bool Res, typename T>
 __global__ void __launch_bounds__(kBnThreads)
-    bn_grad_sums_kernel(const T* dy, const T* y, const T* x, int64_t m, int64_t channels,
+    bn_grad_sums_kernel(const T* dy, const T* y, const T* x, T* dres, int64_t m, int64_t channels,
                         int64_t slab_rows, const float* mean, const float* invstd,
                         float* partial_dy, float* partial_dyx) {
   using G = Geometry<V>;
@@ -308,6 +321,7 @@ __global__ void __launch_bounds__(kBnThreads)
       float g[V], v[V];
       load_grad<V, Relu>(g, dy + r * channels, y + r * channels, c);
       load_channels<V>(v, x + r * channels, c);
+      if constexpr (Res) store_channels<V>(dres + r * channels, c, g);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         sdy[k] += g[k];
@@ -430,7 +444,8 @@ unsigned channel_grid(int64_t c) {
 void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
                                   const Tensor& save_invstd, const Tensor& running_mean,
                                   const Tensor& running_var, const Tensor& x, const Tensor& gamma,
-                                  const Tensor& beta, const BatchNormParams& p) {
+                                  const Tensor& beta, const BatchNormParams& p,
+                                  const Tensor& residual) {
   const Device d = x.device();
   const Extent e = extent_of(x);
   if (e.m == 0 || e.c == 0) return;
@@ -439,7 +454,9 @@ void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
     using T = typename decltype(tag)::type;
     const T* px = static_cast<const T*>(x.data());
     T* py = static_cast<T*>(y.data());
-    visit_width<T>(e.c, {px, py}, [&](auto width) {
+    // Without a residual the kernels never touch pr (x stands in).
+    const T* pr = residual.defined() ? static_cast<const T*>(residual.data()) : px;
+    visit_width<T>(e.c, {px, py, pr}, [&](auto width) {
       constexpr int V = decltype(width)::value;
       using G = Geometry<V>;
       const int64_t tiles = (e.c + G::kTile - 1) / G::kTile;
@@ -458,9 +475,12 @@ void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
           pm, pq, s.count, s.rows, e.m, e.c, cf(gamma), p.eps, p.momentum, mf(save_mean),
           mf(save_invstd), mf(running_mean), mf(running_var), scale);
       STOKER_CUDA_CHECK(cudaGetLastError());
-      const auto normalize =
-          p.relu ? bn_normalize_kernel<V, true, T> : bn_normalize_kernel<V, false, T>;
-      normalize<<<grid, block, 0, stream>>>(py, px, e.m, e.c, s.rows, cf(save_mean), scale,
+      const bool res = residual.defined();
+      const auto normalize = p.relu ? (res ? bn_normalize_kernel<V, true, true, T>
+                                           : bn_normalize_kernel<V, true, false, T>)
+                                    : (res ? bn_normalize_kernel<V, false, true, T>
+                                           : bn_normalize_kernel<V, false, false, T>);
+      normalize<<<grid, block, 0, stream>>>(py, px, pr, e.m, e.c, s.rows, cf(save_mean), scale,
                                             cf(beta));
       STOKER_CUDA_CHECK(cudaGetLastError());
     });
@@ -470,7 +490,7 @@ void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
 void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                              const Tensor& dy, const Tensor& x, const Tensor& gamma,
                              const Tensor& save_mean, const Tensor& save_invstd,
-                             const BatchNormParams& p, const Tensor& y) {
+                             const BatchNormParams& p, const Tensor& y, const Tensor& dresidual) {
   const Device d = x.device();
   const Extent e = extent_of(x);
   if (e.m == 0 || e.c == 0) return;
@@ -482,7 +502,10 @@ void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tenso
     T* pdx = static_cast<T*>(dx.data());
     // The fused ReLU's mask source; without it the kernels never touch py (x stands in).
     const T* py = p.relu ? static_cast<const T*>(y.data()) : px;
-    visit_width<T>(e.c, {px, pdy, pdx, py}, [&](auto width) {
+    const bool res = dresidual.defined();
+    // The residual's gradient dz; without it the kernels never touch pdr (dx stands in).
+    T* pdr = res ? static_cast<T*>(dresidual.data()) : pdx;
+    visit_width<T>(e.c, {px, pdy, pdx, py, pdr}, [&](auto width) {
       constexpr int V = decltype(width)::value;
       using G = Geometry<V>;
       const int64_t tiles = (e.c + G::kTile - 1) / G::kTile;
@@ -495,16 +518,20 @@ void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tenso
       float* coef = pb + s.count * e.c;
       const dim3 grid(static_cast<unsigned>(s.count), static_cast<unsigned>(tiles));
       const dim3 block(G::kTx, G::kTy);
-      const auto sums = p.relu ? bn_grad_sums_kernel<V, true, T> : bn_grad_sums_kernel<V, false, T>;
-      sums<<<grid, block, 0, stream>>>(pdy, py, px, e.m, e.c, s.rows, cf(save_mean),
+      const auto sums = p.relu ? (res ? bn_grad_sums_kernel<V, true, true, T>
+                                      : bn_grad_sums_kernel<V, true, false, T>)
+                               : (res ? bn_grad_sums_kernel<V, false, true, T>
+                                      : bn_grad_sums_kernel<V, false, false, T>);
+      sums<<<grid, block, 0, stream>>>(pdy, py, px, pdr, e.m, e.c, s.rows, cf(save_mean),
                                        cf(save_invstd), pa, pb);
       STOKER_CUDA_CHECK(cudaGetLastError());
       bn_grad_finalize_kernel<<<channel_grid(e.c), kBlockSize, 0, stream>>>(
           pa, pb, s.count, e.m, e.c, cf(gamma), cf(save_invstd), mf(dgamma), mf(dbeta), coef);
       STOKER_CUDA_CHECK(cudaGetLastError());
-      const auto dx_pass = p.relu ? bn_dx_kernel<V, true, T> : bn_dx_kernel<V, false, T>;
-      dx_pass<<<grid, block, 0, stream>>>(pdx, pdy, py, px, e.m, e.c, s.rows, cf(save_mean),
-                                          cf(save_invstd), coef);
+      // With the residual, the dx pass reads the stored dz instead of masking dy again.
+      const auto dx_pass = p.relu && !res ? bn_dx_kernel<V, true, T> : bn_dx_kernel<V, false, T>;
+      dx_pass<<<grid, block, 0, stream>>>(pdx, res ? pdr : pdy, py, px, e.m, e.c, s.rows,
+                                          cf(save_mean), cf(save_invstd), coef);
       STOKER_CUDA_CHECK(cudaGetLastError());
     });
   });

@@ -159,6 +159,7 @@ std::unique_ptr<nn::Sequential> build_model(const Args& a, int64_t classes, Layo
                                            .layout = layout,
                                            .zero_init_residual = a.arch != "small",
                                            .fuse_bn_relu = a.fuse_bn_relu,
+                                           .fuse_block_tail = a.fuse_bn_relu,
                                            .small_width = a.width});
   m->to(device);
   return m;
@@ -671,8 +672,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--diagnostics", a.diagnostics, "time step phases; print breakdown and verdict");
   app.add_flag("--fuse-bn-relu", a.fuse_bn_relu,
-               "fuse each batch norm with the ReLU after it (experimental: one pass over the "
-               "activation less per BN)");
+               "fuse each batch norm with the ReLU after it, and each residual block's tail "
+               "relu(bn + shortcut) into one batch-norm pass (experimental: fewer passes over "
+               "the activations)");
   app.add_option("--device", a.device, "auto, cpu or cuda[:N]")->capture_default_str();
   app.add_flag("--synthetic", a.synthetic,
                "benchmark: steps on a random batch held on the device, then (with --data) "

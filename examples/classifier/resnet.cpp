@@ -59,9 +59,11 @@ void add_bn_relu(nn::Sequential& s, const std::string& bn_name, const std::strin
 }
 
 // Sequential{"" : Residual(body, downsample), "relu" : ReLU}; downsample (1x1 conv + BN) when
-// the block changes the shape.
+// the block changes the shape. With fuse_block_tail the ReLU moves into the Residual, fused with
+// the body's last BN and the add (nn::Residual::set_tail_relu), and the "relu" child goes.
 std::unique_ptr<nn::Module> block(std::unique_ptr<nn::Sequential> body, int64_t in, int64_t out,
-                                  int64_t stride, Layout layout) {
+                                  int64_t stride, const ModelOptions& o) {
+  const Layout layout = o.layout;
   std::unique_ptr<nn::Sequential> downsample;
   if (stride != 1 || in != out) {
     downsample = nn::make<nn::Sequential>();
@@ -69,8 +71,13 @@ std::unique_ptr<nn::Module> block(std::unique_ptr<nn::Sequential> body, int64_t 
     downsample->add(bn(out, layout));
   }
   auto b = nn::make<nn::Sequential>();
-  b->add("", nn::make<nn::Residual>(std::move(body), std::move(downsample),
-                                    nn::ResidualNames{.body = "", .shortcut = "downsample"}));
+  auto& r =
+      b->add("", nn::make<nn::Residual>(std::move(body), std::move(downsample),
+                                        nn::ResidualNames{.body = "", .shortcut = "downsample"}));
+  if (o.fuse_block_tail) {
+    r.set_tail_relu(true);
+    return b;
+  }
   b->add("relu", nn::make<nn::ReLU>());
   return b;
 }
@@ -83,7 +90,7 @@ std::unique_ptr<nn::Module> basic_block(int64_t in, int64_t planes, int64_t stri
   add_bn_relu(*body, "bn1", "relu", planes, o);
   body->add("conv2", conv(planes, planes, 3, 1, 1, o.layout));
   body->add("bn2", bn(planes, o.layout, o.zero_init_residual));
-  return block(std::move(body), in, planes, stride, o.layout);
+  return block(std::move(body), in, planes, stride, o);
 }
 
 // torchvision Bottleneck (v1.5): 1x1 - BN - ReLU - 3x3 (stride) - BN - ReLU - 1x1 (x4) - BN.
@@ -97,7 +104,7 @@ std::unique_ptr<nn::Module> bottleneck(int64_t in, int64_t planes, int64_t strid
   add_bn_relu(*body, "bn2", "relu2", planes, o);
   body->add("conv3", conv(planes, out, 1, 1, 0, o.layout));
   body->add("bn3", bn(out, o.layout, o.zero_init_residual));
-  return block(std::move(body), in, out, stride, o.layout);
+  return block(std::move(body), in, out, stride, o);
 }
 
 std::unique_ptr<nn::Sequential> resnet(bool bottlenecks, const int (&blocks)[4],

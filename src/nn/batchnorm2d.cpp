@@ -7,6 +7,9 @@
 //   dgamma += sum dy * xhat       with xhat = batchnorm_forward_eval(x) with gamma 1, beta 0
 // With the fused ReLU the training backward passes the saved output to the op (which masks dy
 // inside its passes); the evaluation backward first applies relu_backward (the rare path).
+// The residual tail passes r to the forward op and a dresidual buffer to the backward op; the
+// evaluation backward computes dz into that buffer (relu_backward, or a copy of dy) and goes on
+// from dz as above.
 #include "stoker/nn/batchnorm2d.h"
 
 #include <cmath>
@@ -52,6 +55,28 @@ void BatchNorm2d::set_activation(Activation activation) {
   y_ = Tensor();
 }
 
+void BatchNorm2d::set_residual_tail(bool on) {
+  residual_tail_ = on;
+  residual_ = dresidual_ = Tensor();
+}
+
+void BatchNorm2d::set_residual(const Tensor& r) {
+  STOKER_CHECK(residual_tail_, describe(),
+               ": set_residual needs the residual tail mode (set_residual_tail(true), which "
+               "nn::Residual::set_tail_relu sets)");
+  STOKER_CHECK(r.defined(), describe(), ": set_residual got an undefined tensor");
+  residual_ = r;
+}
+
+Tensor BatchNorm2d::take_residual_grad() {
+  STOKER_CHECK(dresidual_.defined(), describe(),
+               ": no residual gradient to take; it comes from a backward in residual tail mode "
+               "and is handed out once");
+  Tensor d = std::move(dresidual_);
+  dresidual_ = Tensor();
+  return d;
+}
+
 Tensor BatchNorm2d::forward(const Tensor& x) {
   STOKER_CHECK(x.defined() && x.rank() == 4, describe(), ": input ",
                x.defined() ? x.str() : std::string("undefined"), " must be rank 4");
@@ -60,6 +85,17 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   STOKER_CHECK(ops::dims4(x.shape(), params_.layout).c == channels_, describe(), ": input ",
                x.str(), " has ", ops::dims4(x.shape(), params_.layout).c, " channels in ",
                ops::layout_name(params_.layout), "; expected ", channels_);
+  STOKER_CHECK(!residual_tail_ || residual_.defined(), describe(),
+               ": forward in residual tail mode without a residual (set_residual before each "
+               "forward); a Checkpoint around this BatchNorm2d alone recomputes it without the "
+               "block's shortcut, so checkpoint the whole residual block instead");
+  const Tensor r = std::move(residual_);
+  residual_ = Tensor();
+  STOKER_CHECK(!r.defined() ||
+                   (r.shape() == x.shape() && r.dtype() == x.dtype() && r.device() == x.device()),
+               describe(), ": residual ", r.defined() ? r.str() : std::string("undefined"),
+               " must have the input's shape, dtype and device (", x.str(),
+               "); the block's shortcut must map its input to the body's output shape");
   Tensor y = Tensor::empty(x.shape(), x.dtype(), device_);
   if (training_) {
     save_mean_ = Tensor::empty({channels_}, DType::f32, device_);
@@ -69,10 +105,10 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     const Tensor run_mean = recomputing() ? running_mean_.clone() : running_mean_;
     const Tensor run_var = recomputing() ? running_var_.clone() : running_var_;
     ops::batchnorm_forward_train(y, save_mean_, save_invstd_, run_mean, run_var, x, weight_.value(),
-                                 bias_.value(), params_);
+                                 bias_.value(), params_, r);
   } else {
     ops::batchnorm_forward_eval(y, x, weight_.value(), bias_.value(), running_mean_, running_var_,
-                                params_);
+                                params_, r);
   }
   x_ = x;
   y_ = params_.relu ? y : Tensor();
@@ -86,6 +122,8 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
   STOKER_CHECK(!params_.relu || y_.defined(), describe(),
                ": backward with the fused ReLU needs the forward's output, which was not kept");
   Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), device_);
+  // The residual's gradient (tail mode): dz, written by the op (training) or below (evaluation).
+  const Tensor dr = residual_tail_ ? Tensor::empty(dy.shape(), dy.dtype(), device_) : Tensor();
   if (saved_training_) {
     // The op always writes both parameter gradients; frozen ones go to scratch.
     const Tensor dgamma =
@@ -93,13 +131,19 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
     const Tensor dbeta =
         bias_.requires_grad ? bias_.grad() : Tensor::zeros({channels_}, DType::f32, device_);
     ops::batchnorm_backward(dx, dgamma, dbeta, dy, x_, weight_.value(), save_mean_, save_invstd_,
-                            params_, y_);
+                            params_, y_, dr);
   } else {
     // The fixed affine map's backward, of the gradient before the ReLU.
     ops::BatchNormParams plain = params_;
     plain.relu = false;
-    const Tensor dz = params_.relu ? Tensor::empty(dy.shape(), dy.dtype(), device_) : dy;
-    if (params_.relu) ops::relu_backward(dz, dy, y_);
+    const Tensor dz = dr.defined()   ? dr
+                      : params_.relu ? Tensor::empty(dy.shape(), dy.dtype(), device_)
+                                     : dy;
+    if (params_.relu) {
+      ops::relu_backward(dz, dy, y_);
+    } else if (dr.defined()) {
+      ops::copy(dz, dy);
+    }
     const Tensor zeros = Tensor::zeros({channels_}, DType::f32, device_);
     const Tensor ones = Tensor::empty({channels_}, DType::f32, device_);
     ops::fill(ones, 1.0);
@@ -120,15 +164,17 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
     }
   }
   x_ = y_ = save_mean_ = save_invstd_ = Tensor();  // consumed
+  dresidual_ = dr;
   if (weight_.requires_grad) weight_.grad_ready();
   if (bias_.requires_grad) bias_.grad_ready();
   return dx;
 }
 
 std::string BatchNorm2d::describe() const {
-  return core::detail::str(
-      "BatchNorm2d(", channels_, ", eps=", params_.eps, ", momentum=", params_.momentum,
-      params_.layout == ops::Layout::nhwc ? ", NHWC" : "", params_.relu ? ", relu)" : ")");
+  return core::detail::str("BatchNorm2d(", channels_, ", eps=", params_.eps,
+                           ", momentum=", params_.momentum,
+                           params_.layout == ops::Layout::nhwc ? ", NHWC" : "",
+                           residual_tail_ ? ", +residual" : "", params_.relu ? ", relu)" : ")");
 }
 
 Module::OutputRecompute BatchNorm2d::output_recompute() const {

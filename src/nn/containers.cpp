@@ -93,7 +93,45 @@ Residual::Residual(std::unique_ptr<Module> body, std::unique_ptr<Module> shortcu
   if (shortcut) shortcut_ = &register_module(std::move(names.shortcut), std::move(shortcut));
 }
 
+void Residual::set_tail_relu(bool on) {
+  if (!on) {
+    if (tail_ != nullptr) {
+      tail_->set_residual_tail(false);
+      tail_->set_activation(Activation::none);
+    }
+    tail_ = nullptr;
+    return;
+  }
+  if (tail_ != nullptr) return;
+  auto* body = dynamic_cast<Sequential*>(body_);
+  BatchNorm2d* bn = body != nullptr && body->size() > 0
+                        ? dynamic_cast<BatchNorm2d*>(&(*body)[body->size() - 1])
+                        : nullptr;
+  STOKER_CHECK(bn != nullptr, describe(),
+               ": set_tail_relu needs a body that is an nn::Sequential ending in an "
+               "nn::BatchNorm2d (a ResNet block's body); otherwise keep an nn::ReLU after the "
+               "Residual");
+  STOKER_CHECK(bn->activation() == Activation::none && !bn->residual_tail(), describe(),
+               ": set_tail_relu: the body's last ", bn->describe(),
+               " already has a fused activation or residual; the tail's ReLU comes after the "
+               "residual add, so leave that BatchNorm2d plain");
+  bn->set_activation(Activation::relu);
+  bn->set_residual_tail(true);
+  tail_ = bn;
+}
+
+Tensor Residual::shortcut_forward(const Tensor& x) {
+  if (!shortcut_) return x;
+  const core::ModuleScope scope(child_name(1));
+  return shortcut_->forward(x);
+}
+
 Tensor Residual::forward(const Tensor& x) {
+  if (tail_ != nullptr) {  // shortcut first: its output is the tail batch norm's residual
+    tail_->set_residual(shortcut_forward(x));
+    const core::ModuleScope scope(child_name(0));
+    return body_->forward(x);
+  }
   const Tensor fx = [&] {
     const core::ModuleScope scope(child_name(0));
     return body_->forward(x);
@@ -114,11 +152,33 @@ Tensor Residual::forward(const Tensor& x) {
 }
 
 void Residual::forward_for_backward(const Tensor& x) {
+  if (tail_ != nullptr) {
+    tail_->set_residual(shortcut_forward(x));
+    const core::ModuleScope scope(child_name(0));
+    body_->forward_for_backward(x);
+    return;
+  }
   body_->forward_for_backward(x);
   if (shortcut_) shortcut_->forward_for_backward(x);
 }
 
 Tensor Residual::backward(const Tensor& dy) {
+  if (tail_ != nullptr) {
+    // The body's backward starts with the tail batch norm's, which leaves dz for the shortcut.
+    const Tensor dbody = [&] {
+      const core::ModuleScope scope(child_name(0));
+      return body_->backward(dy);
+    }();
+    const Tensor dz = tail_->take_residual_grad();
+    const Tensor dshort = [&] {
+      if (!shortcut_) return dz;
+      const core::ModuleScope scope(child_name(1));
+      return shortcut_->backward(dz);
+    }();
+    Tensor dx = Tensor::empty(dshort.shape(), dshort.dtype(), dshort.device());
+    ops::add(dx, dshort, dbody);
+    return dx;
+  }
   // Reverse registration order: the shortcut's gradients become ready first.
   const Tensor dshort = [&] {
     if (!shortcut_) return dy;
@@ -135,8 +195,9 @@ Tensor Residual::backward(const Tensor& dy) {
 }
 
 std::string Residual::describe() const {
-  if (!shortcut_) return "Residual(" + body_->describe() + ")";
-  return "Residual(" + body_->describe() + ", shortcut=" + shortcut_->describe() + ")";
+  const std::string tail = tail_ != nullptr ? ", relu" : "";
+  if (!shortcut_) return "Residual(" + body_->describe() + tail + ")";
+  return "Residual(" + body_->describe() + ", shortcut=" + shortcut_->describe() + tail + ")";
 }
 
 }  // namespace stoker::nn

@@ -81,32 +81,33 @@ STOKER_OPS_BACKEND_DECLS
 
 // Image ops (layout.h, conv.h, batchnorm.h, pool.h). CUDA: cuDNN (src/ops/cuda/*_cudnn.cpp) and
 // kernels/channel.cu; see the public headers for the contracts.
-#define STOKER_OPS_IMAGE_BACKEND_DECLS                                                           \
-  void convert_layout(const Tensor& dst, const Tensor& src, Layout from, Layout to);             \
-  void add_channel_bias(const Tensor& y, const Tensor& bias, Layout layout);                     \
-  void channel_bias_grad(const Tensor& dbias, const Tensor& dy, Layout layout);                  \
-  void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p); \
-  void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,                 \
-                            const Conv2dParams& p);                                              \
-  void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,               \
-                              const Conv2dParams& p);                                            \
-  void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean,                         \
-                               const Tensor& save_invstd, const Tensor& running_mean,            \
-                               const Tensor& running_var, const Tensor& x, const Tensor& gamma,  \
-                               const Tensor& beta, const BatchNormParams& p);                    \
-  void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,             \
-                              const Tensor& beta, const Tensor& running_mean,                    \
-                              const Tensor& running_var, const BatchNormParams& p);              \
-  void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,           \
-                          const Tensor& dy, const Tensor& x, const Tensor& gamma,                \
-                          const Tensor& save_mean, const Tensor& save_invstd,                    \
-                          const BatchNormParams& p, const Tensor& y);                            \
-  void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);               \
-  void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& y,  \
-                          const Pool2dParams& p);                                                \
-  void avgpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);               \
-  void avgpool2d_backward(const Tensor& dx, const Tensor& dy, const Pool2dParams& p);            \
-  void global_avgpool_forward(const Tensor& y, const Tensor& x, Layout layout);                  \
+#define STOKER_OPS_IMAGE_BACKEND_DECLS                                                             \
+  void convert_layout(const Tensor& dst, const Tensor& src, Layout from, Layout to);               \
+  void add_channel_bias(const Tensor& y, const Tensor& bias, Layout layout);                       \
+  void channel_bias_grad(const Tensor& dbias, const Tensor& dy, Layout layout);                    \
+  void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p);   \
+  void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,                   \
+                            const Conv2dParams& p);                                                \
+  void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,                 \
+                              const Conv2dParams& p);                                              \
+  void batchnorm_forward_train(                                                                    \
+      const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,                         \
+      const Tensor& running_mean, const Tensor& running_var, const Tensor& x, const Tensor& gamma, \
+      const Tensor& beta, const BatchNormParams& p, const Tensor& residual);                       \
+  void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,               \
+                              const Tensor& beta, const Tensor& running_mean,                      \
+                              const Tensor& running_var, const BatchNormParams& p,                 \
+                              const Tensor& residual);                                             \
+  void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,             \
+                          const Tensor& dy, const Tensor& x, const Tensor& gamma,                  \
+                          const Tensor& save_mean, const Tensor& save_invstd,                      \
+                          const BatchNormParams& p, const Tensor& y, const Tensor& dresidual);     \
+  void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);                 \
+  void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& y,    \
+                          const Pool2dParams& p);                                                  \
+  void avgpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);                 \
+  void avgpool2d_backward(const Tensor& dx, const Tensor& dy, const Pool2dParams& p);              \
+  void global_avgpool_forward(const Tensor& y, const Tensor& x, Layout layout);                    \
   void global_avgpool_backward(const Tensor& dx, const Tensor& dy, Layout layout);
 
 namespace cpu {

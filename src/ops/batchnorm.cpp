@@ -53,10 +53,12 @@ void check_channel_vectors(std::string_view op, std::initializer_list<Named> vec
 
 void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
                              const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p) {
+                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
+                             const Tensor& residual) {
   constexpr const char* op = "batchnorm_forward_train";
   check_x(op, x, p);
   check_like_x(op, "y", y, x, p.layout);
+  if (residual.defined()) check_like_x(op, "residual", residual, x, p.layout);
   const Dims4 d = dims4(x.shape(), p.layout);
   check_channel_vectors(
       op,
@@ -72,15 +74,17 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
                " value per channel (N*H*W); training needs more than one (as PyTorch)");
   if (d.c == 0) return;
   STOKER_DISPATCH(x.device(), batchnorm_forward_train, y, save_mean, save_invstd, running_mean,
-                  running_var, x, gamma, beta, p);
+                  running_var, x, gamma, beta, p, residual);
 }
 
 void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
                             const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, const BatchNormParams& p) {
+                            const Tensor& running_var, const BatchNormParams& p,
+                            const Tensor& residual) {
   constexpr const char* op = "batchnorm_forward_eval";
   check_x(op, x, p);
   check_like_x(op, "y", y, x, p.layout);
+  if (residual.defined()) check_like_x(op, "residual", residual, x, p.layout);
   check_channel_vectors(op,
                         {{"gamma", gamma},
                          {"beta", beta},
@@ -89,13 +93,13 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
                         dims4(x.shape(), p.layout).c, x, p.layout);
   if (x.numel() == 0) return;
   STOKER_DISPATCH(x.device(), batchnorm_forward_eval, y, x, gamma, beta, running_mean, running_var,
-                  p);
+                  p, residual);
 }
 
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p, const Tensor& y) {
+                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual) {
   constexpr const char* op = "batchnorm_backward";
   check_x(op, x, p);
   check_like_x(op, "dy", dy, x, p.layout);
@@ -110,6 +114,13 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
                  " is given but params.relu is not set; pass y only for the fused ReLU (the "
                  "plain backward reads x, not y)");
   }
+  if (dresidual.defined()) {
+    check_like_x(op, "dresidual", dresidual, x, p.layout);
+    STOKER_CHECK(dresidual.data() != dx.data() || dresidual.numel() == 0, "ops::", op,
+                 ": dresidual ", dresidual.str(),
+                 " aliases dx; both are outputs (the residual's gradient and the batch-norm "
+                 "input's), give dresidual its own buffer (it may alias dy)");
+  }
   check_channel_vectors(op,
                         {{"dgamma", dgamma},
                          {"dbeta", dbeta},
@@ -119,7 +130,7 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
                         dims4(x.shape(), p.layout).c, x, p.layout);
   if (x.numel() == 0) return;
   STOKER_DISPATCH(x.device(), batchnorm_backward, dx, dgamma, dbeta, dy, x, gamma, save_mean,
-                  save_invstd, p, y);
+                  save_invstd, p, y, dresidual);
 }
 
 }  // namespace stoker::ops

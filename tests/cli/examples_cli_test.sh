@@ -167,8 +167,8 @@ first=$(sed -n 's|^epoch 1/4: train loss \([0-9.]*\),.*|\1|p' "$out")
 last=$(sed -n 's|^epoch 4/4: train loss \([0-9.]*\),.*|\1|p' "$out")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a != "" && b != "" && b + 0.05 < a) }' ||
   fail "LARS did not train: train loss $first in epoch 1, $last in epoch 4"
-# --fuse-bn-relu: the same run with each BN's ReLU fused gives the same losses (the CPU's fused
-# batch norm has the separate modules' bits).
+# --fuse-bn-relu: the same run with each BN's ReLU and each block's tail relu(bn + shortcut)
+# fused gives the same losses (the CPU's fused batch norm has the separate modules' bits).
 expect 0 lars_classifier --fuse-bn-relu
 fused_last=$(sed -n 's|^epoch 4/4: train loss \([0-9.]*\),.*|\1|p' "$out")
 [ -n "$fused_last" ] && [ "$fused_last" = "$last" ] ||

@@ -1,7 +1,7 @@
 // examples/classifier's models on the CPU: torchvision's parameter counts and names, the same
 // loss and gradients in NCHW and NHWC (the small CNN and ResNet-18 at 32x32), the zero-init
-// option, fuse_bn_relu against separate ReLU modules (same names, same bits), and a short
-// training on packed synthetic shapes that learns far above chance.
+// option, fuse_bn_relu and fuse_block_tail against separate ReLU modules (same names, same bits),
+// and a short training on packed synthetic shapes that learns far above chance.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -98,15 +98,24 @@ struct Pass {
   double loss = 0;
   std::vector<float> logits;
   std::map<std::string, std::vector<float>> grads;
+  std::map<std::string, std::vector<float>> buffers;  // after the step's forward: running stats
+};
+
+struct Fusions {
+  bool bn_relu = true;
+  bool block_tail = true;
 };
 
 // One training-mode forward + cross-entropy + backward of a freshly seeded model on a batch
 // given in NCHW (converted for NHWC models).
 Pass run_pass(const std::string& arch, Layout layout, const Tensor& x_nchw, const Tensor& y,
-              bool fuse_bn_relu = true) {
+              Fusions fuse = {}) {
   nn::manual_seed(11);
-  auto m = make_model(
-      arch, {.num_classes = 5, .layout = layout, .fuse_bn_relu = fuse_bn_relu, .small_width = 8});
+  auto m = make_model(arch, {.num_classes = 5,
+                             .layout = layout,
+                             .fuse_bn_relu = fuse.bn_relu,
+                             .fuse_block_tail = fuse.block_tail,
+                             .small_width = 8});
   Tensor x = x_nchw;
   if (layout == Layout::nhwc) {
     const auto d = stoker::ops::dims4(x_nchw.shape(), Layout::nchw);
@@ -120,6 +129,7 @@ Pass run_pass(const std::string& arch, Layout layout, const Tensor& x_nchw, cons
   r.logits = logits.to_floats();
   m->backward(loss.backward());
   for (const auto& [n, p] : m->named_parameters()) r.grads[n] = p->grad().to_floats();
+  m->visit_buffers("", [&](const std::string& n, Tensor& t) { r.buffers[n] = t.to_floats(); });
   return r;
 }
 
@@ -156,39 +166,49 @@ TEST(ClassifierModelsTest, ResNet18NchwAndNhwcGiveTheSameLossAndGradients) {
   expect_layouts_agree("resnet18", 4, 64);
 }
 
-// fuse_bn_relu (BatchNorm2d with the ReLU fused) against torchvision's separate ReLU modules:
-// the same names in the same order, and the same loss, logits and gradients bit for bit.
+// fuse_bn_relu (BatchNorm2d with the ReLU fused) and fuse_block_tail (relu(bn + shortcut) in
+// one op) against torchvision's separate ReLU modules: the same names in the same order, and the
+// same loss, logits, gradients and running statistics bit for bit.
 void expect_fusion_changes_nothing(const std::string& arch, Layout layout, int64_t batch,
-                                   int64_t size) {
-  const auto names = [&](bool fuse) {
+                                   int64_t size, Fusions fused = {}) {
+  const auto names = [&](Fusions f) {
     nn::manual_seed(11);
-    auto m = make_model(
-        arch, {.num_classes = 5, .layout = layout, .fuse_bn_relu = fuse, .small_width = 8});
+    auto m = make_model(arch, {.num_classes = 5,
+                               .layout = layout,
+                               .fuse_bn_relu = f.bn_relu,
+                               .fuse_block_tail = f.block_tail,
+                               .small_width = 8});
     std::vector<std::string> out;
     for (const auto& [n, p] : m->named_parameters()) out.push_back(n);
     m->visit_buffers("", [&](const std::string& n, Tensor&) { out.push_back(n); });
     return out;
   };
-  EXPECT_EQ(names(true), names(false)) << arch;
+  const Fusions plain{.bn_relu = false, .block_tail = false};
+  EXPECT_EQ(names(fused), names(plain)) << arch;
   const Tensor x = stoker::test::random_tensor({batch, 3, size, size}, DType::f32, 7, -2.0f, 2.0f);
   std::vector<int64_t> labels;
   for (int64_t i = 0; i < batch; ++i) labels.push_back(i % 5);
   const Tensor y = Tensor::from_vector(labels, {batch});
-  const Pass a = run_pass(arch, layout, x, y, /*fuse_bn_relu=*/true);
-  const Pass b = run_pass(arch, layout, x, y, /*fuse_bn_relu=*/false);
+  const Pass a = run_pass(arch, layout, x, y, fused);
+  const Pass b = run_pass(arch, layout, x, y, plain);
   EXPECT_EQ(a.loss, b.loss) << arch;
   EXPECT_EQ(a.logits, b.logits) << arch;
   ASSERT_EQ(a.grads.size(), b.grads.size());
   for (const auto& [name, ga] : a.grads) EXPECT_EQ(ga, b.grads.at(name)) << arch << " " << name;
+  ASSERT_EQ(a.buffers.size(), b.buffers.size());
+  for (const auto& [name, ba] : a.buffers) EXPECT_EQ(ba, b.buffers.at(name)) << arch << " " << name;
 }
 
 TEST(ClassifierModelsTest, FusedBnReluChangesNothingButTheModules) {
-  expect_fusion_changes_nothing("small", Layout::nchw, 4, 16);
-  expect_fusion_changes_nothing("small", Layout::nhwc, 4, 16);
-  expect_fusion_changes_nothing("resnet18", Layout::nhwc, 2, 32);
+  const Fusions bn_relu_only{.bn_relu = true, .block_tail = false};
+  expect_fusion_changes_nothing("small", Layout::nchw, 4, 16, bn_relu_only);
+  expect_fusion_changes_nothing("small", Layout::nhwc, 4, 16, bn_relu_only);
+  expect_fusion_changes_nothing("resnet18", Layout::nhwc, 2, 32, bn_relu_only);
   // The fused model really has fewer modules: no ReLU inside the bodies or after the stem BN.
   nn::manual_seed(11);
-  auto fused = make_model("small", {.num_classes = 5, .fuse_bn_relu = true, .small_width = 8});
+  auto fused = make_model(
+      "small",
+      {.num_classes = 5, .fuse_bn_relu = true, .fuse_block_tail = false, .small_width = 8});
   auto plain = make_model("small", {.num_classes = 5, .fuse_bn_relu = false, .small_width = 8});
   const std::string df = fused->describe(), dp = plain->describe();
   EXPECT_NE(df.find("relu)"), std::string::npos) << df;
@@ -202,6 +222,28 @@ TEST(ClassifierModelsTest, FusedBnReluChangesNothingButTheModules) {
   };
   EXPECT_EQ(relus(df), 3) << df;
   EXPECT_EQ(relus(dp), 7) << dp;
+}
+
+// fuse_block_tail, alone and with fuse_bn_relu (what --fuse-bn-relu builds): the blocks' tail
+// ReLU moves into the Residual, and nothing else changes.
+TEST(ClassifierModelsTest, FusedBlockTailChangesNothingButTheModules) {
+  const Fusions tail_only{.bn_relu = false, .block_tail = true};
+  const Fusions both{.bn_relu = true, .block_tail = true};
+  expect_fusion_changes_nothing("small", Layout::nchw, 4, 16, tail_only);
+  expect_fusion_changes_nothing("small", Layout::nhwc, 4, 16, tail_only);
+  expect_fusion_changes_nothing("small", Layout::nchw, 4, 16, both);
+  expect_fusion_changes_nothing("small", Layout::nhwc, 4, 16, both);
+  expect_fusion_changes_nothing("resnet18", Layout::nhwc, 2, 32, both);
+  expect_fusion_changes_nothing("resnet18", Layout::nchw, 2, 32, tail_only);
+  nn::manual_seed(11);
+  auto fused = make_model(
+      "small", {.num_classes = 5, .fuse_bn_relu = true, .fuse_block_tail = true, .small_width = 8});
+  const std::string df = fused->describe();
+  // No ReLU module left: the stem's ReLU is fused into its BN, the blocks' into the Residual.
+  int relus = 0;
+  for (size_t at = df.find("ReLU"); at != std::string::npos; at = df.find("ReLU", at + 1)) ++relus;
+  EXPECT_EQ(relus, 0) << df;
+  EXPECT_NE(df.find("+residual, relu)"), std::string::npos) << df;
 }
 
 // A few hundred packed synthetic shapes, the Loader, the Trainer (the classifier's recipe: SGD

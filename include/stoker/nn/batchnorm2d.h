@@ -19,6 +19,14 @@
 // (bit for bit on the CPU), same parameter and buffer names, so a model switches between the two
 // without changing weight files. Selective recomputation: like nn::ReLU it hands back the output
 // it keeps (output_recompute() == from_own_state).
+//
+// Residual tail (set_residual_tail; nn::Residual::set_tail_relu turns it on for its body's last
+// BatchNorm2d): every forward then needs a residual r handed over by set_residual() right
+// before it, computes y = act(bn(x) + r) in one op (ops::batchnorm_forward_train's residual) and
+// drops r; its backward also computes r's gradient dz = dy * (y > 0), which
+// take_residual_grad() hands out once. A forward in tail mode without a residual is refused (a
+// Checkpoint around this BatchNorm2d alone would recompute it without r: checkpoint the whole
+// block instead).
 // Not thread-safe.
 #pragma once
 
@@ -36,6 +44,14 @@ class BatchNorm2d : public Module {
   // The fused activation: none (default) or relu; set it before the forward.
   void set_activation(Activation activation);
   Activation activation() const { return params_.relu ? Activation::relu : Activation::none; }
+
+  // The residual tail (see above).
+  void set_residual_tail(bool on);
+  bool residual_tail() const { return residual_tail_; }
+  // The residual r of the next forward (x's shape and dtype); tail mode only.
+  void set_residual(const Tensor& r);
+  // r's gradient from the last backward (then forgotten).
+  Tensor take_residual_grad();
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
@@ -56,6 +72,9 @@ class BatchNorm2d : public Module {
   Tensor x_, save_mean_, save_invstd_;
   Tensor y_;                    // with the fused ReLU: the output, the mask source
   bool saved_training_ = true;  // mode of the forward that x_ belongs to
+  bool residual_tail_ = false;
+  Tensor residual_;   // set_residual's r, until the next forward consumes it
+  Tensor dresidual_;  // the last backward's gradient of r, until taken
 };
 
 }  // namespace stoker::nn

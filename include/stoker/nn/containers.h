@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/nn/batchnorm2d.h"
 #include "stoker/nn/module.h"
 
 namespace stoker::nn {
@@ -92,6 +93,20 @@ struct ResidualNames {
 // dx = body.backward(dy) + shortcut.backward(dy). Parameters: the body's, then the shortcut's
 // ("shortcut.<name>"). A null shortcut is the identity (the form above, with `names`).
 // Saves nothing itself: the add's backward passes dy to both branches.
+//
+// Fused block tail (set_tail_relu(true), opt-in): y = relu(body(x) + shortcut(x)), the ResNet
+// block's ReLU moved into the Residual (drop the nn::ReLU that followed it; it has no
+// parameters, so every name stays). The body must be an nn::Sequential whose last child is an
+// nn::BatchNorm2d without a fused activation (a ResNet body's last BN): the Residual runs the
+// shortcut first, hands its output to that BatchNorm2d (BatchNorm2d::set_residual_tail), and runs
+// the body, whose last op is then ops::batchnorm_forward_train with a residual, y =
+// relu(bn(h) + shortcut(x)) in one pass (no separate add and ReLU passes). Backward: the body's
+// backward starts with that batch norm's, which masks dy by y > 0 and also writes the mask's
+// output dz for the residual; the Residual passes dz to the shortcut and adds the two input
+// gradients as before. Same results as Residual then ReLU (bit for bit on the CPU), but the
+// shortcut's backward now runs after the body's. Checkpointing: a Checkpoint around the whole
+// block (or anything containing it) works; one around the tail BatchNorm2d alone is refused
+// with an error at its recomputation.
 class Residual : public Module {
  public:
   explicit Residual(std::unique_ptr<Module> body);
@@ -105,7 +120,13 @@ class Residual : public Module {
   std::string describe() const override;
   Module* shortcut() { return shortcut_; }
 
+  // The fused block tail (see above); checks the body's form when turned on.
+  void set_tail_relu(bool on);
+  bool tail_relu() const { return tail_ != nullptr; }
+
  private:
+  BatchNorm2d* tail_ = nullptr;  // the body's last BatchNorm2d with the fused tail, else null
+  Tensor shortcut_forward(const Tensor& x);
   Module* body_ = nullptr;      // registered under ResidualNames::body
   Module* shortcut_ = nullptr;  // registered under ResidualNames::shortcut; null: identity
 };

@@ -28,6 +28,21 @@
 // backward's sums pass and dx pass read y and mask dy as they load it (6 reads + 1 write instead
 // of 6 + 2, and no dz buffer). The cuDNN paths (NCHW, and the evaluation forward) run the
 // composition: correct, not fused.
+//
+// Fused residual tail (a ResNet block's y = relu(bn(x) + r)): the forwards take an optional
+// `residual` r (x's shape, dtype and layout) and compute y = act(bn(x) + r), act = ReLU with
+// p.relu, else the identity. The result is exactly the composition batchnorm_forward_*,
+// add(y, r, y) (ops/elementwise.h: fp32 math, one rounding to the dtype, as nn::Residual adds)
+// and, with p.relu, relu_forward: bn(x) is rounded to x's dtype, the sum rounded once more, then
+// the ReLU. The backward's optional `dresidual` output receives dz = dy * (y > 0) (dy without
+// p.relu), the gradient of r, and the batch-norm gradient dx is that of the same dz: both
+// branches of the block get dz without a separate relu_backward pass or buffer. dresidual must
+// not alias dx (it may alias dy). The NHWC training kernels fold it into their passes, counted
+// in reads + writes of activation-sized tensors:
+//   forward  (BN, add, ReLU kernels: 5 + 3)            -> 3 + 1: x twice, r, y
+//   backward (relu_backward, BN backward: 6 + 2)       -> 5 + 2: the sums pass reads dy, y, x and
+//            writes dz into dresidual; the dx pass reads dz (there) and x and writes dx
+// The cuDNN paths (NCHW, and the evaluation forward) run the composition.
 #pragma once
 
 #include "stoker/core/tensor.h"
@@ -44,20 +59,26 @@ struct BatchNormParams {
 
 // Batch statistics; running_mean / running_var are updated in place (pass both undefined to
 // skip the update: track_running_stats=False). Needs more than one value per channel.
+// `residual` (optional, see above): y = act(bn(x) + residual); y may alias x or residual.
 void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
                              const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p);
-// Running statistics (momentum is ignored).
+                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
+                             const Tensor& residual = Tensor());
+// Running statistics (momentum is ignored). `residual` as in the training forward.
 void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
                             const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, const BatchNormParams& p);
+                            const Tensor& running_var, const BatchNormParams& p,
+                            const Tensor& residual = Tensor());
 // dx is overwritten; dgamma and dbeta are ACCUMULATED (+=). Uses the training forward's saved
 // statistics (eps must be the forward's). With p.relu, y is the training forward's output
 // relu(bn(x)) (x's shape and dtype) and dy is the gradient
-// with respect to it; without p.relu, y must be undefined.
+// with respect to it; without p.relu, y must be undefined. For a forward with a residual, pass
+// `dresidual` (x's shape and dtype): it is overwritten with the residual's gradient
+// dz = dy * (y > 0) (dy without p.relu), and dx is the batch-norm gradient of that dz.
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p, const Tensor& y = Tensor());
+                        const BatchNormParams& p, const Tensor& y = Tensor(),
+                        const Tensor& dresidual = Tensor());
 
 }  // namespace stoker::ops

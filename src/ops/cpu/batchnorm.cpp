@@ -8,6 +8,9 @@
 // rounded value (relu returns its argument or 0, so one more rounding changes nothing); the
 // backward loads dz = relu_grad(dy, y) — exactly what relu_backward would have stored, as the
 // result is dy or 0 — in place of dy. So fused == unfused bit for bit.
+// The residual tail (y = act(bn(x) + r)) is the composition likewise: bn(x) rounded to T, plus r
+// in fp32 and rounded to T once (ops::add, nn::Residual's add), then the optional ReLU; the
+// backward's first pass stores dz (dy or 0: exact) into dresidual and the second reads it back.
 #include <oneapi/tbb/parallel_for.h>
 
 #include <cmath>
@@ -39,24 +42,33 @@ void for_channel(const Dims4& d, Layout layout, int64_t c, F&& f) {
 const float* cf(const Tensor& t) { return static_cast<const float*>(t.data()); }
 float* mf(const Tensor& t) { return static_cast<float*>(t.data()); }
 
-// The forward's output element: bn(x) as the float v, rounded to T, then the optional ReLU.
+// The forward's output element: bn(x) as the float v, rounded to T, plus the residual element
+// (when res is given) in fp32 and rounded to T, then the optional ReLU.
 template <typename T>
-T bn_out(double v, bool relu) {
-  const T r = store<T>(static_cast<float>(v));
+T bn_out(double v, bool relu, const T* res, int64_t i) {
+  T r = store<T>(static_cast<float>(v));
+  if (res != nullptr) r = store<T>(load(res[i]) + load(r));
   return relu ? store<T>(detail::relu(load(r))) : r;
+}
+
+template <typename T>
+const T* opt_in(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data()) : nullptr;
 }
 
 }  // namespace
 
 void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
                              const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p) {
+                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
+                             const Tensor& residual) {
   const Dims4 d = dims4(x.shape(), p.layout);
   const double m = static_cast<double>(d.n * d.h * d.w);
   const bool update = running_mean.defined();
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x.data());
+    const T* res = opt_in<T>(residual);
     T* out = static_cast<T*>(y.data());
     tbb::parallel_for(int64_t{0}, d.c, [&](int64_t c) {
       double sum = 0.0;
@@ -80,27 +92,31 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
       }
       const double scale = invstd * cf(gamma)[c];
       const double shift = cf(beta)[c] - mean * scale;
-      for_channel(d, p.layout, c,
-                  [&](int64_t i) { out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu); });
+      for_channel(d, p.layout, c, [&](int64_t i) {
+        out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu, res, i);
+      });
     });
   });
 }
 
 void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
                             const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, const BatchNormParams& p) {
+                            const Tensor& running_var, const BatchNormParams& p,
+                            const Tensor& residual) {
   const Dims4 d = dims4(x.shape(), p.layout);
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x.data());
+    const T* res = opt_in<T>(residual);
     T* out = static_cast<T*>(y.data());
     tbb::parallel_for(int64_t{0}, d.c, [&](int64_t c) {
       const double invstd =
           1.0 / std::sqrt(static_cast<double>(cf(running_var)[c]) + static_cast<double>(p.eps));
       const double scale = invstd * cf(gamma)[c];
       const double shift = cf(beta)[c] - cf(running_mean)[c] * scale;
-      for_channel(d, p.layout, c,
-                  [&](int64_t i) { out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu); });
+      for_channel(d, p.layout, c, [&](int64_t i) {
+        out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu, res, i);
+      });
     });
   });
 }
@@ -108,7 +124,7 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p, const Tensor& y) {
+                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual) {
   const Dims4 d = dims4(x.shape(), p.layout);
   const double m = static_cast<double>(d.n * d.h * d.w);
   visit_float(x.dtype(), [&](auto tag) {
@@ -117,6 +133,7 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
     const T* g = static_cast<const T*>(dy.data());
     const T* yo = p.relu ? static_cast<const T*>(y.data()) : nullptr;
     T* out = static_cast<T*>(dx.data());
+    T* dres = dresidual.defined() ? static_cast<T*>(dresidual.data()) : nullptr;
     // The gradient with respect to bn(x): dy, or with the fused ReLU dy masked by y > 0.
     const auto grad = [&](int64_t i) -> double {
       return yo != nullptr ? detail::relu_grad(load(g[i]), load(yo[i])) : load(g[i]);
@@ -127,6 +144,7 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
       double sum_dy = 0.0, sum_dy_xhat = 0.0;
       for_channel(d, p.layout, c, [&](int64_t i) {
         const double gi = grad(i);
+        if (dres != nullptr) dres[i] = store<T>(static_cast<float>(gi));  // dy or 0: exact
         sum_dy += gi;
         sum_dy_xhat += gi * (load(in[i]) - mean) * invstd;
       });
@@ -137,7 +155,9 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
       const double mean_dy_xhat = sum_dy_xhat / m;
       for_channel(d, p.layout, c, [&](int64_t i) {
         const double xhat = (load(in[i]) - mean) * invstd;
-        out[i] = store<T>(static_cast<float>(k * (grad(i) - mean_dy - xhat * mean_dy_xhat)));
+        // With dresidual, the dz stored by the first loop (as the GPU's dx pass reads it).
+        const double gi = dres != nullptr ? load(dres[i]) : grad(i);
+        out[i] = store<T>(static_cast<float>(k * (gi - mean_dy - xhat * mean_dy_xhat)));
       });
     });
   });

@@ -23,11 +23,15 @@
 // Fused ReLU (BatchNormParams::relu): the NHWC training kernels apply it inside their passes;
 // the cuDNN paths run the composition — cuDNN, then the ReLU kernel in place on y (forwards), or
 // relu_backward into a temporary dz that cuDNN's backward reads. Correct, not fused.
+// The residual tail likewise: the NHWC training kernels add the residual in their normalize pass
+// and write dresidual in their sums pass; the cuDNN paths run add then relu_forward (forwards)
+// and relu_backward (or a copy) into dresidual, which cuDNN's backward then reads as dz.
 #include <cudnn.h>
 
 #include "ops/backend.h"
 #include "ops/cuda/batchnorm_nhwc.h"
 #include "ops/cuda/cudnn_util.h"
+#include "stoker/ops/copy.h"
 
 namespace stoker::ops::cuda {
 
@@ -54,16 +58,23 @@ void check_call(cudnnStatus_t status, const char* op, const char* call, const Te
 
 void* opt(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
+// The composition after cuDNN's forward wrote bn(x) into y: y = act(y + residual).
+void finish_forward(const Tensor& y, const Tensor& residual, bool relu) {
+  if (residual.defined()) add(y, residual, y);
+  if (relu) relu_forward(y, y);
+}
+
 }  // namespace
 
 void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
                              const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p) {
+                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
+                             const Tensor& residual) {
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
   if (p.layout == Layout::nhwc) {
     batchnorm_nhwc_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, gamma,
-                                 beta, p);
+                                 beta, p, residual);
     return;
   }
   const BnDescs desc(x, p.layout);
@@ -74,12 +85,13 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
                  y.data(), desc.channel.get(), gamma.data(), beta.data(), p.momentum,
                  opt(running_mean), opt(running_var), p.eps, save_mean.data(), save_invstd.data()),
              "batchnorm_forward_train", "cudnnBatchNormalizationForwardTraining", x, p.layout);
-  if (p.relu) relu_forward(y, y);
+  finish_forward(y, residual, p.relu);
 }
 
 void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
                             const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, const BatchNormParams& p) {
+                            const Tensor& running_var, const BatchNormParams& p,
+                            const Tensor& residual) {
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
   const BnDescs desc(x, p.layout);
@@ -90,22 +102,31 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
                  y.data(), desc.channel.get(), gamma.data(), beta.data(), running_mean.data(),
                  running_var.data(), p.eps),
              "batchnorm_forward_eval", "cudnnBatchNormalizationForwardInference", x, p.layout);
-  if (p.relu) relu_forward(y, y);
+  finish_forward(y, residual, p.relu);
 }
 
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p, const Tensor& y) {
+                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual) {
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
   if (p.layout == Layout::nhwc) {
-    batchnorm_nhwc_backward(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, p, y);
+    batchnorm_nhwc_backward(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, p, y,
+                            dresidual);
     return;
   }
-  // The fused ReLU's composition: cuDNN reads dz = dy * (y > 0) from a temporary.
+  // The fused ReLU's composition: cuDNN reads dz = dy * (y > 0) from a temporary, or from
+  // dresidual, which receives dz anyway.
   Tensor dz = dy;
-  if (p.relu) {
+  if (dresidual.defined()) {
+    dz = dresidual;
+    if (p.relu) {
+      relu_backward(dz, dy, y);
+    } else if (dz.data() != dy.data()) {
+      stoker::ops::copy(dz, dy);
+    }
+  } else if (p.relu) {
     dz = Tensor::empty(dy.shape(), dy.dtype(), d);
     relu_backward(dz, dy, y);
   }

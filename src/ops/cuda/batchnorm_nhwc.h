@@ -2,7 +2,8 @@
 // (kernels/batchnorm_nhwc.cu), called by batchnorm_cudnn.cpp for layout == nhwc. Same contract
 // as the training forward and the backward of stoker/ops/batchnorm.h; x, y, dy, dx are viewed as
 // [M = N*H*W, C] row-major. Both apply the fused ReLU of
-// BatchNormParams::relu inside their passes. The caller holds a DeviceScope for x's device.
+// BatchNormParams::relu and the residual tail inside their passes. The caller holds a DeviceScope
+// for x's device.
 #pragma once
 
 #include "stoker/core/tensor.h"
@@ -13,10 +14,11 @@ namespace stoker::ops::cuda {
 void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
                                   const Tensor& save_invstd, const Tensor& running_mean,
                                   const Tensor& running_var, const Tensor& x, const Tensor& gamma,
-                                  const Tensor& beta, const BatchNormParams& p);
+                                  const Tensor& beta, const BatchNormParams& p,
+                                  const Tensor& residual);
 void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                              const Tensor& dy, const Tensor& x, const Tensor& gamma,
                              const Tensor& save_mean, const Tensor& save_invstd,
-                             const BatchNormParams& p, const Tensor& y);
+                             const BatchNormParams& p, const Tensor& y, const Tensor& dresidual);
 
 }  // namespace stoker::ops::cuda
