@@ -15,47 +15,6 @@ namespace {
 
 using ops::shape4;
 
-struct Result {
-  Tensor y, mean, invstd, rm, rv, y_eval, dx, dgamma, dbeta;
-};
-
-// Training forward, evaluation forward (with the updated running statistics) and backward,
-// fused (one op each) or as the composition with the ReLU ops.
-Result run(const BnInputs& in, const Dims4& d, Layout l, bool fused) {
-  const ops::BatchNormParams plain{.eps = 1e-5f, .momentum = 0.1f, .layout = l};
-  ops::BatchNormParams with_relu = plain;
-  with_relu.relu = true;
-  const Shape shape = shape4(d, l);
-  const DType dt = in.x.dtype();
-  Result r{poisoned(shape, dt),
-           poisoned({d.c}, DType::f32),
-           poisoned({d.c}, DType::f32),
-           in.rm.clone(),
-           in.rv.clone(),
-           poisoned(shape, dt),
-           poisoned(shape, dt),
-           in.dgamma.clone(),
-           in.dbeta.clone()};
-  if (fused) {
-    ops::batchnorm_forward_train(r.y, r.mean, r.invstd, r.rm, r.rv, in.x, in.gamma, in.beta,
-                                 with_relu);
-    ops::batchnorm_forward_eval(r.y_eval, in.x, in.gamma, in.beta, r.rm, r.rv, with_relu);
-    ops::batchnorm_backward(r.dx, r.dgamma, r.dbeta, in.dy, in.x, in.gamma, r.mean, r.invstd,
-                            with_relu, r.y);
-  } else {
-    const Tensor z = poisoned(shape, dt);
-    ops::batchnorm_forward_train(z, r.mean, r.invstd, r.rm, r.rv, in.x, in.gamma, in.beta, plain);
-    ops::relu_forward(r.y, z);
-    const Tensor ze = poisoned(shape, dt);
-    ops::batchnorm_forward_eval(ze, in.x, in.gamma, in.beta, r.rm, r.rv, plain);
-    ops::relu_forward(r.y_eval, ze);
-    const Tensor dz = poisoned(shape, dt);
-    ops::relu_backward(dz, in.dy, r.y);
-    ops::batchnorm_backward(r.dx, r.dgamma, r.dbeta, dz, in.x, in.gamma, r.mean, r.invstd, plain);
-  }
-  return r;
-}
-
 const Dims4 kDims[] = {{3, 5, 7, 7}, {2, 4, 13, 5}, {8, 3, 1, 1}, {1, 6, 4, 9}, {4, 19, 3, 3}};
 
 class BatchNormReluCpu : public ::testing::TestWithParam<std::tuple<int, Layout, DType>> {};
@@ -65,8 +24,8 @@ TEST_P(BatchNormReluCpu, FusedEqualsTheCompositionBitForBit) {
   const Layout l = std::get<1>(GetParam());
   const DType dt = std::get<2>(GetParam());
   const BnInputs in = make_bn_inputs(d, l, dt, 50);
-  const Result f = run(in, d, l, /*fused=*/true);
-  const Result u = run(in, d, l, /*fused=*/false);
+  const BnRun f = run_batchnorm(in, Tensor(), d, l, /*relu=*/true, /*fused=*/true);
+  const BnRun u = run_batchnorm(in, Tensor(), d, l, /*relu=*/true, /*fused=*/false);
   const std::string what = core::detail::str(d.n, "x", d.c, "x", d.h, "x", d.w, " ",
                                              ops::layout_name(l), " ", dtype_name(dt));
   EXPECT_TRUE(bit_identical(f.y, u.y)) << what << ": y";
@@ -103,7 +62,7 @@ TEST(BatchNormReluCpuMask, GradientIgnoresDyWhereYIsZero) {
   const Dims4 d{4, 6, 5, 5};
   const Layout l = Layout::nhwc;
   const BnInputs in = make_bn_inputs(d, l, DType::f32, 60);
-  const Result f = run(in, d, l, /*fused=*/true);
+  const BnRun f = run_batchnorm(in, Tensor(), d, l, /*relu=*/true, /*fused=*/true);
   // Change dy wherever y == 0: dx, dgamma, dbeta stay the same bits.
   std::vector<float> dy = in.dy.to_floats();
   const std::vector<float> y = f.y.to_floats();
@@ -112,7 +71,7 @@ TEST(BatchNormReluCpuMask, GradientIgnoresDyWhereYIsZero) {
   const BnInputs changed{in.x,      in.gamma, in.beta,
                          in.rm,     in.rv,    Tensor::from_vector(dy, in.dy.shape()),
                          in.dgamma, in.dbeta};
-  const Result g = run(changed, d, l, /*fused=*/true);
+  const BnRun g = run_batchnorm(changed, Tensor(), d, l, /*relu=*/true, /*fused=*/true);
   EXPECT_TRUE(bit_identical(g.dx, f.dx));
   EXPECT_TRUE(bit_identical(g.dgamma, f.dgamma));
   EXPECT_TRUE(bit_identical(g.dbeta, f.dbeta));
@@ -123,7 +82,7 @@ TEST(BatchNormReluCpuAlias, DxOverDyOrY) {
   const Dims4 d{3, 5, 7, 7};
   const Layout l = Layout::nhwc;
   const BnInputs in = make_bn_inputs(d, l, DType::bf16, 70);
-  const Result f = run(in, d, l, /*fused=*/true);
+  const BnRun f = run_batchnorm(in, Tensor(), d, l, /*relu=*/true, /*fused=*/true);
   const ops::BatchNormParams p{.layout = l, .relu = true};
   {
     const Tensor dy = in.dy.clone(), dg = in.dgamma.clone(), db = in.dbeta.clone();

@@ -18,61 +18,6 @@ namespace {
 
 using ops::shape4;
 
-struct Result {
-  Tensor y, mean, invstd, rm, rv, y_eval, dx, dgamma, dbeta, dr;
-};
-
-// Training forward, evaluation forward (with the updated running statistics) and backward,
-// fused (one op each) or composed from batch norm, add and the ReLU ops.
-Result run(const BnInputs& in, const Tensor& res, const Dims4& d, Layout l, bool relu, bool fused) {
-  const ops::BatchNormParams plain{.eps = 1e-5f, .momentum = 0.1f, .layout = l};
-  ops::BatchNormParams p = plain;
-  p.relu = relu;
-  const Shape shape = shape4(d, l);
-  const DType dt = in.x.dtype();
-  Result r{poisoned(shape, dt),
-           poisoned({d.c}, DType::f32),
-           poisoned({d.c}, DType::f32),
-           in.rm.clone(),
-           in.rv.clone(),
-           poisoned(shape, dt),
-           poisoned(shape, dt),
-           in.dgamma.clone(),
-           in.dbeta.clone(),
-           poisoned(shape, dt)};
-  if (fused) {
-    ops::batchnorm_forward_train(r.y, r.mean, r.invstd, r.rm, r.rv, in.x, in.gamma, in.beta, p,
-                                 res);
-    ops::batchnorm_forward_eval(r.y_eval, in.x, in.gamma, in.beta, r.rm, r.rv, p, res);
-    ops::batchnorm_backward(r.dx, r.dgamma, r.dbeta, in.dy, in.x, in.gamma, r.mean, r.invstd, p,
-                            relu ? r.y : Tensor(), r.dr);
-    return r;
-  }
-  // The block as nn::Residual then nn::ReLU run it: sum = add(shortcut, body), y = relu(sum).
-  const auto tail = [&](const Tensor& out, const Tensor& z) {
-    const Tensor sum = poisoned(shape, dt);
-    ops::add(sum, res, z);
-    if (relu) {
-      ops::relu_forward(out, sum);
-    } else {
-      ops::copy(out, sum);
-    }
-  };
-  const Tensor z = poisoned(shape, dt);
-  ops::batchnorm_forward_train(z, r.mean, r.invstd, r.rm, r.rv, in.x, in.gamma, in.beta, plain);
-  tail(r.y, z);
-  const Tensor ze = poisoned(shape, dt);
-  ops::batchnorm_forward_eval(ze, in.x, in.gamma, in.beta, r.rm, r.rv, plain);
-  tail(r.y_eval, ze);
-  if (relu) {
-    ops::relu_backward(r.dr, in.dy, r.y);
-  } else {
-    ops::copy(r.dr, in.dy);
-  }
-  ops::batchnorm_backward(r.dx, r.dgamma, r.dbeta, r.dr, in.x, in.gamma, r.mean, r.invstd, plain);
-  return r;
-}
-
 const Dims4 kDims[] = {{3, 5, 7, 7}, {2, 4, 13, 5}, {8, 3, 1, 1}, {1, 6, 4, 9}, {4, 19, 3, 3}};
 
 Tensor make_residual(const Dims4& d, Layout l, DType dt, uint32_t seed) {
@@ -89,8 +34,8 @@ TEST_P(BatchNormResidualCpu, FusedEqualsTheCompositionBitForBit) {
   const bool relu = std::get<3>(GetParam());
   const BnInputs in = make_bn_inputs(d, l, dt, 80);
   const Tensor res = make_residual(d, l, dt, 90);
-  const Result f = run(in, res, d, l, relu, /*fused=*/true);
-  const Result u = run(in, res, d, l, relu, /*fused=*/false);
+  const BnRun f = run_batchnorm(in, res, d, l, relu, /*fused=*/true);
+  const BnRun u = run_batchnorm(in, res, d, l, relu, /*fused=*/false);
   const std::string what =
       core::detail::str(d.n, "x", d.c, "x", d.h, "x", d.w, " ", ops::layout_name(l), " ",
                         dtype_name(dt), relu ? " relu" : "");
@@ -146,7 +91,7 @@ TEST(BatchNormResidualCpuAlias, OutputsOverInputs) {
   const DType dt = DType::bf16;
   const BnInputs in = make_bn_inputs(d, l, dt, 100);
   const Tensor res = make_residual(d, l, dt, 110);
-  const Result f = run(in, res, d, l, /*relu=*/true, /*fused=*/true);
+  const BnRun f = run_batchnorm(in, res, d, l, /*relu=*/true, /*fused=*/true);
   const ops::BatchNormParams p{.layout = l, .relu = true};
   const Tensor m = poisoned({d.c}, DType::f32), s = poisoned({d.c}, DType::f32);
   {

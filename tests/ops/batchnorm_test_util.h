@@ -8,6 +8,10 @@
 #include <string>
 
 #include "ops/conv_test_util.h"
+#include "stoker/ops/activation.h"
+#include "stoker/ops/batchnorm.h"
+#include "stoker/ops/copy.h"
+#include "stoker/ops/elementwise.h"
 #include "test_util.h"
 
 namespace stoker::test {
@@ -49,6 +53,69 @@ inline void expect_bn_outputs_close(const BnOutputs& g, const BnOutputs& c, DTyp
   EXPECT_TRUE(all_close(g.dx, c.dx, rdx, rdx)) << what << ": dx";
   EXPECT_TRUE(all_close(g.dgamma, c.dgamma, r, r * std::sqrt(m))) << what << ": dgamma";
   EXPECT_TRUE(all_close(g.dbeta, c.dbeta, r, r * std::sqrt(m))) << what << ": dbeta";
+}
+
+// One training forward, evaluation forward (with the updated running statistics) and backward
+// of batch norm with an optional fused ReLU and residual (ops/batchnorm.h), either fused (one op
+// each) or composed from the plain batch norm, add(sum, residual, bn) (nn::Residual's add:
+// shortcut + body) and the ReLU ops: the composition the fused ops are defined as. dr is the
+// residual's gradient (undefined without a residual).
+struct BnRun {
+  Tensor y, mean, invstd, rm, rv, y_eval, dx, dgamma, dbeta, dr;
+};
+
+inline BnRun run_batchnorm(const BnInputs& in, const Tensor& residual, const Dims4& d,
+                           ops::Layout l, bool relu, bool fused) {
+  const ops::BatchNormParams plain{.eps = 1e-5f, .momentum = 0.1f, .layout = l};
+  ops::BatchNormParams p = plain;
+  p.relu = relu;
+  const Shape shape = ops::shape4(d, l);
+  const DType dt = in.x.dtype();
+  const bool has_residual = residual.defined();
+  BnRun r{poisoned(shape, dt),
+          poisoned({d.c}, DType::f32),
+          poisoned({d.c}, DType::f32),
+          in.rm.clone(),
+          in.rv.clone(),
+          poisoned(shape, dt),
+          poisoned(shape, dt),
+          in.dgamma.clone(),
+          in.dbeta.clone(),
+          has_residual ? poisoned(shape, dt) : Tensor()};
+  if (fused) {
+    ops::batchnorm_forward_train(r.y, r.mean, r.invstd, r.rm, r.rv, in.x, in.gamma, in.beta, p,
+                                 residual);
+    ops::batchnorm_forward_eval(r.y_eval, in.x, in.gamma, in.beta, r.rm, r.rv, p, residual);
+    ops::batchnorm_backward(r.dx, r.dgamma, r.dbeta, in.dy, in.x, in.gamma, r.mean, r.invstd, p,
+                            relu ? r.y : Tensor(), r.dr);
+    return r;
+  }
+  const auto tail = [&](const Tensor& out, const Tensor& z) {
+    Tensor sum = z;
+    if (has_residual) {
+      sum = poisoned(shape, dt);
+      ops::add(sum, residual, z);
+    }
+    if (relu) {
+      ops::relu_forward(out, sum);
+    } else {
+      ops::copy(out, sum);
+    }
+  };
+  const Tensor z = poisoned(shape, dt);
+  ops::batchnorm_forward_train(z, r.mean, r.invstd, r.rm, r.rv, in.x, in.gamma, in.beta, plain);
+  tail(r.y, z);
+  const Tensor ze = poisoned(shape, dt);
+  ops::batchnorm_forward_eval(ze, in.x, in.gamma, in.beta, r.rm, r.rv, plain);
+  tail(r.y_eval, ze);
+  const Tensor dz = has_residual ? r.dr : poisoned(shape, dt);
+  if (relu) {
+    ops::relu_backward(dz, in.dy, r.y);
+  } else {
+    ops::copy(dz, in.dy);
+  }
+  ops::batchnorm_backward(r.dx, r.dgamma, r.dbeta, dz, in.x, in.gamma, r.mean, r.invstd, plain);
+  return r;
 }
 
 }  // namespace stoker::test
