@@ -94,17 +94,17 @@ Tensor Linear::forward(const Tensor& x) {
   return y.reshape(out_shape);
 }
 
-namespace {
-void check_fp8_device(const std::string& who, Device device) {
-  STOKER_CHECK(ops::fp8_gemm_supported(device), who, " runs its GEMMs in FP8, but ",
-               core::describe_device(device),
+// Runs on every FP8 forward: the answer is cached per device, and the message (describe(), the
+// device's description) is built only when it fails.
+void Linear::check_fp8_device() const {
+  STOKER_CHECK(ops::fp8_gemm_supported(device_), describe(), " runs its GEMMs in FP8, but ",
+               core::describe_device(device_),
                " has no FP8 tensor cores (compute capability 8.9 or newer: Ada, Hopper); train "
                "in bf16 there (Precision::bf16, or set_fp8(false))");
 }
-}  // namespace
 
 Tensor Linear::forward_fp8(const Tensor& x2d, const Tensor* bias) {
-  check_fp8_device(describe(), device_);
+  check_fp8_device();
   Fp8State& f = *fp8_;
   const bool save = saving_activations();
   const bool new_use = !recomputing();
@@ -132,7 +132,7 @@ Tensor Linear::forward_fp8(const Tensor& x2d, const Tensor* bias) {
 }
 
 void Linear::save_fp8_operands(const Tensor& x2d) {
-  check_fp8_device(describe(), device_);
+  check_fp8_device();
   Fp8State& f = *fp8_;
   const bool new_use = !recomputing();
   f.input_t = f.input.cast(x2d, false, true, new_use).transposed;

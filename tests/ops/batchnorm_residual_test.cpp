@@ -39,16 +39,7 @@ TEST_P(BatchNormResidualCpu, FusedEqualsTheCompositionBitForBit) {
   const std::string what =
       core::detail::str(d.n, "x", d.c, "x", d.h, "x", d.w, " ", ops::layout_name(l), " ",
                         dtype_name(dt), relu ? " relu" : "");
-  EXPECT_TRUE(bit_identical(f.y, u.y)) << what << ": y";
-  EXPECT_TRUE(bit_identical(f.mean, u.mean)) << what << ": save_mean";
-  EXPECT_TRUE(bit_identical(f.invstd, u.invstd)) << what << ": save_invstd";
-  EXPECT_TRUE(bit_identical(f.rm, u.rm)) << what << ": running_mean";
-  EXPECT_TRUE(bit_identical(f.rv, u.rv)) << what << ": running_var";
-  EXPECT_TRUE(bit_identical(f.y_eval, u.y_eval)) << what << ": eval y";
-  EXPECT_TRUE(bit_identical(f.dx, u.dx)) << what << ": dx";
-  EXPECT_TRUE(bit_identical(f.dgamma, u.dgamma)) << what << ": dgamma";
-  EXPECT_TRUE(bit_identical(f.dbeta, u.dbeta)) << what << ": dbeta";
-  EXPECT_TRUE(bit_identical(f.dr, u.dr)) << what << ": dresidual";
+  expect_bn_runs_identical(f, u, what);
 
   // Not vacuous: the residual changed y (against the op without it) ...
   ops::BatchNormParams p{.layout = l, .relu = relu};

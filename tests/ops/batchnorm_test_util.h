@@ -118,4 +118,19 @@ inline BnRun run_batchnorm(const BnInputs& in, const Tensor& residual, const Dim
   return r;
 }
 
+// Every output of two runs bit for bit (dr too when either has one).
+inline void expect_bn_runs_identical(const BnRun& f, const BnRun& u, const std::string& what) {
+  EXPECT_TRUE(bit_identical(f.y, u.y)) << what << ": y";
+  EXPECT_TRUE(bit_identical(f.mean, u.mean)) << what << ": save_mean";
+  EXPECT_TRUE(bit_identical(f.invstd, u.invstd)) << what << ": save_invstd";
+  EXPECT_TRUE(bit_identical(f.rm, u.rm)) << what << ": running_mean";
+  EXPECT_TRUE(bit_identical(f.rv, u.rv)) << what << ": running_var";
+  EXPECT_TRUE(bit_identical(f.y_eval, u.y_eval)) << what << ": eval y";
+  EXPECT_TRUE(bit_identical(f.dx, u.dx)) << what << ": dx";
+  EXPECT_TRUE(bit_identical(f.dgamma, u.dgamma)) << what << ": dgamma";
+  EXPECT_TRUE(bit_identical(f.dbeta, u.dbeta)) << what << ": dbeta";
+  if (f.dr.defined() || u.dr.defined())
+    EXPECT_TRUE(bit_identical(f.dr, u.dr)) << what << ": dresidual";
+}
+
 }  // namespace stoker::test

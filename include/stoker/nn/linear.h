@@ -115,6 +115,7 @@ class Linear : public Module {
   Tensor forward_fp8(const Tensor& x2d, const Tensor* bias);
   Tensor backward_fp8(const Tensor& dy2);
   void save_fp8_operands(const Tensor& x2d);
+  void check_fp8_device() const;
 };
 
 // Turns FP8 GEMMs on (or off) for every Linear in the tree; returns how many Linears there are.
