@@ -5,7 +5,8 @@
 //      and writes the pair to a scratch array, one pair per chunk;
 //   2. rates: one warp per tensor adds its chunks' pairs in index order (lane-strided, then a
 //      fixed shuffle tree), takes the square roots and writes its rate, lr * trust
-//      (detail::lars_trust), to a device array; an excluded tensor's rate is lr;
+//      (detail::lars_trust), to a device array; an excluded tensor's rate is lr (the host's
+//      value, or read from the device learning rate when there is one);
 //   3. update: every tensor in chunks of kChunk elements (multi_tensor.cuh's scheme), each
 //      element detail::lars_update with its tensor's rate. found_inf is read before anything
 //      is written, so an overflowed step changes neither parameters nor momentum.
@@ -30,6 +31,7 @@ constexpr int kLarsBlock = kMultiTensorBlock;
 
 struct LarsArgs {
   const float* found_inf;
+  const float* lr;  // device learning rate (ops::lars_step's lr), or null: c.lr
   float* partials;  // [norm chunks][2]: sum of p^2, sum of g^2
   float* rates;     // [count]: the rate of each tensor
   detail::LarsConsts c;
@@ -112,8 +114,9 @@ __global__ void __launch_bounds__(kLarsBlock)
   const int t = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
   const int lane = threadIdx.x % 32;
   if (t >= a.count) return;  // whole warps leave together
+  const float lr = a.lr ? *a.lr : a.c.lr;
   if (!a.adapt[t]) {
-    if (lane == 0) a.rates[t] = a.c.lr;
+    if (lane == 0) a.rates[t] = lr;
     return;
   }
   float sp = 0.0f, sg = 0.0f;
@@ -126,7 +129,7 @@ __global__ void __launch_bounds__(kLarsBlock)
     sp += __shfl_xor_sync(~0u, sp, o);
     sg += __shfl_xor_sync(~0u, sg, o);
   }
-  if (lane == 0) a.rates[t] = a.c.lr * detail::lars_trust(sqrtf(sp), sqrtf(sg), a.c);
+  if (lane == 0) a.rates[t] = lr * detail::lars_trust(sqrtf(sp), sqrtf(sg), a.c);
 }
 
 __global__ void __launch_bounds__(kLarsBlock)
@@ -155,7 +158,7 @@ __global__ void __launch_bounds__(kLarsBlock)
 
 void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                std::span<const Tensor> bufs, std::span<const uint8_t> adapt,
-               const detail::LarsConsts& c, const Tensor& found_inf) {
+               const detail::LarsConsts& c, const Tensor& found_inf, const Tensor& lr_device) {
   const Device device = params[0].device();
   const core::DeviceScope scope(device.index);
   const cudaStream_t stream = core::cuda_stream(device);
@@ -164,6 +167,7 @@ void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
     const size_t last = std::min(params.size(), first + kMaxLarsTensors);
     auto a = std::make_unique<LarsArgs>();  // ~12 KB: off the host stack
     a->found_inf = found_inf.defined() ? static_cast<const float*>(found_inf.data()) : nullptr;
+    a->lr = lr_device.defined() ? static_cast<const float*>(lr_device.data()) : nullptr;
     a->c = c;
     int n = 0;
     int64_t norm_chunks = 0, chunks = 0;

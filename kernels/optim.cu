@@ -27,10 +27,13 @@ constexpr int kOptimBlock = kMultiTensorBlock;
 
 struct SgdOp {
   detail::SgdConsts c;
+  const float* lr;  // device learning rate, or null
   __device__ void operator()(const MultiTensorArgs& a, int t, int64_t i) const {
     float p = a.p[t][i];
     float buf = c.has_momentum ? a.s1[t][i] : 0.0f;
-    detail::sgd_update(p, buf, a.g[t][i], c);
+    detail::SgdConsts k = c;
+    if (lr) k.lr = *lr;
+    detail::sgd_update(p, buf, a.g[t][i], k);
     a.p[t][i] = p;
     if (c.has_momentum) a.s1[t][i] = buf;
   }
@@ -489,9 +492,11 @@ __global__ void adamw_advance_kernel(AdamWStepState* s, const float* found_inf, 
 }  // namespace
 
 void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
-              std::span<const Tensor> bufs, const detail::SgdConsts& c, const Tensor& found_inf) {
+              std::span<const Tensor> bufs, const detail::SgdConsts& c, const Tensor& found_inf,
+              const Tensor& lr_device) {
+  const float* lr = lr_device.defined() ? static_cast<const float*>(lr_device.data()) : nullptr;
   launch_multi_tensor(params, grads, c.has_momentum ? bufs : std::span<const Tensor>{}, {},
-                      found_inf, SgdOp{c});
+                      found_inf, SgdOp{c, lr});
 }
 
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,

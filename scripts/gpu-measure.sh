@@ -41,6 +41,9 @@
 #               with STOKER_RESNET_REALISTIC=1 also 20,000 realistic ones (make --realistic:
 #               ImageNet-sized files, about twice the decode cost per core): the loader's
 #               throughput on them at 16 threads and auto, and ResNet-50 fed from them
+#   resnetfast  ResNet-50 bf16 NHWC B=256 synthetic: stoker as is, with --fuse-bn-relu, with
+#               --cuda-graph, with both (SGD, then LARS), their op tables (as is and fused, one
+#               step in 10 op-timed), and PyTorch eager and torch.compile (torch_train.py resnet)
 #   multi       2+ GPUs: the multi-rank tests under stoker launch and torchrun, all-reduce vs
 #               torch_allreduce.py, GPT-2 / ResNet-50 scaling vs torch_ddp.py, a killed rank
 #               under both launchers (scripts/kill-rank-check.sh)
@@ -58,7 +61,7 @@ B=${STOKER_BUNDLE:-build-gpu/bundle}
 P=benchmarks/peers
 OUT_DIR=${STOKER_MEASURE_OUT:-build/gpu-measure}
 TMP=${TMPDIR:-/tmp}
-ALL=(train checkpoint parity gemm ops state memory diag health gpt gptc gptparity fp8 fp8curves gptlarge resnet multi)
+ALL=(train checkpoint parity gemm ops state memory diag health gpt gptc gptparity fp8 fp8curves gptlarge resnet resnetfast multi)
 DEFAULT=(train checkpoint parity gemm)
 
 usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$SELF"; }
@@ -67,7 +70,7 @@ die() { echo "gpu-measure: $*" >&2; exit 2; }
 # The files a measurement needs besides the bundle: its peers (relative to the repository).
 peers_of() {
   case $1 in
-    train|gpt|gptc|gptlarge) echo "$P/torch_train.py $P/gpt_model.py" ;;
+    train|gpt|gptc|gptlarge|resnetfast) echo "$P/torch_train.py $P/gpt_model.py" ;;
     parity) echo "tests/parity/torch_parity.py" ;;
     gemm) echo "$P/torch_gemm_probe.py" ;;
     gptparity) echo "$P/torch_gpt_parity.py $P/gpt_model.py examples/gpt/data/kjv-genesis-exodus.txt" ;;
@@ -347,6 +350,28 @@ run_resnet() {
   section "ResNet-50 fed by the stoker loader from the realistic LMDB (16 threads), bf16 NHWC B=256"
   "$cls" --arch resnet50 --synthetic --data "$rdb" --threads 16 --batch 256 --precision bf16 \
     --layout nhwc || rc=1
+  return $rc
+}
+
+run_resnetfast() {
+  local cls=$B/examples/stoker_classifier f rc=0
+  local -a r50=(--arch resnet50 --synthetic --batch 256 --precision bf16 --layout nhwc --steps 40)
+  section "ResNet-50 synthetic, bf16 NHWC B=256: stoker as is / fused batch norm / CUDA graph"
+  for f in "" --fuse-bn-relu --cuda-graph "--fuse-bn-relu --cuda-graph"; do
+    # shellcheck disable=SC2086 # $f: zero, one or two flags
+    "$cls" "${r50[@]}" $f || rc=1
+  done
+  "$cls" "${r50[@]}" --optimizer lars --fuse-bn-relu --cuda-graph || rc=1
+  section "ResNet-50 op tables (bf16 NHWC B=256, the first batch replayed, one step in 10 op-timed)"
+  for f in "" --fuse-bn-relu; do
+    # shellcheck disable=SC2086
+    env STOKER_DIAG=1 STOKER_DIAG_WARMUP=5 STOKER_DIAG_OPS=10 STOKER_DIAG_SYNTHETIC=1 \
+      STOKER_DIAG_MAX_STEPS=45 "$cls" --arch resnet50 --precision bf16 --layout nhwc \
+      --batch 256 --diagnostics $f || rc=1
+  done
+  section "ResNet-50: PyTorch eager and torch.compile ($P/torch_train.py resnet, bf16)"
+  python3 "$P/torch_train.py" resnet --arch resnet50 --precision bf16 --steps 40 || rc=1
+  python3 "$P/torch_train.py" resnet --arch resnet50 --precision bf16 --steps 40 --compile || rc=1
   return $rc
 }
 

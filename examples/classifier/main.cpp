@@ -91,6 +91,7 @@ struct Args {
   std::string device = "auto";
   bool synthetic = false;
   bool fuse_bn_relu = false;  // --fuse-bn-relu
+  bool cuda_graph = false;    // --cuda-graph
   int steps = 20;
   int warmup = 5;
   int64_t bench_epochs = 2;
@@ -281,7 +282,8 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
   if (!a.data.empty()) ds = std::make_unique<data::LmdbImageDataset>(a.data);
   const int64_t classes = ds ? checked_classes(a, *ds, 1000) : (a.classes > 0 ? a.classes : 1000);
   const std::string tag = a.arch + " " + a.precision + " " + std::string(layout_name(layout)) +
-                          " B=" + std::to_string(a.batch);
+                          " B=" + std::to_string(a.batch) + (a.fuse_bn_relu ? " +fused" : "") +
+                          (a.cuda_graph ? " +graph" : "");
   if (root)
     std::printf(
         "%s on %s (%s), image %dx%d, %lld classes, %s(momentum 0.9)%s\n", tag.c_str(),
@@ -306,7 +308,8 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
                       .progress_bar = false,
                       .quiet = true,
                       .activation_checkpoint_every = a.run.activation_checkpoint_every,
-                      .grad_sync = grad_sync.get()});
+                      .grad_sync = grad_sync.get(),
+                      .cuda_graph = a.cuda_graph});
     data::Batch b;
     const stoker::ops::Dims4 d{a.batch, 3, a.image_size, a.image_size};
     b.input = Tensor::empty(stoker::ops::shape4(d, layout), dtype, device);
@@ -352,7 +355,8 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
                     .log_grad_norm = false,
                     .progress_bar = false,
                     .quiet = true,
-                    .activation_checkpoint_every = a.run.activation_checkpoint_every});
+                    .activation_checkpoint_every = a.run.activation_checkpoint_every,
+                    .cuda_graph = a.cuda_graph});
   Args la = a;
   if (la.crop_scale < 0) la.crop_scale = 0.08;
   if (la.eval_resize <= 0) la.eval_resize = la.image_size * 8 / 7;
@@ -464,6 +468,7 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   to.diagnostics.enabled = a.diagnostics;
   to.diagnostics.print = false;  // the final report is printed below, once
   to.activation_checkpoint_every = a.run.activation_checkpoint_every;
+  to.cuda_graph = a.cuda_graph;
   a.run.apply(to);  // checkpoints, metrics, evaluation
   train::Trainer trainer(*model, loss, *opt, to);
   const int64_t total_steps = a.epochs * steps_per_epoch;
@@ -675,6 +680,9 @@ int main(int argc, char** argv) {
                "fuse each batch norm with the ReLU after it, and each residual block's tail "
                "relu(bn + shortcut) into one batch-norm pass (experimental: fewer passes over "
                "the activations)");
+  app.add_flag("--cuda-graph", a.cuda_graph,
+               "capture the training step once as a CUDA graph and replay it (one launch per "
+               "step; one GPU, one process; SGD or LARS)");
   app.add_option("--device", a.device, "auto, cpu or cuda[:N]")->capture_default_str();
   app.add_flag("--synthetic", a.synthetic,
                "benchmark: steps on a random batch held on the device, then (with --data) "
@@ -735,11 +743,17 @@ int main(int argc, char** argv) {
     const dist::DistEnv env = dist::read_env();
     // The synthetic shapes bring their own validation split.
     a.run.check(app, a.data.empty() || !a.run.val.empty(), env.rank == 0);
+    STOKER_CHECK(!a.cuda_graph || env.world_size == 1, "--cuda-graph: this job has ",
+                 env.world_size,
+                 " ranks; the graph step is for one process (drop --cuda-graph under a "
+                 "launcher)");
     if (env.world_size > 1) {  // under a launcher: cuda:LOCAL_RANK (or the CPU over TCP)
       dist::DistContext ctx = dist::init_from_env();
       return a.synthetic ? run_bench(a, ctx.device, &ctx) : run_train(a, ctx.device, &ctx);
     }
     const Device device = stoker::program::device(a.device);
+    STOKER_CHECK(!a.cuda_graph || device.is_cuda(), "--cuda-graph: the run is on ", device.str(),
+                 "; CUDA graphs need a GPU (drop --cuda-graph for a CPU run)");
     return a.synthetic ? run_bench(a, device) : run_train(a, device, nullptr);
   });
 }

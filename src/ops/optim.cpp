@@ -36,6 +36,15 @@ void check_found_inf(const char* op, const Tensor& found_inf, std::span<const Te
                found_inf.str());
 }
 
+// A device learning rate (optional): a rank-0 f32 tensor on the parameters' device.
+void check_device_lr(const char* op, const Tensor& lr, std::span<const Tensor> params) {
+  if (!lr.defined()) return;
+  STOKER_CHECK(lr.dtype() == DType::f32 && lr.numel() == 1 &&
+                   (params.empty() || lr.device() == params[0].device()),
+               "ops::", op, ": lr is ", lr.str(), "; expected a rank-0 f32 tensor on ",
+               params.empty() ? std::string("the parameters' device") : params[0].device().str());
+}
+
 void check_sgd_hyper(const SgdHyper& h) {
   STOKER_CHECK(h.lr >= 0.0f && h.momentum >= 0.0f && h.weight_decay >= 0.0f, "ops::sgd_step: lr ",
                h.lr, ", momentum ", h.momentum, ", weight_decay ", h.weight_decay,
@@ -146,27 +155,30 @@ void check_storage(const char* op, const StateStorage& s) {
 }  // namespace
 
 void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
-              std::span<const Tensor> momentum_bufs, const SgdHyper& h, const Tensor& found_inf) {
+              std::span<const Tensor> momentum_bufs, const SgdHyper& h, const Tensor& found_inf,
+              const Tensor& lr) {
   check_list("sgd_step", "params", params, params);
   check_list("sgd_step", "grads", grads, params);
   if (h.momentum != 0.0f) check_list("sgd_step", "momentum_bufs", momentum_bufs, params);
   check_found_inf("sgd_step", found_inf, params);
+  check_device_lr("sgd_step", lr, params);
   check_sgd_hyper(h);
   if (params.empty()) return;
   detail::check_backend("sgd_step", params[0]);
   STOKER_DISPATCH(params[0].device(), sgd_step, params, grads, momentum_bufs, sgd_consts(h),
-                  found_inf);
+                  found_inf, lr);
 }
 
 void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                std::span<const Tensor> momentum_bufs, std::span<const uint8_t> adapt,
-               const LarsHyper& h, const Tensor& found_inf) {
+               const LarsHyper& h, const Tensor& found_inf, const Tensor& lr) {
   check_list("lars_step", "params", params, params);
   check_list("lars_step", "grads", grads, params);
   check_list("lars_step", "momentum_bufs", momentum_bufs, params);
   STOKER_CHECK(adapt.size() == params.size(), "ops::lars_step: ", params.size(), " parameters but ",
                adapt.size(), " adapt flags; pass one per parameter");
   check_found_inf("lars_step", found_inf, params);
+  check_device_lr("lars_step", lr, params);
   const auto finite_non_negative = [](float x) { return std::isfinite(x) && x >= 0.0f; };
   STOKER_CHECK(finite_non_negative(h.lr) && finite_non_negative(h.momentum) &&
                    finite_non_negative(h.weight_decay) && finite_non_negative(h.epsilon),
@@ -177,7 +189,8 @@ void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
   if (params.empty()) return;
   detail::check_backend("lars_step", params[0]);
   const detail::LarsConsts c{h.lr, h.momentum, h.weight_decay, h.eta, h.epsilon};
-  STOKER_DISPATCH(params[0].device(), lars_step, params, grads, momentum_bufs, adapt, c, found_inf);
+  STOKER_DISPATCH(params[0].device(), lars_step, params, grads, momentum_bufs, adapt, c, found_inf,
+                  lr);
 }
 
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
@@ -191,16 +204,10 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
   check_found_inf("adamw_step", found_inf, params);
   check_adamw_hyper(h, step_state, params);
   check_compute_copies("adamw_step", compute_copies, params);
-  if (lr.defined()) {
-    STOKER_CHECK(
-        step_state.defined(),
-        "ops::adamw_step: a device learning rate needs step_state (adamw_step_state_create)"
-        ": the bias corrections are computed from it on the device");
-    STOKER_CHECK(lr.dtype() == DType::f32 && lr.numel() == 1 &&
-                     (params.empty() || lr.device() == params[0].device()),
-                 "ops::adamw_step: lr is ", lr.str(), "; expected a rank-0 f32 tensor on ",
-                 params.empty() ? std::string("the parameters' device") : params[0].device().str());
-  }
+  STOKER_CHECK(!lr.defined() || step_state.defined(),
+               "ops::adamw_step: a device learning rate needs step_state (adamw_step_state_create)"
+               ": the bias corrections are computed from it on the device");
+  check_device_lr("adamw_step", lr, params);
   if (params.empty()) return;
   detail::check_backend("adamw_step", params[0]);
   STOKER_DISPATCH(params[0].device(), adamw_step, params, grads, exp_avgs, exp_avg_sqs,

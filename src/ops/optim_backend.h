@@ -12,8 +12,8 @@ namespace stoker::ops {
 
 #define STOKER_OPTIM_BACKEND_DECLS                                                                 \
   void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,                     \
-                std::span<const Tensor> bufs, const detail::SgdConsts& c,                          \
-                const Tensor& found_inf);                                                          \
+                std::span<const Tensor> bufs, const detail::SgdConsts& c, const Tensor& found_inf, \
+                const Tensor& lr_device);                                                          \
   void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,                   \
                   std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,           \
                   const detail::AdamWConsts& c, const Tensor& found_inf, const Tensor& step_state, \
@@ -29,7 +29,7 @@ namespace stoker::ops {
                           const Tensor& step_state, double beta1, double beta2, double lr);        \
   void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,                    \
                  std::span<const Tensor> bufs, std::span<const uint8_t> adapt,                     \
-                 const detail::LarsConsts& c, const Tensor& found_inf);
+                 const detail::LarsConsts& c, const Tensor& found_inf, const Tensor& lr_device);
 
 namespace cpu {
 STOKER_OPTIM_BACKEND_DECLS

@@ -41,7 +41,7 @@ void LARS::update() {
                          .weight_decay = options_.weight_decay,
                          .eta = options_.eta,
                          .epsilon = options_.epsilon};
-  ops::lars_step(values, grads, values_of(*momentum_), adapt, h, found_inf_);
+  ops::lars_step(values, grads, values_of(*momentum_), adapt, h, found_inf_, lr_tensor_);
   ++steps_;
 }
 

@@ -163,7 +163,7 @@ void Optimizer::step() {
 void Optimizer::set_lr_tensor(const Tensor& lr) {
   STOKER_CHECK(!lr.defined() || supports_device_lr(), describe(),
                " cannot read its learning rate on the device (a CUDA-graph step needs it): use "
-               "AdamW with f32 state, or train without TrainerOptions::cuda_graph");
+               "SGD, LARS or AdamW with f32 state, or train without TrainerOptions::cuda_graph");
   STOKER_CHECK(!lr.defined() || (lr.dtype() == DType::f32 && lr.numel() == 1),
                "Optimizer::set_lr_tensor: expected a rank-0 f32 tensor, got ", lr.str());
   lr_tensor_ = lr;
@@ -207,7 +207,7 @@ void SGD::update() {
     ops::sgd_step(values, grads, *momentum_, h, storage_for_step(), found_inf_);
   else
     ops::sgd_step(values, grads, momentum_ ? values_of(*momentum_) : std::vector<Tensor>{}, h,
-                  found_inf_);
+                  found_inf_, lr_tensor_);
   ++steps_;
 }
 

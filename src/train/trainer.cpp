@@ -164,7 +164,7 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
   STOKER_CHECK(!options_.cuda_graph || optimizer.supports_device_lr(),
                "TrainerOptions::cuda_graph: ", optimizer.describe(),
                " cannot read its learning rate on the device, which a replayed step needs; use "
-               "AdamW with f32 state, or turn the option off");
+               "SGD, LARS or AdamW with f32 state, or turn the option off");
   STOKER_CHECK(!options_.cuda_graph || options_.cuda_graph_warmup >= 1,
                "TrainerOptions: cuda_graph_warmup ", options_.cuda_graph_warmup,
                " must be >= 1 (the first step plans the GEMMs with host syncs, which a capture "

@@ -173,6 +173,10 @@ expect 0 lars_classifier --fuse-bn-relu
 fused_last=$(sed -n 's|^epoch 4/4: train loss \([0-9.]*\),.*|\1|p' "$out")
 [ -n "$fused_last" ] && [ "$fused_last" = "$last" ] ||
   fail "--fuse-bn-relu changed the result: train loss $fused_last in epoch 4, unfused $last"
+# --cuda-graph: refused on the CPU before any work, with the fix.
+expect 1 run_classifier --cuda-graph
+has "$err" "^stoker_classifier: error: --cuda-graph: the run is on cpu; CUDA graphs need a GPU (drop --cuda-graph for a CPU run)"
+hasnt "$out" "^epoch "
 
 # --- the flags of long runs (examples/common/run_flags.h), the same in both trainers.
 expect 1 run_classifier --checkpoint-interval 10

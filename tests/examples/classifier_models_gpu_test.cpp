@@ -1,12 +1,15 @@
 // examples/classifier's ResNet-18 on the GPU against the CPU reference: one training-mode
 // forward + cross-entropy + backward from the same initialization, fp32 (TF32 off), in NCHW and
 // NHWC: logits, loss and every parameter gradient agree; then bf16 NHWC Trainer steps on one
-// batch lower the loss (the benchmark's configuration, at a small size).
+// batch lower the loss (the benchmark's configuration, at a small size), and the same steps
+// captured as a CUDA graph (TrainerOptions::cuda_graph) give the eager steps' bits with SGD and
+// LARS under a schedule, with and without the fused batch-norm tails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -109,6 +112,72 @@ TEST(ClassifierGpuTrainTest, ResNet18Bf16NhwcStepsLowerTheLoss) {
   const double after = batch_loss();
   EXPECT_TRUE(std::isfinite(after));
   EXPECT_LT(after, before);
+}
+
+struct GraphRun {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> weights;
+  size_t nodes = 0;
+};
+
+// Six bf16 NHWC steps of ResNet-18 (10 classes, 64 px, batch 8) on two alternating batches, with
+// the schedule's rate read on the device when `graph` (2 eager warm-up steps, then replays).
+GraphRun train_resnet18(bool graph, bool lars, bool fused) {
+  const Device gpu = stoker::test::gpu();
+  nn::manual_seed(23);
+  auto m = resnet18(
+      {.num_classes = 10, .layout = Layout::nhwc, .fuse_bn_relu = fused, .fuse_block_tail = fused});
+  m->to(gpu);
+  std::unique_ptr<stoker::optim::Optimizer> opt;
+  if (lars)
+    opt = std::make_unique<stoker::optim::LARS>(m->named_parameters(),
+                                                stoker::optim::LarsOptions{.eta = 0.02f});
+  else
+    opt = std::make_unique<stoker::optim::SGD>(
+        m->named_parameters(),
+        stoker::optim::SgdOptions{.momentum = 0.9f, .weight_decay = 5e-5f, .nesterov = true});
+  nn::CrossEntropyLoss loss;
+  stoker::train::TrainerOptions o{.precision = stoker::amp::Precision::bf16,
+                                  .schedule = stoker::optim::polynomial_with_warmup(0.2f, 2, 6),
+                                  .progress_bar = false,
+                                  .quiet = true};
+  o.cuda_graph = graph;
+  stoker::train::Trainer t(*m, loss, *opt, o);
+  std::vector<stoker::data::Batch> batches(2);
+  for (int k = 0; k < 2; ++k) {
+    stoker::data::Batch& b = batches[static_cast<size_t>(k)];
+    b.input = Tensor::empty({8, 64, 64, 3}, DType::bf16, gpu);
+    stoker::ops::random_normal(b.input, 0.0f, 1.0f, 30 + k, 0);
+    std::vector<int64_t> labels;
+    for (int i = 0; i < 8; ++i) labels.push_back((i * 3 + k) % 10);
+    b.target = Tensor::from_vector(labels, {8}, gpu);
+    b.size = 8;
+  }
+  GraphRun r;
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<stoker::data::Batch> micro{batches[static_cast<size_t>(step % 2)]};
+    t.train_step(micro);
+    nn::NoSaveScope no_save;
+    r.losses.push_back(loss.forward(m->forward(micro[0].input), micro[0].target).item());
+  }
+  for (nn::Parameter* p : m->parameters()) r.weights.push_back(p->value().to_floats());
+  r.nodes = t.cuda_graph_nodes();
+  return r;
+}
+
+TEST(ClassifierGpuTrainTest, ResNet18StepsAsACudaGraphGiveTheEagerBits) {
+  STOKER_REQUIRE_GPU();
+  for (const bool lars : {false, true})
+    for (const bool fused : {false, true}) {
+      SCOPED_TRACE(std::string(lars ? "LARS" : "SGD") + (fused ? ", fused BN" : ""));
+      const GraphRun eager = train_resnet18(false, lars, fused);
+      const GraphRun graph = train_resnet18(true, lars, fused);
+      EXPECT_EQ(eager.nodes, 0u);
+      EXPECT_GT(graph.nodes, 100u) << "no step was captured";
+      EXPECT_EQ(graph.losses, eager.losses);
+      EXPECT_TRUE(graph.weights == eager.weights) << "the weights differ";
+      EXPECT_NE(eager.losses[2], eager.losses[0]) << "the steps changed nothing";  // one batch
+    }
 }
 
 }  // namespace

@@ -215,4 +215,37 @@ TEST(OptimizerGpuTest, AdamWDeviceLearningRateGivesTheHostBits) {
   expect_bit_equal(v1.gpu, v2.gpu);
 }
 
+// SGD (momentum, Nesterov, weight decay) and LARS with the rate on the device: the host-rate
+// update's bits on the GPU too, over a falling rate.
+TEST(OptimizerGpuTest, SgdAndLarsDeviceLearningRateGivesTheHostBits) {
+  STOKER_REQUIRE_GPU();
+  const Tensor lr = Tensor::zeros({}, DType::f32, Device::cuda(0));
+  auto p = make(kSizes, 30), q = make(kSizes, 30), g = make(kSizes, 31);
+  auto b1 = make(kSizes, 32), b2 = make(kSizes, 32);
+  std::vector<uint8_t> adapt;
+  for (size_t i = 0; i < kSizes.size(); ++i) adapt.push_back(i % 2 == 0 ? 1 : 0);
+  for (int s = 1; s <= 3; ++s) {
+    const float rate = 0.1f / static_cast<float>(s);
+    stoker::ops::fill(lr, rate);
+    const stoker::ops::SgdHyper h{
+        .lr = rate, .momentum = 0.9f, .weight_decay = 1e-3f, .nesterov = true};
+    stoker::ops::sgd_step(p.gpu, g.gpu, b1.gpu, h, {});
+    stoker::ops::SgdHyper nonsense = h;
+    nonsense.lr = 99.0f;
+    stoker::ops::sgd_step(q.gpu, g.gpu, b2.gpu, nonsense, {}, lr);
+  }
+  expect_bit_equal(p.gpu, q.gpu);
+  expect_bit_equal(b1.gpu, b2.gpu);
+  for (int s = 1; s <= 3; ++s) {
+    const float rate = 2.0f / static_cast<float>(s);
+    stoker::ops::fill(lr, rate);
+    stoker::ops::lars_step(p.gpu, g.gpu, b1.gpu, adapt,
+                           {.lr = rate, .weight_decay = 5e-5f, .eta = 0.01f});
+    stoker::ops::lars_step(q.gpu, g.gpu, b2.gpu, adapt,
+                           {.lr = 99.0f, .weight_decay = 5e-5f, .eta = 0.01f}, {}, lr);
+  }
+  expect_bit_equal(p.gpu, q.gpu);
+  expect_bit_equal(b1.gpu, b2.gpu);
+}
+
 }  // namespace

@@ -4,12 +4,16 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/optim.h"
 #include "stoker/ops/random.h"
+#include "stoker/optim/lars.h"
 #include "stoker/optim/schedule.h"
 #include "test_util.h"
 
@@ -247,33 +251,109 @@ TEST(OptimizerTest, AdamWComputeCopiesAreValidated) {
 }
 
 // A learning rate read on the device (a CUDA-graph step) gives the bits of the host value, step
-// after step with a changing rate; optimizers that cannot are refused with the reason.
-TEST(OptimizerTest, AdamWReadsItsLearningRateFromATensorWithTheHostsBits) {
-  Parameter a(Tensor::empty({1000}, DType::f32)), b(Tensor::empty({1000}, DType::f32));
-  stoker::ops::random_normal(a.value(), 0.0f, 1.0f, 31, 0);
-  stoker::ops::copy(b.value(), a.value());
-  AdamW host({{"p", &a}}, {.lr = 0.01f, .weight_decay = 0.1f});
-  AdamW dev({{"p", &b}}, {.lr = 123.0f, .weight_decay = 0.1f});  // its host lr must not matter
-  const Tensor lr = Tensor::zeros({}, DType::f32);
-  dev.set_lr_tensor(lr);
-  for (int step = 0; step < 4; ++step) {
-    const float rate = 0.01f / static_cast<float>(step + 1);
-    stoker::ops::random_normal(a.grad(), 0.0f, 1.0f, 40 + step, 0);
-    stoker::ops::copy(b.grad(), a.grad());
-    host.set_lr(rate);
-    stoker::ops::fill(lr, rate);
-    host.step();
-    dev.step();
+// after step with a falling rate: `make` builds the optimizer over a [16, 8] weight and an [8]
+// bias (LARS adapts the one and excludes the other); the device-rate copy's own host rate is
+// nonsense, which must not matter.
+using MakeOptimizer =
+    std::function<std::unique_ptr<Optimizer>(NamedParameters params, float host_lr)>;
+
+void expect_device_lr_gives_host_bits(const MakeOptimizer& make, const std::string& what) {
+  std::vector<std::unique_ptr<Parameter>> host_params, dev_params;
+  NamedParameters host_named, dev_named;
+  std::vector<std::vector<float>> initial;
+  for (const int64_t n : {int64_t{128}, int64_t{8}}) {
+    Tensor v = random_tensor(n, 30 + static_cast<uint64_t>(n));
+    if (n == 128) v = v.reshape({16, 8});
+    host_params.push_back(std::make_unique<Parameter>(v.clone()));
+    dev_params.push_back(std::make_unique<Parameter>(v.clone()));
+    host_named.emplace_back("p" + std::to_string(n), host_params.back().get());
+    dev_named.emplace_back("p" + std::to_string(n), dev_params.back().get());
+    initial.push_back(v.to_floats());
   }
-  EXPECT_EQ(a.value().to_floats(), b.value().to_floats());
-  SGD sgd({{"p", &a}}, {.lr = 0.1f});
-  EXPECT_TRUE(stoker::test::throws_error_with([&] { sgd.set_lr_tensor(lr); },
-                                              {"cannot read its learning rate on the device"}));
+  const auto host = make(host_named, 0.0f);
+  const auto dev = make(dev_named, 123.0f);
+  ASSERT_TRUE(dev->supports_device_lr()) << what;
+  const Tensor lr = Tensor::zeros({}, DType::f32);
+  dev->set_lr_tensor(lr);
+  for (int step = 0; step < 4; ++step) {
+    const float rate = 0.05f / static_cast<float>(step + 1);
+    for (size_t i = 0; i < host_params.size(); ++i) {
+      stoker::ops::random_normal(host_params[i]->grad(), 0.0f, 1.0f, 40 + step, i);
+      stoker::ops::copy(dev_params[i]->grad(), host_params[i]->grad());
+    }
+    host->set_lr(rate);
+    stoker::ops::fill(lr, rate);
+    host->step();
+    dev->step();
+  }
+  for (size_t i = 0; i < host_params.size(); ++i) {
+    EXPECT_EQ(host_params[i]->value().to_floats(), dev_params[i]->value().to_floats())
+        << what << ", parameter " << i;
+    EXPECT_NE(host_params[i]->value().to_floats(), initial[i]) << what << ": nothing moved";
+  }
+}
+
+TEST(OptimizerTest, DeviceLearningRateGivesTheHostsBits) {
+  expect_device_lr_gives_host_bits(
+      [](NamedParameters ps, float lr) {
+        return std::make_unique<AdamW>(std::move(ps), AdamWOptions{.lr = lr, .weight_decay = 0.1f});
+      },
+      "AdamW");
+  expect_device_lr_gives_host_bits(
+      [](NamedParameters ps, float lr) {
+        return std::make_unique<SGD>(std::move(ps),
+                                     SgdOptions{.lr = lr, .momentum = 0.9f, .weight_decay = 1e-3f});
+      },
+      "SGD momentum");
+  expect_device_lr_gives_host_bits(
+      [](NamedParameters ps, float lr) {
+        return std::make_unique<SGD>(std::move(ps),
+                                     SgdOptions{.lr = lr, .momentum = 0.9f, .nesterov = true});
+      },
+      "SGD Nesterov");
+  expect_device_lr_gives_host_bits(
+      [](NamedParameters ps, float lr) {
+        return std::make_unique<SGD>(std::move(ps), SgdOptions{.lr = lr});
+      },
+      "SGD without momentum");
+  expect_device_lr_gives_host_bits(
+      [](NamedParameters ps, float lr) {
+        return std::make_unique<LARS>(std::move(ps),
+                                      LarsOptions{.lr = lr, .weight_decay = 5e-3f, .eta = 0.02f});
+      },
+      "LARS");
+}
+
+TEST(OptimizerTest, DeviceLearningRateIsRefusedWithTheReason) {
+  Parameter a(random_tensor(64, 5));
+  const Tensor lr = Tensor::zeros({}, DType::f32);
   AdamW compact({{"p", &a}}, {.lr = 0.1f, .state = {.dtype = StateDType::bf16}});
   EXPECT_FALSE(compact.supports_device_lr());
-  EXPECT_THROW(compact.set_lr_tensor(lr), stoker::Error);
+  EXPECT_TRUE(stoker::test::throws_error_with([&] { compact.set_lr_tensor(lr); },
+                                              {"cannot read its learning rate on the device"}));
+  SGD compact_sgd({{"p", &a}},
+                  {.lr = 0.1f, .momentum = 0.9f, .state = {.dtype = StateDType::int8_blockwise}});
+  EXPECT_FALSE(compact_sgd.supports_device_lr());
+  EXPECT_THROW(compact_sgd.set_lr_tensor(lr), stoker::Error);
+  SGD plain({{"p", &a}}, {.lr = 0.1f});
   EXPECT_TRUE(stoker::test::throws_error_with(
-      [&] { dev.set_lr_tensor(Tensor::zeros({2}, DType::f32)); }, {"expected a rank-0 f32"}));
+      [&] { plain.set_lr_tensor(Tensor::zeros({2}, DType::f32)); }, {"expected a rank-0 f32"}));
+  // The ops name the bad tensor.
+  std::vector<Tensor> p{Tensor::zeros({4}, DType::f32)}, g{Tensor::zeros({4}, DType::f32)};
+  const std::vector<Tensor> no_momentum;
+  const stoker::ops::SgdHyper sgd_hyper{.lr = 0.1f};
+  EXPECT_TRUE(stoker::test::throws_error_with(
+      [&] {
+        stoker::ops::sgd_step(p, g, no_momentum, sgd_hyper, Tensor(),
+                              Tensor::zeros({}, DType::i64));
+      },
+      {"ops::sgd_step: lr is", "expected a rank-0 f32 tensor"}));
+  const uint8_t adapt[] = {1};
+  EXPECT_TRUE(stoker::test::throws_error_with(
+      [&] {
+        stoker::ops::lars_step(p, g, g, adapt, {.lr = 0.1f}, {}, Tensor::zeros({3}, DType::f32));
+      },
+      {"ops::lars_step: lr is"}));
 }
 
 TEST(OptimizerTest, FrozenParametersAreNotTouched) {

@@ -171,9 +171,12 @@ TEST_F(TrainerTest, CudaGraphIsRefusedWhereItCannotRun) {
   e = error_of([&] { Trainer t(*m, loss, adamw, o); });
   EXPECT_NE(e.find("cuda_graph_warmup 0 must be >= 1"), std::string::npos) << e;
   o.cuda_graph_warmup = 2;
-  stoker::optim::SGD sgd(m->named_parameters(), {.lr = 0.1f});
+  stoker::optim::SGD sgd(
+      m->named_parameters(),
+      {.lr = 0.1f, .momentum = 0.9f, .state = {.dtype = stoker::optim::StateDType::bf16}});
   e = error_of([&] { Trainer t(*m, loss, sgd, o); });
   EXPECT_NE(e.find("cannot read its learning rate on the device"), std::string::npos) << e;
+  EXPECT_NE(e.find("SGD, LARS or AdamW with f32 state"), std::string::npos) << e;
   o.cuda_graph = false;
   o.cuda_graph_warmup = 0;
   EXPECT_NO_THROW(Trainer(*m, loss, sgd, o));  // none of it counts with the option off

@@ -5,7 +5,11 @@
 // params, grads and state tensors are f32 and pairwise the same shape, all on one device.
 // `found_inf` is optional (undefined = none): a rank-0 f32 device flag written by the gradient
 // scaler; when it is non-zero the kernels leave parameters and state untouched, decided on the
-// device (no host sync). Hyper-parameters are host values captured at launch.
+// device (no host sync). Hyper-parameters are host values captured at launch, except the
+// learning rate where an overload takes `lr`: a rank-0 f32 tensor on the parameters' device
+// the update reads it from instead of the host value (undefined: the host value), so that a
+// step captured in a CUDA graph follows a schedule the host writes there before each replay.
+// The same bits as the host value of that number.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +32,10 @@ struct SgdHyper {
 //   if momentum: buf = first_step ? g : momentum * buf + (1 - dampening) * g
 //                g = nesterov ? g + momentum * buf : buf
 //   p -= lr * g
-// momentum_bufs may be empty when momentum == 0.
+// momentum_bufs may be empty when momentum == 0. `lr` (optional): the device learning rate.
 void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
               std::span<const Tensor> momentum_bufs, const SgdHyper& h,
-              const Tensor& found_inf = {});
+              const Tensor& found_inf = {}, const Tensor& lr = {});
 
 struct LarsHyper {
   float lr = 0.1f;
@@ -53,10 +57,11 @@ struct LarsHyper {
 //   p -= buf
 // momentum_bufs are required (zeros before the first step). The norms are reduced on the
 // parameters' device (GPU: f32 partial sums in a fixed order, deterministic; CPU: f64), the
-// trust ratios stay there (no host sync); lr is a host value.
+// trust ratios stay there (no host sync). `lr` (optional): the device learning rate, read by
+// the trust-ratio pass.
 void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                std::span<const Tensor> momentum_bufs, std::span<const uint8_t> adapt,
-               const LarsHyper& h, const Tensor& found_inf = {});
+               const LarsHyper& h, const Tensor& found_inf = {}, const Tensor& lr = {});
 
 struct AdamWHyper {
   float lr = 1e-3f;
@@ -91,9 +96,7 @@ int64_t adamw_step_state_steps(const Tensor& state);
 // updated value (rounded to nearest even, as cast_multi) in the update's own pass, instead of a
 // second pass that reads every parameter again. The defined ones share one dtype. Skipped with
 // the update when found_inf is set.
-// `lr` (optional, needs step_state): a rank-0 f32 tensor on the parameters' device the update
-// reads the learning rate from, instead of h.lr — so a step captured in a CUDA graph follows a
-// schedule the host writes there before each replay. Same bits as h.lr of that value.
+// `lr` (optional, needs step_state): the device learning rate (above).
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                 std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
                 const AdamWHyper& h, const Tensor& found_inf = {}, const Tensor& step_state = {},

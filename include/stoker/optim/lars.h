@@ -24,9 +24,10 @@
 // Devices (ops::lars_step): on a GPU three launches per step — the squared norms of every adapted
 // tensor, the trust ratios, the update — with the norms and ratios kept on the device, so a step
 // never synchronizes the host; the learning rate is the host value of set_lr (the schedule's), as
-// for SGD. An overflowed step (set_found_inf's flag non-zero) is skipped on the device and leaves
-// parameters and momentum untouched. The CPU sums the norms in f64, the GPU in f32 (a fixed order,
-// the same bits on every run): the two agree to float rounding, not bit for bit.
+// for SGD, or the device scalar of set_lr_tensor (a step captured in a CUDA graph). An overflowed
+// step (set_found_inf's flag non-zero) is skipped on the device and leaves parameters and momentum
+// untouched. The CPU sums the norms in f64, the GPU in f32 (a fixed order, the same bits on every
+// run): the two agree to float rounding, not bit for bit.
 //
 // State: "<param>.momentum", f32, one per trainable parameter (state() / load_state(), so
 // checkpoints resume; an SGD checkpoint, whose buffer is "momentum_buffer" and lr-free, is
@@ -67,6 +68,7 @@ class LARS : public Optimizer {
   LARS(NamedParameters params, LarsOptions options = {});
   std::string describe() const override;
   bool needs_whole_parameters() const override { return true; }
+  bool supports_device_lr() const override { return true; }
   // Whether the trainable parameter `name` is adapted (trust ratio and weight decay); throws for
   // a name that is not a trainable parameter of this optimizer.
   bool adapted(const std::string& name) const;

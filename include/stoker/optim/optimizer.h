@@ -173,6 +173,8 @@ class SGD : public Optimizer {
  public:
   SGD(NamedParameters params, SgdOptions options = {});
   std::string describe() const override;
+  // Unless the momentum buffer is in a compact format (its update takes the host's rate).
+  bool supports_device_lr() const override { return momentum_ == nullptr || !compact_state(); }
 
  protected:
   void update() override;

@@ -216,13 +216,13 @@ struct TrainerOptions {
   // (cuBLASLt plans its GEMMs, the half compute copies are made), the step is captured once and
   // then replayed with one launch per step while its batches keep their shapes — what takes a
   // small model's kernel-launch overhead away (a launch-bound verdict). The optimizer reads its
-  // learning rate on the device (AdamW with f32 state; others are refused when the first graph
-  // step comes). Steps that cannot replay run eagerly, with the same results: a batch of another
-  // shape (the last, partial one), a partial accumulation group, the diagnostics' op-timed
-  // steps. With the graph the step's phases are one span to the diagnostics. One CUDA device,
-  // one process (no gradient sync across ranks). Memory the step allocates stays reserved by
-  // the graph, and core::memory_stats does not count it (CUDA's graph allocations bypass
-  // stoker's allocator): core::graph_memory_stats does. Off by default.
+  // learning rate on the device (SGD, LARS, AdamW; not over compact optimizer state, which is
+  // refused when the Trainer is built). Steps that cannot replay run eagerly, with the same
+  // results: a batch of another shape (the last, partial one), a partial accumulation group, the
+  // diagnostics' op-timed steps. With the graph the step's phases are one span to the diagnostics.
+  // One CUDA device, one process (no gradient sync across ranks). Memory the step allocates stays
+  // reserved by the graph, and core::memory_stats does not count it (CUDA's graph allocations
+  // bypass stoker's allocator): core::graph_memory_stats does. Off by default.
   bool cuda_graph = false;
   int cuda_graph_warmup = 2;
   // Whether the STOKER_DIAG* environment variables may override these options

@@ -70,8 +70,11 @@ SumsOfSquares sums_of_squares(const float* p, const float* g, int64_t n) {
 }  // namespace
 
 void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
-              std::span<const Tensor> bufs, const detail::SgdConsts& c, const Tensor& found_inf) {
+              std::span<const Tensor> bufs, const detail::SgdConsts& host_consts,
+              const Tensor& found_inf, const Tensor& lr_device) {
   if (skip_step(found_inf)) return;
+  detail::SgdConsts c = host_consts;
+  if (lr_device.defined()) c.lr = device_lr(lr_device);
   for (size_t t = 0; t < params.size(); ++t) {
     float* p = static_cast<float*>(params[t].data());
     const float* g = static_cast<const float*>(grads[t].data());
@@ -91,7 +94,7 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
   const bool skip = skip_step(found_inf);
   detail::AdamWConsts host = host_consts;
   if (lr_device.defined()) {  // the learning rate of this step, as the host would have passed it
-    lr = static_cast<double>(*static_cast<const float*>(lr_device.data()));
+    lr = static_cast<double>(device_lr(lr_device));
     host.decay = detail::adamw_decay(lr, weight_decay);
   }
   const detail::AdamWConsts c = adamw_step_consts(host, step_state, skip, beta1, beta2, lr);
@@ -111,8 +114,11 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
 
 void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                std::span<const Tensor> bufs, std::span<const uint8_t> adapt,
-               const detail::LarsConsts& c, const Tensor& found_inf) {
+               const detail::LarsConsts& host_consts, const Tensor& found_inf,
+               const Tensor& lr_device) {
   if (skip_step(found_inf)) return;
+  detail::LarsConsts c = host_consts;
+  if (lr_device.defined()) c.lr = device_lr(lr_device);
   for (size_t t = 0; t < params.size(); ++t) {
     float* p = static_cast<float*>(params[t].data());
     const float* g = static_cast<const float*>(grads[t].data());

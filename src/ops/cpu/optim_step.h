@@ -13,6 +13,9 @@ inline bool skip_step(const Tensor& found_inf) {
   return found_inf.defined() && *static_cast<const float*>(found_inf.data()) != 0.0f;
 }
 
+// A device learning rate (a rank-0 f32 tensor, ops/optim.h): on the CPU, read where it lies.
+inline float device_lr(const Tensor& lr) { return *static_cast<const float*>(lr.data()); }
+
 // This AdamW step's constants: host_consts, with the step size and bias correction taken from
 // the step state when there is one, after advancing it (a skipped step leaves it as it was).
 inline detail::AdamWConsts adamw_step_consts(const detail::AdamWConsts& host_consts,
