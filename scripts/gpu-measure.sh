@@ -42,8 +42,9 @@
 #               ImageNet-sized files, about twice the decode cost per core): the loader's
 #               throughput on them at 16 threads and auto, and ResNet-50 fed from them
 #   resnetfast  ResNet-50 bf16 NHWC B=256 synthetic: stoker as is, with --fuse-bn-relu, with
-#               --cuda-graph, with both (SGD, then LARS), their op tables (as is and fused, one
-#               step in 10 op-timed), and PyTorch eager and torch.compile (torch_train.py resnet)
+#               --cuda-graph, with --conv-autotune, with all three (SGD, then LARS), op tables
+#               (as is and fused, one step in 10 op-timed), and PyTorch eager and torch.compile
+#               (torch_train.py resnet)
 #   multi       2+ GPUs: the multi-rank tests under stoker launch and torchrun, all-reduce vs
 #               torch_allreduce.py, GPT-2 / ResNet-50 scaling vs torch_ddp.py, a killed rank
 #               under both launchers (scripts/kill-rank-check.sh)
@@ -356,12 +357,14 @@ run_resnet() {
 run_resnetfast() {
   local cls=$B/examples/stoker_classifier f rc=0
   local -a r50=(--arch resnet50 --synthetic --batch 256 --precision bf16 --layout nhwc --steps 40)
-  section "ResNet-50 synthetic, bf16 NHWC B=256: stoker as is / fused batch norm / CUDA graph"
-  for f in "" --fuse-bn-relu --cuda-graph "--fuse-bn-relu --cuda-graph"; do
-    # shellcheck disable=SC2086 # $f: zero, one or two flags
+  local all="--fuse-bn-relu --cuda-graph --conv-autotune"
+  section "ResNet-50 synthetic, bf16 NHWC B=256: stoker as is / fused BN / graph / timed convs"
+  for f in "" --fuse-bn-relu --cuda-graph --conv-autotune "$all"; do
+    # shellcheck disable=SC2086 # $f: zero to three flags
     "$cls" "${r50[@]}" $f || rc=1
   done
-  "$cls" "${r50[@]}" --optimizer lars --fuse-bn-relu --cuda-graph || rc=1
+  # shellcheck disable=SC2086
+  "$cls" "${r50[@]}" --optimizer lars $all || rc=1
   section "ResNet-50 op tables (bf16 NHWC B=256, the first batch replayed, one step in 10 op-timed)"
   for f in "" --fuse-bn-relu; do
     # shellcheck disable=SC2086

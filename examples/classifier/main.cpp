@@ -90,8 +90,9 @@ struct Args {
   bool diagnostics = false;
   std::string device = "auto";
   bool synthetic = false;
-  bool fuse_bn_relu = false;  // --fuse-bn-relu
-  bool cuda_graph = false;    // --cuda-graph
+  bool fuse_bn_relu = false;   // --fuse-bn-relu
+  bool cuda_graph = false;     // --cuda-graph
+  bool conv_autotune = false;  // --conv-autotune
   int steps = 20;
   int warmup = 5;
   int64_t bench_epochs = 2;
@@ -283,7 +284,8 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
   const int64_t classes = ds ? checked_classes(a, *ds, 1000) : (a.classes > 0 ? a.classes : 1000);
   const std::string tag = a.arch + " " + a.precision + " " + std::string(layout_name(layout)) +
                           " B=" + std::to_string(a.batch) + (a.fuse_bn_relu ? " +fused" : "") +
-                          (a.cuda_graph ? " +graph" : "");
+                          (a.cuda_graph ? " +graph" : "") +
+                          (a.conv_autotune ? " +conv-autotune" : "");
   if (root)
     std::printf(
         "%s on %s (%s), image %dx%d, %lld classes, %s(momentum 0.9)%s\n", tag.c_str(),
@@ -683,6 +685,9 @@ int main(int argc, char** argv) {
   app.add_flag("--cuda-graph", a.cuda_graph,
                "capture the training step once as a CUDA graph and replay it (one launch per "
                "step; one GPU, one process; SGD or LARS)");
+  app.add_flag("--conv-autotune", a.conv_autotune,
+               "time cuDNN's convolution algorithms on each shape's first call and keep the "
+               "fastest (PyTorch's cudnn.benchmark; also STOKER_CONV_AUTOTUNE=1)");
   app.add_option("--device", a.device, "auto, cpu or cuda[:N]")->capture_default_str();
   app.add_flag("--synthetic", a.synthetic,
                "benchmark: steps on a random batch held on the device, then (with --data) "
@@ -736,6 +741,7 @@ int main(int argc, char** argv) {
     if (app.count("--image-size") == 0 && a.arch != "small") a.image_size = 224;
     check_args(a);
     check_optimizer_flags(app, a);
+    if (a.conv_autotune) stoker::ops::set_conv_autotune(true);
     if (a.synthetic)
       stoker::program::RunFlags::refuse_in(
           app, "a --synthetic bench",

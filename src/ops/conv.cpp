@@ -6,6 +6,10 @@
 // shape or a tensor in the other layout is caught here with both shapes in the message.
 #include "stoker/ops/conv.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
 #include "ops/backend.h"
 #include "ops/geometry.h"
 #include "ops/validate.h"
@@ -13,6 +17,8 @@
 namespace stoker::ops {
 
 namespace {
+
+std::atomic<int> g_conv_autotune{-1};  // -1: not decided yet (reads STOKER_CONV_AUTOTUNE)
 
 std::string describe(const Conv2dParams& p) {
   return core::detail::str(layout_name(p.layout), ", stride (", p.stride[0], ", ", p.stride[1],
@@ -57,6 +63,18 @@ Dims4 conv_out_dims(std::string_view op, std::string_view x_name, const std::str
 }
 
 }  // namespace
+
+bool conv_autotune() {
+  int v = g_conv_autotune.load();
+  if (v < 0) {
+    const char* env = std::getenv("STOKER_CONV_AUTOTUNE");
+    v = (env && std::string(env) == "1") ? 1 : 0;
+    g_conv_autotune.store(v);
+  }
+  return v == 1;
+}
+
+void set_conv_autotune(bool on) { g_conv_autotune.store(on ? 1 : 0); }
 
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
   return shape4(conv_out_dims("conv2d_output_shape", "x", x.str(), x, "w", w.str(), w, p),

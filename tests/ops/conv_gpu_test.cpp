@@ -140,6 +140,45 @@ TEST(ConvGpuPlans, RepeatedCallsAreDeterministic) {
   }
 }
 
+// Timed algorithms (set_conv_autotune): every pass still matches the CPU, and the search, which
+// runs every candidate on the call's buffers, leaves the accumulated filter gradient as the
+// one chosen algorithm's dw += (not the candidates' sum).
+TEST(ConvGpuPlans, TimedAlgorithmsMatchTheCpuAndKeepTheAccumulation) {
+  STOKER_REQUIRE_GPU();
+  ops::set_conv_autotune(true);
+  for (const int i : {1, 4, 6, 7})
+    for (const Layout l : {Layout::nchw, Layout::nhwc})
+      for (const DType dt : {DType::f32, DType::bf16}) {
+        const ConvCase& t = kCases[i];
+        const double rtol = dt == DType::f32 ? 1e-4 : 2e-2;
+        SCOPED_TRACE(t.str() + " " + std::string(ops::layout_name(l)) + " " +
+                     std::string(dtype_name(dt)));
+        // A batch no other test uses, so that these problems are planned here, timed.
+        ConvCase tt = t;
+        tt.n = t.n + 3;
+        const Tensor x = random_tensor(shape4(tt.x_dims(), l), dt, 13);
+        const Tensor w = random_tensor(shape4(tt.w_dims(), l), dt, 14);
+        const Tensor dy = random_tensor(shape4(tt.y_dims(), l), dt, 15);
+        const Tensor y_want = poisoned(shape4(tt.y_dims(), l), dt);
+        ops::conv2d_forward(y_want, x, w, tt.params(l));
+        const Tensor y = poisoned(shape4(tt.y_dims(), l), dt, kGpu);
+        ops::conv2d_forward(y, x.to(kGpu), w.to(kGpu), tt.params(l));
+        EXPECT_TRUE(close_to(y, y_want, rtol)) << "forward";
+        const Tensor dx_want = poisoned(shape4(tt.x_dims(), l), dt);
+        ops::conv2d_backward_data(dx_want, dy, w, tt.params(l));
+        const Tensor dx = poisoned(shape4(tt.x_dims(), l), dt, kGpu);
+        ops::conv2d_backward_data(dx, dy.to(kGpu), w.to(kGpu), tt.params(l));
+        EXPECT_TRUE(close_to(dx, dx_want, rtol)) << "backward data";
+        const Tensor dw0 = random_tensor(shape4(tt.w_dims(), l), dt, 16);
+        const Tensor dw_want = dw0.clone();
+        ops::conv2d_backward_filter(dw_want, dy, x, tt.params(l));
+        const Tensor dw = dw0.to(kGpu);
+        ops::conv2d_backward_filter(dw, dy.to(kGpu), x.to(kGpu), tt.params(l));
+        EXPECT_TRUE(close_to(dw, dw_want, rtol)) << "backward filter";
+      }
+  ops::set_conv_autotune(false);
+}
+
 // With TF32 allowed the results change (tensor cores) but stay within TF32's precision.
 TEST(ConvGpuPlans, Tf32IsOptIn) {
   STOKER_REQUIRE_GPU();

@@ -9,10 +9,11 @@
 // the half-precision result is then added into the f32 gradient).
 //
 // CPU: im2col + BLAS GEMM (ops::gemm), oneTBB-parallel over the images. CUDA: cuDNN on the
-// current stream, one handle per device, an algorithm chosen once per problem shape by cuDNN's
-// heuristics (deterministic algorithms preferred for the backward passes) and a workspace from
-// the stream-ordered pool. fp32 convolutions use plain FMA math, not TF32, unless
-// ops::set_allow_tf32(true) (gemm.h) says otherwise, so GPU results match the CPU reference.
+// current stream, one handle per device, an algorithm chosen once per problem shape and pass by
+// cuDNN's heuristics, or timed (set_conv_autotune below), deterministic algorithms preferred for
+// the backward passes, and a workspace from the stream-ordered pool. fp32 convolutions use plain
+// FMA math, not TF32, unless ops::set_allow_tf32(true) (gemm.h) says otherwise, so GPU results
+// match the CPU reference.
 //
 // Every function validates first: a wrong rank, channel count or layout-dependent extent throws
 // stoker::Error naming the op, the tensors (dtype, shape, device) and what was expected.
@@ -46,6 +47,16 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
 // dw += gradient of the convolution with respect to w, given dy and the forward's input x.
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
                             const Conv2dParams& p);
+
+// CUDA: the first call of each convolution problem and pass times cuDNN's candidate algorithms
+// on that call's buffers and keeps the fastest (PyTorch's torch.backends.cudnn.benchmark): a host
+// sync and a scratch workspace once per problem (the warm-up step; a pass first met while a CUDA
+// graph is being captured takes the heuristic's pick). The timed pick may differ between runs,
+// and with it the rounding of the results. Off by default (cuDNN's heuristics: no device time,
+// the same algorithms every run); STOKER_CONV_AUTOTUNE=1 or set_conv_autotune(true) turns it
+// on. Problems already planned keep their algorithms.
+void set_conv_autotune(bool on);
+bool conv_autotune();
 
 // y[n, c, ...] += bias[c] for a 4-D y (float dtype) in `layout` and an f32 bias [C].
 void add_channel_bias(const Tensor& y, const Tensor& bias, Layout layout);

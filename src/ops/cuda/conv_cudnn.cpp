@@ -2,13 +2,18 @@
 // BackwardData / BackwardFilter; deprecated in cuDNN 9 but present in every 9.x, see
 // cudnn_util.h).
 //
-// Kept off the per-call path: a plan per problem (device, dtype, layout, math mode, shapes,
-// stride/padding/dilation/groups) holding the four descriptors and, chosen lazily on first use
-// of each pass, the algorithm and its workspace size. Algorithms come from cuDNN's heuristics
-// (cudnnGet*Algorithm_v7), not from cudnnFind* — Find benchmarks on the device and synchronizes
-// the host, which a training step must never do. Backward passes prefer deterministic
-// algorithms (same gradients run to run, as the rest of stoker); the workspace of the chosen
-// algorithm is capped (kMaxWorkspace) and comes from the stream-ordered pool per call.
+// Kept off the per-call path: a plan per problem (device, dtype, layout, math mode, algorithm
+// search, shapes, stride/padding/dilation/groups) holding the four descriptors and, chosen
+// lazily on first use of each pass, the algorithm and its workspace size. By default the
+// algorithms come from cuDNN's heuristics (cudnnGet*Algorithm_v7): no device time, the same
+// pick on every run. With ops::set_conv_autotune(true) (PyTorch's cudnn.benchmark) the first
+// call of each pass times cuDNN's candidates on the call's own buffers (cudnnFind*AlgorithmEx:
+// a host sync and a scratch workspace once per problem, the warm-up step) and keeps the fastest
+// that meets the same preferences; a pass first met while its stream is capturing a CUDA graph
+// takes the heuristic's pick (Find synchronizes, which a capture cannot hold). Backward passes
+// prefer deterministic algorithms (same gradients run to run, as the rest of stoker); the
+// workspace of the chosen algorithm is capped (kMaxWorkspace) and comes from the
+// stream-ordered pool per call.
 //
 // Math: fp32 convolutions run with CUDNN_FMA_MATH (true fp32, matches the CPU reference) unless
 // ops::allow_tf32() — then CUDNN_DEFAULT_MATH, which lets cuDNN use TF32 tensor cores. f16/bf16
@@ -39,6 +44,7 @@ struct ConvKey {
   int dtype;
   int layout;
   int math;
+  int measure;  // ops::conv_autotune() when the plan was made
   int64_t n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, groups;
   auto operator<=>(const ConvKey&) const = default;
 };
@@ -54,6 +60,7 @@ struct ConvPlan {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  bool measure = false;  // time the candidates (cudnnFind*Ex) rather than trust the heuristics
   Choice fwd, bwd_data, bwd_filter;
   std::string what;  // describes the problem for messages
 };
@@ -91,12 +98,14 @@ std::unique_ptr<ConvPlan> make_plan(const ConvKey& key, DType t, const ConvGeome
       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   STOKER_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan->conv, cudnn_int(g.groups, "groups")));
   plan->math = static_cast<cudnnMathType_t>(key.math);
+  plan->measure = key.measure != 0;
   STOKER_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, plan->math));
-  plan->what = core::detail::str(
-      dtype_name(t), " ", layout_name(g.layout), " x [N=", g.n, ", C=", g.c, ", H=", g.h,
-      ", W=", g.w, "], filter [K=", g.k, ", C/g=", g.cg, ", R=", g.r, ", S=", g.s, "], stride (",
-      g.sh, ", ", g.sw, "), padding (", g.ph, ", ", g.pw, "), dilation (", g.dh, ", ", g.dw,
-      "), groups ", g.groups, ", math ", math_name(plan->math));
+  plan->what =
+      core::detail::str(dtype_name(t), " ", layout_name(g.layout), " x [N=", g.n, ", C=", g.c,
+                        ", H=", g.h, ", W=", g.w, "], filter [K=", g.k, ", C/g=", g.cg, ", R=", g.r,
+                        ", S=", g.s, "], stride (", g.sh, ", ", g.sw, "), padding (", g.ph, ", ",
+                        g.pw, "), dilation (", g.dh, ", ", g.dw, "), groups ", g.groups, ", math ",
+                        math_name(plan->math), plan->measure ? ", algorithms timed" : "");
   return plan;
 }
 
@@ -110,6 +119,7 @@ class PlanCache {
                 static_cast<int>(t),
                 static_cast<int>(g.layout),
                 static_cast<int>(math_for(t)),
+                conv_autotune() ? 1 : 0,
                 g.n,
                 g.c,
                 g.h,
@@ -170,74 +180,6 @@ void check_call(cudnnStatus_t status, const char* pass, const char* call, const 
                plan.what);
 }
 
-// A pass's algorithm, chosen on its first use and kept in `slot`: the pick among cuDNN's
-// heuristic ranking (`rank(count, &n, perfs)` fills n <= count results), with the workspace that
-// cuDNN asks for the picked algorithm (`workspace_size(algo, &bytes)`, named size_call in
-// errors) when that is more than the ranking said.
-template <typename Perf, typename Rank, typename WorkspaceSize>
-const Choice& choose(Choice& slot, const ConvPlan& plan, const char* pass, int count,
-                     bool prefer_deterministic, Rank rank, const char* size_call,
-                     WorkspaceSize workspace_size) {
-  if (slot.chosen) return slot;
-  std::vector<Perf> perfs(static_cast<size_t>(count));
-  int n = 0;
-  rank(static_cast<int>(perfs.size()), &n, perfs.data());
-  perfs.resize(static_cast<size_t>(n));
-  Choice c = pick(perfs, plan.math, prefer_deterministic, pass, plan);
-  size_t bytes = 0;
-  check_call(workspace_size(static_cast<decltype(Perf::algo)>(c.algo), &bytes), pass, size_call,
-             plan);
-  c.workspace = std::max(c.workspace, bytes);
-  slot = c;
-  return slot;
-}
-
-const Choice& forward_choice(ConvPlan& plan, cudnnHandle_t h) {
-  using Perf = cudnnConvolutionFwdAlgoPerf_t;
-  return choose<Perf>(
-      plan.fwd, plan, "conv2d_forward", CUDNN_CONVOLUTION_FWD_ALGO_COUNT, false,
-      [&](int count, int* n, Perf* perfs) {
-        STOKER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-            h, plan.x.get(), plan.w, plan.conv, plan.y.get(), count, n, perfs));
-      },
-      "cudnnGetConvolutionForwardWorkspaceSize",
-      [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
-        return cudnnGetConvolutionForwardWorkspaceSize(h, plan.x.get(), plan.w, plan.conv,
-                                                       plan.y.get(), algo, bytes);
-      });
-}
-
-const Choice& backward_data_choice(ConvPlan& plan, cudnnHandle_t h) {
-  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
-  return choose<Perf>(
-      plan.bwd_data, plan, "conv2d_backward_data", CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, true,
-      [&](int count, int* n, Perf* perfs) {
-        STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            h, plan.w, plan.y.get(), plan.conv, plan.x.get(), count, n, perfs));
-      },
-      "cudnnGetConvolutionBackwardDataWorkspaceSize",
-      [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
-        return cudnnGetConvolutionBackwardDataWorkspaceSize(h, plan.w, plan.y.get(), plan.conv,
-                                                            plan.x.get(), algo, bytes);
-      });
-}
-
-const Choice& backward_filter_choice(ConvPlan& plan, cudnnHandle_t h) {
-  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
-  return choose<Perf>(
-      plan.bwd_filter, plan, "conv2d_backward_filter", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-      true,
-      [&](int count, int* n, Perf* perfs) {
-        STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            h, plan.x.get(), plan.y.get(), plan.conv, plan.w, count, n, perfs));
-      },
-      "cudnnGetConvolutionBackwardFilterWorkspaceSize",
-      [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
-        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, plan.x.get(), plan.y.get(),
-                                                              plan.conv, plan.w, algo, bytes);
-      });
-}
-
 // Scratch memory from the stream-ordered pool, freed (stream-ordered) when it goes out of scope
 // after the call that uses it has been enqueued.
 Tensor workspace(size_t bytes, Device d) {
@@ -247,14 +189,140 @@ Tensor workspace(size_t bytes, Device d) {
 
 void* ptr(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
-// Enqueues one pass under device d's cuDNN lease: its algorithm (`choice(plan, handle)`), a
-// workspace from the pool, then `run(handle, algo, workspace, workspace bytes)`, the cuDNN call
-// named `call` in errors. The caller holds a DeviceScope for d.
+bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
+         status != cudaStreamCaptureStatusNone;
+}
+
+// A pass's algorithm, chosen on its first use and kept in `slot`: the pick among cuDNN's
+// ranking of `count` candidates, with the workspace that cuDNN asks for the picked algorithm
+// (`workspace_size(algo, &bytes)`, named size_call in errors) when that is more than the
+// ranking said. The ranking is the heuristic's (`rank(count, &n, perfs)` fills n <= count
+// results) or, when `measure`, cuDNN's timing of every candidate on the call's buffers
+// (`find(count, &n, perfs, workspace bytes)`, fastest first) with a workspace as large as the
+// largest candidate within kMaxWorkspace asks for.
+template <typename Perf, typename Rank, typename Find, typename WorkspaceSize>
+const Choice& choose(Choice& slot, const ConvPlan& plan, const char* pass, int count,
+                     bool prefer_deterministic, bool measure, Rank rank, Find find,
+                     const char* size_call, WorkspaceSize workspace_size) {
+  if (slot.chosen) return slot;
+  using Algo = decltype(Perf::algo);
+  std::vector<Perf> perfs(static_cast<size_t>(count));
+  int n = 0;
+  if (measure) {
+    size_t largest = 0;
+    for (int a = 0; a < count; ++a) {
+      size_t bytes = 0;
+      if (workspace_size(static_cast<Algo>(a), &bytes) == CUDNN_STATUS_SUCCESS &&
+          bytes <= kMaxWorkspace)
+        largest = std::max(largest, bytes);
+    }
+    find(static_cast<int>(perfs.size()), &n, perfs.data(), largest);
+  } else {
+    rank(static_cast<int>(perfs.size()), &n, perfs.data());
+  }
+  perfs.resize(static_cast<size_t>(n));
+  Choice c = pick(perfs, plan.math, prefer_deterministic, pass, plan);
+  size_t bytes = 0;
+  check_call(workspace_size(static_cast<Algo>(c.algo), &bytes), pass, size_call, plan);
+  c.workspace = std::max(c.workspace, bytes);
+  slot = c;
+  return slot;
+}
+
+// The buffers a pass runs on, which a timed search (ConvPlan::measure) runs the candidates on:
+// the two inputs and the output, which every candidate overwrites — or, where the pass adds
+// into its output (the filter gradient), a scratch output of `scratch_out_bytes` instead.
+struct PassBuffers {
+  Device device;
+  const void* in0;
+  const void* in1;
+  void* out;
+  size_t scratch_out_bytes = 0;
+};
+
+// Whether this pass's first call times the candidates: the plan asks for it and the stream is
+// not capturing a graph.
+bool measuring(const ConvPlan& plan, Device d) {
+  return plan.measure && !stream_is_capturing(core::cuda_stream(d));
+}
+
+const Choice& forward_choice(ConvPlan& plan, cudnnHandle_t h, const PassBuffers& b) {
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  return choose<Perf>(
+      plan.fwd, plan, "conv2d_forward", CUDNN_CONVOLUTION_FWD_ALGO_COUNT, false,
+      !plan.fwd.chosen && measuring(plan, b.device),
+      [&](int count, int* n, Perf* perfs) {
+        STOKER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+            h, plan.x.get(), plan.w, plan.conv, plan.y.get(), count, n, perfs));
+      },
+      [&](int count, int* n, Perf* perfs, size_t ws_bytes) {
+        const Tensor ws = workspace(ws_bytes, b.device);
+        STOKER_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+            h, plan.x.get(), b.in0, plan.w, b.in1, plan.conv, plan.y.get(), b.out, count, n, perfs,
+            ptr(ws), ws_bytes));
+      },
+      "cudnnGetConvolutionForwardWorkspaceSize",
+      [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(h, plan.x.get(), plan.w, plan.conv,
+                                                       plan.y.get(), algo, bytes);
+      });
+}
+
+const Choice& backward_data_choice(ConvPlan& plan, cudnnHandle_t h, const PassBuffers& b) {
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  return choose<Perf>(
+      plan.bwd_data, plan, "conv2d_backward_data", CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, true,
+      !plan.bwd_data.chosen && measuring(plan, b.device),
+      [&](int count, int* n, Perf* perfs) {
+        STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, plan.w, plan.y.get(), plan.conv, plan.x.get(), count, n, perfs));
+      },
+      [&](int count, int* n, Perf* perfs, size_t ws_bytes) {
+        const Tensor ws = workspace(ws_bytes, b.device);
+        STOKER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            h, plan.w, b.in0, plan.y.get(), b.in1, plan.conv, plan.x.get(), b.out, count, n, perfs,
+            ptr(ws), ws_bytes));
+      },
+      "cudnnGetConvolutionBackwardDataWorkspaceSize",
+      [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(h, plan.w, plan.y.get(), plan.conv,
+                                                            plan.x.get(), algo, bytes);
+      });
+}
+
+const Choice& backward_filter_choice(ConvPlan& plan, cudnnHandle_t h, const PassBuffers& b) {
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  return choose<Perf>(
+      plan.bwd_filter, plan, "conv2d_backward_filter", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+      true, !plan.bwd_filter.chosen && measuring(plan, b.device),
+      [&](int count, int* n, Perf* perfs) {
+        STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, plan.x.get(), plan.y.get(), plan.conv, plan.w, count, n, perfs));
+      },
+      [&](int count, int* n, Perf* perfs, size_t ws_bytes) {
+        const Tensor ws = workspace(ws_bytes, b.device);
+        const Tensor scratch = workspace(b.scratch_out_bytes, b.device);
+        STOKER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            h, plan.x.get(), b.in0, plan.y.get(), b.in1, plan.conv, plan.w,
+            scratch.defined() ? scratch.data() : b.out, count, n, perfs, ptr(ws), ws_bytes));
+      },
+      "cudnnGetConvolutionBackwardFilterWorkspaceSize",
+      [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, plan.x.get(), plan.y.get(),
+                                                              plan.conv, plan.w, algo, bytes);
+      });
+}
+
+// Enqueues one pass under device d's cuDNN lease: its algorithm (`choice(plan, handle,
+// buffers)`), a workspace from the pool, then `run(handle, algo, workspace, workspace bytes)`,
+// the cuDNN call named `call` in errors. The caller holds a DeviceScope for d.
 template <typename ChoiceFn, typename Run>
 void enqueue(Device d, ConvPlan& plan, const char* pass, const char* call, ChoiceFn choice,
-             Run run) {
+             const PassBuffers& buffers, Run run) {
   const CudnnLease lease(d);
-  const Choice& c = choice(plan, lease.handle());
+  const Choice& c = choice(plan, lease.handle(), buffers);
   const Tensor ws = workspace(c.workspace, d);
   check_call(run(lease.handle(), c.algo, ptr(ws), c.workspace), pass, call, plan);
 }
@@ -267,6 +335,7 @@ void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Con
   const ConvGeometry g = detail::conv_geometry(x.shape(), w.shape(), p);
   ConvPlan& plan = plan_cache().get(d.index, x.dtype(), g);
   enqueue(d, plan, "conv2d_forward", "cudnnConvolutionForward", forward_choice,
+          PassBuffers{d, x.data(), w.data(), y.data()},
           [&](cudnnHandle_t h, int algo, void* ws, size_t ws_bytes) {
             const float alpha = 1.0f, beta = 0.0f;
             return cudnnConvolutionForward(h, &alpha, plan.x.get(), x.data(), plan.w, w.data(),
@@ -282,6 +351,7 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
   const ConvGeometry g = detail::conv_geometry(dx.shape(), w.shape(), p);
   ConvPlan& plan = plan_cache().get(d.index, dx.dtype(), g);
   enqueue(d, plan, "conv2d_backward_data", "cudnnConvolutionBackwardData", backward_data_choice,
+          PassBuffers{d, w.data(), dy.data(), dx.data()},
           [&](cudnnHandle_t h, int algo, void* ws, size_t ws_bytes) {
             const float alpha = 1.0f, beta = 0.0f;
             return cudnnConvolutionBackwardData(h, &alpha, plan.w, w.data(), plan.y.get(),
@@ -301,8 +371,12 @@ void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
   // into a half scratch filter and added in fp32 (axpy) — the rounding autocast has too.
   const bool direct = dw.dtype() == x.dtype();
   const Tensor target = direct ? dw : Tensor::empty(dw.shape(), x.dtype(), d);
+  // A timed search writes every candidate's result: into scratch where dw accumulates.
+  const PassBuffers buffers{d, x.data(), dy.data(), target.data(),
+                            direct ? target.nbytes() : size_t{0}};
   enqueue(d, plan, "conv2d_backward_filter", "cudnnConvolutionBackwardFilter",
-          backward_filter_choice, [&](cudnnHandle_t h, int algo, void* ws, size_t ws_bytes) {
+          backward_filter_choice, buffers,
+          [&](cudnnHandle_t h, int algo, void* ws, size_t ws_bytes) {
             const float alpha = 1.0f, beta = direct ? 1.0f : 0.0f;
             return cudnnConvolutionBackwardFilter(
                 h, &alpha, plan.x.get(), x.data(), plan.y.get(), dy.data(), plan.conv,
