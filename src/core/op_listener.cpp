@@ -1,5 +1,7 @@
 #include "stoker/core/op_listener.h"
 
+#include <cstddef>
+
 namespace stoker::core {
 
 namespace {
@@ -36,6 +38,16 @@ ModuleScope::ModuleScope(std::string_view name) {
 
 ModuleScope::~ModuleScope() {
   if (pushed_ && !t_modules.empty()) t_modules.pop_back();
+}
+
+ModuleStackTruncate::ModuleStackTruncate(size_t depth) {
+  if (!t_listener || depth >= t_modules.size()) return;
+  removed_.assign(t_modules.begin() + static_cast<std::ptrdiff_t>(depth), t_modules.end());
+  t_modules.resize(depth);
+}
+
+ModuleStackTruncate::~ModuleStackTruncate() {
+  t_modules.insert(t_modules.end(), removed_.begin(), removed_.end());
 }
 
 }  // namespace stoker::core

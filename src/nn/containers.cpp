@@ -59,7 +59,14 @@ Tensor Sequential::run_forward(const Tensor& x, bool need_output) {
   return h;
 }
 
-Tensor Sequential::backward(const Tensor& dy) {
+Tensor Sequential::backward(const Tensor& dy) { return backward_children(dy, nullptr); }
+
+Tensor Sequential::backward_accumulate(const Tensor& dy, const std::function<Tensor()>& target) {
+  if (size() == 0) return Module::backward_accumulate(dy, target);
+  return backward_children(dy, &target);
+}
+
+Tensor Sequential::backward_children(const Tensor& dy, const std::function<Tensor()>* target) {
   Tensor g = dy;
   for (size_t i = size(); i-- > 0;) {
     if (i < rebuild_from_.size() && rebuild_from_[i] >= 0) {
@@ -71,7 +78,8 @@ Tensor Sequential::backward(const Tensor& dy) {
       rebuild_from_[i] = -1;
     }
     const core::ModuleScope scope(child_name(i));
-    g = child(i).backward(g);
+    g = i == 0 && target != nullptr ? child(i).backward_accumulate(g, *target)
+                                    : child(i).backward(g);
   }
   rebuild_from_.clear();
   return g;
@@ -163,34 +171,40 @@ void Residual::forward_for_backward(const Tensor& x) {
 }
 
 Tensor Residual::backward(const Tensor& dy) {
+  // dx = dshort + dbody, the body adding its input gradient into the shortcut's
+  // (backward_accumulate: a body that starts with a convolution adds it in that convolution's
+  // backward-data pass, with no separate add) wherever the shortcut's gradient is a tensor of
+  // this block's own to overwrite.
   if (tail_ != nullptr) {
-    // The body's backward starts with the tail batch norm's, which leaves dz for the shortcut.
-    const Tensor dbody = [&] {
-      const core::ModuleScope scope(child_name(0));
-      return body_->backward(dy);
-    }();
-    const Tensor dz = tail_->take_residual_grad();
-    const Tensor dshort = [&] {
+    // The body's backward starts with the tail batch norm's, which leaves dz — a tensor of its
+    // own — for the shortcut: the shortcut runs once that is there, before the body's first
+    // module writes its input gradient into the shortcut's.
+    const size_t depth = core::module_stack().size();  // this block's level, for the shortcut
+    const core::ModuleScope scope(child_name(0));
+    return body_->backward_accumulate(dy, [&] {
+      const Tensor dz = tail_->take_residual_grad();
       if (!shortcut_) return dz;
-      const core::ModuleScope scope(child_name(1));
+      const core::ModuleStackTruncate level(depth);
+      const core::ModuleScope short_scope(child_name(1));
       return shortcut_->backward(dz);
-    }();
-    Tensor dx = Tensor::empty(dshort.shape(), dshort.dtype(), dshort.device());
-    ops::add(dx, dshort, dbody);
-    return dx;
+    });
   }
   // Reverse registration order: the shortcut's gradients become ready first.
-  const Tensor dshort = [&] {
-    if (!shortcut_) return dy;
-    const core::ModuleScope scope(child_name(1));
-    return shortcut_->backward(dy);
-  }();
+  if (shortcut_) {
+    const Tensor dshort = [&] {
+      const core::ModuleScope scope(child_name(1));
+      return shortcut_->backward(dy);
+    }();
+    const core::ModuleScope scope(child_name(0));
+    return body_->backward_accumulate(dy, [&] { return dshort; });
+  }
+  // The identity: dy is the caller's, so the sum goes to a tensor of its own.
   const Tensor dbody = [&] {
     const core::ModuleScope scope(child_name(0));
     return body_->backward(dy);
   }();
-  Tensor dx = Tensor::empty(dshort.shape(), dshort.dtype(), dshort.device());
-  ops::add(dx, dshort, dbody);
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  ops::add(dx, dy, dbody);
   return dx;
 }
 

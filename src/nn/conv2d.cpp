@@ -78,6 +78,30 @@ Tensor Conv2d::forward(const Tensor& x) {
 }
 
 Tensor Conv2d::backward(const Tensor& dy) {
+  parameter_grads(dy);
+  const Shape x_shape = x_.shape();
+  x_ = Tensor();  // consumed: freed before dx is allocated
+  if (!input_grad_) return Tensor();
+  Tensor dx = Tensor::empty(x_shape, dy.dtype(), device_);
+  ops::conv2d_backward_data(dx, dy, w_compute_, params_);
+  return dx;
+}
+
+Tensor Conv2d::backward_accumulate(const Tensor& dy, const std::function<Tensor()>& target) {
+  STOKER_CHECK(input_grad_, describe(),
+               ": backward_accumulate needs the input gradient (Conv2dOptions::input_grad)");
+  parameter_grads(dy);
+  const Shape x_shape = x_.shape();
+  x_ = Tensor();
+  const Tensor dx = target();
+  STOKER_CHECK(dx.defined() && dx.shape() == x_shape && dx.dtype() == dy.dtype(), describe(),
+               ": backward_accumulate's target is ", dx.str(), "; expected ",
+               dtype_name(dy.dtype()), x_shape.str(), " (the input's gradient)");
+  ops::conv2d_backward_data(dx, dy, w_compute_, params_, /*accumulate=*/true);
+  return dx;
+}
+
+void Conv2d::parameter_grads(const Tensor& dy) {
   STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
   const ops::Layout layout = params_.layout;
   if (weight_.requires_grad) {
@@ -97,12 +121,6 @@ Tensor Conv2d::backward(const Tensor& dy) {
     ops::channel_bias_grad(bias_.grad(), dy, layout);
     bias_.grad_ready();
   }
-  const Shape x_shape = x_.shape();
-  x_ = Tensor();  // consumed: freed before dx is allocated
-  if (!input_grad_) return Tensor();
-  Tensor dx = Tensor::empty(x_shape, dy.dtype(), device_);
-  ops::conv2d_backward_data(dx, dy, w_compute_, params_);
-  return dx;
 }
 
 std::string Conv2d::describe() const {

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "stoker/core/error.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/ops/random.h"
 
 namespace stoker::nn {
@@ -14,6 +15,18 @@ std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 }  // namespace
+
+Tensor Module::backward_accumulate(const Tensor& dy, const std::function<Tensor()>& target) {
+  const Tensor dx = backward(dy);
+  const Tensor sum = target();
+  STOKER_CHECK(dx.defined(), describe(),
+               ": backward_accumulate needs an input gradient, and this backward returns none");
+  STOKER_CHECK(sum.defined() && sum.shape() == dx.shape() && sum.dtype() == dx.dtype(), describe(),
+               ": backward_accumulate's target is ", sum.str(), "; expected ", dx.str(),
+               "'s shape and dtype (the input's gradient)");
+  ops::add(sum, sum, dx);
+  return sum;
+}
 
 // No describe() in these messages: registration runs in constructors, before the module can
 // describe itself.

@@ -87,7 +87,7 @@ STOKER_OPS_BACKEND_DECLS
   void channel_bias_grad(const Tensor& dbias, const Tensor& dy, Layout layout);                    \
   void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p);   \
   void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,                   \
-                            const Conv2dParams& p);                                                \
+                            const Conv2dParams& p, bool accumulate);                               \
   void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,                 \
                               const Conv2dParams& p);                                              \
   void batchnorm_forward_train(                                                                    \

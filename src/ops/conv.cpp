@@ -94,7 +94,7 @@ void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Con
 }
 
 void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
-                          const Conv2dParams& p) {
+                          const Conv2dParams& p, bool accumulate) {
   constexpr const char* op = "conv2d_backward_data";
   detail::check_float_operands(op, "dx", dx, "dy", dy, "w", w);
   detail::check_same_dtype(op, "dx", dx, "dy", dy);
@@ -103,7 +103,7 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
                       core::detail::str("the forward output for input dx ", dx.str(), " and w ",
                                         w.str(), ", ", describe(p)));
   if (dx.numel() == 0) return;
-  STOKER_DISPATCH(dx.device(), conv2d_backward_data, dx, dy, w, p);
+  STOKER_DISPATCH(dx.device(), conv2d_backward_data, dx, dy, w, p, accumulate);
 }
 
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,

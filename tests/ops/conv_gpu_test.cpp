@@ -95,6 +95,21 @@ TEST_P(ConvGpu, BackwardDataMatchesCpu) {
   EXPECT_TRUE(close_to(dx, want, rtol())) << t.str() << " " << ops::layout_name(l);
 }
 
+// accumulate: dx += the gradient (cuDNN's beta = 1), against the CPU's add.
+TEST_P(ConvGpu, BackwardDataAccumulatesLikeCpu) {
+  STOKER_REQUIRE_GPU();
+  const ConvCase& t = tcase();
+  const Layout l = layout();
+  const Tensor dy = random_tensor(shape4(t.y_dims(), l), dtype(), 3);
+  const Tensor w = random_tensor(shape4(t.w_dims(), l), dtype(), 4);
+  const Tensor dx0 = random_tensor(shape4(t.x_dims(), l), dtype(), 8);
+  const Tensor want = dx0.clone();
+  ops::conv2d_backward_data(want, dy, w, t.params(l), /*accumulate=*/true);
+  const Tensor dx = dx0.to(kGpu);
+  ops::conv2d_backward_data(dx, dy.to(kGpu), w.to(kGpu), t.params(l), /*accumulate=*/true);
+  EXPECT_TRUE(close_to(dx, want, rtol())) << t.str() << " " << ops::layout_name(l);
+}
+
 // dw accumulates: in the inputs' dtype and, for half inputs, also into an f32 gradient.
 TEST_P(ConvGpu, BackwardFilterAccumulatesLikeCpu) {
   STOKER_REQUIRE_GPU();
@@ -169,6 +184,16 @@ TEST(ConvGpuPlans, TimedAlgorithmsMatchTheCpuAndKeepTheAccumulation) {
         const Tensor dx = poisoned(shape4(tt.x_dims(), l), dt, kGpu);
         ops::conv2d_backward_data(dx, dy.to(kGpu), w.to(kGpu), tt.params(l));
         EXPECT_TRUE(close_to(dx, dx_want, rtol)) << "backward data";
+        // Accumulating (its own plan: a batch one larger): the search must not add into dx.
+        ConvCase ta = tt;
+        ta.n = tt.n + 1;
+        const Tensor dya = random_tensor(shape4(ta.y_dims(), l), dt, 17);
+        const Tensor dxa0 = random_tensor(shape4(ta.x_dims(), l), dt, 18);
+        const Tensor dxa_want = dxa0.clone();
+        ops::conv2d_backward_data(dxa_want, dya, w, ta.params(l), /*accumulate=*/true);
+        const Tensor dxa = dxa0.to(kGpu);
+        ops::conv2d_backward_data(dxa, dya.to(kGpu), w.to(kGpu), ta.params(l), true);
+        EXPECT_TRUE(close_to(dxa, dxa_want, rtol)) << "backward data, accumulated";
         const Tensor dw0 = random_tensor(shape4(tt.w_dims(), l), dt, 16);
         const Tensor dw_want = dw0.clone();
         ops::conv2d_backward_filter(dw_want, dy, x, tt.params(l));

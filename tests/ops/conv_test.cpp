@@ -6,6 +6,7 @@
 
 #include "ops/conv_test_util.h"
 #include "stoker/ops/conv.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/ops/layout.h"
 #include "test_util.h"
 
@@ -87,6 +88,26 @@ TEST_P(ConvCpu, BackwardDataMatchesNaive) {
   EXPECT_TRUE(all_close(dx, naive_conv_backward_data(t, l, in.dy.to_floats(), in.w.to_floats()),
                         1e-5, 1e-5))
       << t.str() << " " << ops::layout_name(l);
+}
+
+// accumulate: dx += the gradient, with the bits of the gradient rounded to dx's dtype and then
+// added (ops::add), in f32 and bf16.
+TEST_P(ConvCpu, BackwardDataAccumulatesLikeAnAdd) {
+  const ConvCase& t = tcase();
+  const Layout l = layout();
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const Inputs in = make_inputs(t, l, dtype, 22);
+    const Tensor dx0 = random_tensor(shape4(t.x_dims(), l), dtype, 23);
+    const Tensor part = poisoned(shape4(t.x_dims(), l), dtype);
+    ops::conv2d_backward_data(part, in.dy, in.w, t.params(l));
+    const Tensor want = Tensor::empty(part.shape(), dtype);
+    ops::add(want, dx0, part);
+    const Tensor dx = dx0.clone();
+    ops::conv2d_backward_data(dx, in.dy, in.w, t.params(l), /*accumulate=*/true);
+    EXPECT_TRUE(bit_identical(dx, want))
+        << t.str() << " " << ops::layout_name(l) << " " << dtype_name(dtype);
+    EXPECT_FALSE(bit_identical(dx, dx0)) << "the accumulation added nothing";
+  }
 }
 
 TEST_P(ConvCpu, BackwardFilterAccumulatesNaiveGradient) {

@@ -74,6 +74,20 @@ class ModuleScope {
   bool pushed_ = false;
 };
 
+// Sets this thread's module stack to its first `depth` names for its lifetime, then puts the
+// rest back: for work a container runs on its own behalf from inside a child's call
+// (nn::Residual's shortcut, run from within its body's backward). A no-op without a listener.
+class ModuleStackTruncate {
+ public:
+  explicit ModuleStackTruncate(size_t depth);
+  ~ModuleStackTruncate();
+  ModuleStackTruncate(const ModuleStackTruncate&) = delete;
+  ModuleStackTruncate& operator=(const ModuleStackTruncate&) = delete;
+
+ private:
+  std::vector<std::string_view> removed_;  // the names above `depth`, outermost first
+};
+
 // Reports one op to this thread's listener for its lifetime (what the ops' dispatch does; for
 // ops outside src/ops, e.g. a custom kernel).
 class OpScope {

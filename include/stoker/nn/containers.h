@@ -67,9 +67,13 @@ class Sequential : public Module {
   // The children's forwards, the last one through forward_for_backward.
   void forward_for_backward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // The children's backwards, the first child's through backward_accumulate.
+  Tensor backward_accumulate(const Tensor& dy, const std::function<Tensor()>& target) override;
   std::string describe() const override;
 
  private:
+  // backward / backward_accumulate (target null: plain backward).
+  Tensor backward_children(const Tensor& dy, const std::function<Tensor()>* target);
   bool selective_ = false;
   // Per child of the last saving forward: the first child of the run that rebuilds its released
   // input, or -1 (the child kept its input itself).

@@ -40,6 +40,8 @@ class Conv2d : public Module {
   // x [N, in, H, W] (NCHW) or [N, H, W, in] (NHWC), float dtype -> y in x's dtype.
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // The input gradient added into target() by the backward-data pass itself (no dx buffer).
+  Tensor backward_accumulate(const Tensor& dy, const std::function<Tensor()>& target) override;
   std::string describe() const override;
 
   Parameter& weight() { return weight_; }
@@ -48,6 +50,9 @@ class Conv2d : public Module {
   const ops::Conv2dParams& params() const { return params_; }
 
  private:
+  // The weight's and the bias's gradients of this backward (+=, grad_ready).
+  void parameter_grads(const Tensor& dy);
+
   int64_t in_, out_, kernel_;
   bool has_bias_;
   bool input_grad_ = true;

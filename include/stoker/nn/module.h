@@ -49,6 +49,15 @@ class Module {
 
   virtual Tensor forward(const Tensor& x) = 0;
   virtual Tensor backward(const Tensor& dy) = 0;
+  // backward(dy) with the input gradient ADDED into the tensor `target()` returns, which this
+  // returns: a residual block adds its body's input gradient to its shortcut's this way. A
+  // module that computes its input gradient in one pass adds it there (Conv2d: cuDNN's beta = 1),
+  // which saves the separate add and the dx buffer; Sequential passes the request to its first
+  // child. `target` is called once, when the input gradient is about to be written (so the
+  // caller may compute it late: after this module's parameter gradients); the tensor it returns
+  // must have the input's shape and dtype and be the caller's to overwrite. Default:
+  // backward(dy), then ops::add into target().
+  virtual Tensor backward_accumulate(const Tensor& dy, const std::function<Tensor()>& target);
   // Runs the forward only for what it saves for backward, when the caller does not need the
   // output (an nn::Checkpoint's recomputation: the body's output was used by the first forward).
   // What it saves, draws and changes is exactly what forward(x) would; only work that produces

@@ -41,9 +41,12 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p)
 
 // y = conv(x, w) (overwritten).
 void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Conv2dParams& p);
-// dx = gradient of the convolution with respect to x, given dy (overwritten).
+// dx = gradient of the convolution with respect to x, given dy (overwritten). `accumulate`: dx +=
+// that gradient instead — a residual block adding its body's input gradient to the shortcut's
+// in the convolution's own pass (CUDA: cuDNN's beta = 1, the sum rounded once to dx's dtype; the
+// CPU adds the gradient rounded to dx's dtype, as ops::add would: the same bits in f32).
 void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
-                          const Conv2dParams& p);
+                          const Conv2dParams& p, bool accumulate = false);
 // dw += gradient of the convolution with respect to w, given dy and the forward's input x.
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
                             const Conv2dParams& p);

@@ -21,6 +21,7 @@
 #include "ops/cpu/f32.h"
 #include "ops/cpu/parallel.h"
 #include "ops/geometry.h"
+#include "stoker/ops/elementwise.h"
 
 namespace stoker::ops::cpu {
 
@@ -279,7 +280,13 @@ void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Con
 }
 
 void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
-                          const Conv2dParams& p) {
+                          const Conv2dParams& p, bool accumulate) {
+  if (accumulate) {  // the gradient in dx's dtype, then added: ops::add's rounding
+    const Tensor part = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
+    cpu::conv2d_backward_data(part, dy, w, p, false);
+    ops::add(dx, dx, part);
+    return;
+  }
   const ConvGeometry g = detail::conv_geometry(dx.shape(), w.shape(), p);
   const Tensor dx32 = f32_target(dx);
   run_pass(Pass::backward_data, g, dx32, as_f32(w), as_f32(dy));

@@ -233,7 +233,8 @@ const Choice& choose(Choice& slot, const ConvPlan& plan, const char* pass, int c
 
 // The buffers a pass runs on, which a timed search (ConvPlan::measure) runs the candidates on:
 // the two inputs and the output, which every candidate overwrites — or, where the pass adds
-// into its output (the filter gradient), a scratch output of `scratch_out_bytes` instead.
+// into its output (the filter gradient, an accumulated input gradient), a scratch output of
+// `scratch_out_bytes` instead.
 struct PassBuffers {
   Device device;
   const void* in0;
@@ -281,9 +282,10 @@ const Choice& backward_data_choice(ConvPlan& plan, cudnnHandle_t h, const PassBu
       },
       [&](int count, int* n, Perf* perfs, size_t ws_bytes) {
         const Tensor ws = workspace(ws_bytes, b.device);
+        const Tensor scratch = workspace(b.scratch_out_bytes, b.device);
         STOKER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-            h, plan.w, b.in0, plan.y.get(), b.in1, plan.conv, plan.x.get(), b.out, count, n, perfs,
-            ptr(ws), ws_bytes));
+            h, plan.w, b.in0, plan.y.get(), b.in1, plan.conv, plan.x.get(),
+            scratch.defined() ? scratch.data() : b.out, count, n, perfs, ptr(ws), ws_bytes));
       },
       "cudnnGetConvolutionBackwardDataWorkspaceSize",
       [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
@@ -345,15 +347,15 @@ void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Con
 }
 
 void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
-                          const Conv2dParams& p) {
+                          const Conv2dParams& p, bool accumulate) {
   const Device d = dx.device();
   const core::DeviceScope scope(d.index);
   const ConvGeometry g = detail::conv_geometry(dx.shape(), w.shape(), p);
   ConvPlan& plan = plan_cache().get(d.index, dx.dtype(), g);
   enqueue(d, plan, "conv2d_backward_data", "cudnnConvolutionBackwardData", backward_data_choice,
-          PassBuffers{d, w.data(), dy.data(), dx.data()},
+          PassBuffers{d, w.data(), dy.data(), dx.data(), accumulate ? dx.nbytes() : size_t{0}},
           [&](cudnnHandle_t h, int algo, void* ws, size_t ws_bytes) {
-            const float alpha = 1.0f, beta = 0.0f;
+            const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
             return cudnnConvolutionBackwardData(h, &alpha, plan.w, w.data(), plan.y.get(),
                                                 dy.data(), plan.conv,
                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
