@@ -271,6 +271,17 @@ double time_steps(train::Trainer& t, const data::Batch& batch, int n, Device dev
   return since(t0);
 }
 
+// The bench's Trainer: quiet, no gradient norm, the run's checkpointing and graph flags.
+train::TrainerOptions bench_trainer_options(const Args& a, Precision p, dist::GradSync* sync) {
+  return {.precision = p,
+          .log_grad_norm = false,
+          .progress_bar = false,
+          .quiet = true,
+          .activation_checkpoint_every = a.run.activation_checkpoint_every,
+          .grad_sync = sync,
+          .cuda_graph = a.cuda_graph};
+}
+
 int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
   // Under a launcher (stoker launch / torchrun) the synthetic bench is data parallel: each rank
   // its own random batch on cuda:LOCAL_RANK, gradients averaged by a ReplicatedGradSync.
@@ -304,14 +315,7 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
     if (world > 1) grad_sync = std::make_unique<dist::ReplicatedGradSync>(*ctx->comm, *model);
     const auto opt = make_optimizer(a, *model, lr, bench_decay);
     nn::CrossEntropyLoss loss({.label_smoothing = a.label_smoothing});
-    train::Trainer t(*model, loss, *opt,
-                     {.precision = p,
-                      .log_grad_norm = false,
-                      .progress_bar = false,
-                      .quiet = true,
-                      .activation_checkpoint_every = a.run.activation_checkpoint_every,
-                      .grad_sync = grad_sync.get(),
-                      .cuda_graph = a.cuda_graph});
+    train::Trainer t(*model, loss, *opt, bench_trainer_options(a, p, grad_sync.get()));
     data::Batch b;
     const stoker::ops::Dims4 d{a.batch, 3, a.image_size, a.image_size};
     b.input = Tensor::empty(stoker::ops::shape4(d, layout), dtype, device);
@@ -352,13 +356,7 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
   auto model = build_model(a, classes, layout, device);
   const auto opt = make_optimizer(a, *model, lr, bench_decay);
   nn::CrossEntropyLoss loss({.label_smoothing = a.label_smoothing});
-  train::Trainer t(*model, loss, *opt,
-                   {.precision = p,
-                    .log_grad_norm = false,
-                    .progress_bar = false,
-                    .quiet = true,
-                    .activation_checkpoint_every = a.run.activation_checkpoint_every,
-                    .cuda_graph = a.cuda_graph});
+  train::Trainer t(*model, loss, *opt, bench_trainer_options(a, p, nullptr));
   Args la = a;
   if (la.crop_scale < 0) la.crop_scale = 0.08;
   if (la.eval_resize <= 0) la.eval_resize = la.image_size * 8 / 7;
