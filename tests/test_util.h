@@ -85,6 +85,16 @@ inline ::testing::AssertionResult bit_identical(const Tensor& a, const Tensor& b
          << fa[static_cast<size_t>(i)] << " vs " << fb[static_cast<size_t>(i)];
 }
 
+// A ReLU's output zeroed some of t and not all of it: a comparison of fused against unfused
+// ReLUs on it proves something (all or nothing zeroed would make the mask irrelevant).
+inline ::testing::AssertionResult partly_zero(const Tensor& t) {
+  int64_t zeros = 0;
+  for (float v : t.to_floats()) zeros += v == 0.0f;
+  if (zeros > 0 && zeros < t.numel()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << zeros << " of " << t.numel() << " values are 0 in "
+                                       << t.str() << " (a vacuous comparison)";
+}
+
 // Like bit_identical, except that where one side holds NaN the other need only hold some NaN:
 // NaN payload and sign bits produced by arithmetic are hardware-defined (x86 keeps the input's
 // payload and makes Inf - Inf a negative NaN; CUDA returns the canonical 0x7fffffff).

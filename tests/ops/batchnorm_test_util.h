@@ -33,6 +33,12 @@ inline BnInputs make_bn_inputs(const Dims4& d, ops::Layout l, DType dtype, uint3
           random_tensor({d.c}, DType::f32, seed + 7)};
 }
 
+// "nhwc N4 C8 H5 W5 bf16 offset 1": a case in messages.
+inline std::string describe_bn_case(ops::Layout l, const Dims4& d, DType dtype, int64_t offset) {
+  return core::detail::str(ops::layout_name(l), " N", d.n, " C", d.c, " H", d.h, " W", d.w, " ",
+                           dtype_name(dtype), " offset ", offset);
+}
+
 // What one training forward + backward produced.
 struct BnOutputs {
   Tensor y, mean, invstd, rm, rv, dx, dgamma, dbeta;
