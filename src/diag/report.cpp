@@ -79,8 +79,9 @@ void input_advice(const Breakdown& b, const LoaderView& l, std::vector<std::stri
 std::string fusion_hint(const std::string& op, double calls) {
   const std::string f = op_family(op);
   if (f == "batch norm")
-    return "fuse the ReLU after a batch norm into it (nn::BatchNorm2d::set_activation); the "
-           "residual add + ReLU after a block's last batch norm is not fused yet";
+    return "fuse the ReLU after a batch norm into it (nn::BatchNorm2d::set_activation) and a "
+           "residual block's tail relu(bn(x) + shortcut) into its last batch norm "
+           "(nn::Residual::set_tail_relu; stoker_classifier --fuse-bn-relu)";
   if (f == "layer norm")
     return "fuse layer norm with the residual add (nn::LayerNorm::forward_add)";
   if (op == "bias_grad")
@@ -251,7 +252,8 @@ Report make_report(const Breakdown& b, const LoaderView& loader, const GpuHealth
           "the host, not the GPU, sets the pace (" + ms(b.launch.median_ms) + " host-paced of " +
           ms(b.step.median_ms) +
           " per step): raise the batch size (more work per launch), capture the step in a CUDA "
-          "graph (Trainer::train_step inside core::CudaGraph), or use fewer, larger layers");
+          "graph (TrainerOptions::cuda_graph; --cuda-graph in the example trainers), or use "
+          "fewer, larger layers");
       if (b.max_host_syncs > 0)
         r.advice.push_back("each step makes up to " + std::to_string(b.max_host_syncs) +
                            " host syncs: remove item()/to(cpu) calls from the step");

@@ -142,6 +142,32 @@ TEST(OpProfileTest, TableOfRecordedTimings) {
   EXPECT_DOUBLE_EQ(j["idle_share"].get<double>(), 0.15);
 }
 
+// A ResNet-like step, bandwidth-bound in its batch norms: the advice names both batch-norm
+// fusions and the flag that turns them on in the classifier.
+TEST(OpProfileTest, BatchNormAdviceNamesBothFusions) {
+  diag::OpStep s;
+  s.step = 3;
+  s.step_ms = 10;
+  s.ops = {op("conv2d_forward", "layer1.0.conv1", 3.0, 1.2e12, 4e8),
+           op("batchnorm_forward_train", "layer1.0.bn1", 3.0, 6e8, 9e9),
+           op("relu_forward", "layer1.0.relu", 1.5, 1e8, 4.5e9),
+           op("add", "layer1.0", 1.5, 1e8, 4.5e9)};
+  const diag::OpTable t = diag::summarize_ops({s}, diag::peaks_for_gpu("NVIDIA H200"));
+  diag::Breakdown b;
+  b.steps = 10;
+  b.device_timed = true;
+  b.compute_share = 1.0;
+  const diag::Report r = diag::make_report(b, {}, {}, {}, t);
+  ASSERT_EQ(r.verdict, diag::Verdict::bandwidth_bound) << r.text();
+  std::string advice;
+  for (const std::string& a : r.advice) advice += a + "\n";
+  EXPECT_NE(advice.find("nn::BatchNorm2d::set_activation"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("relu(bn(x) + shortcut) into its last batch norm "
+                        "(nn::Residual::set_tail_relu; stoker_classifier --fuse-bn-relu)"),
+            std::string::npos)
+      << advice;
+}
+
 TEST(OpProfileTest, WithoutPeaksOnlySharesAndRates) {
   const diag::OpTable t = diag::summarize_ops({recorded_step()}, diag::DevicePeaks{});
   const diag::OpRow& ln = row(t.ops, "layernorm_forward");

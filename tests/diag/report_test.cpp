@@ -139,7 +139,10 @@ TEST(Verdict, LaunchBound) {
   EXPECT_TRUE(r.breakdown.launch_known);
   EXPECT_NEAR(r.breakdown.launch_share, 6.0 / 9.11, 0.01);
   ASSERT_FALSE(r.advice.empty());
-  EXPECT_NE(r.advice.front().find("CUDA graph"), std::string::npos);
+  EXPECT_NE(r.advice.front().find("CUDA graph (TrainerOptions::cuda_graph; --cuda-graph in the "
+                                  "example trainers)"),
+            std::string::npos)
+      << r.advice.front();
   // 2 % host-paced: below the moderate threshold (3 %), so compute-bound.
   EXPECT_EQ(report_of(window({0.1, 30, 50, 0, 19.9, 2}, true)).verdict, Verdict::compute_bound);
   EXPECT_EQ(report_of(window({0.1, 30, 50, 0, 19.9, 4}, true)).level, Level::moderate);
