@@ -90,6 +90,10 @@ STOKER_OPS_BACKEND_DECLS
                             const Conv2dParams& p, bool accumulate);                               \
   void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,                 \
                               const Conv2dParams& p);                                              \
+  void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_sq,              \
+                            const Tensor& x, const Tensor& w, const Conv2dParams& p);              \
+  std::string conv2d_forward_stats_unsupported(const Tensor& x, const Tensor& w,                   \
+                                               const Conv2dParams& p);                             \
   void batchnorm_forward_train(                                                                    \
       const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,                         \
       const Tensor& running_mean, const Tensor& running_var, const Tensor& x, const Tensor& gamma, \

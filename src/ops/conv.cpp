@@ -13,6 +13,7 @@
 #include "ops/backend.h"
 #include "ops/geometry.h"
 #include "ops/validate.h"
+#include "stoker/ops/copy.h"
 
 namespace stoker::ops {
 
@@ -104,6 +105,46 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
                                         w.str(), ", ", describe(p)));
   if (dx.numel() == 0) return;
   STOKER_DISPATCH(dx.device(), conv2d_backward_data, dx, dy, w, p, accumulate);
+}
+
+bool conv2d_forward_stats_supported(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  constexpr const char* op = "conv2d_forward_stats_supported";
+  detail::check_float_operands(op, "x", x, "w", w, "w", w);
+  detail::check_same_dtype(op, "x", x, "w", w);
+  (void)conv_out_dims(op, "x", x.str(), x.shape(), "w", w.str(), w.shape(), p);
+  if (x.device().is_cpu()) return true;
+#if STOKER_WITH_CUDA
+  return cuda::conv2d_forward_stats_unsupported(x, w, p).empty();
+#else
+  return false;
+#endif
+}
+
+void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_sq, const Tensor& x,
+                          const Tensor& w, const Conv2dParams& p) {
+  constexpr const char* op = "conv2d_forward_stats";
+  detail::check_float_operands(op, "y", y, "x", x, "w", w);
+  detail::check_same_dtype(op, "y", y, "x", x);
+  detail::check_same_dtype(op, "y", y, "w", w);
+  const Dims4 out = conv_out_dims(op, "x", x.str(), x.shape(), "w", w.str(), w.shape(), p);
+  detail::check_shape(
+      op, "y", y, shape4(out, p.layout),
+      core::detail::str("the output of x ", x.str(), " and w ", w.str(), ", ", describe(p)));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"sum", &sum},
+                                std::pair<const char*, const Tensor*>{"sum_sq", &sum_sq}}) {
+    STOKER_CHECK(t->defined() && t->dtype() == DType::f32 && t->shape() == Shape{out.c} &&
+                     t->device() == y.device(),
+                 "ops::", op, ": ", name, " is ", t->defined() ? t->str() : "undefined",
+                 "; expected f32[", out.c, "] on ", y.device().str(),
+                 " (one value per output "
+                 "channel)");
+  }
+  if (y.numel() == 0) {
+    ops::fill(sum, 0.0);
+    ops::fill(sum_sq, 0.0);
+    return;
+  }
+  STOKER_DISPATCH(y.device(), conv2d_forward_stats, y, sum, sum_sq, x, w, p);
 }
 
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,

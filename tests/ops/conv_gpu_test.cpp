@@ -4,6 +4,10 @@
 // bias kernels and layout conversion, which are exact or nearly so.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <string>
+
 #include "ops/conv_test_util.h"
 #include "stoker/ops/conv.h"
 #include "stoker/ops/gemm.h"
@@ -202,6 +206,73 @@ TEST(ConvGpuPlans, TimedAlgorithmsMatchTheCpuAndKeepTheAccumulation) {
         EXPECT_TRUE(close_to(dw, dw_want, rtol)) << "backward filter";
       }
   ops::set_conv_autotune(false);
+}
+
+// The convolution with its output's statistics in one cuDNN graph, on ResNet-50's shapes (a
+// 1x1, a 3x3 and a strided 3x3, NHWC bf16; a 3x3 in f32): where cuDNN has a fused engine, y
+// matches the plain convolution and the sums match the CPU's sums of that y; where it has
+// none, the op refuses with cuDNN's reason (printed: what this GPU and cuDNN support).
+TEST(ConvGpuStats, FusedStatisticsMatchTheOutputOrAreRefused) {
+  STOKER_REQUIRE_GPU();
+  const ConvCase cases[] = {
+      {.n = 8, .c = 64, .h = 28, .w = 28, .k = 256, .r = 1, .s = 1},
+      {.n = 8, .c = 64, .h = 28, .w = 28, .k = 64, .r = 3, .s = 3, .ph = 1, .pw = 1},
+      {.n = 8,
+       .c = 128,
+       .h = 28,
+       .w = 28,
+       .k = 128,
+       .r = 3,
+       .s = 3,
+       .sh = 2,
+       .sw = 2,
+       .ph = 1,
+       .pw = 1},
+  };
+  int fused = 0;
+  for (const DType dt : {DType::bf16, DType::f16, DType::f32})
+    for (const ConvCase& t : cases) {
+      const Layout l = Layout::nhwc;
+      const std::string what = t.str() + " " + std::string(dtype_name(dt));
+      const Tensor x = random_tensor(shape4(t.x_dims(), l), dt, 21).to(kGpu);
+      const Tensor w = random_tensor(shape4(t.w_dims(), l), dt, 22, -0.2f, 0.2f).to(kGpu);
+      const Tensor y = poisoned(shape4(t.y_dims(), l), dt, kGpu);
+      const Tensor sum = poisoned({t.k}, DType::f32, kGpu), sq = poisoned({t.k}, DType::f32, kGpu);
+      if (!ops::conv2d_forward_stats_supported(x, w, t.params(l))) {
+        const std::string e = [&] {
+          try {
+            ops::conv2d_forward_stats(y, sum, sq, x, w, t.params(l));
+          } catch (const Error& err) {
+            return std::string(err.what());
+          }
+          return std::string("no error");
+        }();
+        EXPECT_NE(e.find("cuDNN has no fused engine"), std::string::npos) << what << ": " << e;
+        std::printf("conv2d_forward_stats: not fused for %s: %s\n", what.c_str(), e.c_str());
+        continue;
+      }
+      ++fused;
+      ops::conv2d_forward_stats(y, sum, sq, x, w, t.params(l));
+      const Tensor want = poisoned(shape4(t.y_dims(), l), dt, kGpu);
+      ops::conv2d_forward(want, x, w, t.params(l));
+      EXPECT_TRUE(close_to(y, want.to(Device::cpu()), dt == DType::f32 ? 1e-4 : 1e-2)) << what;
+      // The CPU's sums of the y the graph wrote; the graph's come from the unrounded values.
+      const Tensor cs = poisoned({t.k}, DType::f32), cq = poisoned({t.k}, DType::f32);
+      const Tensor yc = poisoned(shape4(t.y_dims(), l), dt);
+      ops::conv2d_forward_stats(yc, cs, cq, x.to(Device::cpu()), w.to(Device::cpu()), t.params(l));
+      const double m = static_cast<double>(t.n * t.oh() * t.ow());
+      const double rtol = dt == DType::f32 ? 1e-4 : 1e-2;
+      const std::vector<float> gs = sum.to_floats(), gq = sq.to_floats();
+      const std::vector<float> ws = cs.to_floats(), wq = cq.to_floats();
+      for (int64_t c = 0; c < t.k; ++c) {
+        const size_t i = static_cast<size_t>(c);
+        // Bounds from the squares' sum: |sum| <= sqrt(m * sum_sq).
+        EXPECT_NEAR(gs[i], ws[i], rtol * std::sqrt(m * wq[i]) + 1e-3) << what << " sum " << c;
+        EXPECT_NEAR(gq[i], wq[i], rtol * wq[i] + 1e-3) << what << " sum_sq " << c;
+      }
+      std::printf("conv2d_forward_stats: fused for %s\n", what.c_str());
+    }
+  std::printf("conv2d_forward_stats: %d of 9 problems fused\n", fused);
 }
 
 // With TF32 allowed the results change (tensor cores) but stay within TF32's precision.

@@ -110,6 +110,42 @@ TEST_P(ConvCpu, BackwardDataAccumulatesLikeAnAdd) {
   }
 }
 
+// y and its per-channel sums: y is conv2d_forward's, the sums are those of y as stored.
+TEST_P(ConvCpu, ForwardStatsAreTheOutputsSums) {
+  const ConvCase& t = tcase();
+  const Layout l = layout();
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const Inputs in = make_inputs(t, l, dtype, 24);
+    ASSERT_TRUE(ops::conv2d_forward_stats_supported(in.x, in.w, t.params(l)));
+    const Tensor want = poisoned(shape4(t.y_dims(), l), dtype);
+    ops::conv2d_forward(want, in.x, in.w, t.params(l));
+    const Tensor y = poisoned(shape4(t.y_dims(), l), dtype);
+    const Tensor sum = poisoned({t.k}, DType::f32), sq = poisoned({t.k}, DType::f32);
+    ops::conv2d_forward_stats(y, sum, sq, in.x, in.w, t.params(l));
+    EXPECT_TRUE(bit_identical(y, want)) << t.str();
+    std::vector<double> s(static_cast<size_t>(t.k), 0.0), q(static_cast<size_t>(t.k), 0.0);
+    const std::vector<float> v = want.to_floats();
+    const Dims4 d = t.y_dims();
+    for (int64_t n = 0; n < d.n; ++n)
+      for (int64_t c = 0; c < d.c; ++c)
+        for (int64_t h = 0; h < d.h; ++h)
+          for (int64_t w = 0; w < d.w; ++w) {
+            const int64_t i = l == Layout::nchw ? ((n * d.c + c) * d.h + h) * d.w + w
+                                                : ((n * d.h + h) * d.w + w) * d.c + c;
+            s[static_cast<size_t>(c)] += v[static_cast<size_t>(i)];
+            q[static_cast<size_t>(c)] +=
+                static_cast<double>(v[static_cast<size_t>(i)]) * v[static_cast<size_t>(i)];
+          }
+    const std::vector<float> gs = sum.to_floats(), gq = sq.to_floats();
+    for (int64_t c = 0; c < t.k; ++c) {
+      EXPECT_FLOAT_EQ(gs[static_cast<size_t>(c)], static_cast<float>(s[static_cast<size_t>(c)]))
+          << t.str() << " channel " << c;
+      EXPECT_FLOAT_EQ(gq[static_cast<size_t>(c)], static_cast<float>(q[static_cast<size_t>(c)]))
+          << t.str() << " channel " << c;
+    }
+  }
+}
+
 TEST_P(ConvCpu, BackwardFilterAccumulatesNaiveGradient) {
   const ConvCase& t = tcase();
   const Layout l = layout();
@@ -304,6 +340,33 @@ TEST(ConvCpuErrors, ChannelMismatchNamesBothTensors) {
   EXPECT_TRUE(throws_error_with([&] { ops::conv2d_forward(y, x, w, {}); },
                                 {"ops::conv2d_forward", "channel mismatch", "x f32[2, 3, 8, 8]",
                                  "w f32[4, 2, 3, 3]", "expected C/groups=3"}));
+}
+
+TEST(ConvCpuErrors, ForwardStatsNameABadStatisticsTensor) {
+  const ConvCase t{.n = 2, .c = 3, .h = 5, .w = 5, .k = 4, .r = 3, .s = 3};
+  const Tensor x = random_tensor(shape4(t.x_dims(), Layout::nchw), DType::f32, 1);
+  const Tensor w = random_tensor(shape4(t.w_dims(), Layout::nchw), DType::f32, 2);
+  const Tensor y = Tensor::empty(shape4(t.y_dims(), Layout::nchw), DType::f32);
+  const Tensor sum = Tensor::empty({4}, DType::f32);
+  EXPECT_TRUE(throws_error_with(
+      [&] {
+        ops::conv2d_forward_stats(y, sum, Tensor::empty({3}, DType::f32), x, w,
+                                  t.params(Layout::nchw));
+      },
+      {"ops::conv2d_forward_stats: sum_sq is f32[3]", "expected f32[4]",
+       "one value per output channel"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] {
+        ops::conv2d_forward_stats(y, Tensor::empty({4}, DType::bf16), sum, x, w,
+                                  t.params(Layout::nchw));
+      },
+      {"ops::conv2d_forward_stats: sum is bf16[4]"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] {
+        ops::conv2d_forward_stats(Tensor::empty({2, 4, 4, 4}, DType::f32), sum, sum, x, w,
+                                  t.params(Layout::nchw));
+      },
+      {"ops::conv2d_forward_stats", "y is f32[2, 4, 4, 4]"}));
 }
 
 TEST(ConvCpuErrors, WrongRank) {

@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "ops/backend.h"
 #include "ops/cpu/f32.h"
@@ -299,6 +301,31 @@ void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
   const Tensor dw32 = as_f32(dw);  // dw itself when f32 (accumulated in place)
   run_pass(Pass::backward_filter, g, as_f32(x), dw32, as_f32(dy));
   if (!dw32.same_storage(dw)) cast(dw, dw32);
+}
+
+void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_sq, const Tensor& x,
+                          const Tensor& w, const Conv2dParams& p) {
+  cpu::conv2d_forward(y, x, w, p);
+  const Dims4 d = dims4(y.shape(), p.layout);
+  const std::vector<float> v = y.to_floats();  // y as stored (rounded to its dtype)
+  std::vector<double> s(static_cast<size_t>(d.c), 0.0), q(static_cast<size_t>(d.c), 0.0);
+  const int64_t hw = d.h * d.w;
+  for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) {
+    const int64_t c = p.layout == Layout::nchw ? (i / hw) % d.c : i % d.c;
+    const double e = v[static_cast<size_t>(i)];
+    s[static_cast<size_t>(c)] += e;
+    q[static_cast<size_t>(c)] += e * e;
+  }
+  float* ps = static_cast<float*>(sum.data());
+  float* pq = static_cast<float*>(sum_sq.data());
+  for (int64_t c = 0; c < d.c; ++c) {
+    ps[c] = static_cast<float>(s[static_cast<size_t>(c)]);
+    pq[c] = static_cast<float>(q[static_cast<size_t>(c)]);
+  }
+}
+
+std::string conv2d_forward_stats_unsupported(const Tensor&, const Tensor&, const Conv2dParams&) {
+  return {};
 }
 
 }  // namespace stoker::ops::cpu
