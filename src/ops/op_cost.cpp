@@ -58,12 +58,15 @@ core::OpCost op_cost(std::string_view name, const CostArgs& args) {
   }
   if (starts_with(name, "conv2d")) {
     // forward (y, x, w): 2·|y|·|w|/K; backward data (dx, dy, w): 2·|dy|·|w|/K; backward filter
-    // (dw, dy, x): 2·|dy|·|dw|/K, with K = the filter's output channels (its first dimension).
-    const Tensor* out = name == "conv2d_forward" ? at(0) : at(1);
-    const Tensor* w = name == "conv2d_backward_filter" ? at(0) : at(2);
+    // (dw, dy, x): 2·|dy|·|dw|/K, with K = the filter's output channels (its first dimension);
+    // forward with statistics (y, sum, sum_sq, x, w): the forward's.
+    const bool stats = name == "conv2d_forward_stats";
+    const Tensor* out = name == "conv2d_forward" || stats ? at(0) : at(1);
+    const Tensor* w = name == "conv2d_backward_filter" ? at(0) : at(stats ? 4 : 2);
     if (out && w && w->rank() >= 1 && w->size(0) > 0)
       c.flops = 2.0 * numel(out) * numel(w) / static_cast<double>(w->size(0));
-    if (at(1) && at(1)->defined()) c.dtype = at(1)->dtype();
+    const Tensor* in = at(stats ? 3 : 1);
+    if (in && in->defined()) c.dtype = in->dtype();
     return c;
   }
   c.flops = flops_per_element(name) * numel(first);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/conv_test_util.h"
+#include "stoker/core/op_listener.h"
 #include "stoker/ops/conv.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/layout.h"
@@ -340,6 +341,31 @@ TEST(ConvCpuErrors, ChannelMismatchNamesBothTensors) {
   EXPECT_TRUE(throws_error_with([&] { ops::conv2d_forward(y, x, w, {}); },
                                 {"ops::conv2d_forward", "channel mismatch", "x f32[2, 3, 8, 8]",
                                  "w f32[4, 2, 3, 3]", "expected C/groups=3"}));
+}
+
+// The op table's cost of the fused forward is the forward's: 2·|y|·|w|/K FLOPs, y's and x's
+// dtype.
+TEST(ConvCpuCost, ForwardStatsCostsTheForward) {
+  struct Recorder : core::OpListener {
+    std::vector<std::pair<std::string, core::OpCost>> seen;
+    void op_begin(const char* name, Device, const core::OpCost& c) override {
+      seen.emplace_back(name, c);
+    }
+    void op_end() override {}
+  } rec;
+  const ConvCase t{.n = 2, .c = 3, .h = 6, .w = 6, .k = 4, .r = 3, .s = 3, .ph = 1, .pw = 1};
+  const Tensor x = random_tensor(shape4(t.x_dims(), Layout::nhwc), DType::bf16, 1);
+  const Tensor w = random_tensor(shape4(t.w_dims(), Layout::nhwc), DType::bf16, 2);
+  const Tensor y = Tensor::empty(shape4(t.y_dims(), Layout::nhwc), DType::bf16);
+  const Tensor sum = Tensor::empty({4}, DType::f32), sq = Tensor::empty({4}, DType::f32);
+  core::set_op_listener(&rec);
+  ops::conv2d_forward_stats(y, sum, sq, x, w, t.params(Layout::nhwc));
+  core::set_op_listener(nullptr);
+  ASSERT_FALSE(rec.seen.empty());
+  EXPECT_EQ(rec.seen.front().first, "conv2d_forward_stats");
+  EXPECT_DOUBLE_EQ(rec.seen.front().second.flops,
+                   2.0 * static_cast<double>(y.numel()) * static_cast<double>(w.numel()) / 4);
+  EXPECT_EQ(rec.seen.front().second.dtype, DType::bf16);
 }
 
 TEST(ConvCpuErrors, ForwardStatsNameABadStatisticsTensor) {
