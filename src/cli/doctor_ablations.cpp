@@ -5,6 +5,8 @@
 //                            packed for the occasion), then the same Loader's first batch
 //                            replayed (diag::ReplaySource wraps the Loader)
 //   batch-size sweep         the model alone (a batch held on the device) at several sizes
+//   CUDA graph               the model alone at --batch with the step captured and replayed as
+//                            a CUDA graph (GPU only), against the sweep's eager run at that size
 //   1 vs N GPUs              the model alone under `stoker launch` with 1 and N ranks
 //                            (doctor_worker.cpp)
 #include <cstdio>
@@ -76,6 +78,18 @@ std::vector<Measurement> run_bundled_ablations(const DoctorOptions& o, const Set
     } catch (const Error& e) {  // e.g. out of memory at the largest size
       add(failed_measurement(name, "sweep", b, 1, e.message()));
     }
+  }
+  // The same step as a CUDA graph.
+  if (s.device.is_cuda()) {
+    try {
+      FixedBatches src(random_batch(o, s, o.batch), o.warmup + o.steps + 1);
+      add(to_measurement("CUDA graph", "graph", o.batch,
+                         train(o, s, src, {}, nullptr, nullptr, nullptr, /*cuda_graph=*/true)));
+    } catch (const Error& e) {
+      add(failed_measurement("CUDA graph", "graph", o.batch, 1, e.message()));
+    }
+  } else {
+    std::printf("  (CUDA graph: needs a GPU, skipped)\n");
   }
   // 1 vs N ranks.
   if (ranks > 1) {

@@ -62,7 +62,7 @@ data::Batch random_batch(const DoctorOptions& o, const Setup& s, int64_t batch) 
 
 diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& source,
                    diag::DiagnosticsOptions d, dist::GradSync* grad_sync, nn::Sequential* model_in,
-                   diag::HtmlReport* html) {
+                   diag::HtmlReport* html, bool cuda_graph) {
   std::unique_ptr<nn::Sequential> owned;
   nn::Sequential* model = model_in;
   if (!model) {
@@ -78,6 +78,7 @@ diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& so
   t.max_steps = o.warmup + o.steps;
   t.quiet = true;
   t.grad_sync = grad_sync;
+  t.cuda_graph = cuda_graph;
   d.enabled = true;
   d.warmup_steps = o.warmup;
   d.print = false;

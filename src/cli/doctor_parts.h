@@ -80,9 +80,11 @@ data::Batch random_batch(const DoctorOptions& o, const Setup& s, int64_t batch);
 // Trains the bundled model (`model`, or a fresh one) on `source` for warmup + steps optimizer
 // steps with diagnostics `d` on; the report.
 // `html`: filled with the run's health-check page (its verdict, op table and curves).
+// cuda_graph: the steps captured and replayed as a CUDA graph (TrainerOptions::cuda_graph).
 diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& source,
                    diag::DiagnosticsOptions d, dist::GradSync* grad_sync = nullptr,
-                   nn::Sequential* model = nullptr, diag::HtmlReport* html = nullptr);
+                   nn::Sequential* model = nullptr, diag::HtmlReport* html = nullptr,
+                   bool cuda_graph = false);
 
 // ---- measurements (doctor_measurement.cpp)
 

@@ -462,6 +462,29 @@ std::vector<std::string> conclude(const std::vector<Measurement>& m) {
                     " (" + first->verdict + ")");
   }
 
+  // The step as a CUDA graph against the same step eager: the sweep's run at its batch (the
+  // model alone on a batch held on the device), else the replayed batch.
+  if (const Measurement* graph = find("graph"); graph && graph->samples_per_s > 0) {
+    const Measurement* eager = nullptr;
+    for (const Measurement& x : m)
+      if (x.kind == "sweep" && !x.failed && x.batch == graph->batch && x.samples_per_s > 0)
+        eager = &x;
+    if (!eager && synth && synth->batch == graph->batch) eager = synth;
+    if (eager) {
+      const double gain = graph->samples_per_s / eager->samples_per_s;
+      const std::string rates = " (" + format_count(graph->samples_per_s) + " vs " +
+                                format_count(eager->samples_per_s) + " samples/s at batch " +
+                                std::to_string(graph->batch) + ")";
+      if (gain >= 1.05)
+        out.push_back("a CUDA graph makes the step " + fmt("%.0f", 100 * (gain - 1)) + " % faster" +
+                      rates + ": the host's launches hold the GPU back; turn on " +
+                      "TrainerOptions::cuda_graph (--cuda-graph in the example trainers)");
+      else
+        out.push_back("a CUDA graph changes little (x" + fmt("%.2f", gain) + rates +
+                      "): the host launches the step's kernels faster than the GPU runs them");
+    }
+  }
+
   // 1 vs N GPUs.
   const Measurement* one = nullptr;
   const Measurement* many = nullptr;

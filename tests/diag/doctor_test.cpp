@@ -427,3 +427,47 @@ TEST(DoctorConclusions, InputPipelineSweepAndScaling) {
   EXPECT_NE(table.find("samples/s"), std::string::npos);
   EXPECT_NE(table.find("failed: out of memory"), std::string::npos);
 }
+
+// The CUDA-graph run against the eager run at its batch: the sweep's, else the replayed batch.
+TEST(DoctorConclusions, CudaGraphAgainstTheEagerStepAtItsBatch) {
+  auto m = [](std::string name, std::string kind, int64_t batch, double sps) {
+    diag::Measurement x;
+    x.name = name;
+    x.kind = kind;
+    x.batch = batch;
+    x.samples_per_s = sps;
+    x.verdict = "launch-bound";
+    x.headline = "launch-bound: ...";
+    return x;
+  };
+  const auto text = [](const std::vector<std::string>& c) {
+    std::string t;
+    for (const std::string& s : c) t += s + "\n";
+    return t;
+  };
+  // Faster than the sweep's batch-32 run (not the batch-64 one, nor the replayed batch).
+  const std::string faster = text(
+      diag::conclude({m("synthetic data", "synthetic", 32, 900), m("batch 32", "sweep", 32, 1000),
+                      m("batch 64", "sweep", 64, 1800), m("CUDA graph", "graph", 32, 1500)}));
+  EXPECT_NE(faster.find("a CUDA graph makes the step 50 % faster (1,500 vs 1,000 samples/s at "
+                        "batch 32): the host's launches hold the GPU back; turn on "
+                        "TrainerOptions::cuda_graph (--cuda-graph in the example trainers)"),
+            std::string::npos)
+      << faster;
+  // No sweep at its batch: the replayed batch; within 5 %: little change.
+  const std::string same = text(diag::conclude(
+      {m("synthetic data", "synthetic", 32, 1000), m("CUDA graph", "graph", 32, 1020)}));
+  EXPECT_NE(same.find("a CUDA graph changes little (x1.02 (1,020 vs 1,000 samples/s at batch "
+                      "32)"),
+            std::string::npos)
+      << same;
+  // Nothing to compare with: no conclusion about it; a failed graph run is reported.
+  diag::Measurement failed = m("CUDA graph", "graph", 32, 0);
+  failed.failed = true;
+  failed.error = "capture failed";
+  const std::string alone =
+      text(diag::conclude({m("batch 64", "sweep", 64, 1800), m("CUDA graph", "graph", 32, 1500)}));
+  EXPECT_EQ(alone.find("CUDA graph"), std::string::npos) << alone;
+  EXPECT_NE(text(diag::conclude({failed})).find("CUDA graph could not run: capture failed"),
+            std::string::npos);
+}

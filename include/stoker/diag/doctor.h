@@ -53,7 +53,7 @@ double pcie_gb_s(int gen, int width);
 // One training measurement of an ablation.
 struct Measurement {
   std::string name;   // "real data", "synthetic data", "batch 256", "4 GPUs", ...
-  std::string kind;   // "real", "synthetic", "sweep", "ranks"
+  std::string kind;   // "real", "synthetic", "sweep", "graph", "ranks"
   int64_t batch = 0;  // per rank
   int ranks = 1;
   double samples_per_s = 0;  // all ranks together
