@@ -96,6 +96,10 @@ void build(StatsPlan& p, cudnnHandle_t handle, DType t, const ConvGeometry& g) {
     p.keep.push_back(std::make_unique<Backend>(type));
     return *p.keep.back();
   };
+  if (t == DType::f32) {  // the fused engines run f32 on TF32 tensor cores: not exact f32
+    p.why = "f32 is not fused (cuDNN's fused engines compute it in TF32); use bf16 or f16";
+    return;
+  }
   const cudnnDataType_t io = cudnn_dtype(t), f32 = CUDNN_DATA_FLOAT;
   const auto tensor = [&](int64_t uid, cudnnDataType_t dt, std::array<int64_t, 4> dims,
                           std::array<int64_t, 4> str, Backend*& out) {
