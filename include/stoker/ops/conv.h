@@ -55,11 +55,12 @@ void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
 // sum[k] = the sum over n, h, w of y and sum_sq[k] = the sum of y^2 (f32 [K], overwritten). On
 // the GPU (f16 / bf16) one cuDNN graph (convolution forward + GenStats), compiled by cuDNN's
 // runtime-fusion engines where it has one for the problem: the statistics come from the
-// convolution's epilogue, in f32, from the values before their rounding to y's dtype, and no pass
-// reads y for them. conv2d_forward_stats_supported says whether that engine exists for these
-// tensors on their device (asked once per problem; the first call also compiles it); where it does
-// not, conv2d_forward_stats throws with cuDNN's reason — run conv2d_forward and the statistics
-// apart. CPU: the convolution, then the sums in f64 of y as stored (always supported).
+// convolution's epilogue in f32 (possibly of the values before y's rounding to its dtype: they
+// agree with the sums of y to that rounding), and no pass reads y for them.
+// conv2d_forward_stats_supported says whether that engine exists for these tensors on their device
+// (asked once per problem; the first call also compiles it); where it does not,
+// conv2d_forward_stats throws with cuDNN's reason — run conv2d_forward and the statistics apart.
+// CPU: the convolution, then the sums in f64 of y as stored (always supported).
 bool conv2d_forward_stats_supported(const Tensor& x, const Tensor& w, const Conv2dParams& p);
 void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_sq, const Tensor& x,
                           const Tensor& w, const Conv2dParams& p);
