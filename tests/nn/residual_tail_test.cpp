@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "nn/same_state_bits.h"
 #include "ops/conv_test_util.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/batchnorm2d.h"
@@ -88,18 +89,7 @@ void expect_same_bits(nn::Module& fused, nn::Module& unfused, const Shape& in_sh
     const Tensor dx_u = unfused.backward(dy);
     ASSERT_TRUE(bit_identical(dx_f, dx_u)) << what << " step " << step << ": dx";
   }
-  const auto pf = fused.named_parameters(), pu = unfused.named_parameters();
-  ASSERT_EQ(pf.size(), pu.size());
-  for (size_t i = 0; i < pf.size(); ++i) {
-    EXPECT_EQ(pf[i].first, pu[i].first);
-    EXPECT_TRUE(bit_identical(pf[i].second->grad(), pu[i].second->grad()))
-        << what << ": grad of " << pf[i].first;
-  }
-  std::vector<Tensor> bf, bu;
-  fused.visit_buffers("", [&](const std::string&, Tensor& t) { bf.push_back(t); });
-  unfused.visit_buffers("", [&](const std::string&, Tensor& t) { bu.push_back(t); });
-  ASSERT_EQ(bf.size(), bu.size());
-  for (size_t i = 0; i < bf.size(); ++i) EXPECT_TRUE(bit_identical(bf[i], bu[i])) << what;
+  expect_same_grads_and_buffers(fused, unfused, what, /*same_names=*/true);
 }
 
 TEST(ResidualTail, SameBitsAsResidualThenReLU) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "ops/backend.h"
+#include "ops/cuda/conv_problem.h"
 #include "ops/cuda/cudnn_util.h"
 #include "ops/geometry.h"
 #include "stoker/ops/gemm.h"
@@ -40,12 +41,9 @@ using detail::ConvGeometry;
 constexpr size_t kMaxWorkspace = size_t{1} << 30;  // 1 GiB: larger algorithms are skipped
 
 struct ConvKey {
-  int device;
-  int dtype;
-  int layout;
+  ConvProblem problem;
   int math;
   int measure;  // ops::conv_autotune() when the plan was made
-  int64_t n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, groups;
   auto operator<=>(const ConvKey&) const = default;
 };
 
@@ -115,25 +113,8 @@ class PlanCache {
   // (plans are never evicted); its lazily chosen algorithms are only touched under the device's
   // CudnnLease.
   ConvPlan& get(int device, DType t, const ConvGeometry& g) {
-    ConvKey key{device,
-                static_cast<int>(t),
-                static_cast<int>(g.layout),
-                static_cast<int>(math_for(t)),
-                conv_autotune() ? 1 : 0,
-                g.n,
-                g.c,
-                g.h,
-                g.w,
-                g.k,
-                g.r,
-                g.s,
-                g.sh,
-                g.sw,
-                g.ph,
-                g.pw,
-                g.dh,
-                g.dw,
-                g.groups};
+    const ConvKey key{ConvProblem::of(device, t, g), static_cast<int>(math_for(t)),
+                      conv_autotune() ? 1 : 0};
     std::lock_guard<std::mutex> lock(mu_);
     std::unique_ptr<ConvPlan>& p = plans_[key];
     if (!p) p = make_plan(key, t, g);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ops/backend.h"
+#include "ops/cuda/conv_problem.h"
 #include "ops/cuda/cudnn_util.h"
 #include "ops/geometry.h"
 
@@ -71,12 +72,6 @@ struct StatsPlan {
   std::vector<std::unique_ptr<Backend>> keep;  // every descriptor the plan refers to
   Backend* plan = nullptr;
   int64_t workspace = 0;
-};
-
-struct StatsKey {
-  int device, dtype, layout;
-  int64_t n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, groups;
-  auto operator<=>(const StatsKey&) const = default;
 };
 
 // Logical [d0, d1, d2, d3] = [N, C, H, W] (or [K, C/g, R, S]) strides of a packed tensor stored
@@ -246,23 +241,7 @@ class StatsPlans {
  public:
   // The plan of one problem, built on first use under the device's cuDNN lease.
   StatsPlan& get(const CudnnLease& lease, int device, DType t, const ConvGeometry& g) {
-    const StatsKey key{device,
-                       static_cast<int>(t),
-                       static_cast<int>(g.layout),
-                       g.n,
-                       g.c,
-                       g.h,
-                       g.w,
-                       g.k,
-                       g.r,
-                       g.s,
-                       g.sh,
-                       g.sw,
-                       g.ph,
-                       g.pw,
-                       g.dh,
-                       g.dw,
-                       g.groups};
+    const ConvProblem key = ConvProblem::of(device, t, g);
     std::lock_guard<std::mutex> lock(mu_);
     std::unique_ptr<StatsPlan>& p = plans_[key];
     if (!p) {
@@ -274,7 +253,7 @@ class StatsPlans {
 
  private:
   std::mutex mu_;
-  std::map<StatsKey, std::unique_ptr<StatsPlan>> plans_;
+  std::map<ConvProblem, std::unique_ptr<StatsPlan>> plans_;
 };
 
 StatsPlans& stats_plans() {
