@@ -12,7 +12,7 @@
 
 namespace stoker::test {
 
-// `same_names`: the parameters also carry the same names, in order.
+// `same_names`: the parameters also have the same names, in order.
 inline void expect_same_grads_and_buffers(nn::Module& a, nn::Module& b, const std::string& what,
                                           bool same_names) {
   const auto pa = a.named_parameters(), pb = b.named_parameters();
