@@ -14,7 +14,8 @@
 // is a multiple of V and every tensor is 16-byte aligned, else V = 1) and the slab's rows
 // ty, ty + kTy, ... — so a warp reads whole runs of adjacent channels of a few rows: coalesced.
 //
-// Forward:
+// Forward (batchnorm_forward_train_from_sums skips 1 and 2: one thread per channel derives the
+// same outputs from the convolution's sums, and pass 3 runs as below):
 //  1. partial statistics: each thread runs Welford (count, mean, M2) in fp32 over its rows for
 //     each of its channels; the block folds its kTy row lanes in index order with Chan's
 //     formula (fp32) and writes (mean, M2) per (slab, channel) to pool scratch.
@@ -241,6 +242,30 @@ __global__ void __launch_bounds__(kBlockSize)
   }
 }
 
+// batchnorm_forward_train_from_sums: one thread per channel turns the convolution's f32 sums into
+// the same outputs as bn_stats_finalize_kernel (mean = sum / M, biased var = sum_sq / M - mean^2
+// in fp64, clamped at 0).
+__global__ void __launch_bounds__(kBlockSize)
+    bn_sums_finalize_kernel(const float* sum, const float* sum_sq, int64_t m, int64_t channels,
+                            const float* gamma, float eps, float momentum, float* save_mean,
+                            float* save_invstd, float* running_mean, float* running_var,
+                            float* scale) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kBlockSize + threadIdx.x;
+  if (c >= channels) return;
+  const double md = static_cast<double>(m);
+  const double mean = static_cast<double>(sum[c]) / md;
+  const double var = fmax(static_cast<double>(sum_sq[c]) / md - mean * mean, 0.0);
+  const double invstd = 1.0 / sqrt(var + static_cast<double>(eps));
+  save_mean[c] = static_cast<float>(mean);
+  save_invstd[c] = static_cast<float>(invstd);
+  scale[c] = static_cast<float>(invstd * static_cast<double>(gamma[c]));
+  if (running_mean != nullptr) {
+    const double mo = momentum;
+    running_mean[c] = static_cast<float>((1.0 - mo) * running_mean[c] + mo * mean);
+    running_var[c] = static_cast<float>((1.0 - mo) * running_var[c] + mo * var * md / (md - 1.0));
+  }
+}
+
 template <int V, bool Relu, bool Res, typename T>
 __global__ void __launch_bounds__(kBnThreads)
     bn_normalize_kernel(T* y, const T* x, const T* res, int64_t m, int64_t channels,
@@ -439,17 +464,17 @@ unsigned channel_grid(int64_t c) {
   return static_cast<unsigned>((c + kChannelsPerFinalizeBlock - 1) / kChannelsPerFinalizeBlock);
 }
 
-}  // namespace
-
-void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
-                                  const Tensor& save_invstd, const Tensor& running_mean,
-                                  const Tensor& running_var, const Tensor& x, const Tensor& gamma,
-                                  const Tensor& beta, const BatchNormParams& p,
-                                  const Tensor& residual) {
+// Both training forwards: the statistics (from x, or from the given sums), then the normalize
+// pass.
+void forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
+                   const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
+                   const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma,
+                   const Tensor& beta, const BatchNormParams& p, const Tensor& residual) {
   const Device d = x.device();
   const Extent e = extent_of(x);
   if (e.m == 0 || e.c == 0) return;
   const cudaStream_t stream = core::cuda_stream(d);
+  const bool from_sums = sum.defined();
   visit_float(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = static_cast<const T*>(x.data());
@@ -462,19 +487,28 @@ void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
       const int64_t tiles = (e.c + G::kTile - 1) / G::kTile;
       STOKER_CHECK(tiles <= 65535, "internal: batchnorm NHWC with ", e.c, " channels");
       const Slabs s = plan_slabs(e.m, tiles);
-      // [partial mean | partial M2 | scale]
-      const Tensor scratch = Tensor::empty({2 * s.count * e.c + e.c}, DType::f32, d);
+      // [partial mean | partial M2 | scale]; from sums only the scale.
+      const int64_t partials = from_sums ? 0 : 2 * s.count * e.c;
+      const Tensor scratch = Tensor::empty({partials + e.c}, DType::f32, d);
       float* pm = static_cast<float*>(scratch.data());
       float* pq = pm + s.count * e.c;
-      float* scale = pq + s.count * e.c;
+      float* scale = pm + partials;
       const dim3 grid(static_cast<unsigned>(s.count), static_cast<unsigned>(tiles));
       const dim3 block(G::kTx, G::kTy);
-      bn_stats_kernel<V><<<grid, block, 0, stream>>>(px, e.m, e.c, s.rows, pm, pq);
-      STOKER_CUDA_CHECK(cudaGetLastError());
-      bn_stats_finalize_kernel<<<channel_grid(e.c), kBlockSize, 0, stream>>>(
-          pm, pq, s.count, s.rows, e.m, e.c, cf(gamma), p.eps, p.momentum, mf(save_mean),
-          mf(save_invstd), mf(running_mean), mf(running_var), scale);
-      STOKER_CUDA_CHECK(cudaGetLastError());
+      if (from_sums) {
+        const auto blocks = static_cast<unsigned>((e.c + kBlockSize - 1) / kBlockSize);
+        bn_sums_finalize_kernel<<<blocks, kBlockSize, 0, stream>>>(
+            cf(sum), cf(sum_sq), e.m, e.c, cf(gamma), p.eps, p.momentum, mf(save_mean),
+            mf(save_invstd), mf(running_mean), mf(running_var), scale);
+        STOKER_CUDA_CHECK(cudaGetLastError());
+      } else {
+        bn_stats_kernel<V><<<grid, block, 0, stream>>>(px, e.m, e.c, s.rows, pm, pq);
+        STOKER_CUDA_CHECK(cudaGetLastError());
+        bn_stats_finalize_kernel<<<channel_grid(e.c), kBlockSize, 0, stream>>>(
+            pm, pq, s.count, s.rows, e.m, e.c, cf(gamma), p.eps, p.momentum, mf(save_mean),
+            mf(save_invstd), mf(running_mean), mf(running_var), scale);
+        STOKER_CUDA_CHECK(cudaGetLastError());
+      }
       const bool res = residual.defined();
       const auto normalize = p.relu ? (res ? bn_normalize_kernel<V, true, true, T>
                                            : bn_normalize_kernel<V, true, false, T>)
@@ -485,6 +519,27 @@ void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
       STOKER_CUDA_CHECK(cudaGetLastError());
     });
   });
+}
+
+}  // namespace
+
+void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
+                                  const Tensor& save_invstd, const Tensor& running_mean,
+                                  const Tensor& running_var, const Tensor& x, const Tensor& gamma,
+                                  const Tensor& beta, const BatchNormParams& p,
+                                  const Tensor& residual) {
+  forward_train(y, save_mean, save_invstd, running_mean, running_var, x, Tensor(), Tensor(), gamma,
+                beta, p, residual);
+}
+
+void batchnorm_nhwc_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
+                                            const Tensor& save_invstd, const Tensor& running_mean,
+                                            const Tensor& running_var, const Tensor& x,
+                                            const Tensor& sum, const Tensor& sum_sq,
+                                            const Tensor& gamma, const Tensor& beta,
+                                            const BatchNormParams& p, const Tensor& residual) {
+  forward_train(y, save_mean, save_invstd, running_mean, running_var, x, sum, sum_sq, gamma, beta,
+                p, residual);
 }
 
 void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,

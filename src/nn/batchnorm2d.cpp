@@ -77,6 +77,14 @@ Tensor BatchNorm2d::take_residual_grad() {
   return d;
 }
 
+void BatchNorm2d::set_batch_sums(const Tensor& of, const Tensor& sum, const Tensor& sum_sq) {
+  STOKER_CHECK(of.defined() && sum.defined() && sum_sq.defined(), describe(),
+               ": set_batch_sums needs the tensor and both sums");
+  sums_of_ = of;
+  sum_ = sum;
+  sum_sq_ = sum_sq;
+}
+
 Tensor BatchNorm2d::forward(const Tensor& x) {
   STOKER_CHECK(x.defined() && x.rank() == 4, describe(), ": input ",
                x.defined() ? x.str() : std::string("undefined"), " must be rank 4");
@@ -91,6 +99,14 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                "block's shortcut, so checkpoint the whole residual block instead");
   const Tensor r = std::move(residual_);
   residual_ = Tensor();
+  const Tensor sums_of = std::move(sums_of_), sum = std::move(sum_), sum_sq = std::move(sum_sq_);
+  sums_of_ = sum_ = sum_sq_ = Tensor();
+  const bool from_sums = sums_of.defined() && training_;
+  STOKER_CHECK(!from_sums || (sums_of.data() == x.data() && sums_of.shape() == x.shape()),
+               describe(), ": input ", x.str(), " is not the tensor its batch sums were computed "
+               "over (", sums_of.defined() ? sums_of.str() : std::string("none"),
+               "); a Conv2d feeding statistics (Conv2d::feed_batch_statistics) must be followed "
+               "directly by this BatchNorm2d");
   STOKER_CHECK(!r.defined() ||
                    (r.shape() == x.shape() && r.dtype() == x.dtype() && r.device() == x.device()),
                describe(), ": residual ", r.defined() ? r.str() : std::string("undefined"),
@@ -104,8 +120,13 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     // updates throwaway copies (the batch statistics, and so y, are the same either way).
     const Tensor run_mean = recomputing() ? running_mean_.clone() : running_mean_;
     const Tensor run_var = recomputing() ? running_var_.clone() : running_var_;
-    ops::batchnorm_forward_train(y, save_mean_, save_invstd_, run_mean, run_var, x, weight_.value(),
-                                 bias_.value(), params_, r);
+    if (from_sums) {
+      ops::batchnorm_forward_train_from_sums(y, save_mean_, save_invstd_, run_mean, run_var, x, sum,
+                                             sum_sq, weight_.value(), bias_.value(), params_, r);
+    } else {
+      ops::batchnorm_forward_train(y, save_mean_, save_invstd_, run_mean, run_var, x,
+                                   weight_.value(), bias_.value(), params_, r);
+    }
   } else {
     ops::batchnorm_forward_eval(y, x, weight_.value(), bias_.value(), running_mean_, running_var_,
                                 params_, r);

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "stoker/core/error.h"
+#include "stoker/nn/batchnorm2d.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/layout.h"
 #include "stoker/ops/random.h"
@@ -71,10 +72,27 @@ Tensor Conv2d::forward(const Tensor& x) {
   }
   Tensor y = Tensor::empty(ops::conv2d_output_shape(x.shape(), w_compute_.shape(), params_),
                            x.dtype(), device_);
-  ops::conv2d_forward(y, x, w_compute_, params_);
+  if (stats_for_ != nullptr && training_ &&
+      ops::conv2d_forward_stats_supported(x, w_compute_, params_)) {
+    const int64_t k = ops::dims4(y.shape(), layout).c;
+    Tensor sum = Tensor::empty({k}, DType::f32, device_);
+    Tensor sum_sq = Tensor::empty({k}, DType::f32, device_);
+    ops::conv2d_forward_stats(y, sum, sum_sq, x, w_compute_, params_);
+    stats_for_->set_batch_sums(y, sum, sum_sq);
+  } else {
+    ops::conv2d_forward(y, x, w_compute_, params_);
+  }
   if (has_bias_) ops::add_channel_bias(y, bias_.value(), layout);
   x_ = saving_activations() ? x : Tensor();  // nothing kept inside a Checkpoint's forward
   return y;
+}
+
+void Conv2d::feed_batch_statistics(BatchNorm2d* bn) {
+  STOKER_CHECK(bn == nullptr || !has_bias_, describe(),
+               ": feed_batch_statistics needs a convolution without bias (the sums are of the "
+               "convolution's output before any bias); build it with bias = false, as a "
+               "convolution before a batch norm usually is");
+  stats_for_ = bn;
 }
 
 Tensor Conv2d::backward(const Tensor& dy) {

@@ -98,6 +98,11 @@ STOKER_OPS_BACKEND_DECLS
       const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,                         \
       const Tensor& running_mean, const Tensor& running_var, const Tensor& x, const Tensor& gamma, \
       const Tensor& beta, const BatchNormParams& p, const Tensor& residual);                       \
+  void batchnorm_forward_train_from_sums(                                                          \
+      const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,                         \
+      const Tensor& running_mean, const Tensor& running_var, const Tensor& x, const Tensor& sum,   \
+      const Tensor& sum_sq, const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,     \
+      const Tensor& residual);                                                                     \
   void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,               \
                               const Tensor& beta, const Tensor& running_mean,                      \
                               const Tensor& running_var, const BatchNormParams& p,                 \

@@ -49,13 +49,11 @@ void check_channel_vectors(std::string_view op, std::initializer_list<Named> vec
   for (const Named& v : vectors) detail::check_channel_vector(op, v.name, v.t, c, "x", x, layout);
 }
 
-}  // namespace
-
-void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
-                             const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
-                             const Tensor& residual) {
-  constexpr const char* op = "batchnorm_forward_train";
+// The arguments both training forwards share.
+void check_training_forward(std::string_view op, const Tensor& y, const Tensor& save_mean,
+                            const Tensor& save_invstd, const Tensor& running_mean,
+                            const Tensor& running_var, const Tensor& x, const Tensor& gamma,
+                            const Tensor& beta, const BatchNormParams& p, const Tensor& residual) {
   check_x(op, x, p);
   check_like_x(op, "y", y, x, p.layout);
   if (residual.defined()) check_like_x(op, "residual", residual, x, p.layout);
@@ -72,9 +70,40 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
   }
   STOKER_CHECK(d.n * d.h * d.w > 1, "ops::", op, ": x ", x.str(), " has ", d.n * d.h * d.w,
                " value per channel (N*H*W); training needs more than one (as PyTorch)");
-  if (d.c == 0) return;
+}
+
+}  // namespace
+
+void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
+                             const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
+                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
+                             const Tensor& residual) {
+  constexpr const char* op = "batchnorm_forward_train";
+  check_training_forward(op, y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta,
+                         p, residual);
+  if (dims4(x.shape(), p.layout).c == 0) return;
   STOKER_DISPATCH(x.device(), batchnorm_forward_train, y, save_mean, save_invstd, running_mean,
                   running_var, x, gamma, beta, p, residual);
+}
+
+void batchnorm_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
+                                       const Tensor& save_invstd, const Tensor& running_mean,
+                                       const Tensor& running_var, const Tensor& x,
+                                       const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma,
+                                       const Tensor& beta, const BatchNormParams& p,
+                                       const Tensor& residual) {
+  constexpr const char* op = "batchnorm_forward_train_from_sums";
+  check_training_forward(op, y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta,
+                         p, residual);
+  check_channel_vectors(op, {{"sum", sum}, {"sum_sq", sum_sq}}, dims4(x.shape(), p.layout).c, x,
+                        p.layout);
+  STOKER_CHECK(!x.device().is_cuda() || p.layout == Layout::nhwc, "ops::", op, ": x ", x.str(),
+               " is NCHW on ", x.device().str(),
+               "; the GPU takes precomputed sums on the NHWC path only (cuDNN's NCHW batch norm "
+               "sums x itself): call batchnorm_forward_train, or use Layout::nhwc");
+  if (dims4(x.shape(), p.layout).c == 0) return;
+  STOKER_DISPATCH(x.device(), batchnorm_forward_train_from_sums, y, save_mean, save_invstd,
+                  running_mean, running_var, x, sum, sum_sq, gamma, beta, p, residual);
 }
 
 void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,

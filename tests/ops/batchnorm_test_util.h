@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "ops/conv_test_util.h"
 #include "stoker/ops/activation.h"
@@ -31,6 +32,27 @@ inline BnInputs make_bn_inputs(const Dims4& d, ops::Layout l, DType dtype, uint3
           random_tensor(ops::shape4(d, l), dtype, seed + 5),
           random_tensor({d.c}, DType::f32, seed + 6),
           random_tensor({d.c}, DType::f32, seed + 7)};
+}
+
+// Per-channel sums of x and x^2 in f64, stored as f32 (what the convolution's epilogue hands
+// over).
+inline void channel_sums(const Tensor& x, ops::Layout l, Tensor& sum, Tensor& sum_sq) {
+  const Dims4 d = ops::dims4(x.shape(), l);
+  const std::vector<float> v = x.to_floats();
+  std::vector<double> s(static_cast<size_t>(d.c)), q(static_cast<size_t>(d.c));
+  for (int64_t n = 0; n < d.n; ++n)
+    for (int64_t c = 0; c < d.c; ++c)
+      for (int64_t h = 0; h < d.h; ++h)
+        for (int64_t w = 0; w < d.w; ++w) {
+          const int64_t i = l == ops::Layout::nchw ? ((n * d.c + c) * d.h + h) * d.w + w
+                                              : ((n * d.h + h) * d.w + w) * d.c + c;
+          const double e = v[static_cast<size_t>(i)];
+          s[static_cast<size_t>(c)] += e;
+          q[static_cast<size_t>(c)] += e * e;
+        }
+  std::vector<float> fs(s.begin(), s.end()), fq(q.begin(), q.end());
+  sum = Tensor::from_floats(fs, {d.c});
+  sum_sq = Tensor::from_floats(fq, {d.c});
 }
 
 // "nhwc N4 C8 H5 W5 bf16 offset 1": a case in messages.

@@ -27,6 +27,11 @@
 // take_residual_grad() hands out once. A forward in tail mode without a residual is refused (a
 // Checkpoint around this BatchNorm2d alone would recompute it without r: checkpoint the whole
 // block instead).
+// Statistics from the convolution (Conv2d::feed_batch_statistics sets it up): a training
+// forward whose input is exactly the tensor handed to set_batch_sums (same storage and shape)
+// normalizes with those sums (ops::batchnorm_forward_train_from_sums) instead of reading x for
+// its statistics. The sums are used once; an input other than theirs is refused (they would be
+// some other tensor's statistics), and an evaluation forward drops them.
 // Not thread-safe.
 #pragma once
 
@@ -53,6 +58,10 @@ class BatchNorm2d : public Module {
   // r's gradient from the last backward (then forgotten).
   Tensor take_residual_grad();
 
+  // The next training forward's per-channel sums of x and x^2 (f32 [C]) and the tensor `of`
+  // they were computed over (see above).
+  void set_batch_sums(const Tensor& of, const Tensor& sum, const Tensor& sum_sq);
+
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
   std::string describe() const override;
@@ -75,6 +84,7 @@ class BatchNorm2d : public Module {
   bool residual_tail_ = false;
   Tensor residual_;   // set_residual's r, until the next forward consumes it
   Tensor dresidual_;  // the last backward's gradient of r, until taken
+  Tensor sums_of_, sum_, sum_sq_;  // set_batch_sums's, until the next forward consumes them
 };
 
 }  // namespace stoker::nn

@@ -8,6 +8,14 @@
 // back into the KCRS gradient. Half-precision inputs (f16/bf16) get a compute copy of the weight
 // in their dtype; parameter gradients stay f32 and ACCUMULATE (+=), as for every module.
 //
+// Batch statistics for the next layer (feed_batch_statistics(&bn)): each training forward also
+// computes its output's per-channel sums of y and y^2 in the convolution's epilogue
+// (ops::conv2d_forward_stats, where the device has a fused engine for the problem: the GPU in
+// f16/bf16; the CPU always) and hands them to `bn` (BatchNorm2d::set_batch_sums), which then
+// skips its own statistics pass. Where no fused engine exists the forward is the plain one and
+// `bn` sums as usual. Needs bias = false (the sums would miss the bias) and `bn` directly after
+// this convolution; nullptr turns it off.
+//
 // Work runs on the current stream of the module's device through ops::conv2d_* (cuDNN on the
 // GPU). Not thread-safe.
 #pragma once
@@ -16,6 +24,8 @@
 #include "stoker/ops/conv.h"
 
 namespace stoker::nn {
+
+class BatchNorm2d;
 
 struct Conv2dOptions {
   int64_t stride = 1;
@@ -44,6 +54,9 @@ class Conv2d : public Module {
   Tensor backward_accumulate(const Tensor& dy, const std::function<Tensor()>& target) override;
   std::string describe() const override;
 
+  // See above; `bn` must outlive this module (a sibling in the same model).
+  void feed_batch_statistics(BatchNorm2d* bn);
+
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }
   bool has_bias() const { return has_bias_; }
@@ -60,6 +73,7 @@ class Conv2d : public Module {
   Parameter weight_, bias_;
   Tensor x_;          // saved input
   Tensor w_compute_;  // the filter the forward used (KRSC and/or x's dtype), for dx
+  BatchNorm2d* stats_for_ = nullptr;  // feed_batch_statistics's
 };
 
 }  // namespace stoker::nn

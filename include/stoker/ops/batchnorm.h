@@ -64,6 +64,21 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
                              const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
                              const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
                              const Tensor& residual = Tensor());
+// The training forward with the batch's statistics already summed: sum[c] and sum_sq[c] (f32
+// [C]) are the sums of x and of x^2 over (N, H, W) — what ops::conv2d_forward_stats computes in
+// the convolution that produced x — so no pass reads x for them. mean = sum / M and the biased
+// var = max(sum_sq / M - mean^2, 0) (fp64 from the f32 sums; the one-pass form, so a channel
+// whose |mean| is large against its spread loses digits that the two-pass forward above keeps:
+// cuDNN's and NVIDIA's ResNet recipes accept that for convolution outputs). Everything else —
+// saved and running statistics, the fused ReLU and residual, y's rounding — as
+// batchnorm_forward_train. CPU and NHWC on CUDA; NCHW on CUDA (cuDNN's batch norm, which sums
+// itself) is refused.
+void batchnorm_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
+                                       const Tensor& save_invstd, const Tensor& running_mean,
+                                       const Tensor& running_var, const Tensor& x,
+                                       const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma,
+                                       const Tensor& beta, const BatchNormParams& p,
+                                       const Tensor& residual = Tensor());
 // Running statistics (momentum is ignored). `residual` as in the training forward.
 void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
                             const Tensor& beta, const Tensor& running_mean,

@@ -13,6 +13,7 @@
 // backward's first pass stores dz (dy or 0: exact) into dresidual and the second reads it back.
 #include <oneapi/tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/backend.h"
@@ -56,6 +57,31 @@ const T* opt_in(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data()) : nullptr;
 }
 
+// The training forward of channel c once its batch mean and biased variance are known: the
+// saved and running statistics, then y.
+template <typename T>
+void normalize_channel(int64_t c, double mean, double var, double m, const Dims4& d,
+                       const T* in, const T* res, T* out, const Tensor& save_mean,
+                       const Tensor& save_invstd, const Tensor& running_mean,
+                       const Tensor& running_var, const Tensor& gamma, const Tensor& beta,
+                       const BatchNormParams& p) {
+  const double invstd = 1.0 / std::sqrt(var + static_cast<double>(p.eps));
+  mf(save_mean)[c] = static_cast<float>(mean);
+  mf(save_invstd)[c] = static_cast<float>(invstd);
+  if (running_mean.defined()) {
+    const double mo = p.momentum;
+    float& rm = mf(running_mean)[c];
+    float& rv = mf(running_var)[c];
+    rm = static_cast<float>((1.0 - mo) * rm + mo * mean);
+    rv = static_cast<float>((1.0 - mo) * rv + mo * var * m / (m - 1.0));
+  }
+  const double scale = invstd * cf(gamma)[c];
+  const double shift = cf(beta)[c] - mean * scale;
+  for_channel(d, p.layout, c, [&](int64_t i) {
+    out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu, res, i);
+  });
+}
+
 }  // namespace
 
 void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
@@ -64,12 +90,9 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
                              const Tensor& residual) {
   const Dims4 d = dims4(x.shape(), p.layout);
   const double m = static_cast<double>(d.n * d.h * d.w);
-  const bool update = running_mean.defined();
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x.data());
-    const T* res = opt_in<T>(residual);
-    T* out = static_cast<T*>(y.data());
     tbb::parallel_for(int64_t{0}, d.c, [&](int64_t c) {
       double sum = 0.0;
       for_channel(d, p.layout, c, [&](int64_t i) { sum += load(in[i]); });
@@ -79,22 +102,29 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
         const double dv = load(in[i]) - mean;
         sq += dv * dv;
       });
-      const double var = sq / m;
-      const double invstd = 1.0 / std::sqrt(var + static_cast<double>(p.eps));
-      mf(save_mean)[c] = static_cast<float>(mean);
-      mf(save_invstd)[c] = static_cast<float>(invstd);
-      if (update) {
-        const double mo = p.momentum;
-        float& rm = mf(running_mean)[c];
-        float& rv = mf(running_var)[c];
-        rm = static_cast<float>((1.0 - mo) * rm + mo * mean);
-        rv = static_cast<float>((1.0 - mo) * rv + mo * var * m / (m - 1.0));
-      }
-      const double scale = invstd * cf(gamma)[c];
-      const double shift = cf(beta)[c] - mean * scale;
-      for_channel(d, p.layout, c, [&](int64_t i) {
-        out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu, res, i);
-      });
+      normalize_channel<T>(c, mean, sq / m, m, d, in, opt_in<T>(residual),
+                           static_cast<T*>(y.data()), save_mean, save_invstd, running_mean,
+                           running_var, gamma, beta, p);
+    });
+  });
+}
+
+void batchnorm_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
+                                       const Tensor& save_invstd, const Tensor& running_mean,
+                                       const Tensor& running_var, const Tensor& x,
+                                       const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma,
+                                       const Tensor& beta, const BatchNormParams& p,
+                                       const Tensor& residual) {
+  const Dims4 d = dims4(x.shape(), p.layout);
+  const double m = static_cast<double>(d.n * d.h * d.w);
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    tbb::parallel_for(int64_t{0}, d.c, [&](int64_t c) {
+      const double mean = cf(sum)[c] / m;
+      const double var = std::max(cf(sum_sq)[c] / m - mean * mean, 0.0);
+      normalize_channel<T>(c, mean, var, m, d, static_cast<const T*>(x.data()),
+                           opt_in<T>(residual), static_cast<T*>(y.data()), save_mean, save_invstd,
+                           running_mean, running_var, gamma, beta, p);
     });
   });
 }

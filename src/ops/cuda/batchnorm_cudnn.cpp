@@ -88,6 +88,18 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
   finish_forward(y, residual, p.relu);
 }
 
+// The front end refuses NCHW: cuDNN's batch norm sums x itself.
+void batchnorm_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
+                                       const Tensor& save_invstd, const Tensor& running_mean,
+                                       const Tensor& running_var, const Tensor& x,
+                                       const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma,
+                                       const Tensor& beta, const BatchNormParams& p,
+                                       const Tensor& residual) {
+  const core::DeviceScope scope(x.device().index);
+  batchnorm_nhwc_forward_train_from_sums(y, save_mean, save_invstd, running_mean, running_var, x,
+                                         sum, sum_sq, gamma, beta, p, residual);
+}
+
 void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
                             const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, const BatchNormParams& p,

@@ -16,6 +16,12 @@ void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
                                   const Tensor& running_var, const Tensor& x, const Tensor& gamma,
                                   const Tensor& beta, const BatchNormParams& p,
                                   const Tensor& residual);
+void batchnorm_nhwc_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
+                                            const Tensor& save_invstd, const Tensor& running_mean,
+                                            const Tensor& running_var, const Tensor& x,
+                                            const Tensor& sum, const Tensor& sum_sq,
+                                            const Tensor& gamma, const Tensor& beta,
+                                            const BatchNormParams& p, const Tensor& residual);
 void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                              const Tensor& dy, const Tensor& x, const Tensor& gamma,
                              const Tensor& save_mean, const Tensor& save_invstd,
