@@ -41,10 +41,10 @@
 #               with STOKER_RESNET_REALISTIC=1 also 20,000 realistic ones (make --realistic:
 #               ImageNet-sized files, about twice the decode cost per core): the loader's
 #               throughput on them at 16 threads and auto, and ResNet-50 fed from them
-#   resnetfast  ResNet-50 bf16 NHWC B=256 synthetic: stoker as is, with --fuse-bn-relu, with
-#               --cuda-graph, with --conv-autotune, with --conv-bn-stats, with the first three,
-#               with all four (SGD), the first three with LARS, op tables
-#               (as is and fused, one step in 10 op-timed), and PyTorch eager and torch.compile
+#   resnetfast  ResNet-50 bf16 NHWC B=256 synthetic: stoker unfused (--no-fuse-bn-relu), as is
+#               (fused BN + ReLU and block tails), with --cuda-graph, with --conv-autotune, with
+#               --conv-bn-stats, with both of the first two (SGD, then LARS), op tables
+#               (unfused and as is, one step in 10 op-timed), and PyTorch eager and torch.compile
 #               (torch_train.py resnet)
 #   multi       2+ GPUs: the multi-rank tests under stoker launch and torchrun, all-reduce vs
 #               torch_allreduce.py, GPT-2 / ResNet-50 scaling vs torch_ddp.py, a killed rank
@@ -358,16 +358,16 @@ run_resnet() {
 run_resnetfast() {
   local cls=$B/examples/stoker_classifier f rc=0
   local -a r50=(--arch resnet50 --synthetic --batch 256 --precision bf16 --layout nhwc --steps 40)
-  local all="--fuse-bn-relu --cuda-graph --conv-autotune"
-  section "ResNet-50 synthetic, bf16 NHWC B=256: stoker as is / fused BN / graph / timed convs / BN statistics from the convolutions"
-  for f in "" --fuse-bn-relu --cuda-graph --conv-autotune --conv-bn-stats "$all" "$all --conv-bn-stats"; do
+  local all="--cuda-graph --conv-autotune"
+  section "ResNet-50 synthetic, bf16 NHWC B=256: stoker unfused / as is (fused BN) / graph / timed convs / BN statistics from the convolutions"
+  for f in --no-fuse-bn-relu "" --cuda-graph --conv-autotune --conv-bn-stats "$all"; do
     # shellcheck disable=SC2086 # $f: zero to three flags
     "$cls" "${r50[@]}" $f || rc=1
   done
   # shellcheck disable=SC2086
   "$cls" "${r50[@]}" --optimizer lars $all || rc=1
   section "ResNet-50 op tables (bf16 NHWC B=256, the first batch replayed, one step in 10 op-timed)"
-  for f in "" --fuse-bn-relu; do
+  for f in --no-fuse-bn-relu ""; do
     # shellcheck disable=SC2086
     env STOKER_DIAG=1 STOKER_DIAG_WARMUP=5 STOKER_DIAG_OPS=10 STOKER_DIAG_SYNTHETIC=1 \
       STOKER_DIAG_MAX_STEPS=45 "$cls" --arch resnet50 --precision bf16 --layout nhwc \

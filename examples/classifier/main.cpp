@@ -90,7 +90,7 @@ struct Args {
   bool diagnostics = false;
   std::string device = "auto";
   bool synthetic = false;
-  bool fuse_bn_relu = false;   // --fuse-bn-relu
+  bool fuse_bn_relu = true;    // --fuse-bn-relu / --no-fuse-bn-relu
   bool cuda_graph = false;     // --cuda-graph
   bool conv_autotune = false;  // --conv-autotune
   bool conv_bn_stats = false;  // --conv-bn-stats
@@ -679,10 +679,11 @@ int main(int argc, char** argv) {
       ->check(in_range(0, 1024))
       ->capture_default_str();
   app.add_flag("--diagnostics", a.diagnostics, "time step phases; print breakdown and verdict");
-  app.add_flag("--fuse-bn-relu", a.fuse_bn_relu,
+  app.add_flag("--fuse-bn-relu,!--no-fuse-bn-relu", a.fuse_bn_relu,
                "fuse each batch norm with the ReLU after it, and each residual block's tail "
-               "relu(bn + shortcut) into one batch-norm pass (experimental: fewer passes over "
-               "the activations)");
+               "relu(bn + shortcut), into one batch-norm op (default: on; the same results, "
+               "fewer passes over the activations; --no-fuse-bn-relu runs torchvision's "
+               "separate modules)");
   app.add_flag("--cuda-graph", a.cuda_graph,
                "capture the training step once as a CUDA graph and replay it (one launch per "
                "step; one GPU, one process; SGD or LARS)");

@@ -15,15 +15,15 @@
 // (each block then starts as the identity). Weights are drawn from nn::init_generator() in
 // construction order (nn::manual_seed reproduces a model).
 //
-// fuse_bn_relu (off by default, stoker_classifier --fuse-bn-relu; its GPU kernels await their
-// first measured run): every BN that torchvision follows by a ReLU inside a block or in
+// fuse_bn_relu (off by default here; stoker_classifier turns it on unless --no-fuse-bn-relu):
+// every BN that torchvision follows by a ReLU inside a block or in
 // the stem (bn1 of the stem, bn1 / bn2 of the bodies) is one nn::BatchNorm2d with the ReLU fused
 // (BatchNorm2d::set_activation(relu)); the blocks' final ReLU, after the residual add, stays an
 // nn::ReLU. Same results (bit for bit on the CPU) and the same names as separate ReLU modules;
 // on the GPU's NHWC path one pass over the activation less in the forward and one dz buffer
 // less in the backward per fused BN. Off builds torchvision's module list one to one.
 //
-// fuse_block_tail (off by default; --fuse-bn-relu turns it on with fuse_bn_relu): each block's
+// fuse_block_tail (off by default; stoker_classifier sets it with fuse_bn_relu): each block's
 // tail relu(bn(x) + shortcut) — the body's last BN, the residual add and the block's ReLU — runs
 // as one batch-norm op with a residual (nn::Residual::set_tail_relu): the block is then
 // Sequential{"" : Residual(body, downsample) with the ReLU inside}, no "relu" child. Same names

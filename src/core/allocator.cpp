@@ -24,6 +24,9 @@ constexpr size_t kHostAlignment = 64;
 
 // The stream CudaGraph::capture is recording (nullptr: none), and the frees it deferred.
 std::atomic<void*> g_capture_stream{nullptr};
+// Graph-owned blocks alive (CudaGraph::capture reads what a capture left held).
+std::atomic<int64_t> g_graph_live_count{0};
+std::atomic<int64_t> g_graph_live_bytes{0};
 std::mutex g_deferred_mu;
 std::vector<std::pair<void*, void*>> g_deferred_frees;  // (pointer, stream)
 constexpr int kMaxDevices = 64;
@@ -288,6 +291,10 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, bool pin
   s->data_ = p;
   s->stream_ = stream;
   s->graph_owned_ = g_capture_stream.load() == stream;
+  if (s->graph_owned_) {
+    g_graph_live_count.fetch_add(1);
+    g_graph_live_bytes.fetch_add(static_cast<int64_t>(bytes));
+  }
   g_device[device.index].add(bytes);
   return s;
 #else
@@ -311,6 +318,10 @@ Storage::~Storage() {
   }
 #if STOKER_WITH_CUDA
   g_device[device_.index].sub(bytes_);
+  if (graph_owned_) {
+    g_graph_live_count.fetch_sub(1);
+    g_graph_live_bytes.fetch_sub(static_cast<int64_t>(bytes_));
+  }
   if (!graph_owned_ && g_capture_stream.load() == stream_) {
     const std::lock_guard<std::mutex> lock(g_deferred_mu);
     g_deferred_frees.emplace_back(data_, stream_);
@@ -331,6 +342,8 @@ Storage::~Storage() {
 namespace detail {
 
 void begin_capture_frees(void* stream) { g_capture_stream.store(stream); }
+
+GraphBlocks live_graph_blocks() { return {g_graph_live_count.load(), g_graph_live_bytes.load()}; }
 
 void end_capture_frees() {
   g_capture_stream.store(nullptr);

@@ -14,6 +14,7 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
   const auto s = static_cast<cudaStream_t>(stream.handle());
   STOKER_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   detail::begin_capture_frees(s);
+  const detail::GraphBlocks before = detail::live_graph_blocks();
   cudaGraph_t graph = nullptr;
   try {
     const StreamGuard guard(stream);
@@ -27,6 +28,7 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
   }
   const cudaError_t e = cudaStreamEndCapture(s, &graph);
   detail::end_capture_frees();
+  const detail::GraphBlocks after = detail::live_graph_blocks();
   if (e != cudaSuccess || graph == nullptr) {
     cudaGetLastError();
     STOKER_THROW("CudaGraph::capture: the capture on ", stream.device().str(),
@@ -41,6 +43,8 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
   size_t nodes = 0;
   STOKER_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
   g.nodes_ = nodes;
+  g.held_blocks_ = after.count - before.count;
+  g.held_bytes_ = after.bytes - before.bytes;
   cudaGraphExec_t exec = nullptr;
   STOKER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   g.exec_ = exec;

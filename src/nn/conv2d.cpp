@@ -99,9 +99,13 @@ Tensor Conv2d::backward(const Tensor& dy) {
   parameter_grads(dy);
   const Shape x_shape = x_.shape();
   x_ = Tensor();  // consumed: freed before dx is allocated
+  // The compute filter is released with the backward too: a step keeps nothing it allocated
+  // (what lets a CUDA graph of the step replay; core/graph.h).
+  const Tensor w = std::move(w_compute_);
+  w_compute_ = Tensor();
   if (!input_grad_) return Tensor();
   Tensor dx = Tensor::empty(x_shape, dy.dtype(), device_);
-  ops::conv2d_backward_data(dx, dy, w_compute_, params_);
+  ops::conv2d_backward_data(dx, dy, w, params_);
   return dx;
 }
 
@@ -116,6 +120,7 @@ Tensor Conv2d::backward_accumulate(const Tensor& dy, const std::function<Tensor(
                ": backward_accumulate's target is ", dx.str(), "; expected ",
                dtype_name(dy.dtype()), x_shape.str(), " (the input's gradient)");
   ops::conv2d_backward_data(dx, dy, w_compute_, params_, /*accumulate=*/true);
+  w_compute_ = Tensor();  // as in backward
   return dx;
 }
 

@@ -1,5 +1,6 @@
 #include "train/step_graph.h"
 
+#include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
 #include "stoker/core/stream.h"
 #include "stoker/ops/copy.h"
@@ -57,6 +58,19 @@ void StepGraph::capture_and_run(std::span<const data::Batch> batches, float lr, 
   load(batches, lr, step_number);
   const Stream stream = core::compute_stream(device_);
   graph_ = core::CudaGraph::capture(stream, [&] { step(static_); });
+  // A block allocated in the step and still held after it (a module keeping a buffer from one
+  // step to the next) must be freed before the graph runs again: CUDA would refuse the replay
+  // with a bare "invalid argument". Say so now, before the step has run.
+  if (graph_.held_blocks() > 0) {
+    const core::CudaGraph held = graph_;
+    reset();
+    STOKER_THROW("TrainerOptions::cuda_graph: the captured training step keeps ",
+                 held.held_blocks(), " tensors (", core::format_bytes(static_cast<size_t>(held.held_bytes())),
+                 ") that it allocated alive after it ends, so its graph cannot be replayed: a "
+                 "module or loss holds a buffer from one step to the next. Release such tensors "
+                 "by the end of backward (or allocate them once, outside the step), or turn "
+                 "cuda_graph off for this model");
+  }
   graph_.launch(stream);
 }
 

@@ -167,12 +167,13 @@ first=$(sed -n 's|^epoch 1/4: train loss \([0-9.]*\),.*|\1|p' "$out")
 last=$(sed -n 's|^epoch 4/4: train loss \([0-9.]*\),.*|\1|p' "$out")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a != "" && b != "" && b + 0.05 < a) }' ||
   fail "LARS did not train: train loss $first in epoch 1, $last in epoch 4"
-# --fuse-bn-relu: the same run with each BN's ReLU and each block's tail relu(bn + shortcut)
-# fused gives the same losses (the CPU's fused batch norm has the separate modules' bits).
-expect 0 lars_classifier --fuse-bn-relu
-fused_last=$(sed -n 's|^epoch 4/4: train loss \([0-9.]*\),.*|\1|p' "$out")
-[ -n "$fused_last" ] && [ "$fused_last" = "$last" ] ||
-  fail "--fuse-bn-relu changed the result: train loss $fused_last in epoch 4, unfused $last"
+# --no-fuse-bn-relu: the same run with torchvision's separate ReLU modules instead of each BN's
+# ReLU and each block's tail relu(bn + shortcut) fused (the default) gives the same losses (the
+# CPU's fused batch norm has the separate modules' bits).
+expect 0 lars_classifier --no-fuse-bn-relu
+unfused_last=$(sed -n 's|^epoch 4/4: train loss \([0-9.]*\),.*|\1|p' "$out")
+[ -n "$unfused_last" ] && [ "$unfused_last" = "$last" ] ||
+  fail "--no-fuse-bn-relu changed the result: train loss $unfused_last in epoch 4, fused $last"
 # --cuda-graph: refused on the CPU before any work, with the fix.
 expect 1 run_classifier --cuda-graph
 has "$err" "^stoker_classifier: error: --cuda-graph: the run is on cpu; CUDA graphs need a GPU (drop --cuda-graph for a CPU run)"

@@ -96,6 +96,12 @@ namespace detail {
 // memory: freed in the graph when released during it, or later like any block.
 void begin_capture_frees(void* stream);
 void end_capture_frees();
+// Graph memory blocks alive now, and their bytes (all devices): what a capture leaves held.
+struct GraphBlocks {
+  int64_t count = 0;
+  int64_t bytes = 0;
+};
+GraphBlocks live_graph_blocks();
 }  // namespace detail
 
 }  // namespace stoker::core

@@ -38,6 +38,10 @@ class CudaGraph {
   bool defined() const { return exec_ != nullptr; }
   // Number of nodes (kernels, copies, memsets, allocations) captured.
   size_t node_count() const { return nodes_; }
+  // Blocks the graph allocates that the captured code still held when the capture ended, and
+  // their bytes: 0 for a graph that can be launched any number of times (see Memory above).
+  int64_t held_blocks() const { return held_blocks_; }
+  int64_t held_bytes() const { return held_bytes_; }
 
  private:
   std::shared_ptr<void> graph_;  // cudaGraph_t
@@ -45,6 +49,7 @@ class CudaGraph {
   std::shared_ptr<void> exec_owner_;
   Device device_{};
   size_t nodes_ = 0;
+  int64_t held_blocks_ = 0, held_bytes_ = 0;
 };
 
 }  // namespace stoker::core
