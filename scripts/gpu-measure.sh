@@ -43,7 +43,7 @@
 #               throughput on them at 16 threads and auto, and ResNet-50 fed from them
 #   resnetfast  ResNet-50 bf16 NHWC B=256 synthetic: stoker unfused (--no-fuse-bn-relu), as is
 #               (fused BN + ReLU and block tails), with --cuda-graph, with --conv-autotune, with
-#               --conv-bn-stats, with both of the first two (SGD, then LARS), op tables
+#               both (SGD, then LARS), op tables
 #               (unfused and as is, one step in 10 op-timed), and PyTorch eager and torch.compile
 #               (torch_train.py resnet)
 #   multi       2+ GPUs: the multi-rank tests under stoker launch and torchrun, all-reduce vs
@@ -359,8 +359,8 @@ run_resnetfast() {
   local cls=$B/examples/stoker_classifier f rc=0
   local -a r50=(--arch resnet50 --synthetic --batch 256 --precision bf16 --layout nhwc --steps 40)
   local all="--cuda-graph --conv-autotune"
-  section "ResNet-50 synthetic, bf16 NHWC B=256: stoker unfused / as is (fused BN) / graph / timed convs / BN statistics from the convolutions"
-  for f in --no-fuse-bn-relu "" --cuda-graph --conv-autotune --conv-bn-stats "$all"; do
+  section "ResNet-50 synthetic, bf16 NHWC B=256: stoker unfused / as is (fused BN) / graph / timed convs"
+  for f in --no-fuse-bn-relu "" --cuda-graph --conv-autotune "$all"; do
     # shellcheck disable=SC2086 # $f: zero to three flags
     "$cls" "${r50[@]}" $f || rc=1
   done

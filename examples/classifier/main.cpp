@@ -93,7 +93,6 @@ struct Args {
   bool fuse_bn_relu = true;    // --fuse-bn-relu / --no-fuse-bn-relu
   bool cuda_graph = false;     // --cuda-graph
   bool conv_autotune = false;  // --conv-autotune
-  bool conv_bn_stats = false;  // --conv-bn-stats
   int steps = 20;
   int warmup = 5;
   int64_t bench_epochs = 2;
@@ -163,7 +162,6 @@ std::unique_ptr<nn::Sequential> build_model(const Args& a, int64_t classes, Layo
                                            .zero_init_residual = a.arch != "small",
                                            .fuse_bn_relu = a.fuse_bn_relu,
                                            .fuse_block_tail = a.fuse_bn_relu,
-                                           .conv_bn_stats = a.conv_bn_stats,
                                            .small_width = a.width});
   m->to(device);
   return m;
@@ -298,8 +296,7 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
   const std::string tag = a.arch + " " + a.precision + " " + std::string(layout_name(layout)) +
                           " B=" + std::to_string(a.batch) + (a.fuse_bn_relu ? " +fused" : "") +
                           (a.cuda_graph ? " +graph" : "") +
-                          (a.conv_autotune ? " +conv-autotune" : "") +
-                          (a.conv_bn_stats ? " +conv-bn-stats" : "");
+                          (a.conv_autotune ? " +conv-autotune" : "");
   if (root)
     std::printf(
         "%s on %s (%s), image %dx%d, %lld classes, %s(momentum 0.9)%s\n", tag.c_str(),
@@ -690,10 +687,6 @@ int main(int argc, char** argv) {
   app.add_flag("--conv-autotune", a.conv_autotune,
                "time cuDNN's convolution algorithms on each shape's first call and keep the "
                "fastest (PyTorch's cudnn.benchmark; also STOKER_CONV_AUTOTUNE=1)");
-  app.add_flag("--conv-bn-stats", a.conv_bn_stats,
-               "compute each batch norm's statistics in the epilogue of the convolution before "
-               "it (cuDNN's fused convolution + statistics where it has an engine: f16/bf16 on "
-               "the GPU), so the batch norm skips its statistics pass (experimental)");
   app.add_option("--device", a.device, "auto, cpu or cuda[:N]")->capture_default_str();
   app.add_flag("--synthetic", a.synthetic,
                "benchmark: steps on a random batch held on the device, then (with --data) "

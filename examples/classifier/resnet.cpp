@@ -43,22 +43,18 @@ std::unique_ptr<nn::BatchNorm2d> bn(int64_t channels, Layout layout, bool zero_g
   return b;
 }
 
-// With conv_bn_stats, `c` computes `b`'s batch statistics in its forward.
-nn::BatchNorm2d& fed_by(nn::Conv2d& c, nn::BatchNorm2d& b, const ModelOptions& o) {
-  if (o.conv_bn_stats) c.feed_batch_statistics(&b);
-  return b;
-}
-
 // BN then ReLU, as s's children `bn_name` and `relu_name`; with fuse_bn_relu one BatchNorm2d
 // with the ReLU fused (nn::BatchNorm2d::set_activation) under `bn_name`. The ReLU has no
-// parameters, so the names of everything stay the same either way. `c`: the convolution before.
-void add_bn_relu(nn::Sequential& s, nn::Conv2d& c, const std::string& bn_name,
-                 const std::string& relu_name, int64_t channels, const ModelOptions& o) {
-  auto& b = fed_by(c, s.add(bn_name, bn(channels, o.layout)), o);
+// parameters, so the names of everything stay the same either way.
+void add_bn_relu(nn::Sequential& s, const std::string& bn_name, const std::string& relu_name,
+                 int64_t channels, const ModelOptions& o) {
+  auto b = bn(channels, o.layout);
   if (o.fuse_bn_relu) {
-    b.set_activation(nn::Activation::relu);
+    b->set_activation(nn::Activation::relu);
+    s.add(bn_name, std::move(b));
     return;
   }
+  s.add(bn_name, std::move(b));
   s.add(relu_name, nn::make<nn::ReLU>());
 }
 
@@ -71,8 +67,8 @@ std::unique_ptr<nn::Module> block(std::unique_ptr<nn::Sequential> body, int64_t 
   std::unique_ptr<nn::Sequential> downsample;
   if (stride != 1 || in != out) {
     downsample = nn::make<nn::Sequential>();
-    auto& c = downsample->add(conv(in, out, 1, stride, 0, layout));
-    fed_by(c, downsample->add(bn(out, layout)), o);
+    downsample->add(conv(in, out, 1, stride, 0, layout));
+    downsample->add(bn(out, layout));
   }
   auto b = nn::make<nn::Sequential>();
   auto& r =
@@ -90,10 +86,10 @@ std::unique_ptr<nn::Module> block(std::unique_ptr<nn::Sequential> body, int64_t 
 std::unique_ptr<nn::Module> basic_block(int64_t in, int64_t planes, int64_t stride,
                                         const ModelOptions& o) {
   auto body = nn::make<nn::Sequential>();
-  add_bn_relu(*body, body->add("conv1", conv(in, planes, 3, stride, 1, o.layout)), "bn1", "relu",
-              planes, o);
-  auto& c2 = body->add("conv2", conv(planes, planes, 3, 1, 1, o.layout));
-  fed_by(c2, body->add("bn2", bn(planes, o.layout, o.zero_init_residual)), o);
+  body->add("conv1", conv(in, planes, 3, stride, 1, o.layout));
+  add_bn_relu(*body, "bn1", "relu", planes, o);
+  body->add("conv2", conv(planes, planes, 3, 1, 1, o.layout));
+  body->add("bn2", bn(planes, o.layout, o.zero_init_residual));
   return block(std::move(body), in, planes, stride, o);
 }
 
@@ -102,12 +98,12 @@ std::unique_ptr<nn::Module> bottleneck(int64_t in, int64_t planes, int64_t strid
                                        const ModelOptions& o) {
   const int64_t out = planes * 4;
   auto body = nn::make<nn::Sequential>();
-  add_bn_relu(*body, body->add("conv1", conv(in, planes, 1, 1, 0, o.layout)), "bn1", "relu1",
-              planes, o);
-  add_bn_relu(*body, body->add("conv2", conv(planes, planes, 3, stride, 1, o.layout)), "bn2",
-              "relu2", planes, o);
-  auto& c3 = body->add("conv3", conv(planes, out, 1, 1, 0, o.layout));
-  fed_by(c3, body->add("bn3", bn(out, o.layout, o.zero_init_residual)), o);
+  body->add("conv1", conv(in, planes, 1, 1, 0, o.layout));
+  add_bn_relu(*body, "bn1", "relu1", planes, o);
+  body->add("conv2", conv(planes, planes, 3, stride, 1, o.layout));
+  add_bn_relu(*body, "bn2", "relu2", planes, o);
+  body->add("conv3", conv(planes, out, 1, 1, 0, o.layout));
+  body->add("bn3", bn(out, o.layout, o.zero_init_residual));
   return block(std::move(body), in, out, stride, o);
 }
 
@@ -115,8 +111,8 @@ std::unique_ptr<nn::Sequential> resnet(bool bottlenecks, const int (&blocks)[4],
                                        const ModelOptions& o) {
   STOKER_CHECK(o.num_classes > 0, "ResNet: num_classes ", o.num_classes, " must be positive");
   auto m = nn::make<nn::Sequential>();
-  add_bn_relu(*m, m->add("conv1", conv(3, 64, 7, 2, 3, o.layout, /*input_grad=*/false)), "bn1",
-              "relu", 64, o);
+  m->add("conv1", conv(3, 64, 7, 2, 3, o.layout, /*input_grad=*/false));
+  add_bn_relu(*m, "bn1", "relu", 64, o);
   m->add("maxpool", nn::make<nn::MaxPool2d>(3, 2, 1, o.layout));
   const int64_t expansion = bottlenecks ? 4 : 1;
   int64_t in = 64;
@@ -150,8 +146,8 @@ std::unique_ptr<nn::Sequential> small_cnn(const ModelOptions& o) {
                " and width ", o.small_width, " must be positive");
   const int64_t w = o.small_width;
   auto m = nn::make<nn::Sequential>();
-  add_bn_relu(*m, m->add("conv1", conv(3, w, 3, 1, 1, o.layout, /*input_grad=*/false)), "bn1",
-              "relu", w, o);
+  m->add("conv1", conv(3, w, 3, 1, 1, o.layout, /*input_grad=*/false));
+  add_bn_relu(*m, "bn1", "relu", w, o);
   m->add_module("layer1.0", basic_block(w, w, 1, o));
   m->add_module("layer2.0", basic_block(w, 2 * w, 2, o));
   m->add_module("layer3.0", basic_block(2 * w, 4 * w, 2, o));

@@ -31,14 +31,6 @@
 // 3 reads + 1 write of the activation in the forward instead of 5 + 3, 5 + 2 in the backward
 // instead of 6 + 2.
 //
-// conv_bn_stats (off by default, stoker_classifier --conv-bn-stats): every convolution followed
-// by a batch norm computes that batch norm's statistics in its own epilogue
-// (nn::Conv2d::feed_batch_statistics: cuDNN's fused convolution + statistics where it has an
-// engine for the problem, f16/bf16 on the GPU), so the batch norm skips its statistics pass (one
-// read of the activation less per BN in the forward). The statistics then come from one-pass sums
-// (ops::batchnorm_forward_train_from_sums): equal to the plain path's up to rounding, not bit for
-// bit.
-//
 // Layout: every conv, BN and pool computes in `layout` (NCHW, or NHWC = channels-last); the
 // input batch must come in the same layout. Models are built on the CPU; move them with to().
 #pragma once
@@ -58,7 +50,6 @@ struct ModelOptions {
   bool zero_init_residual = false;
   bool fuse_bn_relu = false;     // see above
   bool fuse_block_tail = false;  // see above
-  bool conv_bn_stats = false;    // see above
   // Small CNN: channels of its first stage (doubled at each of its three stages).
   int64_t small_width = 32;
 };

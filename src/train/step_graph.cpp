@@ -27,7 +27,7 @@ StepGraph::StepGraph(Device device) : device_(device) {
 }
 
 bool StepGraph::matches(std::span<const data::Batch> batches) const {
-  if (!graph_.defined() || batches.size() != static_.size()) return false;
+  if (!graph_.defined() || !held_.empty() || batches.size() != static_.size()) return false;
   for (size_t i = 0; i < batches.size(); ++i)
     if (!same_layout(batches[i].input, static_[i].input) ||
         !same_layout(batches[i].target, static_[i].target) || batches[i].size != static_[i].size)
@@ -58,20 +58,15 @@ void StepGraph::capture_and_run(std::span<const data::Batch> batches, float lr, 
   load(batches, lr, step_number);
   const Stream stream = core::compute_stream(device_);
   graph_ = core::CudaGraph::capture(stream, [&] { step(static_); });
-  // A block allocated in the step and still held after it (a module keeping a buffer from one
-  // step to the next) must be freed before the graph runs again: CUDA would refuse the replay
-  // with a bare "invalid argument". Say so now, before the step has run.
-  if (graph_.held_blocks() > 0) {
-    const core::CudaGraph held = graph_;
-    reset();
-    STOKER_THROW("TrainerOptions::cuda_graph: the captured training step keeps ",
-                 held.held_blocks(), " tensors (", core::format_bytes(static_cast<size_t>(held.held_bytes())),
-                 ") that it allocated alive after it ends, so its graph cannot be replayed: a "
-                 "module or loss holds a buffer from one step to the next. Release such tensors "
-                 "by the end of backward (or allocate them once, outside the step), or turn "
-                 "cuda_graph off for this model");
-  }
+  // Launched once whatever it holds: this step. A block allocated in the step and still held
+  // after it (a module keeping a buffer from one step to the next) is real memory after this
+  // launch, but it must be freed before the graph may run again (CUDA would refuse the next
+  // launch with a bare "invalid argument"): such a graph is not replayed.
   graph_.launch(stream);
+  if (graph_.held_blocks() > 0) {
+    held_ = core::detail::str(graph_.held_blocks(), graph_.held_blocks() == 1 ? " tensor (" : " tensors (",
+                              core::format_bytes(static_cast<size_t>(graph_.held_bytes())), ")");
+  }
 }
 
 void StepGraph::replay(std::span<const data::Batch> batches, float lr, int64_t step_number) {
@@ -83,6 +78,7 @@ void StepGraph::replay(std::span<const data::Batch> batches, float lr, int64_t s
 void StepGraph::reset() {
   graph_ = core::CudaGraph();
   static_.clear();
+  held_.clear();
 }
 
 }  // namespace stoker::train

@@ -5,12 +5,13 @@
 // What a replay cannot take from the host it reads from the device: the batch from buffers the
 // graph was captured on (each step's batch is copied into them first), the learning rate and
 // the step number from two device scalars written before the launch (the optimizer and the
-// loss monitor read them there). Everything the captured step allocates is freed inside it, so
-// it can be launched again; memory it allocates stays reserved by the graph between launches.
+// loss monitor read them there). Everything the captured step allocates must be freed inside it
+// for it to be launched again (a step that keeps some is run once and then eagerly); memory it allocates stays reserved by the graph between launches.
 #pragma once
 
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "stoker/core/graph.h"
@@ -26,7 +27,9 @@ class StepGraph {
   // True when a step was captured on batches of these shapes and dtypes (so it can replay).
   bool matches(std::span<const data::Batch> batches) const;
   // Records `step` run on the graph's own copies of `batches` (the argument `step` gets), then
-  // launches it once: this step. Replaces an earlier capture.
+  // launches it once: this step. Replaces an earlier capture. A step that keeps tensors it
+  // allocated alive after it ends runs, but its graph is not replayable (held() says what).
+  // The Trainer then goes on eagerly.
   void capture_and_run(std::span<const data::Batch> batches, float lr, int64_t step_number,
                        const std::function<void(std::span<const data::Batch>)>& step);
   // One more step: copies `batches` in, writes the learning rate and step number, launches.
@@ -38,6 +41,9 @@ class StepGraph {
   const Tensor& lr() const { return lr_; }
   const Tensor& step_number() const { return step_; }
   size_t node_count() const { return graph_.node_count(); }
+  // "3 tensors (1.50 MiB)": what the last captured step kept alive after it ended (empty: the
+  // graph replays).
+  const std::string& held() const { return held_; }
 
  private:
   void load(std::span<const data::Batch> batches, float lr, int64_t step_number);
@@ -46,6 +52,7 @@ class StepGraph {
   std::vector<data::Batch> static_;  // the batches the graph reads
   core::CudaGraph graph_;
   Tensor lr_, step_;
+  std::string held_;
 };
 
 }  // namespace stoker::train

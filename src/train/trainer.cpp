@@ -482,6 +482,10 @@ bool Trainer::graph_step(std::span<const data::Batch> batches, int micro, int k,
     eager_step(batches, micro, k, want_norm);
     return false;
   }
+  if (graph_eager_) {  // a captured step kept tensors alive: not replayable (see below)
+    eager_step(batches, micro, k, want_norm);
+    return false;
+  }
   if (!graph_) {
     STOKER_CHECK(world_size() == 1, "TrainerOptions::cuda_graph: this job has ", world_size(),
                  " ranks; the graph step is for one process (turn cuda_graph off for data "
@@ -519,6 +523,18 @@ bool Trainer::graph_step(std::span<const data::Batch> batches, int micro, int k,
     throw;
   }
   capturing_ = false;
+  if (!graph_->held().empty()) {
+    // The step ran (once, from its graph); replaying it would fail. Go on eagerly, once said.
+    std::fprintf(stderr,
+                 "stoker: warning: TrainerOptions::cuda_graph: the captured training step keeps "
+                 "%s that it allocated alive after it ends (a module or loss holding a buffer "
+                 "from one step to the next), so its graph cannot be replayed; training goes on "
+                 "without the graph. Release such tensors by the end of backward, or allocate "
+                 "them once outside the step\n",
+                 graph_->held().c_str());
+    graph_->reset();
+    graph_eager_ = true;
+  }
   return true;
 }
 
@@ -834,6 +850,7 @@ void Trainer::resume(const std::filesystem::path& path) {
   // after an eager step.
   if (graph_) graph_->reset();
   graph_warm_steps_ = 0;
+  graph_eager_ = false;
   const SafetensorsReader reader(path);
   const std::string file = path.string();
   const auto& meta = reader.metadata();

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "stoker/data/tensor_batches.h"
@@ -87,6 +88,67 @@ TEST(CudaGraphGpu, FitReplaysTheStepWithTheEagerResults) {
     EXPECT_EQ(graph.losses[i], eager.losses[i]) << "step " << i + 1;
   EXPECT_EQ(graph.weights, eager.weights);
   EXPECT_EQ(graph.eval_loss, eager.eval_loss);
+}
+
+// A module that keeps a tensor it allocated in the step (here: a copy of its output, held until
+// the next forward) would make the graph's second launch fail with CUDA's bare "invalid
+// argument". The Trainer runs the captured step once, says why the graph cannot replay, and goes
+// on eagerly: the run trains exactly as the eager one, and nothing is lost.
+class KeepsItsOutput : public nn::Module {
+ public:
+  Tensor forward(const Tensor& x) override {
+    kept_ = x.clone();
+    return x;
+  }
+  Tensor backward(const Tensor& dy) override { return dy; }
+  std::string describe() const override { return "KeepsItsOutput"; }
+
+ private:
+  Tensor kept_;
+};
+
+struct KeptRun {
+  std::vector<std::vector<float>> weights;
+  size_t nodes = 0;
+  std::string err;
+};
+
+KeptRun train_keeping(bool graph) {
+  nn::manual_seed(5);
+  nn::Sequential model(nn::make<nn::Linear>(8, 4), nn::make<KeepsItsOutput>());
+  model.to(kGpu);
+  optim::SGD opt(model.named_parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  nn::CrossEntropyLoss loss;
+  TrainerOptions o{.progress_bar = false, .quiet = true};
+  o.cuda_graph = graph;
+  Trainer trainer(model, loss, opt, o);
+  data::Batch b;
+  b.input = Tensor::empty({6, 8}, DType::f32, kGpu);
+  ops::random_normal(b.input, 0.0f, 1.0f, 2, 0);
+  b.target = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1}, {6}, kGpu);
+  b.size = 6;
+  const std::vector<data::Batch> micro{b};
+  KeptRun r;
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 8; ++i) trainer.train_step(micro);  // warm-up, capture, then eager
+  r.err = ::testing::internal::GetCapturedStderr();
+  r.weights = weights(model);
+  r.nodes = trainer.cuda_graph_nodes();
+  return r;
+}
+
+TEST(CudaGraphGpu, AStepThatKeepsWhatItAllocatedRunsOnceThenEagerly) {
+  STOKER_REQUIRE_GPU();
+  const KeptRun eager = train_keeping(false);
+  const KeptRun graph = train_keeping(true);
+  EXPECT_EQ(graph.weights, eager.weights) << "the graph-then-eager run trained differently";
+  EXPECT_NE(eager.weights, KeptRun{}.weights);
+  EXPECT_EQ(graph.nodes, 0u) << "the graph was kept although it cannot replay";
+  for (const char* part : {"TrainerOptions::cuda_graph", "1 tensor (", "alive after it ends",
+                           "cannot be replayed", "goes on without the graph"})
+    EXPECT_NE(graph.err.find(part), std::string::npos) << part << " not in: " << graph.err;
+  EXPECT_EQ(graph.err.find("freeing device memory failed"), std::string::npos) << graph.err;
+  EXPECT_EQ(eager.err, "");
 }
 
 }  // namespace

@@ -14,7 +14,11 @@
 // f16/bf16; the CPU always) and hands them to `bn` (BatchNorm2d::set_batch_sums), which then
 // skips its own statistics pass. Where no fused engine exists the forward is the plain one and
 // `bn` sums as usual. Needs bias = false (the sums would miss the bias) and `bn` directly after
-// this convolution; nullptr turns it off.
+// this convolution; nullptr turns it off. Experimental, used by no model: on an H100 the
+// ResNet-50 bf16 step was 15 % slower with it (cuDNN's fused engines are slower than its plain
+// convolutions there), the fused statistics are not deterministic from run to run, and a
+// ResNet-18 trained with it drifted from the plain model more than those statistics' rounding
+// explains (docs/benchmarks.md); the op-level tests match the plain path.
 //
 // Work runs on the current stream of the module's device through ops::conv2d_* (cuDNN on the
 // GPU). Not thread-safe.

@@ -394,6 +394,7 @@ class Trainer {
   std::unique_ptr<StepGraph> graph_;         // TrainerOptions::cuda_graph, from the first capture
   bool capturing_ = false;                   // inside the graph's capture: no phase marks
   int graph_warm_steps_ = 0;                 // eager steps run before the first capture
+  bool graph_eager_ = false;  // a captured step kept what it allocated: not replayable, eager
   // TrainerOptions::cuda_graph: runs one optimizer step on `batches` (`micro` of k
   // micro-batches) as the graph when it can, else eagerly; returns false when it ran eagerly.
   bool graph_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm);
