@@ -64,7 +64,8 @@ void StepGraph::capture_and_run(std::span<const data::Batch> batches, float lr, 
   // launch with a bare "invalid argument"): such a graph is not replayed.
   graph_.launch(stream);
   if (graph_.held_blocks() > 0) {
-    held_ = core::detail::str(graph_.held_blocks(), graph_.held_blocks() == 1 ? " tensor (" : " tensors (",
+    const int64_t n = graph_.held_blocks();
+    held_ = core::detail::str(n, n == 1 ? " tensor (" : " tensors (",
                               core::format_bytes(static_cast<size_t>(graph_.held_bytes())), ")");
   }
 }

@@ -95,7 +95,8 @@ TEST(ConvBatchStatistics, ABlockFedByItsConvolutionsTrainsLikeThePlainOne) {
     // Evaluation: the running statistics, no sums computed.
     fed->set_training(false);
     plain->set_training(false);
-    const Tensor x = random_tensor(ops::shape4({.n = 2, .c = 4, .h = 8, .w = 8}, l), DType::f32, 50);
+    const Tensor x =
+        random_tensor(ops::shape4({.n = 2, .c = 4, .h = 8, .w = 8}, l), DType::f32, 50);
     Tensor ye;
     const auto seen = ops_run([&] { ye = fed->forward(x); });
     EXPECT_EQ(seen.count("conv2d_forward_stats"), 0u) << what;
