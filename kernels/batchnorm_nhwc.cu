@@ -468,8 +468,8 @@ unsigned channel_grid(int64_t c) {
 // pass.
 void forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
                    const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                   const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma,
-                   const Tensor& beta, const BatchNormParams& p, const Tensor& residual) {
+                   const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma, const Tensor& beta,
+                   const BatchNormParams& p, const Tensor& residual) {
   const Device d = x.device();
   const Extent e = extent_of(x);
   if (e.m == 0 || e.c == 0) return;

@@ -6,7 +6,8 @@
 // graph was captured on (each step's batch is copied into them first), the learning rate and
 // the step number from two device scalars written before the launch (the optimizer and the
 // loss monitor read them there). Everything the captured step allocates must be freed inside it
-// for it to be launched again (a step that keeps some is run once and then eagerly); memory it allocates stays reserved by the graph between launches.
+// for it to be launched again (a step that keeps some is run once and then eagerly); memory it
+// allocates stays reserved by the graph between launches.
 #pragma once
 
 #include <functional>

@@ -116,9 +116,9 @@ TEST(ConvBatchStatistics, MisuseIsRefusedNamingTheFix) {
   conv.feed_batch_statistics(&bn);
   const Tensor x = random_tensor({2, 3, 5, 5}, DType::f32, 60);
   const Tensor between = relu.forward(conv.forward(x));
-  EXPECT_TRUE(throws_error_with([&] { bn.forward(between); },
-                                {"not the tensor its batch sums were computed over",
-                                 "feed_batch_statistics"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] { bn.forward(between); },
+      {"not the tensor its batch sums were computed over", "feed_batch_statistics"}));
   // Turned off again: the plain path.
   conv.feed_batch_statistics(nullptr);
   EXPECT_NO_THROW(bn.forward(relu.forward(conv.forward(x))));

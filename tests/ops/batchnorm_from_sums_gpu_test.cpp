@@ -64,8 +64,8 @@ TEST(BatchNormFromSumsGpu, MatchesTheCpuAndThePlainForward) {
   for (const DType dt : {DType::f32, DType::bf16, DType::f16})
     for (const bool relu : {false, true})
       for (const bool res : {false, true}) {
-        const std::string what = describe_bn_case(l, d, dt, 0) + (relu ? " relu" : "") +
-                                 (res ? " residual" : "");
+        const std::string what =
+            describe_bn_case(l, d, dt, 0) + (relu ? " relu" : "") + (res ? " residual" : "");
         const BnInputs in = make_bn_inputs(d, l, dt, 70);
         const Tensor r = res ? random_tensor(shape4(d, l), dt, 77) : Tensor();
         Tensor s, q;
@@ -83,9 +83,9 @@ TEST(BatchNormFromSumsGpu, NchwIsRefused) {
   const Dims4 d{.n = 2, .c = 4, .h = 3, .w = 3};
   const BnInputs in = make_bn_inputs(d, Layout::nchw, DType::f32, 80);
   const Tensor s = Tensor::zeros({d.c}, DType::f32), q = Tensor::zeros({d.c}, DType::f32);
-  EXPECT_TRUE(throws_error_with(
-      [&] { forward(in.x, in, Tensor(), Layout::nchw, false, s, q, kGpu); },
-      {"batchnorm_forward_train_from_sums", "NCHW", "Layout::nhwc"}));
+  EXPECT_TRUE(
+      throws_error_with([&] { forward(in.x, in, Tensor(), Layout::nchw, false, s, q, kGpu); },
+                        {"batchnorm_forward_train_from_sums", "NCHW", "Layout::nhwc"}));
 }
 
 // ResNet-50 shapes: where cuDNN fuses the statistics into the convolution, those sums feed the

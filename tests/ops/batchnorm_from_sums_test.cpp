@@ -43,8 +43,8 @@ TEST(BatchNormFromSums, GivesThePlainForwardsStatisticsAndOutput) {
     for (const DType dt : {DType::f32, DType::bf16})
       for (const bool relu : {false, true})
         for (const bool res : {false, true}) {
-          const std::string what = describe_bn_case(l, d, dt, 0) + (relu ? " relu" : "") +
-                                   (res ? " residual" : "");
+          const std::string what =
+              describe_bn_case(l, d, dt, 0) + (relu ? " relu" : "") + (res ? " residual" : "");
           const BnInputs in = make_bn_inputs(d, l, dt, 40);
           const Tensor r = res ? random_tensor(shape4(d, l), dt, 47) : Tensor();
           Tensor sum, sum_sq;
@@ -96,9 +96,9 @@ TEST(BatchNormFromSums, SumsOfTheWrongShapeOrDtypeAreRefusedNamingThem) {
   const Tensor short_sum = Tensor::zeros({2}, DType::f32);
   const Tensor half_sq = Tensor::zeros({3}, DType::bf16);
   EXPECT_TRUE(throws_error_with([&] { forward(in, Tensor(), d, l, false, short_sum, sum_sq); },
-                          {"batchnorm_forward_train_from_sums", "sum"}));
+                                {"batchnorm_forward_train_from_sums", "sum"}));
   EXPECT_TRUE(throws_error_with([&] { forward(in, Tensor(), d, l, false, sum, half_sq); },
-                          {"batchnorm_forward_train_from_sums", "sum_sq"}));
+                                {"batchnorm_forward_train_from_sums", "sum_sq"}));
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ inline void channel_sums(const Tensor& x, ops::Layout l, Tensor& sum, Tensor& su
       for (int64_t h = 0; h < d.h; ++h)
         for (int64_t w = 0; w < d.w; ++w) {
           const int64_t i = l == ops::Layout::nchw ? ((n * d.c + c) * d.h + h) * d.w + w
-                                              : ((n * d.h + h) * d.w + w) * d.c + c;
+                                                   : ((n * d.h + h) * d.w + w) * d.c + c;
           const double e = v[static_cast<size_t>(i)];
           s[static_cast<size_t>(c)] += e;
           q[static_cast<size_t>(c)] += e * e;

@@ -82,8 +82,8 @@ class BatchNorm2d : public Module {
   Tensor y_;                    // with the fused ReLU: the output, the mask source
   bool saved_training_ = true;  // mode of the forward that x_ belongs to
   bool residual_tail_ = false;
-  Tensor residual_;   // set_residual's r, until the next forward consumes it
-  Tensor dresidual_;  // the last backward's gradient of r, until taken
+  Tensor residual_;                // set_residual's r, until the next forward consumes it
+  Tensor dresidual_;               // the last backward's gradient of r, until taken
   Tensor sums_of_, sum_, sum_sq_;  // set_batch_sums's, until the next forward consumes them
 };
 

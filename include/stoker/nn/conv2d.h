@@ -75,8 +75,8 @@ class Conv2d : public Module {
   bool input_grad_ = true;
   ops::Conv2dParams params_;
   Parameter weight_, bias_;
-  Tensor x_;          // saved input
-  Tensor w_compute_;  // the filter the forward used (KRSC and/or x's dtype), for dx
+  Tensor x_;                          // saved input
+  Tensor w_compute_;                  // the filter the forward used (KRSC and/or x's dtype), for dx
   BatchNorm2d* stats_for_ = nullptr;  // feed_batch_statistics's
 };
 

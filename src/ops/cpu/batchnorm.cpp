@@ -60,11 +60,10 @@ const T* opt_in(const Tensor& t) {
 // The training forward of channel c once its batch mean and biased variance are known: the
 // saved and running statistics, then y.
 template <typename T>
-void normalize_channel(int64_t c, double mean, double var, double m, const Dims4& d,
-                       const T* in, const T* res, T* out, const Tensor& save_mean,
-                       const Tensor& save_invstd, const Tensor& running_mean,
-                       const Tensor& running_var, const Tensor& gamma, const Tensor& beta,
-                       const BatchNormParams& p) {
+void normalize_channel(int64_t c, double mean, double var, double m, const Dims4& d, const T* in,
+                       const T* res, T* out, const Tensor& save_mean, const Tensor& save_invstd,
+                       const Tensor& running_mean, const Tensor& running_var, const Tensor& gamma,
+                       const Tensor& beta, const BatchNormParams& p) {
   const double invstd = 1.0 / std::sqrt(var + static_cast<double>(p.eps));
   mf(save_mean)[c] = static_cast<float>(mean);
   mf(save_invstd)[c] = static_cast<float>(invstd);
@@ -77,9 +76,8 @@ void normalize_channel(int64_t c, double mean, double var, double m, const Dims4
   }
   const double scale = invstd * cf(gamma)[c];
   const double shift = cf(beta)[c] - mean * scale;
-  for_channel(d, p.layout, c, [&](int64_t i) {
-    out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu, res, i);
-  });
+  for_channel(d, p.layout, c,
+              [&](int64_t i) { out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu, res, i); });
 }
 
 }  // namespace
@@ -122,9 +120,9 @@ void batchnorm_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
     tbb::parallel_for(int64_t{0}, d.c, [&](int64_t c) {
       const double mean = cf(sum)[c] / m;
       const double var = std::max(cf(sum_sq)[c] / m - mean * mean, 0.0);
-      normalize_channel<T>(c, mean, var, m, d, static_cast<const T*>(x.data()),
-                           opt_in<T>(residual), static_cast<T*>(y.data()), save_mean, save_invstd,
-                           running_mean, running_var, gamma, beta, p);
+      normalize_channel<T>(c, mean, var, m, d, static_cast<const T*>(x.data()), opt_in<T>(residual),
+                           static_cast<T*>(y.data()), save_mean, save_invstd, running_mean,
+                           running_var, gamma, beta, p);
     });
   });
 }
