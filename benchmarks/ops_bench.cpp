@@ -7,7 +7,9 @@
 // reaches ~4.2 TB/s (docs/benchmarks.md). Times come from CUDA events around 10 back-to-back
 // calls after warm-up (manual time, per call). Each benchmark checks a slice of what it timed
 // against the CPU reference and fails loudly on a mismatch. BM_AdamWStateFormat/state:0|1|2 is
-// the AdamW update of the MLP's weights with f32 / bf16 / 8-bit moments.
+// the AdamW update of the MLP's weights with f32 / bf16 / 8-bit moments. BM_MaxPoolBackward and
+// BM_ResNetStemConv are ResNet-50's stem: its max pool backward (bytes/s) and its 7x7 convolution
+// with 3 input channels as they are or padded to 4 / 8 (useful FLOP/s).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -310,8 +312,65 @@ void BM_AdamWStateFormat(benchmark::State& state) {
   check(state, ok ? 0.0 : 2.0);
 }
 
+// ResNet-50's stem max pool backward: x [256, 112, 112, 64] bf16 NHWC, 3x3 stride 2 pad 1. Bytes:
+// x and dy read once, dx written once (the kernel's argmax bytes not counted). Checked against
+// the CPU on the first image (the NHWC kernel gives the CPU's bits).
+void BM_MaxPoolBackward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0);
+  const ops::Pool2dParams p{
+      .kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .layout = ops::Layout::nhwc};
+  const Tensor x = random_tensor({256, 112, 112, 64}, DType::bf16, gpu, 41);
+  const Tensor y = Tensor::empty(ops::pool2d_output_shape(x.shape(), p), DType::bf16, gpu);
+  const Tensor dy = random_tensor(y.shape(), DType::bf16, gpu, 42);
+  const Tensor dx = Tensor::empty(x.shape(), DType::bf16, gpu);
+  ops::maxpool2d_forward(y, x, p);
+  time_calls(state, double(x.nbytes() + dy.nbytes() + dx.nbytes()),
+             [&] { ops::maxpool2d_backward(dx, dy, x, y, p); });
+  const auto first = [](const Tensor& t) { return t.slice(0, 1).to(Device::cpu()); };
+  const Tensor xc = first(x), yc = first(y), dyc = first(dy);
+  const Tensor want = Tensor::empty(xc.shape(), DType::bf16);
+  ops::maxpool2d_backward(want, dyc, xc, yc, p);
+  const Tensor got = first(dx);
+  check(state, std::memcmp(got.data(), want.data(), want.nbytes()) == 0 ? 0.0 : 2.0);
+}
+
+// ResNet-50's stem convolution, x [256, 224, 224, Cin] bf16 NHWC, 64 filters 7x7 stride 2 pad 3,
+// forward (pass 0) and filter gradient (pass 1), with the 3 input channels as they are (cin:3)
+// or zero-padded to 4 or 8 (what a padded stem would run). The FLOP/s counter counts the
+// 3-channel problem's FLOPs in every case: the useful rate.
+void BM_ResNetStemConv(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0);
+  const int64_t cin = state.range(0);
+  const bool filter = state.range(1) == 1;
+  const ops::Conv2dParams p{.stride = {2, 2}, .padding = {3, 3}, .layout = ops::Layout::nhwc};
+  const Tensor x = random_tensor({256, 224, 224, cin}, DType::bf16, gpu, 43);
+  const Tensor w = random_tensor({64, 7, 7, cin}, DType::bf16, gpu, 44, 0.05f);
+  const Tensor y =
+      Tensor::empty(ops::conv2d_output_shape(x.shape(), w.shape(), p), DType::bf16, gpu);
+  const Tensor dy = random_tensor(y.shape(), DType::bf16, gpu, 45);
+  const Tensor dw = Tensor::empty(w.shape(), DType::bf16, gpu);
+  const double flops = 2.0 * 256 * 112 * 112 * 64 * 3 * 7 * 7;
+  time_calls(state, 0.0, [&] {
+    if (filter) {
+      ops::conv2d_backward_filter(dw, dy, x, p);
+    } else {
+      ops::conv2d_forward(y, x, w, p);
+    }
+  });
+  state.counters["FLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
+                                                benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
+BENCHMARK(BM_MaxPoolBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ResNetStemConv)
+    ->ArgNames({"cin", "pass"})
+    ->ArgsProduct({{3, 4, 8}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GeluForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GeluBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CrossEntropyForward)->UseManualTime()->Unit(benchmark::kMicrosecond);

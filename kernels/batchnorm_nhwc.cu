@@ -22,7 +22,7 @@
 //  2. finalize, one thread per channel: Chan's formula in fp64 over the slabs in index order
 //     (a slab's count is known from the shape), then save_mean, save_invstd = 1 / sqrt(var + eps)
 //     with the biased var, running stats with the unbiased var * M / (M - 1), and
-//     scale = invstd * gamma.
+//     scale = invstd * gamma from the f32 invstd as saved (bn_scale; the backward recomputes it).
 //  3. normalize: y = (x - mean) * scale + beta (the centred form: no cancellation when |mean| is
 //     large against the spread).
 // Backward (xhat = (x - mean) * invstd from the saved statistics):
@@ -33,20 +33,25 @@
 // dx may alias dy (or the fused ReLU's y) and the forward's y may alias x exactly: pass 1 reads
 // everything before pass 3 writes, and pass 3 reads each element before writing it.
 //
-// Fused ReLU (BatchNormParams::relu, the Relu template flag): forward pass 3 writes
-// relu((x - mean) * scale + beta); backward passes 1 and 3 also read the forward's output y and
-// use dz = dy * (y > 0) (nn_math.h's relu_grad, NaN counts as positive) wherever the plain
-// kernels use dy — dz is never stored. Activation-sized traffic, forward: 2 reads + 1 write
+// Fused ReLU (BatchNormParams::relu; the Relu template flag of the forward, Mask of the
+// backward): forward pass 3 writes relu((x - mean) * scale + beta); backward passes 1 and 3 use
+// dz = dy * (y > 0) (nn_math.h's relu_grad, NaN counts as positive) wherever the plain kernels
+// use dy — dz is never stored. Given beta (and no residual) the backward does not read y
+// (Mask::x): it rebuilds y from the x it reads anyway, as pass 3 computed it. That is bit-exact:
+// the same save_mean, the same scale (bn_scale of the saved f32 invstd and gamma: why the
+// finalizes derive scale from the ROUNDED invstd), the same explicit fmaf, ReLU and rounding to
+// T. Without beta it reads y (Mask::y). Activation-sized traffic, forward: 2 reads + 1 write
 // (x twice, y) against 3 reads + 2 writes for the BN kernels then a ReLU kernel; backward:
-// 6 reads + 1 write ((dy, y, x) twice, dx) against 6 reads + 2 writes for relu_backward (dy, y ->
-// dz) then the BN backward (dz, x twice, dx) — and no dz buffer.
+// 4 reads + 1 write ((dy, x) twice, dx; 6 + 1 reading y) against 6 reads + 2 writes for
+// relu_backward (dy, y -> dz) then the BN backward (dz, x twice, dx) — and no dz buffer.
 //
 // Residual tail (the `residual` / `dresidual` arguments, the Res template flag): forward pass 3
 // reads r too and writes act(round(bn(x)) + r) — bn(x) rounded to T first, the sum rounded once,
 // as the BN kernel then the add kernel would (3 reads + 1 write against 5 + 3 for BN, add, ReLU);
-// backward pass 1 also writes dz = dy * (y > 0) into dresidual, and pass 3 reads that dz in place
-// of (dy, y): 5 reads + 2 writes against 6 + 2 for relu_backward then the BN backward. dz is
-// dy or 0, exact in T, so pass 3 sees the very values pass 1 summed. dresidual may alias dy.
+// backward pass 1 also writes dz = dy * (y > 0) into dresidual (y is read: it depends on r), and
+// pass 3 reads that dz in place of (dy, y): 5 reads + 2 writes against 6 + 2 for relu_backward
+// then the BN backward. dz is dy or 0, exact in T, so pass 3 sees the very values pass 1 summed.
+// dresidual may alias dy.
 //
 // Determinism: the slab count depends only on (M, C, V) and every fold runs in a fixed order, no
 // atomics; so the same inputs (with the same pointer alignment, which picks V) give the same bits
@@ -65,7 +70,10 @@ namespace {
 
 constexpr int kBnThreads = 256;
 constexpr int64_t kTargetBlocks = 2048;  // blocks per pass: ~15 per SM on a 132-SM H200
-constexpr int64_t kMinSlabRows = 64;     // rows per slab at least
+// Rows per slab at least: 8 rows a thread (kTy = 32 row lanes for 16-byte packs). With 2 (the
+// old 64), the small tensors of ResNet-50's later stages ran their statistics pass at 0.6-0.8
+// TB/s on an H100 (Nsight Compute): too little work per block for its fixed merge.
+constexpr int64_t kMinSlabRows = 256;
 
 // Threads along C and rows for a V-wide Pack: a tile of 64 channels (32 for the scalar path).
 template <int V>
@@ -201,6 +209,13 @@ __device__ STOKER_FORCEINLINE Moments merge(const Moments& a, const Moments& b) 
 
 constexpr int kChannelsPerFinalizeBlock = kBlockSize / 32;  // one warp per channel
 
+// The normalize pass's scale = invstd * gamma, from the f32 invstd that save_invstd keeps (not
+// the fp64 one it was rounded from): the backward rebuilds the fused ReLU's output from x with
+// it, so it must be the very value the forward used, recomputed from what was saved.
+__device__ STOKER_FORCEINLINE float bn_scale(float invstd, float gamma) {
+  return static_cast<float>(static_cast<double>(invstd) * static_cast<double>(gamma));
+}
+
 // One warp per channel: lane l merges slabs l, l + 32, ... in order (fp64), then a fixed
 // shuffle tree folds the lanes into lane 0, which writes the saved and running statistics and
 // scale = invstd * gamma.
@@ -231,10 +246,10 @@ __global__ void __launch_bounds__(kBlockSize)
   if (lane != 0) return;
   const double md = static_cast<double>(m);
   const double var = a.m2 / md;
-  const double invstd = 1.0 / sqrt(var + static_cast<double>(eps));
+  const float is = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
   save_mean[c] = static_cast<float>(a.mean);
-  save_invstd[c] = static_cast<float>(invstd);
-  scale[c] = static_cast<float>(invstd * static_cast<double>(gamma[c]));
+  save_invstd[c] = is;
+  scale[c] = bn_scale(is, gamma[c]);
   if (running_mean != nullptr) {
     const double mo = momentum;
     running_mean[c] = static_cast<float>((1.0 - mo) * running_mean[c] + mo * a.mean);
@@ -255,10 +270,10 @@ __global__ void __launch_bounds__(kBlockSize)
   const double md = static_cast<double>(m);
   const double mean = static_cast<double>(sum[c]) / md;
   const double var = fmax(static_cast<double>(sum_sq[c]) / md - mean * mean, 0.0);
-  const double invstd = 1.0 / sqrt(var + static_cast<double>(eps));
+  const float is = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
   save_mean[c] = static_cast<float>(mean);
-  save_invstd[c] = static_cast<float>(invstd);
-  scale[c] = static_cast<float>(invstd * static_cast<double>(gamma[c]));
+  save_invstd[c] = is;
+  scale[c] = bn_scale(is, gamma[c]);
   if (running_mean != nullptr) {
     const double mo = momentum;
     running_mean[c] = static_cast<float>((1.0 - mo) * running_mean[c] + mo * mean);
@@ -303,26 +318,62 @@ __global__ void __launch_bounds__(kBnThreads)
 
 // ---- backward ----
 
-// partial_dy / partial_dyx: [slabs, C] sums of dy and dy * xhat.
-// With Relu, dy is masked by the forward's output y: dz = dy * (y > 0).
-template <int V, bool Relu, typename T>
+// Where the fused ReLU's mask y > 0 comes from: no ReLU; the forward's output y; or y rebuilt
+// from x (no residual tail: y = relu(bn(x)) depends on x alone).
+enum class Mask { none, y, x };
+
+// The normalize pass's scale and shift of channels [c, c + V) (Mask::x only; zeros otherwise).
+template <int V>
+struct Affine {
+  float sc[V], sh[V];
+};
+
+template <int V, Mask M>
+__device__ STOKER_FORCEINLINE Affine<V> load_affine(const float* invstd, const float* gamma,
+                                                    const float* beta, int64_t c) {
+  Affine<V> a{};
+  if constexpr (M == Mask::x) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      a.sc[k] = bn_scale(__ldg(invstd + c + k), __ldg(gamma + c + k));
+      a.sh[k] = __ldg(beta + c + k);
+    }
+  }
+  return a;
+}
+
+// The gradient with respect to bn(x) at channels [c, c + V) of a row, given that row's x values
+// v and the channels' save_mean mu: dy, or with a mask dz = dy * (y > 0). Mask::x recomputes y
+// as bn_normalize_kernel stored it: the same save_mean, the same scale (bn_scale of the saved
+// invstd), the same explicit fmaf, the ReLU and the rounding to T — so the same bits as y.
+template <int V, Mask M, typename T>
 __device__ STOKER_FORCEINLINE void load_grad(float (&g)[V], const T* dy_row, const T* y_row,
-                                             int64_t c) {
+                                             const float (&v)[V], const float (&mu)[V],
+                                             const Affine<V>& a, int64_t c) {
   load_channels<V>(g, dy_row, c);
-  if constexpr (Relu) {
+  if constexpr (M != Mask::none) {
     float o[V];
-    load_channels<V>(o, y_row, c);
+    if constexpr (M == Mask::y) {
+      load_channels<V>(o, y_row, c);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+        o[k] = to_float(from_float<T>(detail::relu(fmaf(v[k] - mu[k], a.sc[k], a.sh[k]))));
+    }
 #pragma unroll
     for (int k = 0; k < V; ++k) g[k] = detail::relu_grad(g[k], o[k]);
   }
 }
 
-// With Res, dz (the masked dy) is also stored into dres.
-template <int V, bool Relu, bool Res, typename T>
+// partial_dy / partial_dyx: [slabs, C] sums of dz and dz * xhat (dz: dy, masked with a ReLU).
+// With Res, dz is also stored into dres.
+template <int V, Mask M, bool Res, typename T>
 __global__ void __launch_bounds__(kBnThreads)
     bn_grad_sums_kernel(const T* dy, const T* y, const T* x, T* dres, int64_t m, int64_t channels,
                         int64_t slab_rows, const float* mean, const float* invstd,
-                        float* partial_dy, float* partial_dyx) {
+                        const float* gamma, const float* beta, float* partial_dy,
+                        float* partial_dyx) {
+  static_assert(M != Mask::x || !Res, "with the residual tail y depends on r too");
   using G = Geometry<V>;
   __shared__ float s_dy[G::kTy][G::kTile];
   __shared__ float s_dyx[G::kTy][G::kTile];
@@ -341,11 +392,12 @@ __global__ void __launch_bounds__(kBnThreads)
       mu[k] = __ldg(mean + c + k);
       is[k] = __ldg(invstd + c + k);
     }
+    const Affine<V> af = load_affine<V, M>(invstd, gamma, beta, c);
 #pragma unroll 4
     for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
       float g[V], v[V];
-      load_grad<V, Relu>(g, dy + r * channels, y + r * channels, c);
-      load_channels<V>(v, x + r * channels, c);
+      load_channels<V>(v, x + r * channels, c);  // first: Mask::x masks dy with it
+      load_grad<V, M>(g, dy + r * channels, y + r * channels, v, mu, af, c);
       if constexpr (Res) store_channels<V>(dres + r * channels, c, g);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
@@ -401,10 +453,11 @@ __global__ void __launch_bounds__(kBlockSize)
   coef[2 * channels + c] = static_cast<float>(b / md);
 }
 
-template <int V, bool Relu, typename T>
+template <int V, Mask M, typename T>
 __global__ void __launch_bounds__(kBnThreads)
     bn_dx_kernel(T* dx, const T* dy, const T* y, const T* x, int64_t m, int64_t channels,
-                 int64_t slab_rows, const float* mean, const float* invstd, const float* coef) {
+                 int64_t slab_rows, const float* mean, const float* invstd, const float* gamma,
+                 const float* beta, const float* coef) {
   using G = Geometry<V>;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * slab_rows;
@@ -420,11 +473,12 @@ __global__ void __launch_bounds__(kBnThreads)
     ka[k] = __ldg(coef + channels + c + k);
     kb[k] = __ldg(coef + 2 * channels + c + k);
   }
+  const Affine<V> af = load_affine<V, M>(invstd, gamma, beta, c);
 #pragma unroll 4
   for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
     float g[V], v[V];
-    load_grad<V, Relu>(g, dy + r * channels, y + r * channels, c);
-    load_channels<V>(v, x + r * channels, c);
+    load_channels<V>(v, x + r * channels, c);  // first: Mask::x masks dy with it
+    load_grad<V, M>(g, dy + r * channels, y + r * channels, v, mu, af, c);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const float xhat = (v[k] - mu[k]) * is[k];
@@ -545,7 +599,8 @@ void batchnorm_nhwc_forward_train_from_sums(const Tensor& y, const Tensor& save_
 void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                              const Tensor& dy, const Tensor& x, const Tensor& gamma,
                              const Tensor& save_mean, const Tensor& save_invstd,
-                             const BatchNormParams& p, const Tensor& y, const Tensor& dresidual) {
+                             const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
+                             const Tensor& beta) {
   const Device d = x.device();
   const Extent e = extent_of(x);
   if (e.m == 0 || e.c == 0) return;
@@ -555,9 +610,13 @@ void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tenso
     const T* px = static_cast<const T*>(x.data());
     const T* pdy = static_cast<const T*>(dy.data());
     T* pdx = static_cast<T*>(dx.data());
-    // The fused ReLU's mask source; without it the kernels never touch py (x stands in).
-    const T* py = p.relu ? static_cast<const T*>(y.data()) : px;
     const bool res = dresidual.defined();
+    // The fused ReLU's mask: rebuilt from x given beta (no residual: y depends on x alone), else
+    // read from y. Where y is not read the kernels never touch py (x stands in), so y takes no
+    // part in the choice of the vector width either.
+    const Mask mask = !p.relu ? Mask::none : (!res && beta.defined() ? Mask::x : Mask::y);
+    const T* py = mask == Mask::y ? static_cast<const T*>(y.data()) : px;
+    const float* pbeta = mask == Mask::x ? cf(beta) : nullptr;
     // The residual's gradient dz; without it the kernels never touch pdr (dx stands in).
     T* pdr = res ? static_cast<T*>(dresidual.data()) : pdx;
     visit_width<T>(e.c, {px, pdy, pdx, py, pdr}, [&](auto width) {
@@ -573,20 +632,23 @@ void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tenso
       float* coef = pb + s.count * e.c;
       const dim3 grid(static_cast<unsigned>(s.count), static_cast<unsigned>(tiles));
       const dim3 block(G::kTx, G::kTy);
-      const auto sums = p.relu ? (res ? bn_grad_sums_kernel<V, true, true, T>
-                                      : bn_grad_sums_kernel<V, true, false, T>)
-                               : (res ? bn_grad_sums_kernel<V, false, true, T>
-                                      : bn_grad_sums_kernel<V, false, false, T>);
+      const auto sums = mask == Mask::x   ? bn_grad_sums_kernel<V, Mask::x, false, T>
+                        : mask == Mask::y ? (res ? bn_grad_sums_kernel<V, Mask::y, true, T>
+                                                 : bn_grad_sums_kernel<V, Mask::y, false, T>)
+                                          : (res ? bn_grad_sums_kernel<V, Mask::none, true, T>
+                                                 : bn_grad_sums_kernel<V, Mask::none, false, T>);
       sums<<<grid, block, 0, stream>>>(pdy, py, px, pdr, e.m, e.c, s.rows, cf(save_mean),
-                                       cf(save_invstd), pa, pb);
+                                       cf(save_invstd), cf(gamma), pbeta, pa, pb);
       STOKER_CUDA_CHECK(cudaGetLastError());
       bn_grad_finalize_kernel<<<channel_grid(e.c), kBlockSize, 0, stream>>>(
           pa, pb, s.count, e.m, e.c, cf(gamma), cf(save_invstd), mf(dgamma), mf(dbeta), coef);
       STOKER_CUDA_CHECK(cudaGetLastError());
       // With the residual, the dx pass reads the stored dz instead of masking dy again.
-      const auto dx_pass = p.relu && !res ? bn_dx_kernel<V, true, T> : bn_dx_kernel<V, false, T>;
+      const auto dx_pass = res || mask == Mask::none ? bn_dx_kernel<V, Mask::none, T>
+                           : mask == Mask::x         ? bn_dx_kernel<V, Mask::x, T>
+                                                     : bn_dx_kernel<V, Mask::y, T>;
       dx_pass<<<grid, block, 0, stream>>>(pdx, res ? pdr : pdy, py, px, e.m, e.c, s.rows,
-                                          cf(save_mean), cf(save_invstd), coef);
+                                          cf(save_mean), cf(save_invstd), cf(gamma), pbeta, coef);
       STOKER_CUDA_CHECK(cudaGetLastError());
     });
   });

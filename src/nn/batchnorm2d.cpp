@@ -5,8 +5,9 @@
 //   dx     = dy * s               = batchnorm_forward_eval(dy) with mean 0 and beta 0
 //   dbeta += sum dy               = channel_bias_grad(dy)
 //   dgamma += sum dy * xhat       with xhat = batchnorm_forward_eval(x) with gamma 1, beta 0
-// With the fused ReLU the training backward passes the saved output to the op (which masks dy
-// inside its passes); the evaluation backward first applies relu_backward (the rare path).
+// With the fused ReLU the training backward passes the saved output and beta to the op (which
+// masks dy inside its passes; the NHWC kernels rebuild the mask from x and beta rather than
+// read y); the evaluation backward first applies relu_backward (the rare path).
 // The residual tail passes r to the forward op and a dresidual buffer to the backward op; the
 // evaluation backward computes dz into that buffer (relu_backward, or a copy of dy) and goes on
 // from dz as above.
@@ -153,8 +154,9 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
         weight_.requires_grad ? weight_.grad() : Tensor::zeros({channels_}, DType::f32, device_);
     const Tensor dbeta =
         bias_.requires_grad ? bias_.grad() : Tensor::zeros({channels_}, DType::f32, device_);
+    // beta lets the NHWC kernels rebuild the ReLU's mask from x instead of reading y.
     ops::batchnorm_backward(dx, dgamma, dbeta, dy, x_, weight_.value(), save_mean_, save_invstd_,
-                            params_, y_, dr);
+                            params_, y_, dr, bias_.value());
   } else {
     // The fixed affine map's backward, of the gradient before the ReLU.
     ops::BatchNormParams plain = params_;

@@ -89,7 +89,7 @@ STOKER_OPS_BACKEND_DECLS
   void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,                   \
                             const Conv2dParams& p, bool accumulate);                               \
   void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,                 \
-                              const Conv2dParams& p);                                              \
+                              const Conv2dParams& p, bool accumulate);                             \
   void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_sq,              \
                             const Tensor& x, const Tensor& w, const Conv2dParams& p);              \
   std::string conv2d_forward_stats_unsupported(const Tensor& x, const Tensor& w,                   \
@@ -107,10 +107,10 @@ STOKER_OPS_BACKEND_DECLS
                               const Tensor& beta, const Tensor& running_mean,                      \
                               const Tensor& running_var, const BatchNormParams& p,                 \
                               const Tensor& residual);                                             \
-  void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,             \
-                          const Tensor& dy, const Tensor& x, const Tensor& gamma,                  \
-                          const Tensor& save_mean, const Tensor& save_invstd,                      \
-                          const BatchNormParams& p, const Tensor& y, const Tensor& dresidual);     \
+  void batchnorm_backward(                                                                         \
+      const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta, const Tensor& dy,               \
+      const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,    \
+      const BatchNormParams& p, const Tensor& y, const Tensor& dresidual, const Tensor& beta);     \
   void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);                 \
   void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& y,    \
                           const Pool2dParams& p);                                                  \

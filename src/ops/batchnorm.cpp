@@ -128,7 +128,8 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual) {
+                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
+                        const Tensor& beta) {
   constexpr const char* op = "batchnorm_backward";
   check_x(op, x, p);
   check_like_x(op, "dy", dy, x, p.layout);
@@ -157,9 +158,13 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
                          {"save_mean", save_mean},
                          {"save_invstd", save_invstd}},
                         dims4(x.shape(), p.layout).c, x, p.layout);
+  // Optional: the forward's beta, from which a backend may rebuild the ReLU's mask.
+  if (beta.defined()) {
+    check_channel_vectors(op, {{"beta", beta}}, dims4(x.shape(), p.layout).c, x, p.layout);
+  }
   if (x.numel() == 0) return;
   STOKER_DISPATCH(x.device(), batchnorm_backward, dx, dgamma, dbeta, dy, x, gamma, save_mean,
-                  save_invstd, p, y, dresidual);
+                  save_invstd, p, y, dresidual, beta);
 }
 
 }  // namespace stoker::ops

@@ -148,7 +148,7 @@ void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_
 }
 
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
-                            const Conv2dParams& p) {
+                            const Conv2dParams& p, bool accumulate) {
   constexpr const char* op = "conv2d_backward_filter";
   detail::check_float_operands(op, "dw", dw, "dy", dy, "x", x);
   STOKER_CHECK(dw.dtype() == x.dtype() || dw.dtype() == DType::f32, "ops::", op, ": dw is ",
@@ -158,8 +158,11 @@ void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
   detail::check_shape(op, "dy", dy, shape4(out, p.layout),
                       core::detail::str("the forward output for x ", x.str(), " and a filter ",
                                         dw.shape(), ", ", describe(p)));
-  if (dy.numel() == 0) return;  // no images: nothing to add
-  STOKER_DISPATCH(dw.device(), conv2d_backward_filter, dw, dy, x, p);
+  if (dy.numel() == 0) {  // no images: nothing to add, a zero gradient to write
+    if (!accumulate) fill(dw, 0.0);
+    return;
+  }
+  STOKER_DISPATCH(dw.device(), conv2d_backward_filter, dw, dy, x, p, accumulate);
 }
 
 void add_channel_bias(const Tensor& y, const Tensor& bias, Layout layout) {

@@ -2,8 +2,9 @@
 // kernels (kernels/batchnorm_nhwc.cu, the ReLU inside their passes) against the CPU reference
 // within the tolerances of batchnorm_gpu_test.cpp, on ResNet-like, odd-channel and misaligned
 // shapes; against the unfused composition on the GPU (BN kernels then the ReLU kernels: the same
-// bits); reruns bit-identical; and the NCHW / evaluation paths (cuDNN then the ReLU kernel)
-// against the CPU.
+// bits); reruns bit-identical; the backward given beta (the mask rebuilt from x, y not read)
+// against the one that reads y (the same bits); and the NCHW / evaluation paths (cuDNN then the
+// ReLU kernel) against the CPU.
 #include <gtest/gtest.h>
 
 #include "ops/batchnorm_test_util.h"
@@ -118,6 +119,89 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormReluGpu,
                              // NCHW: cuDNN then the ReLU kernels.
                              Case{{3, 5, 13, 13}, DType::f32, Layout::nchw},
                              Case{{4, 16, 9, 9}, DType::bf16, Layout::nchw}));
+
+// Given beta, the NHWC backward rebuilds the ReLU's mask from x (kernels/batchnorm_nhwc.cu,
+// Mask::x) instead of reading y: dx, dgamma and dbeta are the bits of the backward that reads
+// the forward's y. Edge cases in the data: channel 0 holds a constant x and beta 0, so bn(x) is
+// exactly 0 (masked); channel 1 a constant x and beta 1e-9, positive in f32 and bf16 but 0 once
+// rounded to f16 (the mask must see y as stored); the last channel one NaN (NaN passes the mask).
+struct MaskCase {
+  Dims4 d;
+  DType dtype;
+  int64_t offset = 0;  // elements into their blocks for x and dy (1: the scalar path)
+};
+
+class BatchNormReluGpuMaskFromX : public ::testing::TestWithParam<MaskCase> {};
+
+TEST_P(BatchNormReluGpuMaskFromX, SameBitsAsReadingYWhichIsNotRead) {
+  STOKER_REQUIRE_GPU();
+  const MaskCase k = GetParam();
+  const Dims4& d = k.d;
+  const std::string what = describe_bn_case(Layout::nhwc, d, k.dtype, k.offset);
+  const ops::BatchNormParams p{.layout = Layout::nhwc, .relu = true};
+  const Shape shape = shape4(d, Layout::nhwc);
+  const int64_t n = shape.numel();
+  std::vector<float> xv = random_floats(static_cast<size_t>(n), 81, -2.0f, 3.0f);
+  std::vector<float> bv = random_floats(static_cast<size_t>(d.c), 82);
+  for (int64_t i = 0; i < n; i += d.c) {
+    xv[static_cast<size_t>(i)] = 0.75f;
+    xv[static_cast<size_t>(i + 1)] = -1.25f;
+  }
+  bv[0] = 0.0f;
+  bv[1] = 1e-9f;
+  xv[static_cast<size_t>(n / 2 / d.c * d.c + d.c - 1)] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = copy_at_offset(Tensor::from_floats(xv, shape, k.dtype), kGpu, k.offset);
+  const Tensor dy = copy_at_offset(random_tensor(shape, k.dtype, 83), kGpu, k.offset);
+  const Tensor gamma = random_tensor({d.c}, DType::f32, 84, 0.5f, 1.5f).to(kGpu);
+  const Tensor beta = Tensor::from_floats(bv, {d.c}).to(kGpu);
+  const Tensor dgamma0 = random_tensor({d.c}, DType::f32, 85).to(kGpu);
+  const Tensor dbeta0 = random_tensor({d.c}, DType::f32, 86).to(kGpu);
+  const Tensor y = poisoned(shape, k.dtype, kGpu);
+  const Tensor mean = poisoned({d.c}, DType::f32, kGpu);
+  const Tensor invstd = poisoned({d.c}, DType::f32, kGpu);
+  ops::batchnorm_forward_train(y, mean, invstd, Tensor(), Tensor(), x, gamma, beta, p);
+  EXPECT_TRUE(partly_zero(y)) << what << ": the ReLU";
+
+  struct Grads {
+    Tensor dx, dgamma, dbeta;
+  };
+  const auto backward = [&](const Tensor& y_arg, const Tensor& beta_arg) {
+    Grads g{poisoned(shape, k.dtype, kGpu), dgamma0.clone(), dbeta0.clone()};
+    ops::batchnorm_backward(g.dx, g.dgamma, g.dbeta, dy, x, gamma, mean, invstd, p, y_arg, Tensor(),
+                            beta_arg);
+    return g;
+  };
+  const auto expect_same = [&](const Grads& a, const Grads& b, const std::string& how) {
+    EXPECT_TRUE(bit_identical(a.dx, b.dx)) << what << ": dx " << how;
+    EXPECT_TRUE(bit_identical(a.dgamma, b.dgamma)) << what << ": dgamma " << how;
+    EXPECT_TRUE(bit_identical(a.dbeta, b.dbeta)) << what << ": dbeta " << how;
+  };
+  const Grads read_y = backward(y, Tensor());
+  expect_same(backward(y, beta), read_y, "with beta vs reading y");
+
+  // y is not read, and takes no part in the choice of the vector width: a y of zeros (every
+  // gradient masked, were it read) one element into its block (the scalar path, were its
+  // alignment looked at) gives the same bits.
+  const Tensor y_wrong = empty_at_offset(n, k.dtype, kGpu, 1).reshape(shape);
+  ops::fill(y_wrong, 0.0);
+  expect_same(backward(y_wrong, beta), read_y, "with beta and a wrong y");
+  // Not vacuous: the backward that reads that y gives other gradients.
+  EXPECT_FALSE(bit_identical(backward(y_wrong, Tensor()).dbeta, read_y.dbeta)) << what;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, BatchNormReluGpuMaskFromX,
+    ::testing::Values(
+        // 16-byte packs; M = N*H*W odd for f16 and f32.
+        MaskCase{{16, 64, 14, 14}, DType::bf16}, MaskCase{{5, 64, 7, 9}, DType::f16},
+        MaskCase{{3, 64, 5, 7}, DType::f32},
+        // Several channel tiles; C a multiple of the pack, not of the tile.
+        MaskCase{{8, 256, 7, 7}, DType::f16}, MaskCase{{2, 24, 15, 17}, DType::f32},
+        // C not a multiple of the pack: the scalar path.
+        MaskCase{{4, 12, 9, 11}, DType::bf16}, MaskCase{{3, 7, 13, 5}, DType::f16},
+        MaskCase{{5, 7, 9, 9}, DType::f32},
+        // Misaligned x and dy: the scalar path.
+        MaskCase{{4, 64, 11, 11}, DType::bf16, 1}, MaskCase{{3, 64, 7, 7}, DType::f16, 1}));
 
 // The evaluation forward (cuDNN, then the ReLU kernel in place) in both layouts.
 TEST(BatchNormReluGpuEval, MatchesCpu) {

@@ -2,7 +2,8 @@
 // composition it is defined as: batchnorm_forward_train / _eval then relu_forward, and
 // relu_backward then batchnorm_backward. Same bits for y, the saved and running statistics, dx,
 // dgamma and dbeta, in both layouts, f32 and bf16; the mask is shown to matter (the fused
-// backward differs from the plain one of the unmasked dy); aliasing; the argument checks.
+// backward differs from the plain one of the unmasked dy); aliasing; the backward's optional beta
+// (ignored here); the argument checks.
 #include <gtest/gtest.h>
 
 #include "ops/batchnorm_test_util.h"
@@ -85,6 +86,43 @@ TEST(BatchNormReluCpuAlias, DxOverDyOrY) {
     EXPECT_TRUE(bit_identical(y, f.dx));
     EXPECT_TRUE(bit_identical(db, f.dbeta));
   }
+}
+
+// The backward's optional beta (from which a backend may rebuild the mask) is accepted and
+// ignored on the CPU, which reads y: the same bits with it as without, with the fused ReLU and
+// without (nn::BatchNorm2d passes it either way).
+TEST(BatchNormReluCpuBeta, AcceptedAndIgnored) {
+  const Dims4 d{3, 5, 7, 7};
+  for (const Layout l : {Layout::nchw, Layout::nhwc}) {
+    for (const bool relu : {true, false}) {
+      const BnInputs in = make_bn_inputs(d, l, DType::bf16, 90);
+      const BnRun f = run_batchnorm(in, Tensor(), d, l, relu, /*fused=*/true);
+      const ops::BatchNormParams p{.layout = l, .relu = relu};
+      const Tensor dx = poisoned(shape4(d, l), DType::bf16);
+      const Tensor dg = in.dgamma.clone(), db = in.dbeta.clone();
+      ops::batchnorm_backward(dx, dg, db, in.dy, in.x, in.gamma, f.mean, f.invstd, p,
+                              relu ? f.y : Tensor(), Tensor(), in.beta);
+      const std::string what = core::detail::str(ops::layout_name(l), relu ? " relu" : "");
+      EXPECT_TRUE(bit_identical(dx, f.dx)) << what;
+      EXPECT_TRUE(bit_identical(dg, f.dgamma)) << what;
+      EXPECT_TRUE(bit_identical(db, f.dbeta)) << what;
+    }
+  }
+}
+
+TEST(BatchNormReluCpuErrors, BetaIsOneF32PerChannel) {
+  const Tensor x = random_tensor({2, 3, 4, 4}, DType::f32, 1);
+  const Tensor dx = Tensor::empty({2, 3, 4, 4}, DType::f32);
+  const Tensor c3 = random_tensor({3}, DType::f32, 2, 0.5f, 1.5f);
+  const ops::BatchNormParams relu{.relu = true};
+  const Tensor beta4 = random_tensor({4}, DType::f32, 3);
+  EXPECT_TRUE(throws_error_with(
+      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, x, Tensor(), beta4); },
+      {"ops::batchnorm_backward", "beta is f32[4]", "expected f32[3]", "one value per channel"}));
+  const Tensor beta_half = random_tensor({3}, DType::bf16, 3);
+  EXPECT_TRUE(throws_error_with(
+      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, x, Tensor(), beta_half); },
+      {"ops::batchnorm_backward", "beta is bf16[3]", "expected f32[3]"}));
 }
 
 TEST(BatchNormReluCpuErrors, YMustComeExactlyWithRelu) {

@@ -132,6 +132,24 @@ TEST_P(ConvGpu, BackwardFilterAccumulatesLikeCpu) {
   }
 }
 
+// accumulate = false (cuDNN's beta = 0; for an f32 dw of half inputs a cast of the scratch): a
+// poisoned dw gets the same bits as accumulating into zeros.
+TEST_P(ConvGpu, BackwardFilterOverwritesLikeAccumulatingIntoZeros) {
+  STOKER_REQUIRE_GPU();
+  const ConvCase& t = tcase();
+  const Layout l = layout();
+  const Tensor dy = random_tensor(shape4(t.y_dims(), l), dtype(), 5).to(kGpu);
+  const Tensor x = random_tensor(shape4(t.x_dims(), l), dtype(), 6).to(kGpu);
+  for (const DType dw_dtype : {dtype(), DType::f32}) {
+    const Tensor want = Tensor::zeros(shape4(t.w_dims(), l), dw_dtype, kGpu);
+    ops::conv2d_backward_filter(want, dy, x, t.params(l));
+    const Tensor dw = poisoned(shape4(t.w_dims(), l), dw_dtype, kGpu);
+    ops::conv2d_backward_filter(dw, dy, x, t.params(l), /*accumulate=*/false);
+    EXPECT_TRUE(close_to(dw, want, 0.0))
+        << t.str() << " " << ops::layout_name(l) << " dw " << dtype_name(dw_dtype);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, ConvGpu,
     ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kCases))),

@@ -159,6 +159,19 @@ TEST_P(ConvCpu, BackwardFilterAccumulatesNaiveGradient) {
       << t.str() << " " << ops::layout_name(l);
 }
 
+// accumulate = false overwrites: a poisoned dw gets the gradient alone (a zero start's result).
+TEST_P(ConvCpu, BackwardFilterOverwritesWithoutAccumulate) {
+  const ConvCase& t = tcase();
+  const Layout l = layout();
+  const Inputs in = make_inputs(t, l, DType::f32, 32);
+  const Tensor dw = poisoned(in.dw0.shape(), DType::f32);
+  ops::conv2d_backward_filter(dw, in.dy, in.x, t.params(l), /*accumulate=*/false);
+  const std::vector<float> zeros(static_cast<size_t>(in.dw0.numel()), 0.0f);
+  EXPECT_TRUE(all_close(
+      dw, naive_conv_backward_filter(t, l, in.dy.to_floats(), in.x.to_floats(), zeros), 1e-5, 1e-4))
+      << t.str() << " " << ops::layout_name(l);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, ConvCpu,
                          ::testing::Combine(::testing::Range(0,
                                                              static_cast<int>(std::size(kCases))),

@@ -1,7 +1,12 @@
-// cuDNN max / average pooling and the global-average kernels against the CPU reference on
-// fresh random inputs (distinct values, so max pooling has no ties), odd shapes, both layouts,
-// poisoned outputs. Max forward selects existing values and must match exactly.
+// Max / average pooling and the global-average kernels against the CPU reference on fresh random
+// inputs (distinct values, so max pooling has no ties), odd shapes, both layouts, poisoned
+// outputs. Max forward selects existing values and must match exactly; so must the NHWC max
+// backward (stoker's kernels, the CPU's summation order), and a test of ties and NaNs below.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
 
 #include "ops/conv_test_util.h"
 #include "stoker/ops/pool.h"
@@ -21,6 +26,8 @@ const PoolCase kCases[] = {
     {.n = 2, .c = 3, .h = 9, .w = 6, .kh = 3, .kw = 2, .sh = 2, .sw = 1, .ph = 1, .pw = 1},
     {.n = 2, .c = 64, .h = 56, .w = 56, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1},
     {.n = 3, .c = 5, .h = 7, .w = 7, .kh = 5, .kw = 5, .sh = 3, .sw = 3, .ph = 2, .pw = 2},
+    // stride above the kernel: some inputs are in no window (their gradient is 0)
+    {.n = 2, .c = 16, .h = 11, .w = 10, .kh = 2, .kw = 3, .sh = 3, .sw = 4, .ph = 1, .pw = 1},
 };
 
 ::testing::AssertionResult close_to(const Tensor& gpu, const Tensor& cpu, double rtol) {
@@ -54,7 +61,11 @@ TEST_P(PoolGpu, MaxForwardBackwardMatchCpu) {
   ops::maxpool2d_backward(dx_cpu, dy, x, y_cpu, t.params(l));
   const Tensor dx_gpu = poisoned(shape4(t.x_dims(), l), dtype(), kGpu);
   ops::maxpool2d_backward(dx_gpu, dy.to(kGpu), x_gpu, y_gpu, t.params(l));
-  EXPECT_TRUE(close_to(dx_gpu, dx_cpu, rtol())) << t.str() << " " << ops::layout_name(l);
+  if (l == Layout::nhwc) {  // stoker's kernels: the CPU's window rule and summation order
+    EXPECT_TRUE(bit_identical(dx_gpu, dx_cpu)) << t.str() << " nhwc";
+  } else {
+    EXPECT_TRUE(close_to(dx_gpu, dx_cpu, rtol())) << t.str() << " nchw";
+  }
 }
 
 TEST_P(PoolGpu, AvgForwardBackwardMatchCpu) {
@@ -94,6 +105,38 @@ TEST(PoolGpuSemantics, MaxPropagatesNaNAndNeverSelectsPadding) {
   for (size_t i = 4; i < out.size(); ++i) {
     EXPECT_FALSE(std::isnan(out[i])) << i;
     EXPECT_LT(out[i], -0.5f) << i;  // a padded zero would win otherwise
+  }
+}
+
+// Ties, NaNs and -inf windows in NHWC (stoker's kernels): the gradient goes where the CPU sends
+// it — the first maximum in row-major window order, the first NaN, the first element of an all
+// -inf window — with the same bits, for the vector (C = 16) and the scalar (C = 3) path.
+TEST(PoolGpuSemantics, NhwcMaxBackwardTiesNaNsAndInfinitiesMatchCpu) {
+  STOKER_REQUIRE_GPU();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int64_t c : {16, 3}) {
+    for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      const PoolCase t{
+          .n = 2, .c = c, .h = 9, .w = 8, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1};
+      const ops::Pool2dParams p = t.params(Layout::nhwc);
+      // Values from a set of 3: many ties; a few NaNs and -infs, and one plane all -inf.
+      std::vector<float> v = random_floats(2 * 9 * 8 * c, 11, 0.0f, 3.0f);
+      for (size_t i = 0; i < v.size(); ++i) {
+        v[i] = std::floor(v[i]);
+        if (i % 37 == 5) v[i] = kNaN;
+        if (i % 23 == 7) v[i] = -inf;
+        if (i % static_cast<size_t>(c) == 1 && i < v.size() / 2) v[i] = -inf;  // n 0, channel 1
+      }
+      const Tensor x = Tensor::from_floats(v, shape4(t.x_dims(), Layout::nhwc), dt);
+      const Tensor dy = random_tensor(shape4(t.y_dims(), Layout::nhwc), dt, 12);
+      const Tensor y = Tensor::empty(shape4(t.y_dims(), Layout::nhwc), dt);
+      ops::maxpool2d_forward(y, x, p);
+      const Tensor dx_cpu = poisoned(shape4(t.x_dims(), Layout::nhwc), dt);
+      ops::maxpool2d_backward(dx_cpu, dy, x, y, p);
+      const Tensor dx_gpu = poisoned(shape4(t.x_dims(), Layout::nhwc), dt, kGpu);
+      ops::maxpool2d_backward(dx_gpu, dy.to(kGpu), x.to(kGpu), y.to(kGpu), p);
+      EXPECT_TRUE(bit_identical(dx_gpu, dx_cpu)) << "C " << c << " " << dtype_name(dt);
+    }
   }
 }
 

@@ -22,12 +22,14 @@
 // without storing dz. The result is exactly the composition batchnorm_forward_* then
 // relu_forward, and relu_backward then batchnorm_backward (ops/activation.h: NaN counts as
 // positive, the ReLU's output is rounded once to x's dtype): bit for bit on the CPU, and on CUDA
-// whenever the plain kernels would pick the same vector width (alignment of y too). The NHWC
-// training kernels fuse it into their passes: the normalize pass writes relu(bn(x)) (forward:
-// 2 reads + 1 write of activation-sized tensors instead of 3 + 2 for BN then ReLU), and the
-// backward's sums pass and dx pass read y and mask dy as they load it (6 reads + 1 write instead
-// of 6 + 2, and no dz buffer). The cuDNN paths (NCHW, and the evaluation forward) run the
-// composition: correct, not fused.
+// whenever the plain kernels would pick the same vector width (alignment of y too, if read).
+// The NHWC training kernels fuse it into their passes: the normalize pass writes relu(bn(x))
+// (forward: 2 reads + 1 write of activation-sized tensors instead of 3 + 2 for BN then ReLU),
+// and the backward's sums pass and dx pass mask dy as they load it (no dz buffer). Given the
+// backward's `beta` (and no dresidual), they rebuild the mask from x, which they read anyway,
+// recomputing y as the normalize pass did: 4 reads + 1 write (dy and x twice, dx) instead of
+// 6 + 2 for relu_backward then the BN backward; without beta they read y: 6 + 1. The cuDNN
+// paths (NCHW, and the evaluation forward) run the composition: correct, not fused.
 //
 // Fused residual tail (a ResNet block's y = relu(bn(x) + r)): the forwards take an optional
 // `residual` r (x's shape, dtype and layout) and compute y = act(bn(x) + r), act = ReLU with
@@ -85,15 +87,19 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
                             const Tensor& running_var, const BatchNormParams& p,
                             const Tensor& residual = Tensor());
 // dx is overwritten; dgamma and dbeta are ACCUMULATED (+=). Uses the training forward's saved
-// statistics (eps must be the forward's). With p.relu, y is the training forward's output
-// relu(bn(x)) (x's shape and dtype) and dy is the gradient
+// statistics (eps must be the forward's) and its gamma. With p.relu, y is the training forward's
+// output relu(bn(x)) (x's shape and dtype) and dy is the gradient
 // with respect to it; without p.relu, y must be undefined. For a forward with a residual, pass
 // `dresidual` (x's shape and dtype): it is overwritten with the residual's gradient
 // dz = dy * (y > 0) (dy without p.relu), and dx is the batch-norm gradient of that dz.
+// `beta` (optional, f32 [C]): the forward's beta, unchanged since, like gamma. With p.relu and
+// no dresidual a backend MAY then rebuild the mask y > 0 from x, gamma, beta and the saved
+// statistics instead of reading y (the NHWC kernels do: two fewer reads of an activation-sized
+// tensor); the result is the same bits. y is still required: the CPU and cuDNN paths read it.
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
                         const BatchNormParams& p, const Tensor& y = Tensor(),
-                        const Tensor& dresidual = Tensor());
+                        const Tensor& dresidual = Tensor(), const Tensor& beta = Tensor());
 
 }  // namespace stoker::ops

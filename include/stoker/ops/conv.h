@@ -47,9 +47,10 @@ void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Con
 // CPU adds the gradient rounded to dx's dtype, as ops::add would: the same bits in f32).
 void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
                           const Conv2dParams& p, bool accumulate = false);
-// dw += gradient of the convolution with respect to w, given dy and the forward's input x.
+// dw += gradient of the convolution with respect to w, given dy and the forward's input x;
+// `accumulate` false: dw = that gradient (CUDA: cuDNN's beta = 0 — no zeroing pass before it).
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
-                            const Conv2dParams& p);
+                            const Conv2dParams& p, bool accumulate = true);
 
 // y = conv(x, w) and the statistics a batch norm after it needs: per output channel k,
 // sum[k] = the sum over n, h, w of y and sum_sq[k] = the sum of y^2 (f32 [K], overwritten). On

@@ -8,7 +8,8 @@
 //
 // x, y, dy, dx share one float dtype; 4-D tensors are in `layout`. Backward outputs are
 // overwritten (not accumulated). CUDA: cuDNN pooling for max/avg, own kernels for the global
-// average; all on the current stream. Thread-safe (distinct outputs).
+// average and for the NHWC max backward (deterministic, the CPU's bits); all on the current
+// stream. Thread-safe (distinct outputs).
 #pragma once
 
 #include <array>

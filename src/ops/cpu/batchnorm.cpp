@@ -152,7 +152,8 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual) {
+                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
+                        const Tensor& /*beta*/) {  // the mask comes from y
   const Dims4 d = dims4(x.shape(), p.layout);
   const double m = static_cast<double>(d.n * d.h * d.w);
   visit_float(x.dtype(), [&](auto tag) {

@@ -296,8 +296,9 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
 }
 
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
-                            const Conv2dParams& p) {
+                            const Conv2dParams& p, bool accumulate) {
   const ConvGeometry g = detail::conv_geometry(x.shape(), dw.shape(), p);
+  if (!accumulate) fill(dw, 0.0);
   const Tensor dw32 = as_f32(dw);  // dw itself when f32 (accumulated in place)
   run_pass(Pass::backward_filter, g, as_f32(x), dw32, as_f32(dy));
   if (!dw32.same_storage(dw)) cast(dw, dw32);

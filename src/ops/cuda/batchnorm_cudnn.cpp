@@ -20,9 +20,10 @@
 // per-channel tensors are f32 for every data type (cudnnDeriveBNTensorDescriptor's float for
 // half data).
 //
-// Fused ReLU (BatchNormParams::relu): the NHWC training kernels apply it inside their passes;
-// the cuDNN paths run the composition — cuDNN, then the ReLU kernel in place on y (forwards), or
-// relu_backward into a temporary dz that cuDNN's backward reads. Correct, not fused.
+// Fused ReLU (BatchNormParams::relu): the NHWC training kernels apply it inside their passes
+// (their backward rebuilds the mask from x when given beta); the cuDNN paths run the
+// composition — cuDNN, then the ReLU kernel in place on y (forwards), or relu_backward of y into
+// a temporary dz that cuDNN's backward reads. Correct, not fused.
 // The residual tail likewise: the NHWC training kernels add the residual in their normalize pass
 // and write dresidual in their sums pass; the cuDNN paths run add then relu_forward (forwards)
 // and relu_backward (or a copy) into dresidual, which cuDNN's backward then reads as dz.
@@ -120,16 +121,17 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual) {
+                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
+                        const Tensor& beta) {
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
   if (p.layout == Layout::nhwc) {
     batchnorm_nhwc_backward(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, p, y,
-                            dresidual);
+                            dresidual, beta);
     return;
   }
   // The fused ReLU's composition: cuDNN reads dz = dy * (y > 0) from a temporary, or from
-  // dresidual, which receives dz anyway.
+  // dresidual, which receives dz anyway. The mask comes from y (beta is not needed).
   Tensor dz = dy;
   if (dresidual.defined()) {
     dz = dresidual;

@@ -2,8 +2,9 @@
 // (kernels/batchnorm_nhwc.cu), called by batchnorm_cudnn.cpp for layout == nhwc. Same contract
 // as the training forward and the backward of stoker/ops/batchnorm.h; x, y, dy, dx are viewed as
 // [M = N*H*W, C] row-major. Both apply the fused ReLU of
-// BatchNormParams::relu and the residual tail inside their passes. The caller holds a DeviceScope
-// for x's device.
+// BatchNormParams::relu and the residual tail inside their passes; the backward rebuilds the
+// ReLU's mask from x when beta is defined and dresidual is not (y is then not read). The caller
+// holds a DeviceScope for x's device.
 #pragma once
 
 #include "stoker/core/tensor.h"
@@ -25,6 +26,7 @@ void batchnorm_nhwc_forward_train_from_sums(const Tensor& y, const Tensor& save_
 void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                              const Tensor& dy, const Tensor& x, const Tensor& gamma,
                              const Tensor& save_mean, const Tensor& save_invstd,
-                             const BatchNormParams& p, const Tensor& y, const Tensor& dresidual);
+                             const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
+                             const Tensor& beta);
 
 }  // namespace stoker::ops::cuda

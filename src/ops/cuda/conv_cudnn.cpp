@@ -345,13 +345,14 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
 }
 
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
-                            const Conv2dParams& p) {
+                            const Conv2dParams& p, bool accumulate) {
   const Device d = dw.device();
   const core::DeviceScope scope(d.index);
   const ConvGeometry g = detail::conv_geometry(x.shape(), dw.shape(), p);
   ConvPlan& plan = plan_cache().get(d.index, x.dtype(), g);
   // cuDNN writes the filter gradient in x's dtype. An f32 gradient of half inputs is computed
-  // into a half scratch filter and added in fp32 (axpy) — the rounding autocast has too.
+  // into a half scratch filter and added in fp32 (axpy; cast when not accumulating) — the
+  // rounding autocast has too.
   const bool direct = dw.dtype() == x.dtype();
   const Tensor target = direct ? dw : Tensor::empty(dw.shape(), x.dtype(), d);
   // A timed search writes every candidate's result: into scratch where dw accumulates.
@@ -360,13 +361,18 @@ void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
   enqueue(d, plan, "conv2d_backward_filter", "cudnnConvolutionBackwardFilter",
           backward_filter_choice, buffers,
           [&](cudnnHandle_t h, int algo, void* ws, size_t ws_bytes) {
-            const float alpha = 1.0f, beta = direct ? 1.0f : 0.0f;
+            const float alpha = 1.0f, beta = direct && accumulate ? 1.0f : 0.0f;
             return cudnnConvolutionBackwardFilter(
                 h, &alpha, plan.x.get(), x.data(), plan.y.get(), dy.data(), plan.conv,
                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, ws_bytes, &beta, plan.w,
                 target.data());
           });
-  if (!direct) axpy(dw, 1.0f, target);
+  if (direct) return;
+  if (accumulate) {
+    axpy(dw, 1.0f, target);
+  } else {
+    cast(dw, target);
+  }
 }
 
 }  // namespace stoker::ops::cuda
