@@ -10,8 +10,9 @@
 
 namespace stoker::ops::cuda {
 
-// NHWC with at most 256 window positions (the argmax is kept as one byte).
-bool maxpool_nhwc_backward_supported(const Pool2dParams& p);
+// NHWC with at most 256 window positions (the argmax is kept as one byte) and x below 2^30
+// elements (32-bit indexing).
+bool maxpool_nhwc_backward_supported(const Tensor& x, const Pool2dParams& p);
 
 void maxpool_nhwc_backward(const Tensor& dx, const Tensor& dy, const Tensor& x,
                            const Pool2dParams& p);
