@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <memory>
 #include <span>
 
@@ -59,7 +60,20 @@ __device__ STOKER_FORCEINLINE int find_tensor(const Args& a, int64_t chunk) {
   return lo;
 }
 
-// Update: operator()(const MultiTensorArgs& a, int t, int64_t i), element i of tensor t.
+// An update that can also take 4 consecutive elements at once: quad(a, t, i) for elements
+// i..i+3 of tensor t, when quad_ok(a, t) says its pointers allow 16-byte accesses (i is a
+// multiple of 4). All of a quad's loads are issued before its stores — one element at a time,
+// the stores of one element keep the compiler from hoisting the next element's loads (the
+// pointers may alias), which left the AdamW update of GPT-2 124M at ~1 TB/s on an H100.
+template <typename Update>
+concept QuadUpdate = requires(const Update& u, const MultiTensorArgs& a) {
+  u.quad(a, 0, int64_t{0});
+  { u.quad_ok(a, 0) } -> std::convertible_to<bool>;
+};
+
+// Update: operator()(const MultiTensorArgs& a, int t, int64_t i), element i of tensor t (and,
+// for a QuadUpdate, quads where the tensor allows them; the tail and misaligned tensors one
+// element at a time: the same per-element math, so the same bits).
 template <typename Update>
 __global__ void __launch_bounds__(kMultiTensorBlock)
     multi_tensor_kernel(const __grid_constant__ MultiTensorArgs a, Update update) {
@@ -67,9 +81,17 @@ __global__ void __launch_bounds__(kMultiTensorBlock)
   const int64_t chunks = a.chunk_begin[a.count];
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const int t = find_tensor(a, c);
-    const int64_t begin = (c - a.chunk_begin[t]) * kChunk;
+    const int64_t begin = (c - a.chunk_begin[t]) * kChunk;  // a multiple of 4
     const int64_t end = min(begin + kChunk, a.numel[t]);
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) update(a, t, i);
+    int64_t first = begin;  // the first element left to the scalar loop
+    if constexpr (QuadUpdate<Update>) {
+      if (update.quad_ok(a, t)) {
+        const int64_t quads = (end - begin) / 4;
+        for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) update.quad(a, t, begin + 4 * q);
+        first = begin + 4 * quads;
+      }
+    }
+    for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x) update(a, t, i);
   }
 }
 

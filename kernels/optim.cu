@@ -62,6 +62,40 @@ struct AdamWOp {
       if (a.h[t] != nullptr) static_cast<H*>(a.h[t])[i] = from_float<H>(p);
     }
   }
+  // Quads (multi_tensor.cuh): p, g and both moments as 16-byte words, the compute copy as one
+  // 8-byte word; the same per-element update.
+  __device__ bool quad_ok(const MultiTensorArgs& a, int t) const {
+    const auto al = [](const void* q, unsigned n) {
+      return reinterpret_cast<uintptr_t>(q) % n == 0;
+    };
+    bool ok = al(a.p[t], 16) && al(a.g[t], 16) && al(a.s1[t], 16) && al(a.s2[t], 16);
+    if constexpr (!std::is_void_v<H>) ok = ok && al(a.h[t], 4 * sizeof(H));
+    return ok;
+  }
+  __device__ void quad(const MultiTensorArgs& a, int t, int64_t i) const {
+    const Pack<float, 4> g = load_pack<4>(a.g[t] + i);
+    Pack<float, 4> p = load_pack<4>(a.p[t] + i), m = load_pack<4>(a.s1[t] + i),
+                   v = load_pack<4>(a.s2[t] + i);
+    detail::AdamWConsts k = c;
+    if (state) {
+      k.step_size = state->step_size;
+      k.bc2_sqrt = state->bc2_sqrt;
+    }
+    if (lr) k.decay = detail::adamw_decay(static_cast<double>(*lr), weight_decay);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) detail::adamw_update(p.v[e], m.v[e], v.v[e], g.v[e], k);
+    store_pack<4>(a.p[t] + i, p);
+    store_pack<4>(a.s1[t] + i, m);
+    store_pack<4>(a.s2[t] + i, v);
+    if constexpr (!std::is_void_v<H>) {
+      if (a.h[t] != nullptr) {
+        Pack<H, 4> h;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) h.v[e] = from_float<H>(p.v[e]);
+        store_pack<4>(static_cast<H*>(a.h[t]) + i, h);
+      }
+    }
+  }
 };
 
 // ---- updates over compact state (bf16, block-wise 8-bit; ops/optim.h) ----

@@ -82,6 +82,34 @@ TEST(OptimizerGpuTest, AdamWBitIdenticalToCpuAndSkipsOnFoundInf) {
   expect_bit_equal(before, p.gpu);
 }
 
+// Parameters, gradients and moments that start one element past a 16-byte boundary (views into
+// larger tensors) take the element-at-a-time path of the multi-tensor update, the aligned ones
+// its 4-element path: both give the CPU's bits.
+TEST(OptimizerGpuTest, AdamWOnMisalignedViewsIsBitIdenticalToCpu) {
+  STOKER_REQUIRE_GPU();
+  const std::vector<int64_t> sizes = {4099, 65540, 12};
+  std::vector<Lists> lists;  // p, g, m, v
+  for (uint64_t seed = 31; seed < 35; ++seed) {
+    Lists l;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Tensor big = Tensor::empty({sizes[i] + 1}, DType::f32);
+      stoker::ops::random_uniform(big, 0.0f, 2.0f, seed, i * 1000);  // v >= 0 too
+      l.cpu.push_back(big.slice(1, sizes[i] + 1));
+      l.gpu.push_back(big.to(Device::cuda(0)).slice(1, sizes[i] + 1));
+    }
+    lists.push_back(std::move(l));
+  }
+  Lists &p = lists[0], &g = lists[1], &m = lists[2], &v = lists[3];
+  for (int s = 1; s <= 2; ++s) {
+    const stoker::ops::AdamWHyper h{.lr = 1e-2f, .weight_decay = 0.05f, .step = s};
+    stoker::ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, h);
+    stoker::ops::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, h);
+  }
+  expect_bit_equal(p.cpu, p.gpu);
+  expect_bit_equal(m.cpu, m.gpu);
+  expect_bit_equal(v.cpu, v.gpu);
+}
+
 // The half compute copies written in the update's pass: the CPU's bits (its update, then cast),
 // for bf16 and f16, with some entries undefined; untouched on a skipped step.
 TEST(OptimizerGpuTest, AdamWWritesComputeCopiesWithTheCpusBits) {
