@@ -105,30 +105,6 @@ __device__ STOKER_FORCEINLINE int lane_rows(int64_t r0, int64_t r1, int ty, int 
   return n > ty ? static_cast<int>((n - ty + ty_count - 1) / ty_count) : 0;
 }
 
-// Loads channels [c, c + V) of row `row` (V == 1: one element).
-template <int V, typename T>
-__device__ STOKER_FORCEINLINE void load_channels(float (&v)[V], const T* row, int64_t c) {
-  if constexpr (V == 1) {
-    v[0] = to_float(row[c]);
-  } else {
-    const Pack<T, V> p = load_pack<V>(row + c);
-#pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = to_float(p.v[k]);
-  }
-}
-
-template <int V, typename T>
-__device__ STOKER_FORCEINLINE void store_channels(T* row, int64_t c, const float (&v)[V]) {
-  if constexpr (V == 1) {
-    row[c] = from_float<T>(v[0]);
-  } else {
-    Pack<T, V> p;
-#pragma unroll
-    for (int k = 0; k < V; ++k) p.v[k] = from_float<T>(v[k]);
-    store_pack<V>(row + c, p);
-  }
-}
-
 // ---- forward ----
 
 // partial_mean / partial_m2: [slabs, C].
@@ -152,7 +128,7 @@ __global__ void __launch_bounds__(kBnThreads)
 #pragma unroll 4
     for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
       float v[V];
-      load_channels<V>(v, x + r * channels, c);
+      load_floats<V>(v, x + r * channels + c);
       ++n;
       const float inv = 1.0f / static_cast<float>(n);
 #pragma unroll
@@ -324,9 +300,9 @@ __global__ void __launch_bounds__(kBnThreads)
 #pragma unroll 4
   for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
     float v[V];
-    load_channels<V>(v, x + r * channels, c);
+    load_floats<V>(v, x + r * channels + c);
     float rv[V];
-    if constexpr (Res) load_channels<V>(rv, res + r * channels, c);
+    if constexpr (Res) load_floats<V>(rv, res + r * channels + c);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       v[k] = fmaf(v[k] - mu[k], sc[k], sh[k]);
@@ -334,7 +310,7 @@ __global__ void __launch_bounds__(kBnThreads)
       if constexpr (Res) v[k] = rv[k] + to_float(from_float<T>(v[k]));
       if constexpr (Relu) v[k] = detail::relu(v[k]);
     }
-    store_channels<V>(y + r * channels, c, v);
+    store_floats<V>(y + r * channels + c, v);
   }
 }
 
@@ -372,11 +348,11 @@ template <int V, Mask M, typename T>
 __device__ STOKER_FORCEINLINE void load_grad(float (&g)[V], const T* dy_row, const T* y_row,
                                              const float (&v)[V], const float (&mu)[V],
                                              const Affine<V>& a, int64_t c) {
-  load_channels<V>(g, dy_row, c);
+  load_floats<V>(g, dy_row + c);
   if constexpr (M != Mask::none) {
     float o[V];
     if constexpr (M == Mask::y) {
-      load_channels<V>(o, y_row, c);
+      load_floats<V>(o, y_row + c);
     } else {
 #pragma unroll
       for (int k = 0; k < V; ++k)
@@ -418,9 +394,9 @@ __global__ void __launch_bounds__(kBnThreads)
 #pragma unroll 4
     for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
       float g[V], v[V];
-      load_channels<V>(v, x + r * channels, c);  // first: Mask::x masks dy with it
+      load_floats<V>(v, x + r * channels + c);  // first: Mask::x masks dy with it
       load_grad<V, M>(g, dy + r * channels, y + r * channels, v, mu, af, c);
-      if constexpr (Res) store_channels<V>(dres + r * channels, c, g);
+      if constexpr (Res) store_floats<V>(dres + r * channels + c, g);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         sdy[k] += g[k];
@@ -502,14 +478,14 @@ __global__ void __launch_bounds__(kBnThreads)
 #pragma unroll 4
   for (int64_t r = r0 + ty; r < r1; r += G::kTy) {
     float g[V], v[V];
-    load_channels<V>(v, x + r * channels, c);  // first: Mask::x masks dy with it
+    load_floats<V>(v, x + r * channels + c);  // first: Mask::x masks dy with it
     load_grad<V, M>(g, dy + r * channels, y + r * channels, v, mu, af, c);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const float xhat = (v[k] - mu[k]) * is[k];
       g[k] = kk[k] * ((g[k] - ka[k]) - xhat * kb[k]);
     }
-    store_channels<V>(dx + r * channels, c, g);
+    store_floats<V>(dx + r * channels + c, g);
   }
 }
 

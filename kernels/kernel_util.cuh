@@ -169,6 +169,31 @@ __device__ STOKER_FORCEINLINE void store_pack(T* p, const Pack<T, V>& v) {
   }
 }
 
+// V consecutive elements at p as floats, and back with one rounding each (p aligned for a
+// Pack of V; V == 1: a plain element access).
+template <int V, typename T>
+__device__ STOKER_FORCEINLINE void load_floats(float (&v)[V], const T* p) {
+  if constexpr (V == 1) {
+    v[0] = to_float(*p);
+  } else {
+    const Pack<T, V> q = load_pack<V>(p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = to_float(q.v[k]);
+  }
+}
+
+template <int V, typename T>
+__device__ STOKER_FORCEINLINE void store_floats(T* p, const float (&v)[V]) {
+  if constexpr (V == 1) {
+    *p = from_float<T>(v[0]);
+  } else {
+    Pack<T, V> q;
+#pragma unroll
+    for (int k = 0; k < V; ++k) q.v[k] = from_float<T>(v[k]);
+    store_pack<V>(p, q);
+  }
+}
+
 // Where the vector path of an n-element op starts (`head`) and how many whole Packs it covers.
 // Elements outside [head, head + packs * V) take the scalar path.
 struct VectorPlan {

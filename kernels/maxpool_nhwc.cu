@@ -34,17 +34,6 @@ struct Geo {
   int kh, kw, sh, sw, ph, pw;
 };
 
-template <int V, typename T>
-__device__ STOKER_FORCEINLINE void load_v(float (&v)[V], const T* p) {
-  if constexpr (V == 1) {
-    v[0] = to_float(*p);
-  } else {
-    const Pack<T, V> q = load_pack<V>(p);
-#pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = to_float(q.v[k]);
-  }
-}
-
 // Work item i of a [N, H, W, C / V] grid: the pixel (n, h, w) and its first channel c.
 struct Item {
   int pix, n, h, w, c;
@@ -84,7 +73,7 @@ __global__ void __launch_bounds__(kBlockSize)
     for (int h = hb; h < he; ++h) {
       for (int w = wb; w < we; ++w) {
         float v[V];
-        load_v<V>(v, x + ((n * g.h + h) * g.w + w) * g.c + c);
+        load_floats<V>(v, x + ((n * g.h + h) * g.w + w) * g.c + c);
         const auto here = static_cast<uint8_t>((h - h0) * g.kw + (w - w0));
 #pragma unroll
         for (int k = 0; k < V; ++k) {
@@ -99,15 +88,10 @@ __global__ void __launch_bounds__(kBlockSize)
         }
       }
     }
-    uint8_t* out = arg + pix * g.c + c;
-    if constexpr (V == 1) {
-      *out = pos[0];
-    } else {
-      Pack<uint8_t, V> p;
+    Pack<uint8_t, V> p;  // V == 1 too: a one-byte word
 #pragma unroll
-      for (int k = 0; k < V; ++k) p.v[k] = pos[k];
-      store_pack<V>(out, p);
-    }
+    for (int k = 0; k < V; ++k) p.v[k] = pos[k];
+    store_pack<V>(arg + pix * g.c + c, p);
   }
 }
 
@@ -130,30 +114,15 @@ __global__ void __launch_bounds__(kBlockSize)
       for (int ow = ow_lo; ow <= ow_hi; ++ow) {
         const auto me = static_cast<uint8_t>((hh - oh * g.sh) * g.kw + (ww - ow * g.sw));
         const int o = ((n * g.oh + oh) * g.ow + ow) * g.c + c;
-        uint8_t a[V];
-        if constexpr (V == 1) {
-          a[0] = arg[o];
-        } else {
-          const Pack<uint8_t, V> p = load_pack<V>(arg + o);
-#pragma unroll
-          for (int k = 0; k < V; ++k) a[k] = p.v[k];
-        }
+        const Pack<uint8_t, V> a = load_pack<V>(arg + o);  // V == 1 too: a one-byte word
         float d[V];
-        load_v<V>(d, dy + o);
+        load_floats<V>(d, dy + o);
 #pragma unroll
         for (int k = 0; k < V; ++k)
-          if (a[k] == me) acc[k] += d[k];
+          if (a.v[k] == me) acc[k] += d[k];
       }
     }
-    T* out = dx + pix * g.c + c;
-    if constexpr (V == 1) {
-      *out = from_float<T>(acc[0]);
-    } else {
-      Pack<T, V> p;
-#pragma unroll
-      for (int k = 0; k < V; ++k) p.v[k] = from_float<T>(acc[k]);
-      store_pack<V>(out, p);
-    }
+    store_floats<V>(dx + pix * g.c + c, acc);
   }
 }
 

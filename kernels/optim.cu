@@ -46,15 +46,19 @@ struct AdamWOp {
   const AdamWStepState* state;  // device step state (bias corrections), or null
   const float* lr;              // device learning rate (decay from it), or null
   double weight_decay;
-  __device__ void operator()(const MultiTensorArgs& a, int t, int64_t i) const {
-    float p = a.p[t][i], m = a.s1[t][i], v = a.s2[t][i];
+  // The step's constants, with what the device holds (bias corrections, learning rate).
+  __device__ detail::AdamWConsts consts() const {
     detail::AdamWConsts k = c;
     if (state) {
       k.step_size = state->step_size;
       k.bc2_sqrt = state->bc2_sqrt;
     }
     if (lr) k.decay = detail::adamw_decay(static_cast<double>(*lr), weight_decay);
-    detail::adamw_update(p, m, v, a.g[t][i], k);
+    return k;
+  }
+  __device__ void operator()(const MultiTensorArgs& a, int t, int64_t i) const {
+    float p = a.p[t][i], m = a.s1[t][i], v = a.s2[t][i];
+    detail::adamw_update(p, m, v, a.g[t][i], consts());
     a.p[t][i] = p;
     a.s1[t][i] = m;
     a.s2[t][i] = v;
@@ -76,24 +80,14 @@ struct AdamWOp {
     const Pack<float, 4> g = load_pack<4>(a.g[t] + i);
     Pack<float, 4> p = load_pack<4>(a.p[t] + i), m = load_pack<4>(a.s1[t] + i),
                    v = load_pack<4>(a.s2[t] + i);
-    detail::AdamWConsts k = c;
-    if (state) {
-      k.step_size = state->step_size;
-      k.bc2_sqrt = state->bc2_sqrt;
-    }
-    if (lr) k.decay = detail::adamw_decay(static_cast<double>(*lr), weight_decay);
+    const detail::AdamWConsts k = consts();
 #pragma unroll
     for (int e = 0; e < 4; ++e) detail::adamw_update(p.v[e], m.v[e], v.v[e], g.v[e], k);
     store_pack<4>(a.p[t] + i, p);
     store_pack<4>(a.s1[t] + i, m);
     store_pack<4>(a.s2[t] + i, v);
     if constexpr (!std::is_void_v<H>) {
-      if (a.h[t] != nullptr) {
-        Pack<H, 4> h;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) h.v[e] = from_float<H>(p.v[e]);
-        store_pack<4>(static_cast<H*>(a.h[t]) + i, h);
-      }
+      if (a.h[t] != nullptr) store_floats<4>(static_cast<H*>(a.h[t]) + i, p.v);
     }
   }
 };

@@ -105,8 +105,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   const bool from_sums = sums_of.defined() && training_;
   STOKER_CHECK(!from_sums || (sums_of.data() == x.data() && sums_of.shape() == x.shape()),
                describe(), ": input ", x.str(),
-               " is not the tensor its batch sums were computed "
-               "over (",
+               " is not the tensor its batch sums were computed over (",
                sums_of.defined() ? sums_of.str() : std::string("none"),
                "); a Conv2d feeding statistics (Conv2d::feed_batch_statistics) must be followed "
                "directly by this BatchNorm2d");

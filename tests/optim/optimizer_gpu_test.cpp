@@ -41,6 +41,20 @@ void expect_bit_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b
 
 const std::vector<int64_t> kSizes = {1, 7, 0, 1023, 65537, 4097, 200003, 3};
 
+// `steps` AdamW steps on the CPU lists and on the GPU lists: parameters and both moments equal
+// bit for bit after them.
+void expect_adamw_steps_match_cpu(const Lists& p, const Lists& g, const Lists& m, const Lists& v,
+                                  int steps) {
+  for (int s = 1; s <= steps; ++s) {
+    const stoker::ops::AdamWHyper h{.lr = 1e-2f, .weight_decay = 0.05f, .step = s};
+    stoker::ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, h);
+    stoker::ops::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, h);
+  }
+  expect_bit_equal(p.cpu, p.gpu);
+  expect_bit_equal(m.cpu, m.gpu);
+  expect_bit_equal(v.cpu, v.gpu);
+}
+
 TEST(OptimizerGpuTest, SgdNesterovBitIdenticalToCpu) {
   STOKER_REQUIRE_GPU();
   auto p = make(kSizes, 1), g = make(kSizes, 2), b = make(kSizes, 3);
@@ -66,14 +80,7 @@ TEST(OptimizerGpuTest, AdamWBitIdenticalToCpuAndSkipsOnFoundInf) {
       l->gpu[i] = l->cpu[i].to(Device::cuda(0));
     }
   }
-  for (int s = 1; s <= 3; ++s) {
-    const stoker::ops::AdamWHyper h{.lr = 1e-2f, .weight_decay = 0.05f, .step = s};
-    stoker::ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, h);
-    stoker::ops::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, h);
-  }
-  expect_bit_equal(p.cpu, p.gpu);
-  expect_bit_equal(m.cpu, m.gpu);
-  expect_bit_equal(v.cpu, v.gpu);
+  expect_adamw_steps_match_cpu(p, g, m, v, 3);
   // found_inf set on the device: nothing changes.
   const Tensor flag = Tensor::from_floats({1.0f}, {}, DType::f32, Device::cuda(0));
   std::vector<Tensor> before;
@@ -99,15 +106,8 @@ TEST(OptimizerGpuTest, AdamWOnMisalignedViewsIsBitIdenticalToCpu) {
     }
     lists.push_back(std::move(l));
   }
-  Lists &p = lists[0], &g = lists[1], &m = lists[2], &v = lists[3];
-  for (int s = 1; s <= 2; ++s) {
-    const stoker::ops::AdamWHyper h{.lr = 1e-2f, .weight_decay = 0.05f, .step = s};
-    stoker::ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, h);
-    stoker::ops::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, h);
-  }
-  expect_bit_equal(p.cpu, p.gpu);
-  expect_bit_equal(m.cpu, m.gpu);
-  expect_bit_equal(v.cpu, v.gpu);
+  const Lists &p = lists[0], &g = lists[1], &m = lists[2], &v = lists[3];
+  expect_adamw_steps_match_cpu(p, g, m, v, 2);
 }
 
 // The half compute copies written in the update's pass: the CPU's bits (its update, then cast),
