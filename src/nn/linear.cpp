@@ -4,6 +4,7 @@
 
 #include "stoker/core/error.h"
 #include "stoker/ops/activation.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/ops/gemm.h"
 #include "stoker/ops/gemm_fp8.h"
 #include "stoker/ops/linear.h"
@@ -211,15 +212,26 @@ Tensor Linear::backward(const Tensor& dy) {
     grad_is_preactivation_ = false;
   }
   if (fp8_) return backward_fp8(dy2).reshape(x_shape_);
+  const bool bias_grad = has_bias_ && bias_.requires_grad;
   if (weight_.requires_grad) {
     // dW (+)= dy^T x, written in fp32 straight from the GEMM (half inputs, fp32 accumulate);
-    // the first micro-batch after zero_grad overwrites (beta 0), later ones accumulate.
+    // the first micro-batch after zero_grad overwrites (beta 0), later ones accumulate. The
+    // bias gradient, dy's column sums, comes from the same GEMM (its epilogue on the GPU reads
+    // dy once for both); the GEMM writes it, so a later micro-batch's goes through a scratch
+    // vector that is added on.
     float beta = 1.0f;
     const Tensor& dw = weight_.grad_for_write(beta);
-    ops::gemm(dw, dy2, x_, {.trans_a = true, .beta = beta});
+    float bias_beta = 1.0f;
+    const Tensor* db = bias_grad ? &bias_.grad_for_write(bias_beta) : nullptr;
+    const Tensor scratch = db != nullptr && bias_beta != 0.0f
+                               ? Tensor::empty(db->shape(), DType::f32, device_)
+                               : Tensor();
+    ops::gemm(dw, dy2, x_,
+              {.trans_a = true, .beta = beta, .bias_grad = scratch.defined() ? &scratch : db});
+    if (scratch.defined()) ops::axpy(*db, 1.0f, scratch);
     weight_.grad_ready();
-  }
-  if (has_bias_ && bias_.requires_grad) {
+    if (db != nullptr) bias_.grad_ready();
+  } else if (bias_grad) {
     ops::bias_grad(bias_.grad(), dy2);
     bias_.grad_ready();
   }

@@ -42,6 +42,9 @@ void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, const GemmO
   STOKER_CHECK(o.epilogue == GemmEpilogue::none && o.aux == nullptr,
                "ops::gemm_batched: options.epilogue/options.aux are not supported (the gelu and "
                "dgelu epilogues are ops::gemm's); apply ops::gelu_forward/gelu_backward after it");
+  STOKER_CHECK(o.bias_grad == nullptr,
+               "ops::gemm_batched: options.bias_grad is not supported (it is ops::gemm's); "
+               "compute the bias gradient with ops::bias_grad");
   STOKER_CHECK(
       c.dtype() == DType::f32 || c.dtype() == a.dtype(), "ops::gemm_batched: c is ", c.str(),
       " but a/b are ", dtype_name(a.dtype()), "; expected c in f32",

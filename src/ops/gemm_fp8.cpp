@@ -99,6 +99,9 @@ void gemm_fp8(const Tensor& c, const Fp8Tensor& a, const Fp8Tensor& b, const Gem
                  "; expected f32 or ", dtype_name(c.dtype()), " [", n, "] on ", c.device().str());
   }
   detail::check_gemm_epilogue("gemm_fp8", c, o);
+  STOKER_CHECK(o.bias_grad == nullptr,
+               "ops::gemm_fp8: options.bias_grad is not supported (FP8 operands hold scaled "
+               "codes); compute the bias gradient from the half gradient with ops::bias_grad");
   STOKER_CHECK(fp8_gemm_supported(c.device()), "ops::gemm_fp8: ", core::describe_device(c.device()),
                " has no FP8 tensor cores (compute capability 8.9 or newer: Ada, Hopper); train "
                "in bf16 there");

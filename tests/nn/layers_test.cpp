@@ -156,6 +156,47 @@ TEST(LayersTest, LinearGradientsMatchFiniteDifferences) {
   check_module(batched, test::random_tensor({2, 3, 5}, DType::f32, 6), 7, 1e-2);
 }
 
+// Two backward calls without zero_grad between them (two micro-batches) leave the sum of the
+// two calls' gradients: the weight's through the GEMM's beta, the bias's through the scratch
+// vector the weight-gradient GEMM writes and the add after it; a frozen weight leaves the bias
+// gradient to its own pass.
+TEST(LayersTest, LinearGradientsAccumulateOverBackwardCalls) {
+  for (const bool weight_trainable : {true, false}) {
+    SCOPED_TRACE(weight_trainable ? "weight trainable" : "weight frozen");
+    manual_seed(3);
+    Linear fc(6, 5);
+    fc.weight().requires_grad = weight_trainable;
+    const Tensor x1 = test::random_tensor({4, 6}, DType::f32, 31);
+    const Tensor x2 = test::random_tensor({3, 6}, DType::f32, 32);
+    const Tensor dy1 = test::random_tensor({4, 5}, DType::f32, 33);
+    const Tensor dy2 = test::random_tensor({3, 5}, DType::f32, 34);
+    // Each call alone.
+    std::vector<std::vector<float>> alone[2];
+    for (int call = 0; call < 2; ++call) {
+      for (Parameter* p : fc.parameters()) p->zero_grad();
+      fc.forward(call == 0 ? x1 : x2);
+      fc.backward(call == 0 ? dy1 : dy2);
+      for (Parameter* p : fc.parameters())
+        alone[call].push_back(p->requires_grad ? p->grad().to_floats() : std::vector<float>{});
+    }
+    // Both calls into one gradient.
+    for (Parameter* p : fc.parameters()) p->zero_grad();
+    fc.forward(x1);
+    fc.backward(dy1);
+    fc.forward(x2);
+    fc.backward(dy2);
+    const std::vector<Parameter*> params = fc.parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!params[i]->requires_grad) continue;
+      const std::vector<float> sum = params[i]->grad().to_floats();
+      ASSERT_EQ(sum.size(), alone[0][i].size());
+      for (size_t j = 0; j < sum.size(); ++j)
+        EXPECT_NEAR(sum[j], alone[0][i][j] + alone[1][i][j], 1e-6 * (1 + std::fabs(sum[j])))
+            << "parameter " << i << " element " << j;
+    }
+  }
+}
+
 TEST(LayersTest, ReluGradientMatchesFiniteDifferences) {
   ReLU relu;
   // |x| >= 0.05 and eps = 1e-3: no difference quotient straddles the kink.

@@ -2,7 +2,8 @@
 // unfused fallback where N is not a multiple of 8 or the aux pointer is misaligned) against the
 // CPU reference (the unfused composition) and against the unfused CUDA ops, within the rounding
 // of the output dtype: the fused GELU is computed from the fp32 accumulator before rounding, the
-// unfused one from the rounded pre-activation.
+// unfused one from the rounded pre-activation. The same for the bias gradient beside a weight
+// gradient (BGRADB, or bias_grad after the GEMM), within fp32 summation order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "stoker/ops/activation.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/ops/gemm.h"
+#include "stoker/ops/linear.h"
 #include "test_util.h"
 
 namespace stoker::ops {
@@ -178,6 +181,96 @@ TEST(GemmEpilogueGpu, DgeluMatchesTheCpuReferenceAndTheUnfusedCudaOps) {
     EXPECT_TRUE(close_dgelu(d, g_u, product, c.out)) << "vs the unfused GPU gemm + gelu_backward";
     EXPECT_TRUE(test::bit_identical(pre, test::copy_at_offset(pre_host, gpu(), 0)))
         << "aux is only read";
+  }
+}
+
+// fp32 sums in another order: |got - want| <= 1e-5 * scale + 1e-6 element by element, scale the
+// sum of the terms' magnitudes.
+::testing::AssertionResult close_sums(const Tensor& got, const Tensor& want, const Tensor& scale) {
+  const std::vector<float> g = got.to(Device::cpu()).to_floats();
+  const std::vector<float> w = want.to(Device::cpu()).to_floats();
+  const std::vector<float> s = scale.to(Device::cpu()).to_floats();
+  if (g.size() != w.size() || g.size() != s.size())
+    return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double tol = 1e-5 * s[i] + 1e-6;
+    if (!(std::fabs(g[i] - w[i]) <= tol))
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << g[i] << " vs " << w[i] << " (tolerance " << tol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Tensor abs_of(const Tensor& host) {
+  const Tensor out = Tensor::empty(host.shape(), DType::f32);
+  cast(out, host);
+  float* p = out.data<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) p[i] = std::fabs(p[i]);
+  return out;
+}
+
+TEST(GemmEpilogueGpu, BiasGradMatchesTheCpuReferenceAndTheUnfusedCudaOp) {
+  STOKER_REQUIRE_GPU();
+  set_allow_tf32(false);
+  struct BiasGradCase {
+    int64_t m, n, k;  // dW [m, n] (+)= dy^T x, dy [k, m], x [k, n]
+    DType in, out;
+    float beta;
+    int64_t offset;  // elements: a bias gradient 4 bytes past an aligned address
+  };
+  const BiasGradCase bias_grad_cases[] = {
+      {3072, 768, 4096, DType::bf16, DType::f32, 0.0f, 0},  // GPT-2's fc, B*T = 4096
+      {768, 3072, 4096, DType::bf16, DType::f32, 1.0f, 0},  // its proj, accumulating dW
+      {2304, 768, 1024, DType::f16, DType::f32, 0.0f, 0},
+      {256, 64, 512, DType::f32, DType::f32, 0.0f, 0},
+      {256, 64, 512, DType::bf16, DType::bf16, 0.0f, 0},  // a half C: bias_grad after the GEMM
+      {96, 40, 300, DType::bf16, DType::f32, 0.0f, 1},
+      {33, 20, 17, DType::bf16, DType::f32, 0.0f, 0}};
+  uint32_t seed = 900;
+  for (const BiasGradCase& c : bias_grad_cases) {
+    SCOPED_TRACE("m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" +
+                 std::to_string(c.k) + " " + std::string(dtype_name(c.in)) + "->" +
+                 std::string(dtype_name(c.out)) + " beta=" + std::to_string(c.beta) +
+                 " offset=" + std::to_string(c.offset));
+    const Tensor dy_host = test::random_tensor({c.k, c.m}, c.in, seed++);
+    const Tensor x_host = test::random_tensor({c.k, c.n}, c.in, seed++);
+    const Tensor c0_host = test::random_tensor({c.m, c.n}, c.out, seed++);
+    // References: the CPU's bias_grad, and the magnitudes that bound fp32 reordering.
+    const Tensor db_cpu = Tensor::zeros({c.m}, DType::f32);
+    bias_grad(db_cpu, dy_host);
+    const Tensor db_scale = Tensor::zeros({c.m}, DType::f32);
+    bias_grad(db_scale, abs_of(dy_host));
+    const Tensor c_scale = Tensor::empty({c.m, c.n}, DType::f32);
+    gemm(c_scale, abs_of(dy_host), abs_of(x_host), {.trans_a = true});
+    if (c.beta != 0.0f) axpy(c_scale, 1.0f, abs_of(c0_host));
+
+    const Tensor dy = dy_host.to(gpu()), x = x_host.to(gpu());
+    const Tensor c_fused = c0_host.to(gpu());
+    const Tensor db = test::empty_at_offset(c.m, DType::f32, gpu(), c.offset);
+    test::poison(db);
+    const GemmOptions plain{.trans_a = true, .beta = c.beta};
+    GemmOptions fused = plain;
+    fused.bias_grad = &db;
+    gemm(c_fused, dy, x, fused);
+    // The unfused CUDA ops.
+    const Tensor c_plain = c0_host.to(gpu());
+    gemm(c_plain, dy, x, plain);
+    const Tensor db_plain = Tensor::zeros({c.m}, DType::f32, gpu());
+    bias_grad(db_plain, dy);
+    EXPECT_TRUE(close_sums(db, db_cpu, db_scale)) << "bias_grad vs CPU";
+    EXPECT_TRUE(close_sums(db, db_plain, db_scale)) << "bias_grad vs the CUDA bias_grad";
+    if (c.out == DType::f32) {
+      EXPECT_TRUE(close_sums(c_fused, c_plain, c_scale)) << "c vs the GEMM without bias_grad";
+    } else {
+      EXPECT_TRUE(close(c_fused, c_plain, c.out)) << "c vs the GEMM without bias_grad";
+    }
+    // A second call (the cached plan) gives the same bits, the bias gradient overwritten again.
+    const Tensor db_first = db.to(Device::cpu());
+    const Tensor c2 = c0_host.to(gpu());
+    test::poison(db);
+    gemm(c2, dy, x, fused);
+    EXPECT_TRUE(test::bit_identical(c2, c_fused)) << "second call: c";
+    EXPECT_TRUE(test::bit_identical(db.to(Device::cpu()), db_first)) << "second call: bias_grad";
   }
 }
 

@@ -1,13 +1,14 @@
-// ops::gemm's gelu and dgelu epilogues on the CPU backend: bit for bit the unfused composition
-// (gemm with bias, then gelu_forward; gemm, then gelu_backward) for f32 and half inputs and
-// outputs, every transpose, with and without a bias, alpha != 1, k = 0; and the errors bad
-// epilogue arguments get, each naming the argument.
+// ops::gemm's gelu and dgelu epilogues and its bias gradient on the CPU backend: bit for bit the
+// unfused composition (gemm with bias, then gelu_forward; gemm, then gelu_backward; gemm and
+// ops::bias_grad) for f32 and half inputs and outputs, every transpose, with and without a bias,
+// alpha != 1, beta 1, k = 0; and the errors bad epilogue arguments get, each naming the argument.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "stoker/ops/activation.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/ops/gemm.h"
 #include "stoker/ops/linear.h"
 #include "test_util.h"
@@ -162,6 +163,97 @@ TEST(GemmEpilogueTest, BadEpilogueArgumentsThrowNamingThem) {
   EXPECT_TRUE(throws_error_with(
       [&] { gemm_batched(c3, a3, b3, {.epilogue = GemmEpilogue::gelu, .aux = &aux3}); },
       {"ops::gemm_batched", "options.epilogue/options.aux are not supported"}));
+}
+
+TEST(GemmEpilogueTest, BiasGradIsTheUnfusedBiasGradBitForBit) {
+  // The weight-gradient layout: C f32 [m, n] (+)= dy^T x with dy [k, m]; bias_grad = dy's column
+  // sums, written over whatever the vector held, whatever beta does to C.
+  struct BiasGradCase {
+    int64_t m, n, k;
+    bool tb;
+    DType in;
+    float beta;
+  };
+  const BiasGradCase bias_grad_cases[] = {
+      {24, 16, 64, false, DType::bf16, 0.0f}, {24, 16, 64, false, DType::bf16, 1.0f},
+      {7, 5, 300, true, DType::f16, 0.0f},    {3072, 8, 33, false, DType::f32, 1.0f},
+      {1, 1, 1, false, DType::bf16, 0.0f},    {40, 9, 1030, true, DType::bf16, 1.0f}};
+  uint32_t seed = 200;
+  for (const BiasGradCase& c : bias_grad_cases) {
+    SCOPED_TRACE("m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" +
+                 std::to_string(c.k) + (c.tb ? " B^T " : " B ") + std::string(dtype_name(c.in)) +
+                 " beta=" + std::to_string(c.beta));
+    const Tensor dy = test::random_tensor({c.k, c.m}, c.in, seed++);
+    const Tensor x = test::random_tensor(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, c.in, seed++);
+    const Tensor c0 = test::random_tensor({c.m, c.n}, DType::f32, seed++);
+    const GemmOptions plain{.trans_a = true, .trans_b = c.tb, .beta = c.beta};
+    const Tensor c_ref = c0.to(Device::cpu());
+    gemm(c_ref, dy, x, plain);
+    const Tensor db_ref = Tensor::zeros({c.m}, DType::f32);
+    bias_grad(db_ref, dy);
+
+    const Tensor c_fused = c0.to(Device::cpu());
+    const Tensor db = test::poisoned({c.m}, DType::f32);
+    GemmOptions fused = plain;
+    fused.bias_grad = &db;
+    gemm(c_fused, dy, x, fused);
+    EXPECT_TRUE(bit_identical(c_fused, c_ref)) << "c (the weight gradient)";
+    EXPECT_TRUE(bit_identical(db, db_ref)) << "bias_grad";
+  }
+}
+
+TEST(GemmEpilogueTest, BiasGradBesideItsWeightGradientInOneBuffer) {
+  // A gradient bucket holds dW and the bias gradient side by side in one storage: allowed, as
+  // long as the ranges do not overlap.
+  const Tensor flat = test::poisoned({4 * 8 + 4}, DType::f32);
+  const Tensor dw = flat.slice(0, 32).reshape({4, 8});
+  const Tensor db = flat.slice(32, 36);
+  const Tensor dy = test::random_tensor({6, 4}, DType::bf16, 301);
+  const Tensor x = test::random_tensor({6, 8}, DType::bf16, 302);
+  gemm(dw, dy, x, {.trans_a = true, .bias_grad = &db});
+  const Tensor dw_ref = Tensor::empty({4, 8}, DType::f32);
+  gemm(dw_ref, dy, x, {.trans_a = true});
+  const Tensor db_ref = Tensor::zeros({4}, DType::f32);
+  bias_grad(db_ref, dy);
+  EXPECT_TRUE(bit_identical(dw, dw_ref));
+  EXPECT_TRUE(bit_identical(db, db_ref));
+  // k = 0: a sum over no rows is zero.
+  const Tensor empty_dy = Tensor::empty({0, 4}, DType::f32);
+  const Tensor empty_x = Tensor::empty({0, 8}, DType::f32);
+  gemm(dw, empty_dy, empty_x, {.trans_a = true, .bias_grad = &db});
+  EXPECT_EQ(db.to_floats(), std::vector<float>(4, 0.0f));
+}
+
+TEST(GemmEpilogueTest, BadBiasGradArgumentsThrowNamingThem) {
+  const Tensor dy = Tensor::empty({6, 4}, DType::bf16);
+  const Tensor x = Tensor::empty({6, 8}, DType::bf16);
+  const Tensor dw = Tensor::empty({4, 8}, DType::f32);
+  const Tensor wrong_size = Tensor::empty({8}, DType::f32);
+  EXPECT_TRUE(throws_error_with(
+      [&] { gemm(dw, dy, x, {.trans_a = true, .bias_grad = &wrong_size}); },
+      {"ops::gemm", "options.bias_grad is f32[8] on cpu", "expected f32 [4]"}));
+  const Tensor wrong_dtype = Tensor::empty({4}, DType::bf16);
+  EXPECT_TRUE(throws_error_with(
+      [&] { gemm(dw, dy, x, {.trans_a = true, .bias_grad = &wrong_dtype}); },
+      {"ops::gemm", "options.bias_grad is bf16[4]", "expected f32 [4]"}));
+  const Tensor db = Tensor::empty({4}, DType::f32);
+  const Tensor a = Tensor::empty({4, 6}, DType::bf16);
+  EXPECT_TRUE(throws_error_with([&] { gemm(dw, a, x, {.bias_grad = &db}); },
+                                {"ops::gemm", "options.bias_grad needs trans_a", "dy^T x"}));
+  const Tensor bias = Tensor::empty({8}, DType::f32);
+  EXPECT_TRUE(
+      throws_error_with([&] { gemm(dw, dy, x, {.trans_a = true, .bias = &bias, .bias_grad = &db}); },
+                        {"ops::gemm", "options.bias_grad", "drop options.bias"}));
+  const Tensor dw_as_vector = dw.reshape({32}).slice(0, 4);
+  EXPECT_TRUE(
+      throws_error_with([&] { gemm(dw, dy, x, {.trans_a = true, .bias_grad = &dw_as_vector}); },
+                        {"ops::gemm", "options.bias_grad shares memory with c, a or b"}));
+  const Tensor a3 = Tensor::empty({2, 6, 4}, DType::f32);
+  const Tensor b3 = Tensor::empty({2, 6, 8}, DType::f32);
+  const Tensor c3 = Tensor::empty({2, 4, 8}, DType::f32);
+  EXPECT_TRUE(throws_error_with(
+      [&] { gemm_batched(c3, a3, b3, {.trans_a = true, .bias_grad = &db}); },
+      {"ops::gemm_batched", "options.bias_grad is not supported", "ops::bias_grad"}));
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 // Mixed precision: an f16/bf16 input runs the GEMMs in that dtype with fp32 accumulation and
 // the weight's half compute copy (Parameter::compute_value, refreshed by the optimizer after
 // each step); the weight gradient is written in fp32 by the backward GEMM (beta 0 right after
-// zero_grad, then 1: micro-batches accumulate in place). Bias and its gradient stay fp32.
+// zero_grad, then 1: micro-batches accumulate in place). Bias and its gradient stay fp32; the
+// bias gradient comes out of the weight-gradient GEMM (ops::GemmOptions::bias_grad: on the GPU
+// cuBLASLt's epilogue, no separate pass over dy).
 //
 // Fused activation (set_activation(Activation::gelu)): y = gelu(x W^T + b), tanh form — an
 // nn::Linear followed by an nn::GELU in one module, the GELU riding in the forward GEMM's

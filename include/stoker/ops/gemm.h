@@ -16,6 +16,14 @@
 //          gradient with the GELU's backward applied, i.e. the gradient of fc's pre-activation.
 //          No bias (its gradient stays ops::bias_grad's).
 // Both need beta = 0 and aux: a [M, N] tensor of C's dtype on C's device, not C itself.
+//
+// A bias gradient (GemmOptions::bias_grad) from the same pass, for a linear layer's weight
+// gradient dW = dy^T x (trans_a, A = dy [K, M]): bias_grad[i] = sum_k A[k, i], written (not
+// accumulated), which is ops::bias_grad's sum over dy's rows. CPU: zeroes it and runs
+// ops::bias_grad, the same bits. CUDA: cuBLASLt's BGRADB epilogue where it offers one for the
+// call (C in f32, after a one-time check on the device that it sums what we expect) — the GEMM
+// already reads every element of dy, so the separate pass over it goes away; elsewhere the
+// same call runs ops::bias_grad after the GEMM.
 // CPU: exactly the unfused composition (gemm with bias into aux, then ops::gelu_forward; gemm,
 // then ops::gelu_backward in place), so its bits are the separate ops' bits. CUDA: cuBLASLt's
 // GELU_AUX(_BIAS) and DGELU epilogues — one pass over C instead of three; the GELU there is
@@ -51,6 +59,9 @@ struct GemmOptions {
   // gelu: written, the pre-activation; dgelu: read, the forward's pre-activation. [M, N] in C's
   // dtype on C's device. Must be null with GemmEpilogue::none.
   const Tensor* aux = nullptr;
+  // Written: sum_k A[k, i] for i < M, an f32 [M] tensor on C's device (see above). Needs
+  // trans_a, no bias and epilogue none; not C, A or B.
+  const Tensor* bias_grad = nullptr;
 };
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& options = {});
@@ -59,9 +70,10 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
 // being the last two dimensions and the batch all leading dimensions flattened (the same for
 // a, b and c): a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with
 // trans_b), c [..., M, N], each contiguous. dtypes, alpha/beta and accumulation as gemm;
-// options.bias and options.aux must be null and options.epilogue none. CPU: BLAS per matrix, oneTBB
-// over the batch. CUDA: one cuBLASLt call with a batch count and strided batch offsets, planned and
-// autotuned per (shape, batch) like gemm. (Attention's per-head products, ops/attention.h.)
+// options.bias, options.aux and options.bias_grad must be null and options.epilogue none.
+// CPU: BLAS per matrix, oneTBB over the batch. CUDA: one cuBLASLt call with a batch count and
+// strided batch offsets, planned and autotuned per (shape, batch) like gemm. (Attention's
+// per-head products, ops/attention.h.)
 void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b,
                   const GemmOptions& options = {});
 

@@ -1,6 +1,6 @@
 // CPU GEMM through BLAS (cblas_sgemm, row-major). Half inputs are widened to fp32 first and a
 // half output is rounded once at the end, matching the GPU's "fp32 accumulate, round once".
-// The gelu/dgelu epilogues are the unfused ops in sequence (see below).
+// The gelu/dgelu epilogues and the bias gradient are the unfused ops in sequence (see below).
 #include <cblas.h>
 
 #include "ops/backend.h"
@@ -10,6 +10,15 @@
 namespace stoker::ops::cpu {
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& o) {
+  // The bias gradient is ops::bias_grad's sum over a's rows (a = dy, read transposed), into a
+  // zeroed vector: the bits of the unfused backward.
+  if (o.bias_grad) {
+    cpu::fill(*o.bias_grad, 0.0);
+    cpu::bias_grad(*o.bias_grad, a);
+    GemmOptions plain = o;
+    plain.bias_grad = nullptr;
+    return cpu::gemm(c, a, b, plain);
+  }
   // The epilogues are the unfused composition, op for op, so the bits are the separate ops':
   // gelu: aux = gemm + bias (rounded to aux's dtype), C = gelu_forward(aux); dgelu: C = gemm
   // (rounded), then gelu_backward in place.

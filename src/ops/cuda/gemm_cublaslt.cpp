@@ -21,11 +21,13 @@
 // STOKER_GEMM_AUTOTUNE=0 keeps the heuristic's first pick.
 //
 // Epilogues: a bias (CUBLASLT_EPILOGUE_BIAS), gelu (GELU_AUX / GELU_AUX_BIAS: C = gelu(AB +
-// bias), aux = AB + bias) and dgelu (DGELU: C = AB gelu'(aux)), each part of the plan key with
-// the aux pointer's alignment. A plan takes the most fused epilogue cuBLASLt offers an algorithm
-// for and runs the rest as separate passes (add_bias, gelu_forward, gelu_backward), so every
-// combination works; the GELU epilogues only once a check on the device has shown that
-// cuBLASLt's GELU is the tanh form ours is (see gelu_epilogue_is_tanh).
+// bias), aux = AB + bias), dgelu (DGELU: C = AB gelu'(aux)) and a bias gradient (BGRADB: the
+// sums of our A = dy over K, beside the weight gradient), each part of the plan key with the
+// alignment of the vectors and of aux. A plan takes the most fused epilogue cuBLASLt offers an
+// algorithm for and runs the rest as separate passes (add_bias, gelu_forward, gelu_backward,
+// bias_grad), so every combination works; the GELU epilogues only once a check on the device
+// has shown that cuBLASLt's GELU is the tanh form ours is (see gelu_epilogue_is_tanh), the bias
+// gradient only once a check has shown that BGRADB sums what we expect (bgrad_epilogue_sums_dy).
 //
 // FP8 (ops::gemm_fp8): the same plans with FP8 operand types (A and B may differ: E4M3 x E5M2)
 // and the operands' scale_inv as cuBLASLt's A/B scale pointers, set per call like the bias.
@@ -46,6 +48,7 @@
 #include <compare>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -111,6 +114,8 @@ struct PlanKey {
   int b_type;                         // B's type: ab_type except for FP8 operands
   uint32_t align_a, align_b, align_c;
   int bias_type;       // cudaDataType_t of the bias asked for in the epilogue, -1: none
+  bool bias_grad;      // a bias gradient (f32 [m]) asked for
+  uint32_t align_bias;  // the bias's or the bias gradient's alignment; 0: neither
   int epilogue;        // GemmEpilogue asked for (gelu, dgelu: an aux matrix of C's type and shape)
   uint32_t align_aux;  // the aux pointer's alignment (the heuristic reads it); 0: no aux
   int64_t batch;       // matrices per call (1: ops::gemm); the strides below are 0 then
@@ -126,11 +131,13 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   // What the descriptor's epilogue does: the bias (add_bias otherwise), the GELU (writing aux;
   // otherwise the GEMM writes the pre-activation into aux and gelu_forward follows) and the
-  // GELU's derivative (otherwise gelu_backward follows). Each false when not asked for or when
+  // GELU's derivative (otherwise gelu_backward follows) and the bias gradient (otherwise
+  // bias_grad follows). Each false when not asked for or when
   // cuBLASLt offered no algorithm for an epilogue that has it (see make_plan).
   bool fused_bias = false;
   bool fused_gelu = false;
   bool fused_dgelu = false;
+  bool fused_bias_grad = false;
   bool usable = true;  // false: an FP8 shape cuBLASLt has no algorithm for (see make_plan)
   std::mutex mu;       // the bias and aux pointers are descriptor attributes, set per call
 };
@@ -150,6 +157,8 @@ struct TuneInputs {
   const void* bias;  // nullptr: none
   const void* aux;   // nullptr: none (written by a GELU_AUX epilogue: fine, the call rewrites it)
   bool gelu_is_tanh = false;  // set by Cache::get: the GELU epilogues may be used
+  void* bias_grad = nullptr;  // nullptr: none (written by BGRADB: fine, the call rewrites it)
+  bool bgrad_sums_dy = false;  // set by Cache::get: the BGRADB epilogue may be used
 };
 
 bool stream_is_capturing(cudaStream_t stream) {
@@ -282,6 +291,119 @@ bool gelu_epilogue_is_tanh(cublasLtHandle_t handle, void* workspace, cudaStream_
   return ok;
 }
 
+// Whether cuBLASLt's BGRADB epilogue, in the weight-gradient layout stoker uses (our C [m, n]
+// f32 = A^T B with A = dy [k, m] and B = x [k, n] bf16: cuBLASLt's first operand x untransposed,
+// its second dy transposed), writes sum_k dy[k, i] into the f32 bias vector and leaves the
+// product as it is. The documentation says "bias gradient based on the input matrix B ... the
+// number of columns of D", which is our dy and our m, but the mapping through the row-major
+// trick is easy to get wrong and a wrong bias gradient trains quietly; so it is checked once per
+// device on small integers (exact in bf16 and in fp32 sums). Any failure to run says false: the
+// separate bias_grad pass is always correct. Synchronizes; never called while capturing.
+bool bgrad_epilogue_sums_dy(cublasLtHandle_t handle, void* workspace, cudaStream_t stream) {
+  constexpr int m = 16, n = 8, k = 32;
+  std::array<uint16_t, k * m> dy{};
+  std::array<uint16_t, k * n> x{};
+  std::array<float, k * m> dy_f{};
+  std::array<float, k * n> x_f{};
+  const auto bf16 = [](float f) {  // exact for these small integers
+    uint32_t u = 0;
+    std::memcpy(&u, &f, sizeof(u));
+    return static_cast<uint16_t>(u >> 16);
+  };
+  for (int r = 0; r < k; ++r) {
+    for (int i = 0; i < m; ++i) {
+      dy_f[r * m + i] = static_cast<float>((r * 7 + i * 3) % 9 - 4);
+      dy[r * m + i] = bf16(dy_f[r * m + i]);
+    }
+    for (int j = 0; j < n; ++j) {
+      x_f[r * n + j] = static_cast<float>((r + 2 * j) % 5 - 2);
+      x[r * n + j] = bf16(x_f[r * n + j]);
+    }
+  }
+  void* buf = nullptr;  // dy | x | d | bias gradient
+  const size_t dy_bytes = sizeof(dy), x_bytes = sizeof(x), d_bytes = m * n * sizeof(float);
+  if (cudaMalloc(&buf, dy_bytes + x_bytes + d_bytes + m * sizeof(float)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  char* const base = static_cast<char*>(buf);
+  void* const d_dy = base;
+  void* const d_x = base + dy_bytes;
+  void* const d_d = base + dy_bytes + x_bytes;
+  void* d_bias = base + dy_bytes + x_bytes + d_bytes;
+  bool ok =
+      cudaMemcpyAsync(d_dy, dy.data(), dy_bytes, cudaMemcpyHostToDevice, stream) == cudaSuccess &&
+      cudaMemcpyAsync(d_x, x.data(), x_bytes, cudaMemcpyHostToDevice, stream) == cudaSuccess;
+  cublasLtMatrixLayout_t lx = nullptr, ldy = nullptr, ld = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ok = ok && cublasLtMatrixLayoutCreate(&lx, CUDA_R_16BF, n, k, n) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&ldy, CUDA_R_16BF, m, k, m) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, n, m, n) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+  const cublasOperation_t op_n = CUBLAS_OP_N, op_t = CUBLAS_OP_T;
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BGRADB;
+  const cudaDataType_t bias_type = CUDA_R_32F;
+  const uint64_t ws = kWorkspaceBytes;
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  ok = ok &&
+       cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &op_n, sizeof(op_n)) ==
+           CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &op_t, sizeof(op_t)) ==
+           CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                      sizeof(epilogue)) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                      sizeof(bias_type)) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &d_bias,
+                                      sizeof(d_bias)) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                            sizeof(ws)) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulAlgoGetHeuristic(handle, op, lx, ldy, ld, ld, pref, 1, &result, &found) ==
+           CUBLAS_STATUS_SUCCESS &&
+       found > 0;
+  const float alpha = 1.0f, beta = 0.0f;
+  std::array<float, m * n> d{};
+  std::array<float, m> bias{};
+  ok = ok &&
+       cublasLtMatmul(handle, op, &alpha, d_x, lx, d_dy, ldy, &beta, d_d, ld, d_d, ld,
+                      &result.algo, workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS &&
+       cudaMemcpyAsync(d.data(), d_d, d_bytes, cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
+       cudaMemcpyAsync(bias.data(), d_bias, sizeof(bias), cudaMemcpyDeviceToHost, stream) ==
+           cudaSuccess &&
+       cudaStreamSynchronize(stream) == cudaSuccess;
+  core::note_host_sync();
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (op) cublasLtMatmulDescDestroy(op);
+  for (auto l : {lx, ldy, ld})
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  cudaFree(buf);
+  cudaGetLastError();  // a failed launch must not poison later calls
+  double bias_err = 0.0, d_err = 0.0;
+  for (int i = 0; ok && i < m; ++i) {
+    double sum = 0.0;
+    for (int r = 0; r < k; ++r) sum += dy_f[r * m + i];
+    bias_err = std::max(bias_err, std::fabs(bias[i] - sum));
+    for (int j = 0; j < n; ++j) {  // our C[i, j] is column-major D's element (j, i)
+      double dot = 0.0;
+      for (int r = 0; r < k; ++r) dot += dy_f[r * m + i] * x_f[r * n + j];
+      d_err = std::max(d_err, std::fabs(d[i * n + j] - dot));
+    }
+  }
+  ok = ok && bias_err == 0.0 && d_err == 0.0;
+  static const bool verbose = env_int("STOKER_GEMM_VERBOSE", 0, 0, 1) == 1;
+  if (verbose || !ok)
+    std::fprintf(stderr,
+                 "stoker gemm: cuBLASLt BGRADB epilogue: bias gradient max |diff| %.3g, product "
+                 "%.3g%s: %s\n",
+                 bias_err, d_err, found > 0 ? "" : " (no algorithm offered)",
+                 ok ? "the bias gradient is fused into the weight-gradient GEMM"
+                    : "the bias gradient runs as its own pass");
+  return ok;
+}
+
 class Cache {
  public:
   // Everything one call needs, under one lock; created on first use. The caller holds a
@@ -304,6 +426,12 @@ class Cache {
         if (verdict < 0 && !stream_is_capturing(stream))
           verdict = gelu_epilogue_is_tanh(handle, workspace, stream) ? 1 : 0;
         tune.gelu_is_tanh = verdict == 1;
+      }
+      if (key.bias_grad) {  // the same once-per-device pattern for BGRADB
+        int& verdict = bgrad_ok_.at(key.device);
+        if (verdict < 0 && !stream_is_capturing(stream))
+          verdict = bgrad_epilogue_sums_dy(handle, workspace, stream) ? 1 : 0;
+        tune.bgrad_sums_dy = verdict == 1;
       }
       plan = make_plan(key, handle, ab, c, tune, workspace, fp8);
     }
@@ -402,22 +530,33 @@ class Cache {
     const bool aux_ok = has_aux && key.n % 8 == 0 && in.gelu_is_tanh;
     struct Candidate {
       cublasLtEpilogue_t epilogue;
-      bool bias, gelu, dgelu;
+      bool bias, gelu, dgelu, bias_grad;
     };
     std::array<Candidate, 3> candidates{};
     int count = 0;
     if (key.epilogue == static_cast<int>(GemmEpilogue::gelu) && aux_ok)
       candidates[count++] = {
           has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, has_bias, true,
-          false};
+          false, false};
     if (key.epilogue == static_cast<int>(GemmEpilogue::dgelu) && aux_ok)
-      candidates[count++] = {CUBLASLT_EPILOGUE_DGELU, false, false, true};
-    if (has_bias) candidates[count++] = {CUBLASLT_EPILOGUE_BIAS, true, false, false};
+      candidates[count++] = {CUBLASLT_EPILOGUE_DGELU, false, false, true, false};
+    if (has_bias) candidates[count++] = {CUBLASLT_EPILOGUE_BIAS, true, false, false, false};
+    // The bias gradient's type is C's (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER), so only
+    // an f32 C (the weight gradient) gives the f32 sums stoker keeps.
+    if (key.bias_grad && key.c_type == CUDA_R_32F && in.bgrad_sums_dy)
+      candidates[count++] = {CUBLASLT_EPILOGUE_BGRADB, false, false, false, true};
     bool chosen = false;
     for (int i = 0; i < count && !chosen; ++i) {
       const Candidate& cand = candidates[i];
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                          &cand.epilogue, sizeof(cand.epilogue)));
+      if (cand.bias_grad) {
+        const cudaDataType_t f32 = CUDA_R_32F;
+        STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32, sizeof(f32)));
+        STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &in.bias_grad, sizeof(in.bias_grad)));
+      }
       if (cand.bias) {
         const auto bias_type = static_cast<cudaDataType_t>(key.bias_type);
         STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
@@ -437,6 +576,7 @@ class Cache {
         plan->fused_bias = cand.bias;
         plan->fused_gelu = cand.gelu;
         plan->fused_dgelu = cand.dgelu;
+        plan->fused_bias_grad = cand.bias_grad;
       } else {  // a clean descriptor: no epilogue attributes left behind
         cublasLtMatmulDescDestroy(plan->op);
         make_op();
@@ -500,11 +640,14 @@ class Cache {
 
   std::mutex mu_;
   std::array<cublasLtHandle_t, kMaxDevices> handles_{};
-  std::array<int, kMaxDevices> gelu_tanh_ = [] {  // per device: gelu_epilogue_is_tanh, -1: unknown
+  static std::array<int, kMaxDevices> unknown() {
     std::array<int, kMaxDevices> a{};
     a.fill(-1);
     return a;
-  }();
+  }
+  // Per device: the verdicts of gelu_epilogue_is_tanh and bgrad_epilogue_sums_dy, -1: unknown.
+  std::array<int, kMaxDevices> gelu_tanh_ = unknown();
+  std::array<int, kMaxDevices> bgrad_ok_ = unknown();
   std::map<std::pair<int, cudaStream_t>, void*> workspaces_;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;  // node-based: references stay valid
 };
@@ -568,14 +711,18 @@ bool run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
   key.epilogue = static_cast<int>(o.epilogue);
   const void* bias = o.bias ? o.bias->data() : nullptr;
   const void* aux = o.aux ? o.aux->data() : nullptr;
+  void* bias_grad = o.bias_grad ? o.bias_grad->data() : nullptr;
+  key.bias_grad = o.bias_grad != nullptr;
+  if (bias || bias_grad) key.align_bias = alignment_of(bias ? bias : bias_grad);
   if (o.aux) {
     key.align_aux = alignment_of(aux);
     // An unfused GELU has the GEMM write the pre-activation into aux: the algorithm must suit
     // that buffer as well as C.
     if (o.epilogue == GemmEpilogue::gelu) key.align_c = std::min(key.align_c, key.align_aux);
   }
-  const Resources r = cache().get(key, {a.data(), b.data(), c.nbytes(), stream, bias, aux},
-                                  a.dtype(), c.dtype(), fp8 != nullptr);
+  TuneInputs inputs{a.data(), b.data(), c.nbytes(), stream, bias, aux};
+  inputs.bias_grad = bias_grad;
+  const Resources r = cache().get(key, inputs, a.dtype(), c.dtype(), fp8 != nullptr);
   Plan& plan = *r.plan;
   if (!plan.usable) return false;
   const float alpha = o.alpha;
@@ -588,6 +735,9 @@ bool run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
     if (plan.fused_bias)
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                          &bias, sizeof(bias)));
+    if (plan.fused_bias_grad)
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad, sizeof(bias_grad)));
     if (plan.fused_gelu || plan.fused_dgelu)
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
@@ -611,6 +761,10 @@ bool run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
       cuda::cast(wide, *o.bias);
       add_bias(out, wide);
     }
+  }
+  if (o.bias_grad && !plan.fused_bias_grad) {  // a = dy [k, m]: its column sums
+    fill(*o.bias_grad, 0.0);
+    cuda::bias_grad(*o.bias_grad, a);
   }
   if (gelu_after) gelu_forward(c, *o.aux);
   if (o.epilogue == GemmEpilogue::dgelu && !plan.fused_dgelu) gelu_backward(c, c, *o.aux);
