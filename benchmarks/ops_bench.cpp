@@ -7,9 +7,11 @@
 // reaches ~4.2 TB/s (docs/benchmarks.md). Times come from CUDA events around 10 back-to-back
 // calls after warm-up (manual time, per call). Each benchmark checks a slice of what it timed
 // against the CPU reference and fails loudly on a mismatch. BM_AdamWStateFormat/state:0|1|2 is
-// the AdamW update of the MLP's weights with f32 / bf16 / 8-bit moments. BM_MaxPoolBackward and
-// BM_ResNetStemConv are ResNet-50's stem: its max pool backward (bytes/s) and its 7x7 convolution
-// with 3 input channels as they are or padded to 4 / 8 (useful FLOP/s).
+// the AdamW update of the MLP's weights with f32 / bf16 / 8-bit moments. BM_MaxPoolForward,
+// BM_MaxPoolBackward and BM_ResNetStemConv are ResNet-50's stem: its max pool without and with
+// the argmax bytes (bytes/s) and its 7x7 convolution with 3 input channels as they are or padded
+// to 4 / 8 (useful FLOP/s). BM_WeightGradBiasGrad is a GPT-2 Linear's weight gradient with its
+// bias gradient as a separate pass or from the GEMM (FLOP/s of the GEMM).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -312,27 +314,98 @@ void BM_AdamWStateFormat(benchmark::State& state) {
   check(state, ok ? 0.0 : 2.0);
 }
 
-// ResNet-50's stem max pool backward: x [256, 112, 112, 64] bf16 NHWC, 3x3 stride 2 pad 1. Bytes:
-// x and dy read once, dx written once (the kernel's argmax bytes not counted). Checked against
-// the CPU on the first image (the NHWC kernel gives the CPU's bits).
+// ResNet-50's stem max pool: x [256, 112, 112, 64] bf16 NHWC, 3x3 stride 2 pad 1. `argmax:0` is
+// the plain pair (cuDNN's forward; a backward from x and y that finds each window's maximum again,
+// then gathers), `argmax:1` the pair nn::MaxPool2d runs (a forward that also writes the argmax
+// bytes; a backward that only gathers). Bytes: the tensors each call must read and write once,
+// the argmax bytes included where an op reads or writes them. Checked against the CPU on the first
+// image (the NHWC kernels give the CPU's bits).
+struct StemPool {
+  ops::Pool2dParams p{
+      .kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .layout = ops::Layout::nhwc};
+  Tensor x, y, argmax, dy, dx;
+  explicit StemPool(Device gpu) {
+    x = random_tensor({256, 112, 112, 64}, DType::bf16, gpu, 41);
+    y = Tensor::empty(ops::pool2d_output_shape(x.shape(), p), DType::bf16, gpu);
+    argmax = Tensor::empty(y.shape(), DType::u8, gpu);
+    dy = random_tensor(y.shape(), DType::bf16, gpu, 42);
+    dx = Tensor::empty(x.shape(), DType::bf16, gpu);
+  }
+  static Tensor first(const Tensor& t) { return t.slice(0, 1).to(Device::cpu()); }
+  static bool same(const Tensor& got, const Tensor& want) {
+    const Tensor g = first(got);
+    return g.nbytes() == want.nbytes() && std::memcmp(g.data(), want.data(), want.nbytes()) == 0;
+  }
+};
+
+void BM_MaxPoolForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  StemPool s(Device::cuda(0));
+  const bool argmax = state.range(0) == 1;
+  const double bytes = double(s.x.nbytes() + s.y.nbytes() + (argmax ? s.argmax.nbytes() : 0));
+  time_calls(state, bytes, [&] {
+    if (argmax) {
+      ops::maxpool2d_forward_argmax(s.y, s.argmax, s.x, s.p);
+    } else {
+      ops::maxpool2d_forward(s.y, s.x, s.p);
+    }
+  });
+  const Tensor xc = StemPool::first(s.x);
+  const Tensor want = Tensor::empty(StemPool::first(s.y).shape(), DType::bf16);
+  ops::maxpool2d_forward(want, xc, s.p);
+  check(state, StemPool::same(s.y, want) ? 0.0 : 2.0);
+}
+
 void BM_MaxPoolBackward(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  const Device gpu = Device::cuda(0);
-  const ops::Pool2dParams p{
-      .kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .layout = ops::Layout::nhwc};
-  const Tensor x = random_tensor({256, 112, 112, 64}, DType::bf16, gpu, 41);
-  const Tensor y = Tensor::empty(ops::pool2d_output_shape(x.shape(), p), DType::bf16, gpu);
-  const Tensor dy = random_tensor(y.shape(), DType::bf16, gpu, 42);
-  const Tensor dx = Tensor::empty(x.shape(), DType::bf16, gpu);
-  ops::maxpool2d_forward(y, x, p);
-  time_calls(state, double(x.nbytes() + dy.nbytes() + dx.nbytes()),
-             [&] { ops::maxpool2d_backward(dx, dy, x, y, p); });
-  const auto first = [](const Tensor& t) { return t.slice(0, 1).to(Device::cpu()); };
-  const Tensor xc = first(x), yc = first(y), dyc = first(dy);
+  StemPool s(Device::cuda(0));
+  const bool argmax = state.range(0) == 1;
+  ops::maxpool2d_forward_argmax(s.y, s.argmax, s.x, s.p);
+  const double bytes = double(s.dy.nbytes() + s.dx.nbytes()) +
+                       double(argmax ? s.argmax.nbytes() : s.x.nbytes());
+  time_calls(state, bytes, [&] {
+    if (argmax) {
+      ops::maxpool2d_backward_argmax(s.dx, s.dy, s.argmax, s.p);
+    } else {
+      ops::maxpool2d_backward(s.dx, s.dy, s.x, s.y, s.p);
+    }
+  });
+  const Tensor xc = StemPool::first(s.x), yc = StemPool::first(s.y), dyc = StemPool::first(s.dy);
   const Tensor want = Tensor::empty(xc.shape(), DType::bf16);
-  ops::maxpool2d_backward(want, dyc, xc, yc, p);
-  const Tensor got = first(dx);
-  check(state, std::memcmp(got.data(), want.data(), want.nbytes()) == 0 ? 0.0 : 2.0);
+  ops::maxpool2d_backward(want, dyc, xc, yc, s.p);
+  check(state, StemPool::same(s.dx, want) ? 0.0 : 2.0);
+}
+
+// A Linear's weight and bias gradients at GPT-2 124M's MLP shapes (B*T = 16384 rows, bf16 dy and
+// x, f32 dW): `fused:0` the GEMM dW = dy^T x and then ops::bias_grad's pass over dy, `fused:1` the
+// GEMM writing the bias gradient too (GemmOptions::bias_grad). `out` is the layer's output width:
+// 3072 (fc) or 768 (proj). FLOP/s counts the GEMM's 2 M N K; the bias gradients are checked
+// against each other.
+void BM_WeightGradBiasGrad(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0);
+  const bool fused = state.range(0) == 1;
+  const int64_t out = state.range(1), in = out == 3072 ? 768 : 3072, rows = 16384;
+  const Tensor dy = random_tensor({rows, out}, DType::bf16, gpu, 51);
+  const Tensor x = random_tensor({rows, in}, DType::bf16, gpu, 52);
+  const Tensor dw = Tensor::empty({out, in}, DType::f32, gpu);
+  const Tensor db = Tensor::zeros({out}, DType::f32, gpu);
+  time_calls(state, 0.0, [&] {
+    if (fused) {
+      ops::gemm(dw, dy, x, {.trans_a = true, .bias_grad = &db});
+    } else {
+      ops::gemm(dw, dy, x, {.trans_a = true});
+      ops::bias_grad(db, dy);  // accumulates: fine for timing, checked from zero below
+    }
+  });
+  state.counters["FLOP/s"] =
+      benchmark::Counter(ops::gemm_flops(out, in, rows) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+  const Tensor got = Tensor::empty({out}, DType::f32, gpu);
+  ops::gemm(dw, dy, x, {.trans_a = true, .bias_grad = &got});
+  const Tensor want = Tensor::zeros({out}, DType::f32, gpu);
+  ops::bias_grad(want, dy);
+  check(state, worst(got, want, out, 1e-4, 1e-3));
 }
 
 // ResNet-50's stem convolution, x [256, 224, 224, Cin] bf16 NHWC, 64 filters 7x7 stride 2 pad 3,
@@ -365,7 +438,23 @@ void BM_ResNetStemConv(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_MaxPoolBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaxPoolForward)
+    ->ArgName("argmax")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaxPoolBackward)
+    ->ArgName("argmax")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_WeightGradBiasGrad)
+    ->ArgNames({"fused", "out"})
+    ->ArgsProduct({{0, 1}, {3072, 768}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ResNetStemConv)
     ->ArgNames({"cin", "pass"})
     ->ArgsProduct({{3, 4, 8}, {0, 1}})

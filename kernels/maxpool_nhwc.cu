@@ -1,5 +1,7 @@
-// CUDA max-pooling backward for channels-last (NHWC) tensors, called by src/ops/cuda/
-// pool_cudnn.cpp in place of cudnnPoolingBackward (NCHW and the forward stay on cuDNN).
+// CUDA max pooling for channels-last (NHWC) tensors: the backward, called by src/ops/cuda/
+// pool_cudnn.cpp in place of cudnnPoolingBackward (NCHW and the plain forward stay on cuDNN),
+// and the argmax pair (ops::maxpool2d_forward_argmax / maxpool2d_backward_argmax), whose
+// forward writes y and the argmax bytes in one pass so that the backward is the gather alone.
 //
 // Why our own: cuDNN's deterministic max-pool backward took 1.66 ms for the ResNet-50 stem's
 // [256, 112, 112, 64] bf16 input on an H100 (619 GB/s; 3.3 % of the step), where the bytes it
@@ -16,9 +18,12 @@
 //     fp32, one rounding to T. Every dx element is written (0 where no window picked it).
 // Traffic: x read once (overlapping windows hit L1/L2), the bytes written once and read by the
 // <= ceil(kh / sh) * ceil(kw / sw) windows of a pixel from cache, dy read, dx written once.
+// The argmax forward is pass 1 that also stores each window's maximum (the x value it found:
+// exact, and a NaN as it was) as y; its backward is pass 2 on the bytes the forward kept.
 #include <algorithm>
 
 #include "kernel_util.cuh"
+#include "ops/backend.h"
 #include "ops/cuda/maxpool_nhwc.h"
 #include "ops/geometry.h"
 
@@ -51,9 +56,10 @@ __device__ STOKER_FORCEINLINE Item item_at(int i, int channels, int height, int 
   return t;
 }
 
+// y: null, or where each window's maximum goes (the argmax forward).
 template <int V, typename T>
 __global__ void __launch_bounds__(kBlockSize)
-    window_argmax_kernel(const T* x, uint8_t* arg, Geo g, int items) {
+    window_argmax_kernel(const T* x, uint8_t* arg, T* y, Geo g, int items) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < items; i += gridDim.x * blockDim.x) {
     const Item t = item_at<V>(i, g.c, g.oh, g.ow);
     const int pix = t.pix, n = t.n, oh = t.h, ow = t.w, c = t.c;
@@ -80,6 +86,7 @@ __global__ void __launch_bounds__(kBlockSize)
           if (nan[k]) continue;
           if (v[k] != v[k]) {
             nan[k] = true;
+            best[k] = v[k];
             pos[k] = here;
           } else if (v[k] > best[k]) {
             best[k] = v[k];
@@ -92,6 +99,7 @@ __global__ void __launch_bounds__(kBlockSize)
 #pragma unroll
     for (int k = 0; k < V; ++k) p.v[k] = pos[k];
     store_pack<V>(arg + pix * g.c + c, p);
+    if (y != nullptr) store_floats<V>(y + pix * g.c + c, best);  // values of x: exact in T
   }
 }
 
@@ -133,50 +141,76 @@ bool maxpool_nhwc_backward_supported(const Tensor& x, const Pool2dParams& p) {
          x.numel() < (int64_t{1} << 30);  // y has at most (H + 1)(W + 1) / (H W) <= 4 times more
 }
 
-void maxpool_nhwc_backward(const Tensor& dx, const Tensor& dy, const Tensor& x,
-                           const Pool2dParams& p) {
-  const detail::PoolGeometry pg = detail::pool_geometry(x.shape(), p);
-  const Geo g{static_cast<int>(pg.n),  static_cast<int>(pg.h),  static_cast<int>(pg.w),
-              static_cast<int>(pg.c),  static_cast<int>(pg.oh), static_cast<int>(pg.ow),
-              static_cast<int>(pg.kh), static_cast<int>(pg.kw), static_cast<int>(pg.sh),
-              static_cast<int>(pg.sw), static_cast<int>(pg.ph), static_cast<int>(pg.pw)};
-  if (x.numel() == 0) return;
-  const Device d = x.device();
+namespace {
+
+Geo geo_of(const Shape& x, const Pool2dParams& p) {
+  const detail::PoolGeometry pg = detail::pool_geometry(x, p);
+  return {static_cast<int>(pg.n),  static_cast<int>(pg.h),  static_cast<int>(pg.w),
+          static_cast<int>(pg.c),  static_cast<int>(pg.oh), static_cast<int>(pg.ow),
+          static_cast<int>(pg.kh), static_cast<int>(pg.kw), static_cast<int>(pg.sh),
+          static_cast<int>(pg.sw), static_cast<int>(pg.ph), static_cast<int>(pg.pw)};
+}
+
+// The passes over x / y / dy / dx of dtype `dtype` (x and y null: no argmax pass; dy and dx
+// null: no gather), 16-byte packs of V channels (8 bytes of the argmax) when C allows and every
+// pointer given is aligned (then every pixel's row is), else one channel a thread.
+void run_passes(DType dtype, const Geo& g, Device d, const void* x, void* y, uint8_t* arg,
+                const void* dy, void* dx) {
   const cudaStream_t stream = core::cuda_stream(d);
-  // One byte per output element: the window position of its maximum.
-  const Tensor arg = Tensor::empty({int64_t{g.n} * g.oh * g.ow * g.c}, DType::u8, d);
-  auto* pa = static_cast<uint8_t*>(arg.data());
-  visit_float(x.dtype(), [&](auto tag) {
+  visit_float(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const auto* px = static_cast<const T*>(x.data());
-    const auto* pdy = static_cast<const T*>(dy.data());
-    auto* pdx = static_cast<T*>(dx.data());
     const auto run = [&](auto width) {
       constexpr int V = decltype(width)::value;
       const int out_items = g.n * g.oh * g.ow * (g.c / V);
       const int in_items = g.n * g.h * g.w * (g.c / V);
-      if (out_items > 0) {
-        window_argmax_kernel<V>
-            <<<grid_for(out_items, d.index), kBlockSize, 0, stream>>>(px, pa, g, out_items);
+      if (x != nullptr && out_items > 0) {
+        window_argmax_kernel<V><<<grid_for(out_items, d.index), kBlockSize, 0, stream>>>(
+            static_cast<const T*>(x), arg, static_cast<T*>(y), g, out_items);
         STOKER_CUDA_CHECK(cudaGetLastError());
       }
-      gather_kernel<V>
-          <<<grid_for(in_items, d.index), kBlockSize, 0, stream>>>(pdx, pdy, pa, g, in_items);
-      STOKER_CUDA_CHECK(cudaGetLastError());
+      if (dx != nullptr && in_items > 0) {
+        gather_kernel<V><<<grid_for(in_items, d.index), kBlockSize, 0, stream>>>(
+            static_cast<T*>(dx), static_cast<const T*>(dy), arg, g, in_items);
+        STOKER_CUDA_CHECK(cudaGetLastError());
+      }
     };
-    // 16-byte packs of x, dy, dx (8 bytes of the argmax) when C allows and every pointer is
-    // aligned (then every pixel's row is), else one channel a thread.
     constexpr int kV = 16 / sizeof(T);
     bool vec = g.c % kV == 0;
-    for (const void* ptr : {static_cast<const void*>(px), static_cast<const void*>(pdy),
-                            static_cast<const void*>(pdx), static_cast<const void*>(pa)})
-      vec = vec && reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+    for (const void* ptr : {x, static_cast<const void*>(y), dy, static_cast<const void*>(dx),
+                            static_cast<const void*>(arg)})
+      vec = vec && reinterpret_cast<uintptr_t>(ptr) % 16 == 0;  // null is aligned
     if (vec) {
       run(std::integral_constant<int, kV>{});
     } else {
       run(std::integral_constant<int, 1>{});
     }
   });
+}
+
+}  // namespace
+
+void maxpool_nhwc_backward(const Tensor& dx, const Tensor& dy, const Tensor& x,
+                           const Pool2dParams& p) {
+  if (x.numel() == 0) return;
+  const Geo g = geo_of(x.shape(), p);
+  // One byte per output element: the window position of its maximum.
+  const Tensor arg = Tensor::empty({int64_t{g.n} * g.oh * g.ow * g.c}, DType::u8, x.device());
+  run_passes(x.dtype(), g, x.device(), x.data(), nullptr, static_cast<uint8_t*>(arg.data()),
+             dy.data(), dx.data());
+}
+
+void maxpool2d_forward_argmax(const Tensor& y, const Tensor& argmax, const Tensor& x,
+                              const Pool2dParams& p) {
+  const core::DeviceScope scope(x.device().index);
+  run_passes(x.dtype(), geo_of(x.shape(), p), x.device(), x.data(), y.data(),
+             static_cast<uint8_t*>(argmax.data()), nullptr, nullptr);
+}
+
+void maxpool2d_backward_argmax(const Tensor& dx, const Tensor& dy, const Tensor& argmax,
+                               const Pool2dParams& p) {
+  const core::DeviceScope scope(dx.device().index);
+  run_passes(dx.dtype(), geo_of(dx.shape(), p), dx.device(), nullptr, nullptr,
+             static_cast<uint8_t*>(argmax.data()), dy.data(), dx.data());
 }
 
 }  // namespace stoker::ops::cuda

@@ -1,6 +1,7 @@
-// Pooling modules over ops/pool.h. Max pooling keeps its input and output for the backward
-// (cuDNN's backward needs both; the CPU's recomputes each window's argmax from x); average
-// pooling needs neither, only the input's shape.
+// Pooling modules over ops/pool.h. Max pooling keeps one byte per output, the position of each
+// window's maximum (ops::maxpool2d_forward_argmax), where the device and layout allow (CPU, and
+// NHWC on CUDA), else its input and output (cuDNN's NCHW backward needs both); average pooling
+// needs neither, only the input's shape.
 #include "stoker/nn/pool.h"
 
 #include "stoker/core/error.h"
@@ -42,17 +43,30 @@ MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding, ops::Layou
 Tensor MaxPool2d::forward(const Tensor& x) {
   check_input(*this, x);
   Tensor y = Tensor::empty(ops::pool2d_output_shape(x.shape(), params_), x.dtype(), device_);
-  ops::maxpool2d_forward(y, x, params_);
-  x_ = saving_activations() ? x : Tensor();  // nothing kept inside a Checkpoint's forward
-  y_ = saving_activations() ? y : Tensor();
+  argmax_ = x_ = y_ = Tensor();
+  if (!saving_activations()) {  // nothing kept inside a Checkpoint's forward
+    ops::maxpool2d_forward(y, x, params_);
+  } else if (ops::maxpool2d_argmax_supported(device_, x.shape(), params_)) {
+    argmax_ = Tensor::empty(y.shape(), DType::u8, device_);
+    ops::maxpool2d_forward_argmax(y, argmax_, x, params_);
+  } else {
+    ops::maxpool2d_forward(y, x, params_);
+    x_ = x;
+    y_ = y;
+  }
+  x_shape_ = x.shape();
   return y;
 }
 
 Tensor MaxPool2d::backward(const Tensor& dy) {
-  STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
-  Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), device_);
-  ops::maxpool2d_backward(dx, dy, x_, y_, params_);
-  x_ = y_ = Tensor();  // consumed
+  STOKER_CHECK(argmax_.defined() || x_.defined(), describe(), ": backward called before forward");
+  Tensor dx = Tensor::empty(x_shape_, dy.dtype(), device_);
+  if (argmax_.defined()) {
+    ops::maxpool2d_backward_argmax(dx, dy, argmax_, params_);
+  } else {
+    ops::maxpool2d_backward(dx, dy, x_, y_, params_);
+  }
+  argmax_ = x_ = y_ = Tensor();  // consumed
   return dx;
 }
 

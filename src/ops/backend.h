@@ -114,6 +114,10 @@ STOKER_OPS_BACKEND_DECLS
   void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);                 \
   void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& y,    \
                           const Pool2dParams& p);                                                  \
+  void maxpool2d_forward_argmax(const Tensor& y, const Tensor& argmax, const Tensor& x,            \
+                                const Pool2dParams& p);                                            \
+  void maxpool2d_backward_argmax(const Tensor& dx, const Tensor& dy, const Tensor& argmax,         \
+                                 const Pool2dParams& p);                                           \
   void avgpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p);                 \
   void avgpool2d_backward(const Tensor& dx, const Tensor& dy, const Pool2dParams& p);              \
   void global_avgpool_forward(const Tensor& y, const Tensor& x, Layout layout);                    \

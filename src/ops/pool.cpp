@@ -90,6 +90,54 @@ void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, con
   STOKER_DISPATCH(dx.device(), maxpool2d_backward, dx, dy, x, y, p);
 }
 
+bool maxpool2d_argmax_supported(Device device, const Shape& x, const Pool2dParams& p) {
+  if (p.kernel[0] * p.kernel[1] > 256) return false;  // the position must fit a byte
+  if (device.is_cpu()) return true;
+  return p.layout == Layout::nhwc && x.numel() < (int64_t{1} << 30);
+}
+
+namespace {
+
+// The argmax variants' own requirements, after check_pool has checked x (or dx) and y (or dy):
+// a u8 argmax of y's shape on its device, and a problem maxpool2d_argmax_supported accepts.
+void check_argmax(std::string_view op, const Tensor& x, std::string_view y_name, const Tensor& y,
+                  const Tensor& argmax, const Pool2dParams& p) {
+  detail::check_defined(op, "argmax", argmax);
+  STOKER_CHECK(argmax.dtype() == DType::u8, "ops::", op, ": argmax is ", argmax.str(),
+               "; expected u8 (one byte per output: the maximum's position in its window)");
+  detail::check_same_device(op, y_name, y, "argmax", argmax);
+  detail::check_shape(op, "argmax", argmax, y.shape(),
+                      core::detail::str("the shape of ", y_name, " ", y.str()));
+  STOKER_CHECK(p.kernel[0] * p.kernel[1] <= 256, "ops::", op, ": a ", p.kernel[0], "x",
+               p.kernel[1], " window has more than 256 positions, more than a byte holds; use ",
+               "maxpool2d_forward / maxpool2d_backward");
+  STOKER_CHECK(maxpool2d_argmax_supported(x.device(), x.shape(), p), "ops::", op, ": on ",
+               x.device().str(), " the argmax variant runs NHWC tensors below 2^30 elements, got ",
+               x.str(), " in ", layout_name(p.layout),
+               "; use maxpool2d_forward / maxpool2d_backward (maxpool2d_argmax_supported says "
+               "which applies)");
+}
+
+}  // namespace
+
+void maxpool2d_forward_argmax(const Tensor& y, const Tensor& argmax, const Tensor& x,
+                              const Pool2dParams& p) {
+  constexpr const char* op = "maxpool2d_forward_argmax";
+  check_pool(op, "x", x, "y", y, p);
+  check_argmax(op, x, "y", y, argmax, p);
+  if (y.numel() == 0) return;
+  STOKER_DISPATCH(y.device(), maxpool2d_forward_argmax, y, argmax, x, p);
+}
+
+void maxpool2d_backward_argmax(const Tensor& dx, const Tensor& dy, const Tensor& argmax,
+                               const Pool2dParams& p) {
+  constexpr const char* op = "maxpool2d_backward_argmax";
+  check_pool(op, "dx", dx, "dy", dy, p);
+  check_argmax(op, dx, "dy", dy, argmax, p);
+  if (dx.numel() == 0) return;
+  STOKER_DISPATCH(dx.device(), maxpool2d_backward_argmax, dx, dy, argmax, p);
+}
+
 void avgpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p) {
   check_pool("avgpool2d_forward", "x", x, "y", y, p);
   if (y.numel() == 0) return;

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <limits>
 #include <vector>
 
@@ -136,6 +138,52 @@ TEST(PoolGpuSemantics, NhwcMaxBackwardTiesNaNsAndInfinitiesMatchCpu) {
       const Tensor dx_gpu = poisoned(shape4(t.x_dims(), Layout::nhwc), dt, kGpu);
       ops::maxpool2d_backward(dx_gpu, dy.to(kGpu), x.to(kGpu), y.to(kGpu), p);
       EXPECT_TRUE(bit_identical(dx_gpu, dx_cpu)) << "C " << c << " " << dtype_name(dt);
+    }
+  }
+}
+
+// The argmax pair in NHWC (stoker's kernels, vector and scalar paths): y, every argmax byte and
+// dx equal the CPU's bit for bit, with ties, NaNs and -inf windows, into poisoned outputs; and
+// dx equals the plain maxpool2d_backward's on the GPU.
+TEST(PoolGpuSemantics, NhwcArgmaxPairMatchesCpuBitForBit) {
+  STOKER_REQUIRE_GPU();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const PoolCase& base : kCases) {
+    for (const int64_t c : {base.c, int64_t{16}}) {
+      for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+        PoolCase t = base;
+        t.c = c;
+        SCOPED_TRACE(t.str() + " " + std::string(dtype_name(dt)));
+        const ops::Pool2dParams p = t.params(Layout::nhwc);
+        const Shape xs = shape4(t.x_dims(), Layout::nhwc), ys = shape4(t.y_dims(), Layout::nhwc);
+        ASSERT_TRUE(ops::maxpool2d_argmax_supported(kGpu, xs, p));
+        std::vector<float> v = random_floats(static_cast<size_t>(xs.numel()), 13, 0.0f, 3.0f);
+        for (size_t i = 0; i < v.size(); ++i) {
+          v[i] = std::floor(v[i]);
+          if (i % 37 == 5) v[i] = kNaN;
+          if (i % 23 == 7) v[i] = -inf;
+        }
+        const Tensor x = Tensor::from_floats(v, xs, dt);
+        const Tensor dy = random_tensor(ys, dt, 14);
+        const Tensor y_cpu = Tensor::empty(ys, dt);
+        const Tensor arg_cpu = Tensor::empty(ys, DType::u8);
+        ops::maxpool2d_forward_argmax(y_cpu, arg_cpu, x, p);
+        const Tensor dx_cpu = Tensor::empty(xs, dt);
+        ops::maxpool2d_backward_argmax(dx_cpu, dy, arg_cpu, p);
+
+        const Tensor x_gpu = x.to(kGpu), dy_gpu = dy.to(kGpu);
+        const Tensor y_gpu = poisoned(ys, dt, kGpu);
+        const Tensor arg_gpu = Tensor::zeros(ys, DType::u8, kGpu);
+        ops::maxpool2d_forward_argmax(y_gpu, arg_gpu, x_gpu, p);
+        EXPECT_TRUE(identical_up_to_nan_payload(y_gpu, y_cpu)) << "y";
+        EXPECT_TRUE(bit_identical(arg_gpu, arg_cpu)) << "argmax";
+        const Tensor dx_gpu = poisoned(xs, dt, kGpu);
+        ops::maxpool2d_backward_argmax(dx_gpu, dy_gpu, arg_gpu, p);
+        EXPECT_TRUE(bit_identical(dx_gpu, dx_cpu)) << "dx";
+        const Tensor dx_plain = poisoned(xs, dt, kGpu);
+        ops::maxpool2d_backward(dx_plain, dy_gpu, x_gpu, y_gpu, p);
+        EXPECT_TRUE(bit_identical(dx_gpu, dx_plain)) << "dx vs maxpool2d_backward";
+      }
     }
   }
 }

@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "ops/conv_test_util.h"
 #include "stoker/ops/pool.h"
@@ -79,6 +84,61 @@ TEST_P(PoolCpu, MaxForwardBackwardMatchNaive) {
     ops::maxpool2d_backward(dx, dy, x, y, t.params(l));
     const double tol = dtype == DType::f32 ? 1e-6 : 1e-2;
     EXPECT_TRUE(all_close(dx, ref.dx, tol, tol)) << t.str() << " " << dtype_name(dtype);
+  }
+}
+
+// The argmax pair: y bit for bit maxpool2d_forward's, each byte naming the element the naive
+// reference picked (its position in the unpadded window), and dx bit for bit
+// maxpool2d_backward's — with ties, NaNs and -inf windows (values from a small set).
+TEST_P(PoolCpu, MaxArgmaxPairGivesThePlainOpsBits) {
+  const PoolCase& t = tcase();
+  const Layout l = layout();
+  const ops::Pool2dParams p = t.params(l);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(t.str() + " " + std::string(ops::layout_name(l)) + " " +
+                 std::string(dtype_name(dtype)));
+    std::vector<float> v = random_floats(static_cast<size_t>(shape4(t.x_dims(), l).numel()), 7,
+                                         0.0f, 3.0f);
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i] = std::floor(v[i]);
+      if (i % 29 == 4) v[i] = kNaN;
+      if (i % 17 == 3) v[i] = -inf;
+    }
+    const Tensor x = Tensor::from_floats(v, shape4(t.x_dims(), l), dtype);
+    const Tensor dy = random_tensor(shape4(t.y_dims(), l), dtype, 8);
+    const Tensor y_ref = Tensor::empty(shape4(t.y_dims(), l), dtype);
+    ops::maxpool2d_forward(y_ref, x, p);
+    const Tensor dx_ref = Tensor::empty(shape4(t.x_dims(), l), dtype);
+    ops::maxpool2d_backward(dx_ref, dy, x, y_ref, p);
+
+    ASSERT_TRUE(ops::maxpool2d_argmax_supported(Device::cpu(), x.shape(), p));
+    const Tensor y = poisoned(shape4(t.y_dims(), l), dtype);
+    const Tensor argmax = Tensor::empty(y.shape(), DType::u8);
+    std::memset(argmax.data(), 0xff, argmax.nbytes());  // poisoned: the forward writes all
+    ops::maxpool2d_forward_argmax(y, argmax, x, p);
+    EXPECT_TRUE(bit_identical(y, y_ref)) << "y";
+    const Tensor dx = poisoned(shape4(t.x_dims(), l), dtype);
+    ops::maxpool2d_backward_argmax(dx, dy, argmax, p);
+    EXPECT_TRUE(bit_identical(dx, dx_ref)) << "dx";
+    // Every byte is a position of its window, inside x, holding the output's value.
+    const std::vector<float> xs = x.to_floats(), ys = y.to_floats();
+    const auto* bytes = static_cast<const uint8_t*>(argmax.data());
+    const Dims4 xd = t.x_dims(), yd = t.y_dims();
+    for (int64_t n = 0; n < t.n; ++n)
+      for (int64_t c = 0; c < t.c; ++c)
+        for (int64_t oh = 0; oh < t.oh(); ++oh)
+          for (int64_t ow = 0; ow < t.ow(); ++ow) {
+            const int64_t out = at4(yd, l, n, c, oh, ow);
+            const int64_t b = bytes[out];
+            ASSERT_LT(b, t.kh * t.kw) << "output " << out;
+            const int64_t h = oh * t.sh - t.ph + b / t.kw, w = ow * t.sw - t.pw + b % t.kw;
+            ASSERT_TRUE(h >= 0 && h < t.h && w >= 0 && w < t.w)
+                << "output " << out << " picks padding";
+            const float picked = xs[idx(at4(xd, l, n, c, h, w))], want = ys[idx(out)];
+            EXPECT_TRUE(picked == want || (std::isnan(picked) && std::isnan(want)))
+                << "output " << out << ": byte " << b << " holds " << picked << ", y is " << want;
+          }
   }
 }
 
@@ -161,6 +221,60 @@ TEST(PoolCpuShape, OutputShapeFollowsTheFormula) {
                 {2, 7, 8, 3},
                 {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 0}, .layout = Layout::nhwc}),
             (Shape{2, 4, 4, 3}));
+}
+
+// A byte that names no element of x (padding, or past the window) drops its window's gradient
+// instead of writing out of bounds; the other windows' gradients arrive as usual.
+TEST(PoolCpuSemantics, ArgmaxBackwardDropsBytesThatNameNoElement) {
+  const ops::Pool2dParams p{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+  const Tensor dy = Tensor::from_floats({1.0f, 2.0f, 3.0f, 4.0f}, {1, 1, 2, 2});
+  const Tensor argmax = Tensor::empty({1, 1, 2, 2}, DType::u8);
+  auto* b = static_cast<uint8_t*>(argmax.data());
+  b[0] = 0;    // window (0, 0) starts at (-1, -1): padding
+  b[1] = 200;  // past the 9 positions
+  b[2] = 4;    // window (1, 0): its centre (2, 0)
+  b[3] = 8;    // window (1, 1): its last position (3, 3)
+  const Tensor dx = poisoned({1, 1, 4, 4}, DType::f32);
+  ops::maxpool2d_backward_argmax(dx, dy, argmax, p);
+  std::vector<float> want(16, 0.0f);
+  want[2 * 4 + 0] = 3.0f;
+  want[3 * 4 + 3] = 4.0f;
+  EXPECT_EQ(dx.to_floats(), want);
+}
+
+TEST(PoolCpuErrors, ArgmaxArguments) {
+  const ops::Pool2dParams p{.kernel = {2, 2}, .stride = {2, 2}};
+  const Tensor x = random_tensor({2, 3, 8, 8}, DType::f32, 1);
+  const Tensor y = Tensor::empty({2, 3, 4, 4}, DType::f32);
+  const Tensor not_bytes = Tensor::empty({2, 3, 4, 4}, DType::f32);
+  EXPECT_TRUE(throws_error_with([&] { ops::maxpool2d_forward_argmax(y, not_bytes, x, p); },
+                                {"ops::maxpool2d_forward_argmax", "argmax is f32[2, 3, 4, 4]",
+                                 "expected u8"}));
+  const Tensor wrong_shape = Tensor::empty({2, 3, 4, 5}, DType::u8);
+  EXPECT_TRUE(throws_error_with(
+      [&] { ops::maxpool2d_forward_argmax(y, wrong_shape, x, p); },
+      {"ops::maxpool2d_forward_argmax", "argmax", "expected [2, 3, 4, 4]", "the shape of y"}));
+  const Tensor argmax = Tensor::empty({2, 3, 4, 4}, DType::u8);
+  const Tensor dx = Tensor::empty({2, 3, 8, 8}, DType::f32);
+  const Tensor undefined;
+  EXPECT_TRUE(throws_error_with([&] { ops::maxpool2d_backward_argmax(dx, y, undefined, p); },
+                                {"ops::maxpool2d_backward_argmax", "argmax"}));
+  // A 17x17 window has 289 positions, more than a byte holds.
+  const ops::Pool2dParams big{.kernel = {17, 17}, .stride = {1, 1}};
+  EXPECT_FALSE(ops::maxpool2d_argmax_supported(Device::cpu(), x.shape(), big));
+  const Tensor x_big = random_tensor({1, 1, 17, 17}, DType::f32, 2);
+  const Tensor y_big = Tensor::empty({1, 1, 1, 1}, DType::f32);
+  const Tensor arg_big = Tensor::empty({1, 1, 1, 1}, DType::u8);
+  EXPECT_TRUE(throws_error_with(
+      [&] { ops::maxpool2d_forward_argmax(y_big, arg_big, x_big, big); },
+      {"ops::maxpool2d_forward_argmax", "17x17 window", "more than 256 positions",
+       "maxpool2d_forward"}));
+  // CUDA runs NHWC only; the CPU both.
+  EXPECT_TRUE(ops::maxpool2d_argmax_supported(Device::cpu(), x.shape(), p));
+  EXPECT_FALSE(ops::maxpool2d_argmax_supported(Device::cuda(0), x.shape(), p));
+  ops::Pool2dParams nhwc = p;
+  nhwc.layout = Layout::nhwc;
+  EXPECT_TRUE(ops::maxpool2d_argmax_supported(Device::cuda(0), {2, 8, 8, 3}, nhwc));
 }
 
 TEST(PoolCpuErrors, BadParametersAndShapes) {

@@ -49,8 +49,9 @@
 // What each layer saves (its header has the details): Linear its input (with a fused
 // activation also its pre-activation); LayerNorm its input
 // and per-row mean and 1/std (fp32); GELU its input; ReLU its output; Dropout nothing (a draw
-// position); BatchNorm2d its input and per-channel statistics; Conv2d its input; MaxPool2d its
-// input and output; Embedding its ids; containers nothing.
+// position); BatchNorm2d its input and per-channel statistics; Conv2d its input; MaxPool2d one
+// byte per output (its input and output where ops::maxpool2d_argmax_supported says no);
+// Embedding its ids; containers nothing.
 //
 // The TrainerOptions `checkpoint_every` and `selective_recompute` apply both to a model.
 // Work runs on the current stream of the module's device. Not thread-safe.

@@ -20,6 +20,10 @@ class MaxPool2d : public Module {
 
  private:
   ops::Pool2dParams params_;
+  // What the backward needs: the argmax bytes (ops::maxpool2d_forward_argmax) where the device
+  // and layout allow, else the input and output.
+  Tensor argmax_;
+  Shape x_shape_;
   Tensor x_, y_;
 };
 

@@ -2,8 +2,10 @@
 // read and (backward) write only that plane, so the scatter of gradients needs no atomics. The
 // backward accumulates a plane in an fp32 scratch row before rounding once to dx's dtype.
 // Max picks the first maximum of a window in row-major order (PyTorch's CPU rule); a NaN wins
-// and stays (NaN propagates); padding is never selected (it is -inf).
+// and stays (NaN propagates); padding is never selected (it is -inf). The argmax variants keep
+// that choice as a byte per output (its position in the window) and scatter from it.
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -80,24 +82,77 @@ void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p) 
   });
 }
 
+// The max-pooling backward's scatter: per plane, each window's dy (in window order) into an fp32
+// plane at the offset `pick(n, c, oh, ow)` returns (h * W + w; -1: nowhere), rounded once to dx.
+template <typename T, typename Pick>
+void scatter_windows(const PoolGeometry& g, T* out, const T* grad, Pick&& pick) {
+  for_planes(g, [&](int64_t n, int64_t c) {
+    std::vector<float> acc(static_cast<size_t>(g.h * g.w), 0.0f);
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const int64_t at_max = pick(n, c, oh, ow);
+        if (at_max >= 0) acc[static_cast<size_t>(at_max)] += load(grad[at_out(g, n, c, oh, ow)]);
+      }
+    }
+    for (int64_t h = 0; h < g.h; ++h)
+      for (int64_t w = 0; w < g.w; ++w)
+        out[at(g, n, c, h, w)] = store<T>(acc[static_cast<size_t>(h * g.w + w)]);
+  });
+}
+
 void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor&,
                         const Pool2dParams& p) {
   const PoolGeometry g = detail::pool_geometry(x.shape(), p);
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x.data());
-    const T* grad = static_cast<const T*>(dy.data());
-    T* out = static_cast<T*>(dx.data());
+    scatter_windows(g, static_cast<T*>(dx.data()), static_cast<const T*>(dy.data()),
+                    [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+                      return window_max(in, g, n, c, window(g, oh, ow)).first;
+                    });
+  });
+}
+
+// The argmax byte of a window is the maximum's position in the unpadded window: (h - h0) * kw +
+// (w - w0) with (h0, w0) the window's corner before clipping.
+void maxpool2d_forward_argmax(const Tensor& y, const Tensor& argmax, const Tensor& x,
+                              const Pool2dParams& p) {
+  const PoolGeometry g = detail::pool_geometry(x.shape(), p);
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(x.data());
+    T* out = static_cast<T*>(y.data());
+    auto* arg = static_cast<uint8_t*>(argmax.data());
     for_planes(g, [&](int64_t n, int64_t c) {
-      std::vector<float> acc(static_cast<size_t>(g.h * g.w), 0.0f);
-      for (int64_t oh = 0; oh < g.oh; ++oh)
-        for (int64_t ow = 0; ow < g.ow; ++ow)
-          acc[static_cast<size_t>(window_max(in, g, n, c, window(g, oh, ow)).first)] +=
-              load(grad[at_out(g, n, c, oh, ow)]);
-      for (int64_t h = 0; h < g.h; ++h)
-        for (int64_t w = 0; w < g.w; ++w)
-          out[at(g, n, c, h, w)] = store<T>(acc[static_cast<size_t>(h * g.w + w)]);
+      for (int64_t oh = 0; oh < g.oh; ++oh) {
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          const auto [at_max, value] = window_max(in, g, n, c, window(g, oh, ow));
+          const int64_t h = at_max / g.w, w = at_max % g.w;
+          const int64_t o = at_out(g, n, c, oh, ow);
+          out[o] = store<T>(value);
+          arg[o] = static_cast<uint8_t>((h - (oh * g.sh - g.ph)) * g.kw + (w - (ow * g.sw - g.pw)));
+        }
+      }
     });
+  });
+}
+
+// maxpool2d_backward's scatter, with the element taken from the byte instead of a search.
+void maxpool2d_backward_argmax(const Tensor& dx, const Tensor& dy, const Tensor& argmax,
+                               const Pool2dParams& p) {
+  const PoolGeometry g = detail::pool_geometry(dx.shape(), p);
+  const auto* arg = static_cast<const uint8_t*>(argmax.data());
+  visit_float(dx.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    scatter_windows(g, static_cast<T*>(dx.data()), static_cast<const T*>(dy.data()),
+                    [&](int64_t n, int64_t c, int64_t oh, int64_t ow) -> int64_t {
+                      const uint8_t b = arg[at_out(g, n, c, oh, ow)];
+                      const int64_t h = oh * g.sh - g.ph + b / g.kw;
+                      const int64_t w = ow * g.sw - g.pw + b % g.kw;
+                      // A byte naming no element of x: dropped, as the CUDA gather drops it.
+                      if (b >= g.kh * g.kw || h < 0 || h >= g.h || w < 0 || w >= g.w) return -1;
+                      return h * g.w + w;
+                    });
   });
 }
 
