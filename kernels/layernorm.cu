@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kRowBlock)
   }
 }
 
-// (dy * xhat, dy) of element (r, j), for the dgamma / dbeta column sums.
+// (dy * xhat, dy) of elements (r, j .. j + V - 1), for the dgamma / dbeta column sums.
 template <typename T>
 struct LayerNormParamGradSrc {
   const T* dy;
@@ -121,11 +121,17 @@ struct LayerNormParamGradSrc {
   const float* mean;
   const float* rstd;
   int64_t c;
-  __device__ STOKER_FORCEINLINE void operator()(int64_t r, int64_t j, float (&v)[2]) const {
-    const float g = to_float(dy[r * c + j]);
-    const float xhat = (to_float(x[r * c + j]) - __ldg(mean + r)) * __ldg(rstd + r);
-    v[0] = g * xhat;
-    v[1] = g;
+  template <int V>
+  __device__ STOKER_FORCEINLINE void load(int64_t r, int64_t j, float (&v)[2][V]) const {
+    float g[V], xv[V];
+    load_floats<V>(g, dy + r * c + j);
+    load_floats<V>(xv, x + r * c + j);
+    const float mu = __ldg(mean + r), rs = __ldg(rstd + r);
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+      v[0][q] = g[q] * ((xv[q] - mu) * rs);
+      v[1][q] = g[q];
+    }
   }
 };
 
@@ -172,9 +178,13 @@ void launch_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta
     const float* pr = static_cast<const float*>(rstd.data());
     // Parameter gradients first: dx may alias dy (the row kernel reads a row before writing it,
     // but the column sums read every row).
-    launch_column_sums<2>(
-        x.device(), LayerNormParamGradSrc<T>{pdy, px, pm, pr, c}, n, c,
-        ColumnOut<2>{{static_cast<float*>(dgamma.data()), static_cast<float*>(dbeta.data())}});
+    const LayerNormParamGradSrc<T> src{pdy, px, pm, pr, c};
+    const ColumnOut<2> sums{{static_cast<float*>(dgamma.data()), static_cast<float*>(dbeta.data())}};
+    if (rows_aligned(pdy, c, sizeof(T)) && rows_aligned(px, c, sizeof(T))) {
+      launch_column_sums<2, 16 / sizeof(T)>(x.device(), src, n, c, sums);
+    } else {
+      launch_column_sums<2, 1>(x.device(), src, n, c, sums);
+    }
     visit_row_config(c, vec, [&](auto threads, auto use_vec) {
       constexpr int kThreads = decltype(threads)::value;
       constexpr int V = decltype(use_vec)::value ? 16 / sizeof(T) : 1;

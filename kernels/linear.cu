@@ -4,7 +4,7 @@
 // Pack width and y aligned) every Pack lies inside one row and needs one column index (a single
 // 64-bit modulo per 16 bytes); otherwise it runs element by element. y + b in fp32 rounded once:
 // the CPU reference's bits.
-// bias_grad: deterministic column sums (nn_util.cuh): per (row chunk, 32 columns) partials, then
+// bias_grad: deterministic column sums (nn_util.cuh): per (row chunk, column tile) partials, then
 // the chunks added in order into dbias. No float atomics, so the same dy gives the same dbias
 // bits on every run.
 #include "kernel_util.cuh"
@@ -35,8 +35,9 @@ template <typename T>
 struct BiasGradSrc {
   const T* dy;
   int64_t c;
-  __device__ STOKER_FORCEINLINE void operator()(int64_t r, int64_t j, float (&v)[1]) const {
-    v[0] = to_float(dy[r * c + j]);
+  template <int V>
+  __device__ STOKER_FORCEINLINE void load(int64_t r, int64_t j, float (&v)[1][V]) const {
+    load_floats<V>(v[0], dy + r * c + j);
   }
 };
 
@@ -67,8 +68,13 @@ void bias_grad(const Tensor& dbias, const Tensor& dy) {
   const int64_t n = dy.numel() / c;
   visit_float(dy.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch_column_sums<1>(dy.device(), BiasGradSrc<T>{static_cast<const T*>(dy.data()), c}, n, c,
-                          ColumnOut<1>{{static_cast<float*>(dbias.data())}});
+    const BiasGradSrc<T> src{static_cast<const T*>(dy.data()), c};
+    const ColumnOut<1> out{{static_cast<float*>(dbias.data())}};
+    if (rows_aligned(dy.data(), c, sizeof(T))) {
+      launch_column_sums<1, 16 / sizeof(T)>(dy.device(), src, n, c, out);
+    } else {
+      launch_column_sums<1, 1>(dy.device(), src, n, c, out);
+    }
   });
 }
 

@@ -184,52 +184,75 @@ __device__ STOKER_FORCEINLINE void row_fill(O* out, int64_t n, int lane, float v
 }
 
 // ---- deterministic column sums: out[k][j] += sum_r src(r, j)[k] ----
+//
+// Block (x, y) owns kColTile * V adjacent columns and row chunk y; thread (tx, ty) owns the V
+// columns from tx * V (a 16-byte Pack of each source tensor when V > 1: C a multiple of V and
+// the rows aligned, which the caller checks) and the chunk's rows ty, ty + kColRows, ... Each
+// thread sums its rows in order, the block folds its kColRows lanes in order, and with several
+// chunks a second kernel adds the chunks' partials in order: no atomics, so the same inputs give
+// the same bits on every run. (V = 1 read 2-byte elements a thread: a warp moved 64 bytes of a
+// half tensor per row, which held GPT-2's layer-norm parameter gradients to ~1 TB/s.)
 
 template <int K>
 struct ColumnOut {
   float* ptr[K];
 };
 
-constexpr int kColTile = 32;  // columns per block (one warp wide)
+constexpr int kColTile = 32;  // threads along the columns (one warp wide)
 constexpr int kColRows = 8;   // row lanes per block
 constexpr int64_t kColTargetBlocks = 1024;
 constexpr int64_t kColMinRows = 64;  // rows per chunk at least (a chunk's work must be worth it)
+// Chunks at most: the finishing kernel adds a column's chunks one after another.
+constexpr int64_t kColMaxChunks = 64;
 
-// Src: __device__ void operator()(int64_t r, int64_t j, float (&v)[K]) const.
-template <int K, typename Src>
+// Src: template <int V> __device__ void load(int64_t r, int64_t j, float (&v)[K][V]) const —
+// the K values of elements (r, j .. j + V - 1).
+template <int K, int V, typename Src>
 __global__ void __launch_bounds__(kColTile* kColRows)
     column_partials_kernel(Src src, int64_t n, int64_t c, int64_t rows_per_chunk, float* partials,
                            ColumnOut<K> out) {
-  __shared__ float tile[K][kColRows][kColTile + 1];
+  constexpr int kCols = kColTile * V;  // columns per block
+  __shared__ float tile[K][kColRows][kCols + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColTile + tx;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kCols;
+  const int64_t j = c0 + static_cast<int64_t>(tx) * V;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
   const int64_t r1 = std::min(n, r0 + rows_per_chunk);
-  float acc[K];
+  float acc[K][V];
 #pragma unroll
-  for (int k = 0; k < K; ++k) acc[k] = 0.0f;
-  if (j < c) {
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int q = 0; q < V; ++q) acc[k][q] = 0.0f;
+  if (j < c) {  // V > 1: C is a multiple of V, so the whole Pack is in range
 #pragma unroll 4
     for (int64_t r = r0 + ty; r < r1; r += kColRows) {
-      float v[K];
-      src(r, j, v);
+      float v[K][V];
+      src.template load<V>(r, j, v);
 #pragma unroll
-      for (int k = 0; k < K; ++k) acc[k] += v[k];
+      for (int k = 0; k < K; ++k)
+#pragma unroll
+        for (int q = 0; q < V; ++q) acc[k][q] += v[k][q];
     }
   }
 #pragma unroll
-  for (int k = 0; k < K; ++k) tile[k][ty][tx] = acc[k];
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int q = 0; q < V; ++q) tile[k][ty][tx * V + q] = acc[k][q];
   __syncthreads();
-  if (ty != 0 || j >= c) return;
+  // Column t of the block: its kColRows lanes in order.
+  for (int t = ty * kColTile + tx; t < kCols; t += kColTile * kColRows) {
+    const int64_t col = c0 + t;
+    if (col >= c) break;
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    float t = tile[k][0][tx];
+    for (int k = 0; k < K; ++k) {
+      float sum = tile[k][0][t];
 #pragma unroll
-    for (int y = 1; y < kColRows; ++y) t += tile[k][y][tx];
-    if (gridDim.y == 1) {
-      out.ptr[k][j] += t;
-    } else {
-      partials[(static_cast<int64_t>(k) * gridDim.y + blockIdx.y) * c + j] = t;
+      for (int y = 1; y < kColRows; ++y) sum += tile[k][y][t];
+      if (gridDim.y == 1) {
+        out.ptr[k][col] += sum;
+      } else {
+        partials[(static_cast<int64_t>(k) * gridDim.y + blockIdx.y) * c + col] = sum;
+      }
     }
   }
 }
@@ -249,14 +272,16 @@ __global__ void __launch_bounds__(kBlockSize)
 }
 
 // Enqueues the column sums of an n x c source on the current stream of `device` (the caller
-// holds a DeviceScope).
-template <int K, typename Src>
+// holds a DeviceScope), reading V adjacent columns a thread (V > 1 only where the source's rows
+// are whole aligned Packs).
+template <int K, int V, typename Src>
 void launch_column_sums(core::Device device, Src src, int64_t n, int64_t c, ColumnOut<K> out) {
   const cudaStream_t stream = core::cuda_stream(device);
-  const int64_t col_blocks = (c + kColTile - 1) / kColTile;
+  const int64_t cols_per_block = int64_t{kColTile} * V;
+  const int64_t col_blocks = (c + cols_per_block - 1) / cols_per_block;
   const int64_t max_chunks = std::max<int64_t>(1, n / kColMinRows);
   int64_t chunks = std::clamp<int64_t>((kColTargetBlocks + col_blocks - 1) / col_blocks, 1,
-                                       std::min<int64_t>(max_chunks, 65535));
+                                       std::min(max_chunks, kColMaxChunks));
   const int64_t rows_per_chunk = (n + chunks - 1) / chunks;
   chunks = (n + rows_per_chunk - 1) / rows_per_chunk;
   Tensor scratch;
@@ -266,7 +291,7 @@ void launch_column_sums(core::Device device, Src src, int64_t n, int64_t c, Colu
     partials = static_cast<float*>(scratch.data());
   }
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks));
-  column_partials_kernel<K>
+  column_partials_kernel<K, V>
       <<<grid, dim3(kColTile, kColRows), 0, stream>>>(src, n, c, rows_per_chunk, partials, out);
   STOKER_CUDA_CHECK(cudaGetLastError());
   if (chunks > 1) {
