@@ -294,7 +294,7 @@ bool gelu_epilogue_is_tanh(cublasLtHandle_t handle, void* workspace, cudaStream_
 // Whether cuBLASLt's BGRADB epilogue, in the weight-gradient layout stoker uses (our C [m, n]
 // f32 = A^T B with A = dy [k, m] and B = x [k, n] bf16: cuBLASLt's first operand x untransposed,
 // its second dy transposed), writes sum_k dy[k, i] into the f32 bias vector and leaves the
-// product as it is. The documentation says "bias gradient based on the input matrix B ... the
+// product as it is, with beta 0 and with beta 1 (a later micro-batch). The documentation says "bias gradient based on the input matrix B ... the
 // number of columns of D", which is our dy and our m, but the mapping through the row-major
 // trick is easy to get wrong and a wrong bias gradient trains quietly; so it is checked once per
 // device on small integers (exact in bf16 and in fp32 sums). Any failure to run says false: the
@@ -364,12 +364,16 @@ bool bgrad_epilogue_sums_dy(cublasLtHandle_t handle, void* workspace, cudaStream
        cublasLtMatmulAlgoGetHeuristic(handle, op, lx, ldy, ld, ld, pref, 1, &result, &found) ==
            CUBLAS_STATUS_SUCCESS &&
        found > 0;
-  const float alpha = 1.0f, beta = 0.0f;
+  // Twice: beta 0, then beta 1 as a later micro-batch accumulates dW (so D ends at twice the
+  // product), with the bias gradient written, not accumulated, each time.
+  const float alpha = 1.0f, betas[2] = {0.0f, 1.0f};
   std::array<float, m * n> d{};
   std::array<float, m> bias{};
+  for (const float& beta : betas)
+    ok = ok && cublasLtMatmul(handle, op, &alpha, d_x, lx, d_dy, ldy, &beta, d_d, ld, d_d, ld,
+                              &result.algo, workspace, kWorkspaceBytes, stream) ==
+                   CUBLAS_STATUS_SUCCESS;
   ok = ok &&
-       cublasLtMatmul(handle, op, &alpha, d_x, lx, d_dy, ldy, &beta, d_d, ld, d_d, ld,
-                      &result.algo, workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS &&
        cudaMemcpyAsync(d.data(), d_d, d_bytes, cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
        cudaMemcpyAsync(bias.data(), d_bias, sizeof(bias), cudaMemcpyDeviceToHost, stream) ==
            cudaSuccess &&
@@ -389,7 +393,7 @@ bool bgrad_epilogue_sums_dy(cublasLtHandle_t handle, void* workspace, cudaStream
     for (int j = 0; j < n; ++j) {  // our C[i, j] is column-major D's element (j, i)
       double dot = 0.0;
       for (int r = 0; r < k; ++r) dot += dy_f[r * m + i] * x_f[r * n + j];
-      d_err = std::max(d_err, std::fabs(d[i * n + j] - dot));
+      d_err = std::max(d_err, std::fabs(d[i * n + j] - 2.0 * dot));
     }
   }
   ok = ok && bias_err == 0.0 && d_err == 0.0;
