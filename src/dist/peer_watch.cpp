@@ -1,9 +1,13 @@
 // The watch's wire protocol, after the rendezvous: each message is 13 bytes, a kind, a rank
 // (u32) and a value (u64), little-endian. kGoodbye / kFailed: the sender leaves, cleanly or not.
 // kDied (rank 0 only): rank r died. A closed connection without a goodbye is a death.
-// Progress queries: kAsk (a rank to rank 0) starts a gather; kQuery (rank 0 to the others) asks
-// each rank for its last sequence number, kProgress (rank, value) answers; rank 0 then sends the
-// table, one kAnswered / kNoAnswer / kLeft (rank, value) per rank and kEnd. The thread polls the
+// Progress queries: kAsk (a rank to rank 0, value: the ask's number on that rank) asks for a
+// gather; kQuery (rank 0 to the others) asks each rank for its last sequence number, kProgress
+// (rank, value) answers; rank 0 then sends the table, one kAnswered / kNoAnswer / kLeft (rank,
+// value) per rank and kEnd (value: the number of that rank's latest ask the gather answers).
+// A gather answers only the asks that reached rank 0 before it started, so an ask never gets
+// progress older than itself: asks arriving during a gather are answered together by the next
+// one (at most two answer windows for the last of a burst of asks). The thread polls the
 // connections and a self-pipe (written to stop it or to wake it for a local ask); only a gather
 // in flight gives poll a timeout.
 #include "stoker/dist/peer_watch.h"
@@ -88,11 +92,14 @@ struct PeerWatch::Impl {
   std::function<uint64_t()> progress;
   double answer_window_s = 1.0;
   bool ended = false;          // the thread has returned: no table will come
-  uint64_t table_version = 0;  // incremented when `table` is replaced
+  uint64_t asks_made = 0;      // this rank's asks so far (an ask's number: asks_made after it)
+  uint64_t answered = 0;       // the number of this rank's latest ask that `table` answers
   ProgressTable table;         // the last table received (rank 0: gathered)
   ProgressTable incoming;      // other ranks: the entries of the table being received
-  bool ask_pending = false;    // rank 0: a gather was asked for
+  bool ask_pending = false;    // rank 0: an ask came that no gather in flight answers
   bool gathering = false;      // rank 0: a gather is in flight
+  std::vector<uint64_t> asked;      // rank 0: per rank, the number of its latest ask received
+  std::vector<uint64_t> answering;  // rank 0: per rank, the ask number the gather answers
   Clock::time_point gather_deadline;
   ProgressTable answers;   // rank 0: the gather's answers so far
   std::vector<char> gone;  // rank 0: rank q said goodbye
@@ -139,6 +146,7 @@ struct PeerWatch::Impl {
   void start_gather_locked() {
     ask_pending = false;
     gathering = true;
+    answering = asked;  // the asks this gather answers: those received before it started
     answers.assign(static_cast<size_t>(world_size), RankProgress{});
     answers[0] = {RankProgress::State::answered, my_progress_locked()};
     for (int q = 1; q < world_size; ++q) {
@@ -168,13 +176,13 @@ struct PeerWatch::Impl {
                                                                             : kNoAnswer;
         send(s, kind, r, p.last_seq);
       }
-      send(s, kEnd, world_size);
+      send(s, kEnd, world_size, answering[static_cast<size_t>(q)]);
     }
-    publish_locked(answers);
+    publish_locked(answers, answering[0]);
   }
-  void publish_locked(ProgressTable t) {
+  void publish_locked(ProgressTable t, uint64_t answers_ask) {
     table = std::move(t);
-    ++table_version;
+    answered = std::max(answered, answers_ask);
     cv.notify_all();
   }
 
@@ -184,7 +192,11 @@ struct PeerWatch::Impl {
     std::lock_guard<std::mutex> lock(mu);
     if (rank == 0) {
       if (kind == kAsk) {
-        if (!gathering) ask_pending = true;  // else the gather in flight answers it
+        // Answered by the next gather to start (the one in flight, if any, queried the ranks
+        // before this ask).
+        uint64_t& latest = asked[static_cast<size_t>(q)];
+        latest = std::max(latest, value);
+        ask_pending = true;
         return true;
       }
       if (kind == kProgress) {
@@ -211,7 +223,7 @@ struct PeerWatch::Impl {
     }
     if (kind == kEnd) {
       incoming.resize(static_cast<size_t>(world_size));
-      publish_locked(std::move(incoming));
+      publish_locked(std::move(incoming), value);
       incoming.clear();
       return true;
     }
@@ -324,16 +336,17 @@ struct PeerWatch::Impl {
     if (world_size == 1)
       return ProgressTable{{RankProgress::State::answered, my_progress_locked()}};
     if (ended || !thread.joinable()) return std::nullopt;
-    const uint64_t before = table_version;
+    const uint64_t ask = ++asks_made;
     if (rank == 0) {
-      if (!gathering) ask_pending = true;
+      asked[0] = ask;
+      ask_pending = true;
       wake_thread(kWakeAsk);
     } else {
-      send(master, kAsk, rank);
+      send(master, kAsk, rank, ask);
     }
     const bool got = cv.wait_for(lock, std::chrono::duration<double>(timeout_s),
-                                 [&] { return table_version != before || ended; });
-    if (!got || table_version == before) return std::nullopt;
+                                 [&] { return answered >= ask || ended; });
+    if (!got || answered < ask) return std::nullopt;
     return table;
   }
 };
@@ -349,6 +362,8 @@ PeerWatch::PeerWatch(const RendezvousOptions& options, int rank, int world_size,
   impl_->peers = std::move(links.peers);
   impl_->master = std::move(links.master);
   impl_->gone.assign(static_cast<size_t>(world_size), 0);
+  impl_->asked.assign(static_cast<size_t>(world_size), 0);
+  impl_->answering.assign(static_cast<size_t>(world_size), 0);
   if (world_size == 1) return;
   STOKER_CHECK(::pipe(impl_->wake) == 0, "PeerWatch: pipe() failed: ", std::strerror(errno));
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });

@@ -1,12 +1,14 @@
 // PeerWatch on localhost with threads as ranks: a rank that vanishes without a goodbye (what
 // the kernel does for a killed process) makes every other rank fail with a message naming it;
 // ranks that leave normally fail nobody; a rank that leaves while failing fails the others.
-// Progress queries: every rank's answer reaches every asker; with real processes under
-// dist::launch, a stopped rank is reported as not answering, and a stopped rank 0 gives no table.
+// Progress queries: every rank's answer reaches every asker, never older than the ask; with real
+// processes under dist::launch, a stopped rank is reported as not answering, and a stopped rank
+// 0 gives no table.
 #include "stoker/dist/peer_watch.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -133,6 +135,31 @@ TEST(PeerWatchProgressTest, EveryAskerGetsEveryRanksLastSequenceNumber) {
   const auto again = w.watch[3]->ask_progress(5.0);
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ((*again)[1].last_seq, 99u);
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(w.failure(r).empty()) << w.failure(r);
+}
+
+// An ask that reaches rank 0 while a gather is in flight is not answered by that gather (it
+// queried the ranks before the ask) but by the next: the asker sees progress made after it
+// asked. Rank 1 answers slowly (its progress function sleeps on its watch thread), so the first
+// gather is still in flight when rank 2 moves on and rank 3 asks.
+TEST(PeerWatchProgressTest, AnAskDuringAGatherIsAnsweredByALaterOne) {
+  World w(4);
+  std::atomic<uint64_t> rank2{20};
+  w.watch[1]->set_progress([] {
+    std::this_thread::sleep_for(300ms);
+    return uint64_t(11);
+  });
+  w.watch[2]->set_progress([&] { return rank2.load(); });
+  std::optional<ProgressTable> first;
+  std::thread asker([&] { first = w.watch[0]->ask_progress(5.0); });
+  std::this_thread::sleep_for(100ms);  // rank 0's gather waits for rank 1
+  rank2 = 21;
+  const std::optional<ProgressTable> second = w.watch[3]->ask_progress(5.0);
+  asker.join();
+  ASSERT_TRUE(first.has_value());
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ((*second)[2].last_seq, 21u) << "rank 3 got progress from before its ask";
+  EXPECT_EQ((*second)[1].state, State::answered);
   for (int r = 0; r < 4; ++r) EXPECT_TRUE(w.failure(r).empty()) << w.failure(r);
 }
 

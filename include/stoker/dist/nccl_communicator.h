@@ -49,7 +49,9 @@ struct NcclOptions {
   // Asks every rank how far it had got (PeerWatch::progress_query; init_from_env sets it). Empty:
   // a timeout says that the ranks behind are unknown.
   PeerWatch::ProgressQuery progress_query;
-  double progress_timeout_s = 2.0;  // how long the watchdog waits for the answer
+  // How long the watchdog waits for the answer: two of PeerWatch's 1 s answer windows (the ranks
+  // that time out together ask together; the later asks wait for a second gather) and slack.
+  double progress_timeout_s = 3.0;
 };
 
 class NcclCommunicator final : public Communicator {

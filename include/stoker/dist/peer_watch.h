@@ -78,10 +78,12 @@ class PeerWatch {
   // What this rank answers when asked how far it had got (Communicator::last_seq); until set,
   // 0. It runs on the watch's thread, so it must be safe to call from there.
   void set_progress(std::function<uint64_t()> progress);
-  // Every rank's progress, gathered by rank 0 (which waits up to `answer_window_s` for the
-  // ranks' answers and reports the silent ones as no_answer); nullopt when rank 0's table did
-  // not arrive within `timeout_s` (rank 0 stopped, or the watch has ended).
-  std::optional<ProgressTable> ask_progress(double timeout_s = 2.0) const;
+  // Every rank's progress, gathered by rank 0 (which waits up to the answer window for the
+  // ranks' answers and reports the silent ones as no_answer) after this call: asks that reach
+  // rank 0 while a gather is in flight are answered together by the next one, so the last of a
+  // burst of asks may wait two answer windows. nullopt when rank 0's table did not arrive within
+  // `timeout_s` (rank 0 stopped, or the watch has ended).
+  std::optional<ProgressTable> ask_progress(double timeout_s = 3.0) const;
   // ask_progress as a function that outlives nobody: once the watch is destroyed it answers
   // nullopt at once (a communicator's watchdog may hold it longer than the watch lives).
   ProgressQuery progress_query() const;
