@@ -361,8 +361,8 @@ void BM_MaxPoolBackward(benchmark::State& state) {
   StemPool s(Device::cuda(0));
   const bool argmax = state.range(0) == 1;
   ops::maxpool2d_forward_argmax(s.y, s.argmax, s.x, s.p);
-  const double bytes = double(s.dy.nbytes() + s.dx.nbytes()) +
-                       double(argmax ? s.argmax.nbytes() : s.x.nbytes());
+  const double bytes =
+      double(s.dy.nbytes() + s.dx.nbytes()) + double(argmax ? s.argmax.nbytes() : s.x.nbytes());
   time_calls(state, bytes, [&] {
     if (argmax) {
       ops::maxpool2d_backward_argmax(s.dx, s.dy, s.argmax, s.p);

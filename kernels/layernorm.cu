@@ -179,7 +179,8 @@ void launch_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta
     // Parameter gradients first: dx may alias dy (the row kernel reads a row before writing it,
     // but the column sums read every row).
     const LayerNormParamGradSrc<T> src{pdy, px, pm, pr, c};
-    const ColumnOut<2> sums{{static_cast<float*>(dgamma.data()), static_cast<float*>(dbeta.data())}};
+    const ColumnOut<2> sums{
+        {static_cast<float*>(dgamma.data()), static_cast<float*>(dbeta.data())}};
     if (rows_aligned(pdy, c, sizeof(T)) && rows_aligned(px, c, sizeof(T))) {
       launch_column_sums<2, 16 / sizeof(T)>(x.device(), src, n, c, sums);
     } else {

@@ -91,13 +91,13 @@ struct PeerWatch::Impl {
   std::condition_variable cv;
   std::function<uint64_t()> progress;
   double answer_window_s = 1.0;
-  bool ended = false;          // the thread has returned: no table will come
-  uint64_t asks_made = 0;      // this rank's asks so far (an ask's number: asks_made after it)
-  uint64_t answered = 0;       // the number of this rank's latest ask that `table` answers
-  ProgressTable table;         // the last table received (rank 0: gathered)
-  ProgressTable incoming;      // other ranks: the entries of the table being received
-  bool ask_pending = false;    // rank 0: an ask came that no gather in flight answers
-  bool gathering = false;      // rank 0: a gather is in flight
+  bool ended = false;               // the thread has returned: no table will come
+  uint64_t asks_made = 0;           // this rank's asks so far (an ask's number: asks_made after it)
+  uint64_t answered = 0;            // the number of this rank's latest ask that `table` answers
+  ProgressTable table;              // the last table received (rank 0: gathered)
+  ProgressTable incoming;           // other ranks: the entries of the table being received
+  bool ask_pending = false;         // rank 0: an ask came that no gather in flight answers
+  bool gathering = false;           // rank 0: a gather is in flight
   std::vector<uint64_t> asked;      // rank 0: per rank, the number of its latest ask received
   std::vector<uint64_t> answering;  // rank 0: per rank, the ask number the gather answers
   Clock::time_point gather_deadline;

@@ -61,9 +61,12 @@ void check_bias_grad(const Tensor& c, const Tensor& a, const Tensor& b, const Ge
                "; expected f32 [", m, "] on ", c.device().str(), " (one sum per row of op(a))");
   STOKER_CHECK(o.trans_a, "ops::gemm: options.bias_grad needs trans_a: it sums the columns of a ",
                a.str(), " (a = dy [rows, features], as in dW = dy^T x)");
-  STOKER_CHECK(o.bias == nullptr && o.epilogue == GemmEpilogue::none, "ops::gemm: options.bias_grad ",
+  STOKER_CHECK(o.bias == nullptr && o.epilogue == GemmEpilogue::none,
+               "ops::gemm: options.bias_grad ",
                "goes with no bias and no gelu/dgelu epilogue (it is the weight-gradient GEMM's); "
-               "drop ", o.bias ? "options.bias" : "the epilogue", " or compute the bias gradient "
+               "drop ",
+               o.bias ? "options.bias" : "the epilogue",
+               " or compute the bias gradient "
                "with ops::bias_grad");
   // Byte ranges, not storages: a gradient bucket holds dW and the bias gradient side by side.
   const auto overlaps_with = [&](const Tensor& t) {
@@ -72,7 +75,8 @@ void check_bias_grad(const Tensor& c, const Tensor& a, const Tensor& b, const Ge
     return g.numel() > 0 && t.numel() > 0 && g0 < t0 + t.nbytes() && t0 < g0 + g.nbytes();
   };
   const bool overlaps = overlaps_with(c) || overlaps_with(a) || overlaps_with(b);
-  STOKER_CHECK(!overlaps, "ops::gemm: options.bias_grad shares memory with c, a or b; give it a "
+  STOKER_CHECK(!overlaps,
+               "ops::gemm: options.bias_grad shares memory with c, a or b; give it a "
                "tensor of its own");
 }
 
@@ -137,10 +141,17 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
                ", ", n, "] for op(a) [", m, ", ", k, "] x op(b) [", k, ", ", n, "]");
   detail::check_gemm_epilogue("gemm", c, o);
   if (o.bias_grad) check_bias_grad(c, a, b, o, m);
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (o.bias_grad) fill(*o.bias_grad, 0.0);  // a sum over no rows                              // op(a) op(b) is all zeros
-    if (o.epilogue == GemmEpilogue::gelu) {  // aux = bias (or 0), C = gelu(aux)
+  if (m == 0) return;
+  if (n == 0) {  // no product to compute, but a's sums still exist
+    if (o.bias_grad) {
+      fill(*o.bias_grad, 0.0);
+      if (k > 0) bias_grad(*o.bias_grad, a);
+    }
+    return;
+  }
+  if (k == 0) {                                // op(a) op(b) is all zeros
+    if (o.bias_grad) fill(*o.bias_grad, 0.0);  // a sum over no rows
+    if (o.epilogue == GemmEpilogue::gelu) {    // aux = bias (or 0), C = gelu(aux)
       fill(*o.aux, 0.0);
       if (o.bias && o.bias->dtype() == DType::f32) {
         add_bias(*o.aux, *o.bias);

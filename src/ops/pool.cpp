@@ -108,8 +108,8 @@ void check_argmax(std::string_view op, const Tensor& x, std::string_view y_name,
   detail::check_same_device(op, y_name, y, "argmax", argmax);
   detail::check_shape(op, "argmax", argmax, y.shape(),
                       core::detail::str("the shape of ", y_name, " ", y.str()));
-  STOKER_CHECK(p.kernel[0] * p.kernel[1] <= 256, "ops::", op, ": a ", p.kernel[0], "x",
-               p.kernel[1], " window has more than 256 positions, more than a byte holds; use ",
+  STOKER_CHECK(p.kernel[0] * p.kernel[1] <= 256, "ops::", op, ": a ", p.kernel[0], "x", p.kernel[1],
+               " window has more than 256 positions, more than a byte holds; use ",
                "maxpool2d_forward / maxpool2d_backward");
   STOKER_CHECK(maxpool2d_argmax_supported(x.device(), x.shape(), p), "ops::", op, ": on ",
                x.device().str(), " the argmax variant runs NHWC tensors below 2^30 elements, got ",

@@ -228,8 +228,8 @@ TEST(GemmEpilogueGpu, BiasGradMatchesTheCpuReferenceAndTheUnfusedCudaOp) {
       {33, 20, 17, DType::bf16, DType::f32, 0.0f, 0}};
   uint32_t seed = 900;
   for (const BiasGradCase& c : bias_grad_cases) {
-    SCOPED_TRACE("m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" +
-                 std::to_string(c.k) + " " + std::string(dtype_name(c.in)) + "->" +
+    SCOPED_TRACE("m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+                 " k=" + std::to_string(c.k) + " " + std::string(dtype_name(c.in)) + "->" +
                  std::string(dtype_name(c.out)) + " beta=" + std::to_string(c.beta) +
                  " offset=" + std::to_string(c.offset));
     const Tensor dy_host = test::random_tensor({c.k, c.m}, c.in, seed++);

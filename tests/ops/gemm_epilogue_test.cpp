@@ -180,9 +180,9 @@ TEST(GemmEpilogueTest, BiasGradIsTheUnfusedBiasGradBitForBit) {
       {1, 1, 1, false, DType::bf16, 0.0f},    {40, 9, 1030, true, DType::bf16, 1.0f}};
   uint32_t seed = 200;
   for (const BiasGradCase& c : bias_grad_cases) {
-    SCOPED_TRACE("m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" +
-                 std::to_string(c.k) + (c.tb ? " B^T " : " B ") + std::string(dtype_name(c.in)) +
-                 " beta=" + std::to_string(c.beta));
+    SCOPED_TRACE("m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+                 " k=" + std::to_string(c.k) + (c.tb ? " B^T " : " B ") +
+                 std::string(dtype_name(c.in)) + " beta=" + std::to_string(c.beta));
     const Tensor dy = test::random_tensor({c.k, c.m}, c.in, seed++);
     const Tensor x = test::random_tensor(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, c.in, seed++);
     const Tensor c0 = test::random_tensor({c.m, c.n}, DType::f32, seed++);
@@ -217,6 +217,12 @@ TEST(GemmEpilogueTest, BiasGradBesideItsWeightGradientInOneBuffer) {
   bias_grad(db_ref, dy);
   EXPECT_TRUE(bit_identical(dw, dw_ref));
   EXPECT_TRUE(bit_identical(db, db_ref));
+  // n = 0: no product, but the sums of dy still come out.
+  const Tensor no_features = Tensor::empty({6, 0}, DType::bf16);
+  const Tensor dw_empty = Tensor::empty({4, 0}, DType::f32);
+  test::poison(db);
+  gemm(dw_empty, dy, no_features, {.trans_a = true, .bias_grad = &db});
+  EXPECT_TRUE(bit_identical(db, db_ref)) << "n = 0";
   // k = 0: a sum over no rows is zero.
   const Tensor empty_dy = Tensor::empty({0, 4}, DType::f32);
   const Tensor empty_x = Tensor::empty({0, 8}, DType::f32);
@@ -229,21 +235,21 @@ TEST(GemmEpilogueTest, BadBiasGradArgumentsThrowNamingThem) {
   const Tensor x = Tensor::empty({6, 8}, DType::bf16);
   const Tensor dw = Tensor::empty({4, 8}, DType::f32);
   const Tensor wrong_size = Tensor::empty({8}, DType::f32);
-  EXPECT_TRUE(throws_error_with(
-      [&] { gemm(dw, dy, x, {.trans_a = true, .bias_grad = &wrong_size}); },
-      {"ops::gemm", "options.bias_grad is f32[8] on cpu", "expected f32 [4]"}));
+  EXPECT_TRUE(
+      throws_error_with([&] { gemm(dw, dy, x, {.trans_a = true, .bias_grad = &wrong_size}); },
+                        {"ops::gemm", "options.bias_grad is f32[8] on cpu", "expected f32 [4]"}));
   const Tensor wrong_dtype = Tensor::empty({4}, DType::bf16);
-  EXPECT_TRUE(throws_error_with(
-      [&] { gemm(dw, dy, x, {.trans_a = true, .bias_grad = &wrong_dtype}); },
-      {"ops::gemm", "options.bias_grad is bf16[4]", "expected f32 [4]"}));
+  EXPECT_TRUE(
+      throws_error_with([&] { gemm(dw, dy, x, {.trans_a = true, .bias_grad = &wrong_dtype}); },
+                        {"ops::gemm", "options.bias_grad is bf16[4]", "expected f32 [4]"}));
   const Tensor db = Tensor::empty({4}, DType::f32);
   const Tensor a = Tensor::empty({4, 6}, DType::bf16);
   EXPECT_TRUE(throws_error_with([&] { gemm(dw, a, x, {.bias_grad = &db}); },
                                 {"ops::gemm", "options.bias_grad needs trans_a", "dy^T x"}));
   const Tensor bias = Tensor::empty({8}, DType::f32);
-  EXPECT_TRUE(
-      throws_error_with([&] { gemm(dw, dy, x, {.trans_a = true, .bias = &bias, .bias_grad = &db}); },
-                        {"ops::gemm", "options.bias_grad", "drop options.bias"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] { gemm(dw, dy, x, {.trans_a = true, .bias = &bias, .bias_grad = &db}); },
+      {"ops::gemm", "options.bias_grad", "drop options.bias"}));
   const Tensor dw_as_vector = dw.reshape({32}).slice(0, 4);
   EXPECT_TRUE(
       throws_error_with([&] { gemm(dw, dy, x, {.trans_a = true, .bias_grad = &dw_as_vector}); },

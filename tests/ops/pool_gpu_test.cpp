@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "ops/conv_test_util.h"

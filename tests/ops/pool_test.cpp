@@ -98,8 +98,8 @@ TEST_P(PoolCpu, MaxArgmaxPairGivesThePlainOpsBits) {
   for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     SCOPED_TRACE(t.str() + " " + std::string(ops::layout_name(l)) + " " +
                  std::string(dtype_name(dtype)));
-    std::vector<float> v = random_floats(static_cast<size_t>(shape4(t.x_dims(), l).numel()), 7,
-                                         0.0f, 3.0f);
+    std::vector<float> v =
+        random_floats(static_cast<size_t>(shape4(t.x_dims(), l).numel()), 7, 0.0f, 3.0f);
     for (size_t i = 0; i < v.size(); ++i) {
       v[i] = std::floor(v[i]);
       if (i % 29 == 4) v[i] = kNaN;
@@ -247,9 +247,9 @@ TEST(PoolCpuErrors, ArgmaxArguments) {
   const Tensor x = random_tensor({2, 3, 8, 8}, DType::f32, 1);
   const Tensor y = Tensor::empty({2, 3, 4, 4}, DType::f32);
   const Tensor not_bytes = Tensor::empty({2, 3, 4, 4}, DType::f32);
-  EXPECT_TRUE(throws_error_with([&] { ops::maxpool2d_forward_argmax(y, not_bytes, x, p); },
-                                {"ops::maxpool2d_forward_argmax", "argmax is f32[2, 3, 4, 4]",
-                                 "expected u8"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] { ops::maxpool2d_forward_argmax(y, not_bytes, x, p); },
+      {"ops::maxpool2d_forward_argmax", "argmax is f32[2, 3, 4, 4]", "expected u8"}));
   const Tensor wrong_shape = Tensor::empty({2, 3, 4, 5}, DType::u8);
   EXPECT_TRUE(throws_error_with(
       [&] { ops::maxpool2d_forward_argmax(y, wrong_shape, x, p); },
@@ -265,10 +265,9 @@ TEST(PoolCpuErrors, ArgmaxArguments) {
   const Tensor x_big = random_tensor({1, 1, 17, 17}, DType::f32, 2);
   const Tensor y_big = Tensor::empty({1, 1, 1, 1}, DType::f32);
   const Tensor arg_big = Tensor::empty({1, 1, 1, 1}, DType::u8);
-  EXPECT_TRUE(throws_error_with(
-      [&] { ops::maxpool2d_forward_argmax(y_big, arg_big, x_big, big); },
-      {"ops::maxpool2d_forward_argmax", "17x17 window", "more than 256 positions",
-       "maxpool2d_forward"}));
+  EXPECT_TRUE(throws_error_with([&] { ops::maxpool2d_forward_argmax(y_big, arg_big, x_big, big); },
+                                {"ops::maxpool2d_forward_argmax", "17x17 window",
+                                 "more than 256 positions", "maxpool2d_forward"}));
   // CUDA runs NHWC only; the CPU both.
   EXPECT_TRUE(ops::maxpool2d_argmax_supported(Device::cpu(), x.shape(), p));
   EXPECT_FALSE(ops::maxpool2d_argmax_supported(Device::cuda(0), x.shape(), p));

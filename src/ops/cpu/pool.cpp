@@ -5,8 +5,8 @@
 // and stays (NaN propagates); padding is never selected (it is -inf). The argmax variants keep
 // that choice as a byte per output (its position in the window) and scatter from it.
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <utility>
 #include <vector>

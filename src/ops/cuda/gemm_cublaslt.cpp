@@ -113,12 +113,12 @@ struct PlanKey {
   int ab_type, c_type, compute_type;  // ab_type: A's (and B's, unless FP8 gives B its own)
   int b_type;                         // B's type: ab_type except for FP8 operands
   uint32_t align_a, align_b, align_c;
-  int bias_type;       // cudaDataType_t of the bias asked for in the epilogue, -1: none
-  bool bias_grad;      // a bias gradient (f32 [m]) asked for
+  int bias_type;        // cudaDataType_t of the bias asked for in the epilogue, -1: none
+  bool bias_grad;       // a bias gradient (f32 [m]) asked for
   uint32_t align_bias;  // the bias's or the bias gradient's alignment; 0: neither
-  int epilogue;        // GemmEpilogue asked for (gelu, dgelu: an aux matrix of C's type and shape)
-  uint32_t align_aux;  // the aux pointer's alignment (the heuristic reads it); 0: no aux
-  int64_t batch;       // matrices per call (1: ops::gemm); the strides below are 0 then
+  int epilogue;         // GemmEpilogue asked for (gelu, dgelu: an aux matrix of C's type and shape)
+  uint32_t align_aux;   // the aux pointer's alignment (the heuristic reads it); 0: no aux
+  int64_t batch;        // matrices per call (1: ops::gemm); the strides below are 0 then
   int64_t stride_a, stride_b, stride_c;  // elements between consecutive matrices
   auto operator<=>(const PlanKey&) const = default;
 };
@@ -156,8 +156,8 @@ struct TuneInputs {
   cudaStream_t stream;
   const void* bias;  // nullptr: none
   const void* aux;   // nullptr: none (written by a GELU_AUX epilogue: fine, the call rewrites it)
-  bool gelu_is_tanh = false;  // set by Cache::get: the GELU epilogues may be used
-  void* bias_grad = nullptr;  // nullptr: none (written by BGRADB: fine, the call rewrites it)
+  bool gelu_is_tanh = false;   // set by Cache::get: the GELU epilogues may be used
+  void* bias_grad = nullptr;   // nullptr: none (written by BGRADB: fine, the call rewrites it)
   bool bgrad_sums_dy = false;  // set by Cache::get: the BGRADB epilogue may be used
 };
 
@@ -294,11 +294,12 @@ bool gelu_epilogue_is_tanh(cublasLtHandle_t handle, void* workspace, cudaStream_
 // Whether cuBLASLt's BGRADB epilogue, in the weight-gradient layout stoker uses (our C [m, n]
 // f32 = A^T B with A = dy [k, m] and B = x [k, n] bf16: cuBLASLt's first operand x untransposed,
 // its second dy transposed), writes sum_k dy[k, i] into the f32 bias vector and leaves the
-// product as it is, with beta 0 and with beta 1 (a later micro-batch). The documentation says "bias gradient based on the input matrix B ... the
-// number of columns of D", which is our dy and our m, but the mapping through the row-major
-// trick is easy to get wrong and a wrong bias gradient trains quietly; so it is checked once per
-// device on small integers (exact in bf16 and in fp32 sums). Any failure to run says false: the
-// separate bias_grad pass is always correct. Synchronizes; never called while capturing.
+// product as it is, with beta 0 and with beta 1 (a later micro-batch). The documentation says "bias
+// gradient based on the input matrix B ... the number of columns of D", which is our dy and our m,
+// but the mapping through the row-major trick is easy to get wrong and a wrong bias gradient trains
+// quietly; so it is checked once per device on small integers (exact in bf16 and in fp32 sums). Any
+// failure to run says false: the separate bias_grad pass is always correct. Synchronizes; never
+// called while capturing.
 bool bgrad_epilogue_sums_dy(cublasLtHandle_t handle, void* workspace, cudaStream_t stream) {
   constexpr int m = 16, n = 8, k = 32;
   std::array<uint16_t, k * m> dy{};
@@ -370,9 +371,9 @@ bool bgrad_epilogue_sums_dy(cublasLtHandle_t handle, void* workspace, cudaStream
   std::array<float, m * n> d{};
   std::array<float, m> bias{};
   for (const float& beta : betas)
-    ok = ok && cublasLtMatmul(handle, op, &alpha, d_x, lx, d_dy, ldy, &beta, d_d, ld, d_d, ld,
-                              &result.algo, workspace, kWorkspaceBytes, stream) ==
-                   CUBLAS_STATUS_SUCCESS;
+    ok = ok &&
+         cublasLtMatmul(handle, op, &alpha, d_x, lx, d_dy, ldy, &beta, d_d, ld, d_d, ld,
+                        &result.algo, workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
   ok = ok &&
        cudaMemcpyAsync(d.data(), d_d, d_bytes, cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
        cudaMemcpyAsync(bias.data(), d_bias, sizeof(bias), cudaMemcpyDeviceToHost, stream) ==
@@ -740,8 +741,8 @@ bool run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                          &bias, sizeof(bias)));
     if (plan.fused_bias_grad)
-      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad, sizeof(bias_grad)));
+      STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias_grad, sizeof(bias_grad)));
     if (plan.fused_gelu || plan.fused_dgelu)
       STOKER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
