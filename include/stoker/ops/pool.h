@@ -40,8 +40,8 @@ void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, con
 // the element maxpool2d_backward gives that output's gradient to (the first maximum; a NaN's
 // position). y is maxpool2d_forward's. The backward from it gives maxpool2d_backward's dx bit
 // for bit; an argmax byte that names no element of x (not written by the forward) drops that
-// window's gradient. A layer keeps 1 byte per output instead of its input (ResNet-50's stem:
-// 51 MB instead of 411 MB at batch 256) and the backward skips finding the maxima again.
+// window's gradient. A layer keeps 1 byte per output instead of its input and output, and the
+// backward skips finding the maxima again.
 // Needs kh * kw <= 256; CPU: both layouts; CUDA: NHWC with x below 2^30 elements (stoker's own
 // kernels). maxpool2d_argmax_supported says whether a problem qualifies.
 bool maxpool2d_argmax_supported(Device device, const Shape& x, const Pool2dParams& p);
