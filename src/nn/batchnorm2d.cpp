@@ -134,7 +134,13 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                                 params_, r);
   }
   x_ = x;
-  y_ = params_.relu ? y : Tensor();
+  // The fused ReLU's output, for the backward's mask — unless the backward rebuilds the mask
+  // from x (the CUDA NHWC kernels, given beta, without a residual), so that nothing keeps y
+  // alive that its consumer does not (a max pool keeps only its argmax bytes).
+  mask_from_x_ = params_.relu && training_ &&
+                 !ops::batchnorm_backward_reads_y(device_, params_, /*with_beta=*/true,
+                                                  residual_tail_ || r.defined());
+  y_ = params_.relu && !mask_from_x_ ? y : Tensor();
   saved_training_ = training_;
   if (!saving_activations()) x_ = y_ = save_mean_ = save_invstd_ = Tensor();  // Checkpoint forward
   return y;
@@ -142,7 +148,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 
 Tensor BatchNorm2d::backward(const Tensor& dy) {
   STOKER_CHECK(x_.defined(), describe(), ": backward called before forward");
-  STOKER_CHECK(!params_.relu || y_.defined(), describe(),
+  STOKER_CHECK(!params_.relu || y_.defined() || mask_from_x_, describe(),
                ": backward with the fused ReLU needs the forward's output, which was not kept");
   Tensor dx = Tensor::empty(x_.shape(), dy.dtype(), device_);
   // The residual's gradient (tail mode): dz, written by the op (training) or below (evaluation).

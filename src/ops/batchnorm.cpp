@@ -125,6 +125,13 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
                   p, residual);
 }
 
+bool batchnorm_backward_reads_y(Device device, const BatchNormParams& p, bool with_beta,
+                                bool with_dresidual) {
+  if (!p.relu) return false;
+  // kernels/batchnorm_nhwc.cu's Mask::x: the mask recomputed from x as the normalize pass did.
+  return !(device.is_cuda() && p.layout == Layout::nhwc && with_beta && !with_dresidual);
+}
+
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
@@ -135,10 +142,13 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
   check_like_x(op, "dy", dy, x, p.layout);
   check_like_x(op, "dx", dx, x, p.layout);
   if (p.relu) {
-    STOKER_CHECK(y.defined(), "ops::", op,
+    STOKER_CHECK(y.defined() || !batchnorm_backward_reads_y(x.device(), p, beta.defined(),
+                                                            dresidual.defined()),
+                 "ops::", op,
                  ": params.relu is set but y is undefined; pass the training forward's output "
-                 "relu(bn(x)) as y (its mask is y > 0)");
-    check_like_x(op, "y", y, x, p.layout);
+                 "relu(bn(x)) as y (its mask is y > 0); only the CUDA NHWC path given beta and no "
+                 "dresidual rebuilds the mask from x (batchnorm_backward_reads_y)");
+    if (y.defined()) check_like_x(op, "y", y, x, p.layout);
   } else {
     STOKER_CHECK(!y.defined(), "ops::", op, ": y ", y.str(),
                  " is given but params.relu is not set; pass y only for the fused ReLU (the "

@@ -119,6 +119,28 @@ TEST(ConvLayersGpu, BatchNormWithFusedReluMatchesCpu) {
   }
 }
 
+// Training on the NHWC kernels the fused module keeps no output (its backward rebuilds the
+// ReLU's mask from x), so it has none to hand back; in evaluation mode, and in NCHW, it keeps y.
+TEST(ConvLayersGpu, FusedBatchNormKeepsNoOutputWhereTheMaskComesFromX) {
+  STOKER_REQUIRE_GPU();
+  for (const Layout l : {Layout::nhwc, Layout::nchw}) {
+    for (const bool training : {true, false}) {
+      auto bn = nn::make<nn::BatchNorm2d>(8, 1e-5f, 0.1f, l);
+      bn->set_activation(nn::Activation::relu);
+      bn->set_training(training);
+      bn->to(kGpu);
+      const Tensor x = random_tensor(shape4({2, 8, 5, 5}, l), DType::bf16, 7).to(kGpu);
+      bn->forward(x);
+      const bool keeps = !(training && l == Layout::nhwc);
+      EXPECT_EQ(bn->output_recompute(), keeps ? nn::Module::OutputRecompute::from_own_state
+                                              : nn::Module::OutputRecompute::none)
+          << ops::layout_name(l) << (training ? " training" : " evaluation");
+      const Tensor dx = bn->backward(random_tensor(x.shape(), DType::bf16, 8).to(kGpu));
+      EXPECT_EQ(dx.shape(), x.shape());
+    }
+  }
+}
+
 TEST(ConvLayersGpu, SmallNetworkMatchesCpu) {
   STOKER_REQUIRE_GPU();
   for (const Layout l : {Layout::nchw, Layout::nhwc}) {

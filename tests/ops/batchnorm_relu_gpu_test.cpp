@@ -185,6 +185,9 @@ TEST_P(BatchNormReluGpuMaskFromX, SameBitsAsReadingYWhichIsNotRead) {
   const Tensor y_wrong = empty_at_offset(n, k.dtype, kGpu, 1).reshape(shape);
   ops::fill(y_wrong, 0.0);
   expect_same(backward(y_wrong, beta), read_y, "with beta and a wrong y");
+  // So y may be left out altogether (what nn::BatchNorm2d does on this path).
+  ASSERT_FALSE(ops::batchnorm_backward_reads_y(kGpu, p, true, false));
+  expect_same(backward(Tensor(), beta), read_y, "with beta and no y");
   // Not vacuous: the backward that reads that y gives other gradients.
   EXPECT_FALSE(bit_identical(backward(y_wrong, Tensor()).dbeta, read_y.dbeta)) << what;
 }

@@ -125,6 +125,21 @@ TEST(BatchNormReluCpuErrors, BetaIsOneF32PerChannel) {
       {"ops::batchnorm_backward", "beta is bf16[3]", "expected f32[3]"}));
 }
 
+// Only the CUDA NHWC kernels, given beta and no residual gradient, rebuild the ReLU's mask from x.
+TEST(BatchNormReluCpuSemantics, WhichBackendsReadY) {
+  const ops::BatchNormParams nhwc_relu{.layout = Layout::nhwc, .relu = true};
+  const ops::BatchNormParams nchw_relu{.layout = Layout::nchw, .relu = true};
+  const ops::BatchNormParams nhwc_plain{.layout = Layout::nhwc};
+  const Device gpu = Device::cuda(0), cpu = Device::cpu();
+  EXPECT_FALSE(ops::batchnorm_backward_reads_y(gpu, nhwc_relu, true, false));
+  EXPECT_TRUE(ops::batchnorm_backward_reads_y(gpu, nhwc_relu, false, false));  // no beta
+  EXPECT_TRUE(ops::batchnorm_backward_reads_y(gpu, nhwc_relu, true, true));    // residual tail
+  EXPECT_TRUE(ops::batchnorm_backward_reads_y(gpu, nchw_relu, true, false));   // cuDNN
+  EXPECT_TRUE(ops::batchnorm_backward_reads_y(cpu, nhwc_relu, true, false));
+  EXPECT_FALSE(ops::batchnorm_backward_reads_y(gpu, nhwc_plain, true, false));  // no ReLU: no y
+  EXPECT_FALSE(ops::batchnorm_backward_reads_y(cpu, nhwc_plain, false, false));
+}
+
 TEST(BatchNormReluCpuErrors, YMustComeExactlyWithRelu) {
   const Tensor x = random_tensor({2, 3, 4, 4}, DType::f32, 1);
   const Tensor dx = Tensor::empty({2, 3, 4, 4}, DType::f32);
@@ -133,6 +148,10 @@ TEST(BatchNormReluCpuErrors, YMustComeExactlyWithRelu) {
   EXPECT_TRUE(throws_error_with(
       [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu); },
       {"ops::batchnorm_backward", "params.relu is set but y is undefined", "relu(bn(x))"}));
+  // The CPU reads y even given beta (its forward normalized with fp64 statistics).
+  EXPECT_TRUE(throws_error_with(
+      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, Tensor(), Tensor(), c3); },
+      {"ops::batchnorm_backward", "y is undefined", "batchnorm_backward_reads_y"}));
   EXPECT_TRUE(throws_error_with(
       [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, {}, x); },
       {"ops::batchnorm_backward", "y f32[2, 3, 4, 4]", "is given but params.relu is not set"}));

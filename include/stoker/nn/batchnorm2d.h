@@ -14,11 +14,14 @@
 // nn::ReLU in one module, the ReLU inside the batch-norm passes (ops::BatchNormParams::relu: on
 // the GPU's NHWC path no separate pass over y in the forward, no dz buffer in the backward). It
 // saves its output y besides its input (y is the mask source, y > 0, exactly what nn::ReLU would
-// have kept; the next layer usually keeps y as its own input, so the view costs no memory), and
-// its backward takes the gradient of the activated output. Same results as BatchNorm2d + ReLU
-// (bit for bit on the CPU), same parameter and buffer names, so a model switches between the two
-// without changing weight files. Selective recomputation: like nn::ReLU it hands back the output
-// it keeps (output_recompute() == from_own_state).
+// have kept; the next layer usually keeps y as its own input, so the view costs no memory) —
+// except where its backward rebuilds the mask from x (training on the CUDA NHWC path, without a
+// residual tail: ops::batchnorm_backward_reads_y), which then keeps no y at all, so that a
+// consumer that keeps less than its input (nn::MaxPool2d) frees it. Its backward takes the
+// gradient of the activated output. Same results as BatchNorm2d + ReLU (bit for bit on the CPU),
+// same parameter and buffer names, so a model switches between the two without changing weight
+// files. Selective recomputation: like nn::ReLU it hands back the output it keeps
+// (output_recompute() == from_own_state; none where it keeps no y).
 //
 // Residual tail (set_residual_tail; nn::Residual::set_tail_relu turns it on for its body's last
 // BatchNorm2d): every forward then needs a residual r handed over by set_residual() right
@@ -81,6 +84,7 @@ class BatchNorm2d : public Module {
   Tensor x_, save_mean_, save_invstd_;
   Tensor y_;                    // with the fused ReLU: the output, the mask source
   bool saved_training_ = true;  // mode of the forward that x_ belongs to
+  bool mask_from_x_ = false;    // the fused ReLU's backward rebuilds its mask from x: no y_
   bool residual_tail_ = false;
   Tensor residual_;                // set_residual's r, until the next forward consumes it
   Tensor dresidual_;               // the last backward's gradient of r, until taken

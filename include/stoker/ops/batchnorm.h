@@ -94,12 +94,19 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
 // dz = dy * (y > 0) (dy without p.relu), and dx is the batch-norm gradient of that dz.
 // `beta` (optional, f32 [C]): the forward's beta, unchanged since, like gamma. With p.relu and
 // no dresidual a backend MAY then rebuild the mask y > 0 from x, gamma, beta and the saved
-// statistics instead of reading y (the NHWC kernels do: two fewer reads of an activation-sized
-// tensor); the result is the same bits. y is still required: the CPU and cuDNN paths read it.
+// statistics instead of reading y (the CUDA NHWC kernels do: two fewer reads of an
+// activation-sized tensor, the same bits); where batchnorm_backward_reads_y says it does not, y
+// may be left undefined, so a caller need not keep it. The CPU and cuDNN paths read y (the CPU
+// forward normalizes with its fp64 statistics, which the saved f32 ones cannot reproduce).
 void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd,
                         const BatchNormParams& p, const Tensor& y = Tensor(),
                         const Tensor& dresidual = Tensor(), const Tensor& beta = Tensor());
+
+// Whether batchnorm_backward on `device` with these params reads y: with p.relu, unless it can
+// rebuild the mask from x (CUDA, NHWC, given beta, without dresidual). False: y may be undefined.
+bool batchnorm_backward_reads_y(Device device, const BatchNormParams& p, bool with_beta,
+                                bool with_dresidual);
 
 }  // namespace stoker::ops
