@@ -62,6 +62,7 @@
 #include "ops/backend.h"
 #include "ops/cuda/batchnorm_nhwc.h"
 #include "ops/nn_math.h"
+#include "stoker/ops/batchnorm.h"
 #include "stoker/ops/layout.h"
 
 namespace stoker::ops::cuda {
@@ -615,7 +616,9 @@ void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tenso
     // The fused ReLU's mask: rebuilt from x given beta (no residual: y depends on x alone), else
     // read from y. Where y is not read the kernels never touch py (x stands in), so y takes no
     // part in the choice of the vector width either.
-    const Mask mask = !p.relu ? Mask::none : (!res && beta.defined() ? Mask::x : Mask::y);
+    const Mask mask = !p.relu                                                      ? Mask::none
+                      : ops::batchnorm_backward_reads_y(d, p, beta.defined(), res) ? Mask::y
+                                                                                   : Mask::x;
     const T* py = mask == Mask::y ? static_cast<const T*>(y.data()) : px;
     const float* pbeta = mask == Mask::x ? cf(beta) : nullptr;
     // The residual's gradient dz; without it the kernels never touch pdr (dx stands in).

@@ -136,11 +136,6 @@ __global__ void __launch_bounds__(kBlockSize)
 
 }  // namespace
 
-bool maxpool_nhwc_backward_supported(const Tensor& x, const Pool2dParams& p) {
-  return p.layout == Layout::nhwc && p.kernel[0] * p.kernel[1] <= 256 &&
-         x.numel() < (int64_t{1} << 30);  // y has at most (H + 1)(W + 1) / (H W) <= 4 times more
-}
-
 namespace {
 
 Geo geo_of(const Shape& x, const Pool2dParams& p) {

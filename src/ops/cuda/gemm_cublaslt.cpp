@@ -49,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <memory>
@@ -190,6 +191,32 @@ float time_algo(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmulA
   return ms / kTimedRuns;
 }
 
+// The one-off matmuls of the device checks below: D = A B with `op`, once per beta, on the
+// heuristic's first algorithm (no plan, no autotuning). False when cuBLASLt offers none
+// (`offered` says which) or a call fails.
+bool run_check_matmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                      const void* a, cublasLtMatrixLayout_t lb, const void* b,
+                      cublasLtMatrixLayout_t ld, void* d, std::initializer_list<float> betas,
+                      void* workspace, cudaStream_t stream, bool* offered = nullptr) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const uint64_t ws = kWorkspaceBytes;
+  bool ok = cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof(ws)) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, ld, ld, pref, 1, &result, &found) ==
+                CUBLAS_STATUS_SUCCESS &&
+            found > 0;
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (offered != nullptr) *offered = ok;
+  const float alpha = 1.0f;
+  for (const float& beta : betas)
+    ok = ok && cublasLtMatmul(handle, op, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &result.algo,
+                              workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
+  return ok;
+}
+
 // Whether cuBLASLt's GELU epilogues compute the tanh-form GELU that ops::gelu_forward and
 // gelu_backward compute (the documentation does not say; see make_plan). Runs GELU_AUX and
 // DGELU once on 64 known inputs in [-6, 6] (fp32: the product is exactly the input) and
@@ -238,27 +265,12 @@ bool gelu_epilogue_is_tanh(cublasLtHandle_t handle, void* workspace, cudaStream_
                                         sizeof(aux)) == CUBLAS_STATUS_SUCCESS &&
          cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                         sizeof(aux_ld)) == CUBLAS_STATUS_SUCCESS;
-    cublasLtMatmulPreference_t pref = nullptr;
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
-    const uint64_t ws = kWorkspaceBytes;
-    ok = ok &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                              sizeof(ws)) == CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, ld, ld, pref, 1, &result, &found) ==
-             CUBLAS_STATUS_SUCCESS &&
-         found > 0;
-    const float alpha = 1.0f, beta = 0.0f;
-    ok = ok &&
-         cublasLtMatmul(handle, op, &alpha, a, la, dones, lb, &beta, dd, ld, dd, ld, &result.algo,
-                        workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && run_check_matmul(handle, op, la, a, lb, dones, ld, dd, {0.0f}, workspace, stream);
     std::array<float, m> out{};
     ok = ok &&
          cudaMemcpyAsync(out.data(), dd, m * sizeof(float), cudaMemcpyDeviceToHost, stream) ==
              cudaSuccess &&
          cudaStreamSynchronize(stream) == cudaSuccess;
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (op) cublasLtMatmulDescDestroy(op);
     for (int i = 0; ok && i < m; ++i) {
       const double v = x[i];
@@ -337,7 +349,6 @@ bool bgrad_epilogue_sums_dy(cublasLtHandle_t handle, void* workspace, cudaStream
       cudaMemcpyAsync(d_x, x.data(), x_bytes, cudaMemcpyHostToDevice, stream) == cudaSuccess;
   cublasLtMatrixLayout_t lx = nullptr, ldy = nullptr, ld = nullptr;
   cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
   ok = ok && cublasLtMatrixLayoutCreate(&lx, CUDA_R_16BF, n, k, n) == CUBLAS_STATUS_SUCCESS &&
        cublasLtMatrixLayoutCreate(&ldy, CUDA_R_16BF, m, k, m) == CUBLAS_STATUS_SUCCESS &&
        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, n, m, n) == CUBLAS_STATUS_SUCCESS &&
@@ -345,9 +356,6 @@ bool bgrad_epilogue_sums_dy(cublasLtHandle_t handle, void* workspace, cudaStream
   const cublasOperation_t op_n = CUBLAS_OP_N, op_t = CUBLAS_OP_T;
   const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BGRADB;
   const cudaDataType_t bias_type = CUDA_R_32F;
-  const uint64_t ws = kWorkspaceBytes;
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
   ok = ok &&
        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &op_n, sizeof(op_n)) ==
            CUBLAS_STATUS_SUCCESS &&
@@ -358,29 +366,20 @@ bool bgrad_epilogue_sums_dy(cublasLtHandle_t handle, void* workspace, cudaStream
        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                       sizeof(bias_type)) == CUBLAS_STATUS_SUCCESS &&
        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &d_bias,
-                                      sizeof(d_bias)) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                            sizeof(ws)) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulAlgoGetHeuristic(handle, op, lx, ldy, ld, ld, pref, 1, &result, &found) ==
-           CUBLAS_STATUS_SUCCESS &&
-       found > 0;
+                                      sizeof(d_bias)) == CUBLAS_STATUS_SUCCESS;
   // Twice: beta 0, then beta 1 as a later micro-batch accumulates dW (so D ends at twice the
   // product), with the bias gradient written, not accumulated, each time.
-  const float alpha = 1.0f, betas[2] = {0.0f, 1.0f};
+  bool offered = false;
+  ok = ok && run_check_matmul(handle, op, lx, d_x, ldy, d_dy, ld, d_d, {0.0f, 1.0f}, workspace,
+                              stream, &offered);
   std::array<float, m * n> d{};
   std::array<float, m> bias{};
-  for (const float& beta : betas)
-    ok = ok &&
-         cublasLtMatmul(handle, op, &alpha, d_x, lx, d_dy, ldy, &beta, d_d, ld, d_d, ld,
-                        &result.algo, workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
   ok = ok &&
        cudaMemcpyAsync(d.data(), d_d, d_bytes, cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
        cudaMemcpyAsync(bias.data(), d_bias, sizeof(bias), cudaMemcpyDeviceToHost, stream) ==
            cudaSuccess &&
        cudaStreamSynchronize(stream) == cudaSuccess;
   core::note_host_sync();
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (op) cublasLtMatmulDescDestroy(op);
   for (auto l : {lx, ldy, ld})
     if (l) cublasLtMatrixLayoutDestroy(l);
@@ -403,7 +402,7 @@ bool bgrad_epilogue_sums_dy(cublasLtHandle_t handle, void* workspace, cudaStream
     std::fprintf(stderr,
                  "stoker gemm: cuBLASLt BGRADB epilogue: bias gradient max |diff| %.3g, product "
                  "%.3g%s: %s\n",
-                 bias_err, d_err, found > 0 ? "" : " (no algorithm offered)",
+                 bias_err, d_err, offered ? "" : " (no algorithm offered)",
                  ok ? "the bias gradient is fused into the weight-gradient GEMM"
                     : "the bias gradient runs as its own pass");
   return ok;

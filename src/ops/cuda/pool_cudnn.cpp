@@ -99,7 +99,8 @@ void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p) 
 
 void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& y,
                         const Pool2dParams& p) {
-  if (maxpool_nhwc_backward_supported(x, p)) {
+  // The argmax kernels' own problem range (NHWC, a byte per window position, 32-bit indices).
+  if (ops::maxpool2d_argmax_supported(x.device(), x.shape(), p)) {
     const core::DeviceScope scope(x.device().index);
     maxpool_nhwc_backward(dx, dy, x, p);
     return;
