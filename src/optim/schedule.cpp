@@ -45,7 +45,8 @@ LrSchedule cosine_with_warmup(float lr, int64_t warmup_steps, int64_t total_step
         return static_cast<float>(min_lr +
                                   0.5 * (lr - min_lr) * (1.0 + std::cos(std::numbers::pi * t)));
       },
-      str("cosine(", lr, " -> ", min_lr, ", warmup ", warmup_steps, ", total ", total_steps, ")")};
+      str("cosine(", lr, " -> ", min_lr, ", warmup ", warmup_steps, ", total ", total_steps, ")"),
+      total_steps};
 }
 
 LrSchedule polynomial_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps, float end_lr,
@@ -74,7 +75,8 @@ LrSchedule polynomial_with_warmup(float lr, int64_t warmup_steps, int64_t total_
                                                    std::pow(1.0 - t, static_cast<double>(power)));
           },
           str("poly(", lr, " -> ", end_lr, ", power ", power, ", warmup ", warmup_steps, ", total ",
-              total_steps, ")")};
+              total_steps, ")"),
+          total_steps};
 }
 
 float scale_lr_for_batch(float base_lr, int64_t base_batch_size, int64_t batch_size) {

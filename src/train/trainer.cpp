@@ -24,6 +24,7 @@
 #include "stoker/ops/training.h"
 #include "stoker/train/checkpoint_files.h"
 #include "stoker/train/environment.h"
+#include "stoker/train/run_settings.h"
 #include "stoker/train/safetensors.h"
 #include "train/checkpoint_observer.h"
 #include "train/diagnostics_observer.h"
@@ -372,7 +373,7 @@ void Trainer::apply_step(int micro, int k, bool want_norm) {
     if (options_.clip_grad_norm > 0.0f)
       ops::clip_by_total_norm(grads, grad_norm_, options_.clip_grad_norm);
   }
-  if (options_.schedule) optimizer_.set_lr(options_.schedule->lr_at(step_));
+  if (options_.schedule) optimizer_.set_lr(scheduled_lr());
   // With a graph the optimizer reads the learning rate on the device; an eager step writes it
   // there too (a replay's is written by StepGraph before its launch).
   if (graph_ && !capturing_) ops::fill(graph_->lr(), static_cast<double>(optimizer_.lr()));
@@ -430,10 +431,13 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
     return;
   }
   const bool logs_now = (step_ + 1) % options_.log_interval == 0 || epoch_done;
+  // Every rank's batches of a step have the same size (sharded, full batches).
+  step_samples_ = step_samples * world_size();
   if (options_.cuda_graph)
     graph_step(held, micro, k, options_.log_grad_norm && logs_now);
   else
     apply_step(micro, k, options_.log_grad_norm && logs_now);
+  samples_seen_ += step_samples_;
   const StepEnd end{.step = step_,
                     .epoch = std::max<int64_t>(0, train.epoch()),
                     .samples = step_samples,
@@ -455,10 +459,13 @@ void Trainer::train_step(std::span<const data::Batch> micro_batches) {
   ops::fill(step_loss_, 0.0);
   const bool measuring = begin_memory_measure();
   const int k = static_cast<int>(micro_batches.size());
+  step_samples_ = 0;
+  for (const data::Batch& b : micro_batches) step_samples_ += b.size * world_size();
   if (options_.cuda_graph)
     graph_step(micro_batches, k, k, /*want_norm=*/false);
   else
     eager_step(micro_batches, k, k, /*want_norm=*/false);
+  samples_seen_ += step_samples_;
   end_memory_measure(measuring);
 }
 
@@ -498,7 +505,7 @@ bool Trainer::graph_step(std::span<const data::Batch> batches, int micro, int k,
     eager_step(batches, micro, k, want_norm);
     return false;
   }
-  if (options_.schedule) optimizer_.set_lr(options_.schedule->lr_at(step_));
+  if (options_.schedule) optimizer_.set_lr(scheduled_lr());
   const float lr = optimizer_.lr();
   if (graph_->matches(batches)) {  // the common case: one launch
     graph_->replay(batches, lr, step_);
@@ -638,6 +645,11 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
   }
   const int64_t first_epoch = resumed_ ? resume_epoch_ : 0;
   const bool was_resumed = resumed_;
+  // A resumed run is positioned before anything else (not at the start of its epoch below), so
+  // that the steps it has left and the schedule's rebase are known before the first step.
+  const bool positioned_first = resumed_ && resume_epoch_ < epochs;
+  if (positioned_first) resume_position(train);
+  plan_fit(train, epochs, positioned_first);
   stop_requested_ = false;
   notify([&](StepObserver& o) {
     o.on_fit_begin({.trainer = *this,
@@ -667,7 +679,7 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
   // it); one that was due there but came after the checkpoint runs first.
   evaluated_step_ = resumed_ ? resume_evaluated_step_ : -1;
   bool positioned = false;  // the source was started or restored in this fit()
-  bool stop = (options_.max_steps >= 0 && step_ >= options_.max_steps) || stop_requested_;
+  bool stop = max_steps_reached() || stop_requested_;
   const auto log_now = [&](int64_t epoch) {
     result.log.push_back(log_window(epoch, window_samples,
                                     std::max(0.0, seconds_since(window_start) - window_eval_s),
@@ -693,11 +705,8 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
 
   for (int64_t epoch = first_epoch; epoch < epochs && !stop; ++epoch) {
     epoch_now = epoch;
-    if (resumed_ && epoch == resume_epoch_) {
-      resume_position(train);
-    } else {
+    if (!(resumed_ && epoch == resume_epoch_))  // else positioned above (positioned_first)
       train.start_epoch(epoch);
-    }
     positioned = true;
     resumed_ = false;
     core::reset_peak_memory(device);  // the log's peak memory is per epoch
@@ -712,7 +721,7 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
       window_max_syncs_ = std::max(window_max_syncs_, core::host_sync_count() - syncs_before);
       if (step_ == before) break;  // the epoch had no batch left
       ++window_steps;
-      stop = options_.max_steps >= 0 && step_ >= options_.max_steps;
+      stop = max_steps_reached();
       if (step_ % options_.log_interval == 0 || epoch_done || stop) log_now(epoch);
       if (options_.evaluation.every_steps > 0 && step_ % options_.evaluation.every_steps == 0)
         evaluate_now(epoch);
@@ -842,7 +851,18 @@ void Trainer::write_checkpoint(const std::filesystem::path& path, const data::Ba
        {"stoker.evaluated_step", std::to_string(evaluated_step_)},
        {"stoker.generators", gens.dump()},
        {"stoker.model", model_.describe()},
-       {"stoker.optimizer", optimizer_.describe()}});
+       {"stoker.optimizer", optimizer_.describe()},
+       // The run's progress in samples and the schedule's clock (elastic resume), and what
+       // defines the run (compared by resume(): train/run_settings.h).
+       {"stoker.samples_seen", std::to_string(samples_seen_)},
+       {"stoker.schedule",
+        nlohmann::json{{"position", schedule_position()},
+                       {"total_steps", options_.schedule ? options_.schedule->total_steps : -1},
+                       {"global_batch", schedule_batch_},
+                       {"rebased", schedule_rebased_}}
+            .dump()},
+       {"stoker.run", nlohmann::json{{"grad_accum_steps", options_.grad_accum_steps}}.dump()},
+       {"stoker.settings", run_settings_json(options_.run_settings)}});
 }
 
 void Trainer::resume(const std::filesystem::path& path) {
@@ -880,6 +900,50 @@ void Trainer::resume(const std::filesystem::path& path) {
                     "resume it with the (newer) stoker build that wrote it", "checkpoint ", file,
                     " has version ", version, "; this build reads versions 1 to ",
                     kCheckpointVersion);
+  int recorded_world = -1;
+  data::SourceIdentity recorded;
+  if (const auto it = meta.find("stoker.data"); it != meta.end())
+    parse_recorded_run(file, it->second, recorded_world, recorded);
+  // The run's progress and settings (older checkpoints: derived, or not compared).
+  int64_t samples_seen =
+      meta.count("stoker.samples_seen") ? meta_int("stoker.samples_seen") : int64_t{-1};
+  double schedule_pos = static_cast<double>(step);
+  int64_t schedule_batch = 0;
+  bool schedule_rebased = false;
+  int recorded_accum = -1;
+  std::map<std::string, std::string> recorded_settings;
+  try {
+    if (const auto it = meta.find("stoker.schedule"); it != meta.end()) {
+      const nlohmann::json j = nlohmann::json::parse(it->second);
+      schedule_pos = j.at("position").get<double>();
+      schedule_batch = j.at("global_batch").get<int64_t>();
+      schedule_rebased = j.at("rebased").get<bool>();
+    }
+    if (const auto it = meta.find("stoker.run"); it != meta.end())
+      recorded_accum = nlohmann::json::parse(it->second).at("grad_accum_steps").get<int>();
+  } catch (const std::exception& e) {
+    STOKER_THROW(file, ": metadata stoker.schedule or stoker.run is not a valid record of the run (",
+                 e.what(), "): the header is damaged");
+  }
+  if (const auto it = meta.find("stoker.settings"); it != meta.end())
+    recorded_settings = parse_run_settings(file, it->second);
+  const int world = world_size();
+  const int64_t b = recorded.batch_size;
+  const int64_t k_then = recorded_accum > 0 ? recorded_accum : options_.grad_accum_steps;
+  const int w_then = recorded_world > 0 ? recorded_world : world;
+  if (samples_seen < 0 && b > 0) samples_seen = step * b * k_then * w_then;
+  if (schedule_batch <= 0 && b > 0) schedule_batch = b * k_then * w_then;
+  // Settings that break the run's meaning are refused before anything is loaded (every
+  // checkpoint of the run would refuse the same way: no fallback to an older one).
+  const GlobalBatches batches{.then = b > 0 && recorded_accum > 0 ? b * k_then * w_then : -1,
+                              .now = b > 0 ? b * options_.grad_accum_steps * world : -1,
+                              .world_then = w_then,
+                              .world_now = world};
+  const SettingsComparison changes =
+      compare_run_settings(recorded_settings, options_.run_settings, batches);
+  if (!changes.refusal.empty())
+    throw ChangedRunError(core::detail::str("checkpoint ", file, ": ", changes.refusal),
+                          core::detail::where(__FILE__, __LINE__), changes.hint);
   const std::string damaged_hint =
       "an earlier step_N.safetensors of the run (TrainerOptions::checkpoint_interval) or a copy "
       "of this file resumes instead";
@@ -893,10 +957,6 @@ void Trainer::resume(const std::filesystem::path& path) {
                       util::checksum_hex(c.computed),
                       "): the file is damaged; resume from an earlier checkpoint");
   }
-  int recorded_world = -1;
-  data::SourceIdentity recorded;
-  if (const auto it = meta.find("stoker.data"); it != meta.end())
-    parse_recorded_run(file, it->second, recorded_world, recorded);
   nlohmann::json gens;
   try {
     gens = nlohmann::json::parse(meta.count("stoker.generators") ? meta.at("stoker.generators")
@@ -922,7 +982,14 @@ void Trainer::resume(const std::filesystem::path& path) {
       "", [&](const std::string& n, Tensor& t) { reader.load_into("buffer." + n, t); });
   optimizer_.load_checkpoint_state(
       [&](const std::string& n, Device device) { return reader.load("optim." + n, device); });
-  if (scaler_) {
+  const std::vector<std::string> names = reader.names();
+  const bool has_scaler =
+      scaler_ && !scaler_->state().empty() &&
+      std::find(names.begin(), names.end(), "scaler." + scaler_->state().front().first) !=
+          names.end();
+  // A checkpoint of another precision (allowed, with a note) has no loss scale: fp16 starts
+  // from the scaler's initial one.
+  if (has_scaler) {
     std::vector<std::pair<std::string, Tensor>> sstate;
     for (auto& [n, t] : scaler_->state())
       sstate.emplace_back(n, reader.load("scaler." + n, t.device()));
@@ -942,7 +1009,23 @@ void Trainer::resume(const std::filesystem::path& path) {
   resume_world_size_ = recorded_world;
   resume_progress_ = progress;
   resume_identity_ = recorded;
+  resume_accum_ = recorded_accum;
+  samples_seen_ = std::max<int64_t>(0, samples_seen);
+  schedule_batch_ = schedule_batch;
+  schedule_rebased_ = schedule_rebased || (recorded_world > 0 && recorded_world != world);
+  schedule_pos0_ = schedule_rebased_ ? schedule_pos : static_cast<double>(step);
+  schedule_samples0_ = samples_seen_;
+  schedule_rate_ = 0;  // set by the next fit() (plan_fit)
   resumed_ = true;
+  if (main_rank()) {
+    for (const std::string& note : changes.notes)
+      std::fprintf(stderr, "resume: %s\n", note.c_str());
+    if (scaler_ && !has_scaler)
+      std::fprintf(stderr,
+                   "resume: %s holds no fp16 loss scale (written in another precision); the "
+                   "scale starts again from its initial value\n",
+                   file.c_str());
+  }
 }
 
 std::optional<std::filesystem::path> Trainer::resume_latest(const std::filesystem::path& dir) {
@@ -961,6 +1044,8 @@ std::optional<std::filesystem::path> Trainer::resume_latest(const std::filesyste
     try {
       resume(it->path);
       return it->path;
+    } catch (const ChangedRunError&) {
+      throw;  // the run's settings changed: an older checkpoint would refuse the same way
     } catch (const Error& e) {
       std::fprintf(stderr, "checkpoint: %s does not resume (%s)%s\n", it->path.string().c_str(),
                    e.what(), std::next(it) != files.rend() ? "; trying the one before it" : "");
@@ -997,10 +1082,11 @@ void Trainer::resume_position(data::BatchSource& train) {
   if (!elastic || !main_rank() || options_.quiet) return;
   const int64_t b = train.identity().batch_size;
   const int64_t k = options_.grad_accum_steps;
+  const int64_t k_then = resume_accum_ > 0 ? resume_accum_ : k;
   std::printf(
       "resume: %s was written by %d rank%s, this job has %d. %s; the epochs after it are those "
-      "of a %d-rank run. The per-rank batch%s and grad_accum_steps (%lld) are kept, so the global "
-      "batch is %s (scale the learning rate or grad_accum_steps to keep the old one).\n",
+      "of a %d-rank run. The per-rank batch%s is kept and grad_accum_steps is %lld, so the global "
+      "batch is %s (the learning-rate schedule follows the samples seen, see below).\n",
       resume_path_.string().c_str(), resume_world_size_, resume_world_size_ == 1 ? "" : "s", world,
       resume_batch_ == 0
           ? core::detail::str("It starts at the beginning of epoch ", resume_epoch_).c_str()
@@ -1009,8 +1095,102 @@ void Trainer::resume_position(data::BatchSource& train) {
                               resume_progress_, " of its order were), shared by ", world, " ranks")
                 .c_str(),
       world, b >= 0 ? core::detail::str(" (", b, ")").c_str() : "", static_cast<long long>(k),
-      b >= 0 ? core::detail::str(world * b * k, " (was ", resume_world_size_ * b * k, ")").c_str()
-             : core::detail::str(world, "/", resume_world_size_, " of the old one").c_str());
+      b >= 0
+          ? core::detail::str(world * b * k, " (was ", resume_world_size_ * b * k_then, ")").c_str()
+          : core::detail::str(world * k, "/", resume_world_size_ * k_then, " of the old one")
+                .c_str());
+  std::fflush(stdout);
+}
+
+float Trainer::scheduled_lr() const {
+  if (!schedule_rebased_) return options_.schedule->lr_at(step_);
+  // The step's learning rate is the schedule's at the step its end reaches (rounded up): an
+  // uninterrupted run's step s ends at position s + 1 and takes lr_at(s); the last step of a
+  // rebased run ends at the schedule's end and takes lr_at(total_steps - 1), as the
+  // uninterrupted run's last step does. The small margin keeps rounding from moving a step.
+  const double end =
+      schedule_pos0_ +
+      static_cast<double>(samples_seen_ + step_samples_ - schedule_samples0_) * schedule_rate_;
+  int64_t at = static_cast<int64_t>(std::ceil(end - 1e-6)) - 1;
+  const int64_t total = options_.schedule->total_steps;
+  if (total > 0) at = std::min(at, total - 1);
+  return options_.schedule->lr_at(std::max<int64_t>(0, at));
+}
+
+double Trainer::schedule_position() const {
+  if (!schedule_rebased_) return static_cast<double>(step_);
+  return schedule_pos0_ +
+         static_cast<double>(samples_seen_ - schedule_samples0_) * schedule_rate_;
+}
+
+bool Trainer::max_steps_reached() const {
+  if (options_.max_steps < 0) return false;
+  // Rebased: the samples of max_steps steps of the run's first global batch.
+  if (schedule_rebased_ && schedule_batch_ > 0)
+    return samples_seen_ >= options_.max_steps * schedule_batch_;
+  return step_ >= options_.max_steps;
+}
+
+void Trainer::plan_fit(const data::BatchSource& train, int64_t epochs, bool positioned_first) {
+  const int world = world_size();
+  const int64_t k = options_.grad_accum_steps;
+  const int64_t b = train.identity().batch_size;
+  const int64_t global = b > 0 ? b * k * world : -1;
+  if (schedule_batch_ <= 0 && global > 0) schedule_batch_ = global;
+  if (!schedule_rebased_) return;  // fit_total_steps_ as fit() counted it: by step
+  // Every rank's samples left until the epochs end (the resumed epoch from where it now stands,
+  // then whole epochs of this world size), and the steps they make.
+  const int64_t bpe = train.batches_per_epoch();
+  const int64_t first = positioned_first ? resume_epoch_ : 0;
+  int64_t left = -1, steps_left = -1;
+  if (bpe >= 0 && b > 0) {
+    const int64_t first_left = positioned_first ? std::max<int64_t>(0, bpe - train.batch_index())
+                                                : bpe;
+    const int64_t after = std::max<int64_t>(0, epochs - first - 1);
+    const bool any = first < epochs;
+    left = any ? (first_left + after * bpe) * b * world : 0;
+    steps_left = any ? (first_left + k - 1) / k + after * ((bpe + k - 1) / k) : 0;
+  }
+  if (options_.max_steps >= 0 && schedule_batch_ > 0) {
+    const int64_t to_max =
+        std::max<int64_t>(0, options_.max_steps * schedule_batch_ - samples_seen_);
+    if (left < 0 || to_max < left) {
+      left = to_max;
+      steps_left = global > 0 ? (to_max + global - 1) / global : -1;
+    }
+  }
+  fit_total_steps_ = steps_left >= 0 ? step_ + steps_left : -1;
+  // The schedule spans the run's samples: a step that ends at s of the run's S samples takes
+  // it at total_steps * s / S (whatever the world size, and however the program spans it:
+  // over its steps at this world size, or over steps of the first segment's batch). A schedule
+  // without an end goes on at one of its steps per global batch of the run's first segment.
+  schedule_pos0_ = schedule_position();
+  schedule_samples0_ = samples_seen_;
+  const int64_t total = options_.schedule ? options_.schedule->total_steps : -1;
+  const bool spread = total > 0 && left > 0;
+  if (spread) {
+    const double run_samples = static_cast<double>(samples_seen_ + left);
+    schedule_pos0_ = static_cast<double>(total) * static_cast<double>(samples_seen_) / run_samples;
+    schedule_rate_ = static_cast<double>(total) / run_samples;
+  } else {
+    schedule_rate_ = schedule_batch_ > 0 ? 1.0 / static_cast<double>(schedule_batch_) : 0.0;
+  }
+  if (!main_rank() || options_.quiet) return;
+  std::printf(
+      "resume: the run has seen %lld samples; %s, so this job ends at step %s%s.\n",
+      static_cast<long long>(samples_seen_),
+      left >= 0 ? core::detail::str(left, " are left (", steps_left, " steps of ", global, ")")
+                      .c_str()
+                : "the samples left are not known",
+      fit_total_steps_ >= 0 ? std::to_string(fit_total_steps_).c_str() : "(unknown)",
+      !options_.schedule ? ""
+      : spread ? core::detail::str("; the learning-rate schedule continues from its step ",
+                                   schedule_pos0_, " of ", total, " and reaches its end there")
+                     .c_str()
+               : core::detail::str("; the learning-rate schedule continues from its step ",
+                                   schedule_pos0_, ", one step per ", schedule_batch_,
+                                   " samples")
+                     .c_str());
   std::fflush(stdout);
 }
 

@@ -265,6 +265,101 @@ TEST(ElasticResumeChain, WithoutProgressOnlyTheSameWorldSizeResumesInsideAnEpoch
   fs::remove_all(dir);
 }
 
+// The learning-rate schedule after an elastic resume follows the run's progress in samples:
+// each step takes the schedule's value where the samples it ends at would be in the
+// uninterrupted run, the last step takes the uninterrupted run's last learning rate, and the run
+// ends after the same samples (epochs, or max_steps steps of the first segment's global batch).
+struct ScheduleRun {
+  std::vector<float> lrs;  // rank 0's learning rate at each step of the phase
+  int64_t last_step = 0;
+  int64_t samples_seen = 0;
+};
+ScheduleRun run_schedule_phase(const Dataset& d, int world, int64_t epochs, int64_t max_steps,
+                               int64_t total, const fs::path& dir, const fs::path& resume) {
+  ScheduleRun out;
+  dist::run_ranks(world, [&](dist::Communicator& comm) {
+    nn::manual_seed(3);
+    nn::Sequential model;
+    model.add(nn::make<nn::Linear>(8, kSamples));
+    dist::ReplicatedGradSync sync(comm, model);
+    optim::SGD opt(model.named_parameters(), {.lr = 0.1f});
+    nn::CrossEntropyLoss loss;
+    Trainer t(model, loss, opt,
+              {.schedule = optim::cosine_with_warmup(0.1f, 2, total),
+               .log_interval = 1,
+               .progress_bar = false,
+               .checkpoint_dir = dir,
+               .max_steps = max_steps,
+               .quiet = true,
+               .grad_sync = &sync,
+               .environment_overrides = false});
+    if (!resume.empty()) t.resume(resume);
+    if (comm.rank() == 0)
+      t.add_log_callback([&](const stoker::train::StepStats& st) { out.lrs.push_back(st.lr); });
+    data::TensorBatches batches(
+        d.x, d.y,
+        {.batch_size = kBatch, .seed = 21, .rank = comm.rank(), .world_size = comm.world_size()});
+    t.fit(batches, epochs);
+    if (comm.rank() == 0) {
+      out.last_step = t.step();
+      out.samples_seen = t.samples_seen();
+    }
+  });
+  return out;
+}
+
+TEST(ElasticResumeSchedule, FollowsTheSamplesSeenAndEndsAnnealed) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("stoker_elastic_schedule_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const Dataset d = make_dataset();
+  const optim::LrSchedule s = optim::cosine_with_warmup(0.1f, 2, 24);
+  // Uninterrupted, 1 rank: 2 epochs of 12 steps of 5 samples, lr_at(0..23).
+  const ScheduleRun whole = run_schedule_phase(d, 1, 2, -1, 24, dir / "whole", {});
+  ASSERT_EQ(whole.lrs.size(), 24u);
+  EXPECT_EQ(whole.samples_seen, 2 * kSamples);
+  // 1 -> 3 ranks after 6 steps (30 samples): 90 samples left in steps of 15, each worth 3 of
+  // the uninterrupted run's steps: lr_at(8), lr_at(11), ... lr_at(23), ending at step 12.
+  run_schedule_phase(d, 1, 2, 6, 24, dir / "a", {});
+  const ScheduleRun up = run_schedule_phase(d, 3, 2, -1, 24, dir / "b", dir / "a" / "last.safetensors");
+  ASSERT_EQ(up.lrs.size(), 6u);
+  for (size_t j = 0; j < up.lrs.size(); ++j)
+    EXPECT_FLOAT_EQ(up.lrs[j], s.lr_at(static_cast<int64_t>(6 + 3 * (j + 1) - 1))) << "step " << j;
+  EXPECT_FLOAT_EQ(up.lrs.back(), whole.lrs.back());
+  EXPECT_EQ(up.last_step, 12);
+  EXPECT_EQ(up.samples_seen, 2 * kSamples);
+  // 2 -> 1 rank after 3 steps of 10 (30 samples; the schedule spans the 12 steps of a 2-rank
+  // run): 18 steps of 5 samples, each half a step of the schedule; the last at lr_at(11).
+  run_schedule_phase(d, 2, 2, 3, 12, dir / "c", {});
+  const ScheduleRun down =
+      run_schedule_phase(d, 1, 2, -1, 12, dir / "d", dir / "c" / "last.safetensors");
+  const ScheduleRun whole2 = run_schedule_phase(d, 2, 2, -1, 12, dir / "whole2", {});
+  const optim::LrSchedule s12 = optim::cosine_with_warmup(0.1f, 2, 12);
+  ASSERT_EQ(down.lrs.size(), 18u);
+  for (size_t j = 0; j < down.lrs.size(); ++j)
+    EXPECT_FLOAT_EQ(down.lrs[j], s12.lr_at(static_cast<int64_t>(3 + j / 2))) << "step " << j;
+  EXPECT_FLOAT_EQ(down.lrs.back(), whole2.lrs.back());
+  EXPECT_GT(down.lrs.back(), 0.0f);  // not past the schedule's end
+  EXPECT_EQ(down.last_step, 21);
+  EXPECT_EQ(down.samples_seen, 2 * kSamples);
+  // max_steps counts steps of the first segment's global batch: 1 -> 3 ranks stops after the
+  // samples of 24 steps of 5 (step 12), not after 24 steps of 15.
+  const ScheduleRun capped =
+      run_schedule_phase(d, 3, 100, 24, 24, dir / "e", dir / "a" / "last.safetensors");
+  EXPECT_EQ(capped.last_step, 12);
+  EXPECT_EQ(capped.samples_seen, 24 * kBatch);
+  EXPECT_FLOAT_EQ(capped.lrs.back(), whole.lrs.back());
+  // A resume of the rebased run at its own world size goes on with the same rates.
+  fs::remove_all(dir / "f");
+  run_schedule_phase(d, 3, 2, 12, 24, dir / "f", dir / "a" / "last.safetensors");
+  const ScheduleRun again =
+      run_schedule_phase(d, 3, 2, -1, 24, dir / "g", dir / "f" / "last.safetensors");
+  ASSERT_EQ(again.lrs.size(), 4u);
+  for (size_t j = 0; j < again.lrs.size(); ++j)
+    EXPECT_FLOAT_EQ(again.lrs[j], up.lrs[j + 2]) << "step " << j;
+  fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ElasticResume,
                          ::testing::Values(Case{2, 1, 2, false}, Case{1, 3, 3, false},
                                            Case{4, 2, 1, false}, Case{2, 1, 2, true},

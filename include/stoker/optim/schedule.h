@@ -12,6 +12,10 @@ namespace stoker::optim {
 struct LrSchedule {
   std::function<float(int64_t step)> lr_at;
   std::string description;
+  // The step at which the schedule has reached its end (cosine_with_warmup's and
+  // polynomial_with_warmup's total_steps); -1: a schedule without an end. The Trainer needs it to
+  // rebase the schedule when an elastic resume changes the steps left (train/trainer.h).
+  int64_t total_steps = -1;
 };
 
 // Always `lr`.

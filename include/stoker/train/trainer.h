@@ -86,6 +86,7 @@
 #include "stoker/optim/optimizer.h"
 #include "stoker/optim/schedule.h"
 #include "stoker/train/memory_report.h"
+#include "stoker/train/run_settings.h"
 #include "stoker/train/step_observer.h"
 
 namespace stoker::dist {
@@ -165,7 +166,15 @@ struct TrainerOptions {
   amp::GradScalerOptions scaler;  // used when precision == fp16
   int grad_accum_steps = 1;
   float clip_grad_norm = 0.0f;                // 0: no clipping
-  std::optional<optim::LrSchedule> schedule;  // none: the optimizer's lr throughout
+  // None: the optimizer's lr throughout. Else lr_at(step) before each optimizer step. After a
+  // resume at another world size (elastic; also every later resume of such a run) the schedule
+  // follows the run's own progress in samples instead: it spans the run's samples (those seen
+  // and those this job has left), a step that ends at s of the run's S samples taking
+  // lr_at(ceil(total_steps * s / S) - 1), so the last step takes lr_at(total_steps - 1) as the
+  // uninterrupted run's does (LrSchedule::total_steps; a schedule without an end advances one
+  // step per global batch of the run's first segment). Uninterrupted and same-world-size
+  // resumed runs use lr_at(step) exactly.
+  std::optional<optim::LrSchedule> schedule;
   int log_interval = 10;                      // steps between log lines (and host syncs)
   bool log_grad_norm = true;                  // compute the norm for logs even without clipping
   bool progress_bar = true;                   // on stderr when it is a terminal
@@ -189,7 +198,10 @@ struct TrainerOptions {
   // Evaluation inside fit() when it is given a validation source.
   EvalOptions evaluation;
   bool continue_on_nan = false;  // true: keep going after a non-finite loss
-  int64_t max_steps = -1;        // stop after this many optimizer steps (-1: epochs)
+  // Stop after this many optimizer steps (-1: epochs). After an elastic resume (see
+  // `schedule` below) it counts steps of the run's first global batch: the run stops once it
+  // has seen the samples of max_steps such steps, as the uninterrupted run would.
+  int64_t max_steps = -1;
   bool quiet = false;            // no log lines on stdout
   // Activation checkpointing for a Sequential model of blocks (a transformer's layers): k > 0
   // wraps children 0, k, 2k, ... in an nn::Checkpoint when the Trainer is built — each wrapped
@@ -229,6 +241,10 @@ struct TrainerOptions {
   // (train/environment.h, applied when the Trainer is built): how `stoker doctor` diagnoses a
   // program built on the Trainer. false: the options are exactly as given.
   bool environment_overrides = true;
+  // The program's settings that define the run (train/run_settings.h), recorded in every
+  // checkpoint; resume() states each changed one on stderr and refuses (ChangedRunError, before
+  // anything is loaded) those whose rule says so. Empty: nothing compared.
+  std::vector<RunSetting> run_settings;
 };
 
 struct FitResult {
@@ -285,10 +301,12 @@ class Trainer {
   // Resumes from the newest checkpoint of `dir` (train/checkpoint_files.h) and returns its path;
   // none there: returns nothing and changes nothing. A newest one that fails its checks (a
   // damaged file) is named on stderr and the one before it is tried; when every one fails, the
-  // error names them all.
+  // error names them all. Changed settings that are refused (ChangedRunError) end it at once.
   std::optional<std::filesystem::path> resume_latest(const std::filesystem::path& dir);
 
   int64_t step() const { return step_; }
+  // Samples (every rank's) the optimizer steps so far consumed, resumed runs included.
+  int64_t samples_seen() const { return samples_seen_; }
   // Ends the fit() in progress after the step being done, as reaching max_steps would (the
   // window's log line, the evaluation due, the final checkpoint): for observers (early
   // stopping). In a data-parallel job every rank must request it at the same step — decide
@@ -387,6 +405,25 @@ class Trainer {
   std::filesystem::path resume_path_;
   int resume_world_size_ = -1;
   data::SourceIdentity resume_identity_;
+  int resume_accum_ = -1;  // the checkpoint's grad_accum_steps (-1: not recorded)
+  // Progress in samples and the schedule's clock (TrainerOptions::schedule). Rebased (after an
+  // elastic resume): the schedule's position after a step is schedule_pos0_ + (samples_seen_ -
+  // schedule_samples0_) * schedule_rate_, the rate set at fit()'s start from the samples left.
+  int64_t samples_seen_ = 0;
+  int64_t step_samples_ = 0;    // the step being done (every rank's), for its learning rate
+  int64_t schedule_batch_ = 0;  // global batch of the run's first segment (0: not known yet)
+  bool schedule_rebased_ = false;
+  double schedule_pos0_ = 0;
+  int64_t schedule_samples0_ = 0;
+  double schedule_rate_ = 0;
+  // The learning rate of the step being done (after step_samples_ is set).
+  float scheduled_lr() const;
+  // The schedule's position after the steps done so far (the checkpoint records it).
+  double schedule_position() const;
+  // fit(): whether max_steps is reached (in samples when rebased).
+  bool max_steps_reached() const;
+  // fit(): after the source is positioned, the steps it ends at and the schedule's rebase.
+  void plan_fit(const data::BatchSource& train, int64_t epochs, bool positioned_first);
   Tensor monitor_;                           // loss monitor on the device
   Tensor step_loss_;                         // rank-0 f32 accumulator of the current step's loss
   Tensor grad_norm_;                         // rank-0 f32, the last step's total gradient norm
