@@ -24,6 +24,7 @@
 #include "stoker/ops/training.h"
 #include "stoker/train/checkpoint_files.h"
 #include "stoker/train/environment.h"
+#include "stoker/train/run_lock.h"
 #include "stoker/train/run_settings.h"
 #include "stoker/train/safetensors.h"
 #include "train/checkpoint_observer.h"
@@ -36,6 +37,7 @@
 #include "util/atomic_file.h"
 #include "util/checksum.h"
 #include "util/progress_bar.h"
+#include "util/stop_signal.h"
 
 namespace stoker::train {
 
@@ -568,13 +570,23 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   st.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
   st.global_samples_per_s = st.samples_per_s;
   st.world_size = world_size();
+  // Preemption: the stop signal this rank received (TrainerOptions::stop_signals), agreed on by
+  // the job below: each rank counts in the slot of its signal, and any count stops every rank.
+  const int received = watching_signals_ ? util::StopSignalGuard::received() : 0;
+  int agreed = received;
   if (dist::Communicator* comm = communicator(); comm && st.world_size > 1) {
     // Every rank logs at the same steps, so this all-reduce pairs up across ranks.
-    const Tensor v = Tensor::from_floats({static_cast<float>(st.samples_per_s)}, {1}, DType::f32,
-                                         comm->device());
+    std::vector<float> values = {static_cast<float>(st.samples_per_s)};
+    for (const int sig : options_.stop_signals) values.push_back(received == sig ? 1.0f : 0.0f);
+    const Tensor v = Tensor::from_floats(values, {static_cast<int64_t>(values.size())},
+                                         DType::f32, comm->device());
     comm->all_reduce(v, dist::ReduceOp::sum);
-    st.global_samples_per_s = v.to_floats()[0];
+    const std::vector<float> sums = v.to_floats();
+    st.global_samples_per_s = sums[0];
+    for (size_t i = 0; i < options_.stop_signals.size() && agreed == 0; ++i)
+      if (sums[i + 1] > 0) agreed = options_.stop_signals[i];
   }
+  if (agreed != 0 && stop_signal_ == 0) stop_signal_ = agreed;
   st.host_syncs_per_step = static_cast<int64_t>(window_max_syncs_);
   st.data_wait_share = seconds > 0 ? std::min(1.0, window_data_wait_s_ / seconds) : 0.0;
   window_data_wait_s_ = 0;
@@ -651,6 +663,28 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
   if (positioned_first) resume_position(train);
   plan_fit(train, epochs, positioned_first);
   stop_requested_ = false;
+  // A run owns its outputs (train/run_lock.h): rank 0 locks them for the fit, before its first
+  // step (a program that locked them already shares its lock).
+  std::vector<std::shared_ptr<RunLock>> output_locks;
+  if (main_rank() && !options_.checkpoint_dir.empty()) {
+    core::check_output_dir(options_.checkpoint_dir, "TrainerOptions::checkpoint_dir");
+    output_locks.push_back(
+        RunLock::acquire(RunLock::dir_lock_path(options_.checkpoint_dir),
+                         "TrainerOptions::checkpoint_dir " + options_.checkpoint_dir.string(),
+                         "checkpoint_dir"));
+  }
+  if (main_rank() && !options_.metrics_path.empty()) {
+    core::check_output_path(options_.metrics_path, "TrainerOptions::metrics_path");
+    output_locks.push_back(
+        RunLock::acquire(RunLock::file_lock_path(options_.metrics_path),
+                         "TrainerOptions::metrics_path " + options_.metrics_path.string(),
+                         "metrics_path"));
+  }
+  // Preemption: the stop signals only set a flag, read after each step (see log_window).
+  std::optional<util::StopSignalGuard> signals;
+  if (!options_.stop_signals.empty()) signals.emplace(options_.stop_signals);
+  watching_signals_ = signals.has_value();
+  stop_signal_ = 0;
   notify([&](StepObserver& o) {
     o.on_fit_begin({.trainer = *this,
                     .train = train,
@@ -722,8 +756,15 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
       if (step_ == before) break;  // the epoch had no batch left
       ++window_steps;
       stop = max_steps_reached();
+      // Preemption: one process stops after this step (its log line included); the ranks of a
+      // job at the next log line, where they agree (log_window).
+      if (watching_signals_ && world_size() == 1 && util::StopSignalGuard::received() != 0)
+        stop = true;
       if (step_ % options_.log_interval == 0 || epoch_done || stop) log_now(epoch);
-      if (options_.evaluation.every_steps > 0 && step_ % options_.evaluation.every_steps == 0)
+      stop = stop || stop_signal_ != 0;
+      // A preempted run leaves the evaluation due here to its restart (not in its checkpoint).
+      if (stop_signal_ == 0 && options_.evaluation.every_steps > 0 &&
+          step_ % options_.evaluation.every_steps == 0)
         evaluate_now(epoch);
       const StepEnd done{
           .step = step_, .epoch = epoch, .samples = step_samples, .epoch_done = epoch_done};
@@ -731,15 +772,46 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
       stop = stop || stop_requested_;
     }
     if (window_steps > 0) log_now(epoch);  // the epoch ended between log lines: its tail
-    if (options_.evaluation.every_steps == 0) evaluate_now(epoch);
+    if (options_.evaluation.every_steps == 0 && stop_signal_ == 0) evaluate_now(epoch);
     notify([&](StepObserver& o) { o.on_epoch_end(epoch); }, /*erase_bar=*/true);
-    stop = stop || stop_requested_;
+    stop = stop || stop_requested_ || stop_signal_ != 0;
   }
   optimizer_.flush();  // a delayed (background) update reaches the weights before fit() returns
-  evaluate_now(epoch_now);  // after fit()'s last step, unless that step was just evaluated
-  if (!options_.checkpoint_dir.empty())
-    write_checkpoint(final_checkpoint_path(options_.checkpoint_dir), &train,
-                     positioned || !was_resumed ? std::nullopt : std::optional(resumed_position));
+  if (stop_signal_ != 0) {
+    // Preempted: a checkpoint of the step reached, under a periodic name (the run is not over;
+    // retention counts it), from which the same command continues.
+    if (!options_.checkpoint_dir.empty()) {
+      result.stop_checkpoint = periodic_checkpoint_path(options_.checkpoint_dir, step_);
+      write_checkpoint(result.stop_checkpoint, &train);
+      if (options_.keep_last > 0 && main_rank())
+        prune_checkpoints(options_.checkpoint_dir, options_.keep_last);
+    }
+  } else {
+    evaluate_now(epoch_now);  // after fit()'s last step, unless that step was just evaluated
+    if (!options_.checkpoint_dir.empty()) {
+      const auto position =
+          positioned || !was_resumed ? std::nullopt : std::optional(resumed_position);
+      const auto write = [&](const std::filesystem::path& p) {
+        write_checkpoint(p, &train, position);
+      };
+      // A full disk at the end must not lose the run: the final checkpoint then goes elsewhere,
+      // named in the error (a collective write cannot be repeated by rank 0 alone).
+      const std::filesystem::path final_path = final_checkpoint_path(options_.checkpoint_dir);
+      if (optimizer_.checkpoint_is_collective()) {
+        write(final_path);
+      } else {
+        write_or_fall_back(
+            final_path, "the final checkpoint", {}, write,
+            [](const std::filesystem::path& p) {
+              return "the trained run is in " + p.string() + ": resume from it (--resume " +
+                     p.string() + ") once there is room in the checkpoint folder";
+            },
+            "free disk space, or give --checkpoint-dir on another disk");
+      }
+    }
+  }
+  result.stop_signal = stop_signal_;
+  watching_signals_ = false;
   resumed_ = false;
   result.steps = step_;
   result.seconds = seconds_since(start);

@@ -68,6 +68,7 @@
 #pragma once
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -237,6 +238,15 @@ struct TrainerOptions {
   // bypass stoker's allocator): core::graph_memory_stats does. Off by default.
   bool cuda_graph = false;
   int cuda_graph_warmup = 2;
+  // Preemption: while fit() runs, the first of these signals ends it after the step being
+  // done, as reaching max_steps would, but without the evaluation due: the step's log line is
+  // written, then a checkpoint (step_<N>.safetensors, when checkpoint_dir is set), and fit()
+  // returns with FitResult::stop_signal set; the caller says where and exits (128 + signal). A
+  // second one ends the process at once, as the signal would. The ranks of a data-parallel job
+  // agree at log lines (in the log's all-reduce, no collective of its own), so every rank stops
+  // at the same step, within log_interval steps of the signal. A signal the program handles
+  // itself, or ignores, is left alone. Empty: signals keep their default action.
+  std::vector<int> stop_signals = {SIGTERM, SIGINT, SIGUSR1};
   // Whether the STOKER_DIAG* environment variables may override these options
   // (train/environment.h, applied when the Trainer is built): how `stoker doctor` diagnoses a
   // program built on the Trainer. false: the options are exactly as given.
@@ -257,6 +267,10 @@ struct FitResult {
   // Diagnostics (when enabled): every printed report, and the report over the whole fit.
   std::vector<diag::Report> reports;
   diag::Report diagnosis;
+  // Preemption (TrainerOptions::stop_signals): the signal that ended the fit after `steps`
+  // (0: none), and the checkpoint then written (empty: no checkpoint_dir).
+  int stop_signal = 0;
+  std::filesystem::path stop_checkpoint;
 };
 
 struct EvalResult {
@@ -453,6 +467,10 @@ class Trainer {
   int64_t evaluated_step_ = -1;
   int64_t resume_evaluated_step_ = -1;
   bool stop_requested_ = false;  // request_stop()
+  // TrainerOptions::stop_signals inside fit(): whether they are watched, and the one the job
+  // agreed to stop on (0: none yet).
+  bool watching_signals_ = false;
+  int stop_signal_ = 0;
 };
 
 }  // namespace stoker::train
