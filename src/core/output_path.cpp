@@ -1,13 +1,17 @@
 #include "stoker/core/output_path.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "stoker/core/error.h"
 
@@ -65,7 +69,190 @@ void ensure_writable_dir(const fs::path& dir, const fs::path& shown, std::string
   ::unlink(probe.c_str());
 }
 
+// The identity of what `p` names (after symlinks), when it exists.
+struct FileId {
+  dev_t dev;
+  ino_t ino;
+  bool operator==(const FileId&) const = default;
+};
+std::optional<FileId> identity(const fs::path& p, struct stat* out = nullptr) {
+  struct stat st {};
+  if (p.empty() || ::stat(p.c_str(), &st) != 0) return std::nullopt;
+  if (out) *out = st;
+  return FileId{st.st_dev, st.st_ino};
+}
+
+// `p` absolute, symlinks and ".." resolved where it exists, without a trailing separator.
+fs::path resolve(const fs::path& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec);
+  if (ec) r = fs::absolute(p, ec).lexically_normal();
+  if (!r.has_filename() && r.has_relative_path()) r = r.parent_path();
+  return r;
+}
+
+// `inner` (resolved) is `outer` (resolved) or lies below it: by the path's components, or by
+// an existing ancestor of `inner` that is `outer` (the same folder seen through a bind mount).
+bool within(const fs::path& inner, const fs::path& outer) {
+  const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+  if (o == outer.end()) return true;
+  const std::optional<FileId> outer_id = identity(outer);
+  if (!outer_id) return false;
+  for (fs::path p = inner; !p.empty(); p = p.parent_path()) {
+    if (identity(p) == outer_id) return true;
+    if (p == p.parent_path()) break;
+  }
+  return false;
+}
+
+// What a non-regular file is, for the errors.
+std::string file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+[[noreturn]] void not_regular(const fs::path& path, std::string_view what, const fs::path& file,
+                              mode_t mode) {
+  detail::throw_error(
+      __FILE__, __LINE__,
+      detail::str(what, " ", path.string(), ": ",
+                  file == path ? std::string() : file.string() + " ", "is ", file_type_name(mode),
+                  ", not a regular file: it is not read (reading it could "
+                  "block forever)"),
+      detail::str("give ", what, " a regular file (copy the data into one first)"));
+}
+
+// A regular file with more than one name (a hard link) inside folder `dir` that is `id`.
+bool folder_holds_file(const fs::path& dir, const FileId& id) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (identity(it->path()) == id) return true;
+  return false;
+}
+
 }  // namespace
+
+void check_input_file(const fs::path& path, std::string_view what) {
+  STOKER_CHECK_HINT(!path.empty(), detail::str("name the file, or leave ", what, " out"), what,
+                    ": the path is empty");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    detail::throw_error(__FILE__, __LINE__,
+                        detail::str(what, " ", path.string(), ": ", std::strerror(err)),
+                        "check the path");
+  }
+  if (!S_ISREG(st.st_mode)) not_regular(path, what, path, st.st_mode);
+}
+
+void check_input_folder(const fs::path& path, std::string_view what,
+                        std::initializer_list<std::string_view> files) {
+  STOKER_CHECK_HINT(!path.empty(), detail::str("name the folder, or leave ", what, " out"), what,
+                    ": the path is empty");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    detail::throw_error(__FILE__, __LINE__,
+                        detail::str(what, " ", path.string(), ": ", std::strerror(err)),
+                        "check the path");
+  }
+  if (!S_ISDIR(st.st_mode))
+    detail::throw_error(
+        __FILE__, __LINE__,
+        detail::str(what, " ", path.string(), ": is ",
+                    S_ISREG(st.st_mode) ? std::string("a file") : file_type_name(st.st_mode),
+                    ", not a folder"),
+        detail::str("give ", what, " the folder (e.g. the one `stoker pack --out` wrote)"));
+  for (const std::string_view name : files) {
+    const fs::path file = path / name;
+    struct stat fst {};
+    if (::stat(file.c_str(), &fst) != 0) continue;  // missing: the reader says what it needs
+    if (!S_ISREG(fst.st_mode)) not_regular(path, what, file, fst.st_mode);
+  }
+}
+
+int open_input_file(const fs::path& path, std::string_view what) {
+  // O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int err = errno;
+    detail::throw_error(
+        __FILE__, __LINE__,
+        detail::str(what, ": cannot open ", path.string(), ": ", std::strerror(err)),
+        "check the path");
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const mode_t mode = st.st_mode;
+    ::close(fd);
+    not_regular(path, what, path, mode);
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+bool same_file(const fs::path& a, const fs::path& b) {
+  if (a.empty() || b.empty()) return false;
+  const std::optional<FileId> ia = identity(a), ib = identity(b);
+  if (ia && ib) return *ia == *ib;
+  return resolve(a) == resolve(b);
+}
+
+void PathGuard::input(std::string what, fs::path path) {
+  if (path.empty()) return;
+  fs::path resolved = resolve(path);
+  std::error_code ec;
+  const Kind kind = fs::is_directory(path, ec) ? Kind::folder : Kind::file;
+  inputs_.push_back({std::move(what), std::move(path), std::move(resolved), kind});
+}
+
+void PathGuard::output(std::string what, fs::path path, Kind kind,
+                       std::vector<std::string> may_hold) {
+  if (path.empty()) return;
+  const fs::path resolved = resolve(path);
+  struct stat st {};
+  const std::optional<FileId> id = identity(path, &st);
+  const std::string hint = detail::str("write ", what,
+                                       " somewhere else: outputs never go onto an input or into an "
+                                       "input's folder");
+  auto named = [](const Entry& e) { return detail::str(e.what, " ", e.path.string()); };
+  const std::string out = detail::str(what, " ", path.string());
+  for (const Entry& in : inputs_) {
+    if (same_file(path, in.path))
+      detail::throw_error(
+          __FILE__, __LINE__,
+          detail::str(out, " is the input ", named(in), ": writing it would destroy the input"),
+          hint);
+    if (in.kind == Kind::folder &&
+        (within(resolved, in.resolved) ||
+         (id && S_ISREG(st.st_mode) && st.st_nlink > 1 && folder_holds_file(in.path, *id))))
+      detail::throw_error(__FILE__, __LINE__,
+                          detail::str(out, " is inside the input folder ", named(in),
+                                      ": writing it would damage the input"),
+                          hint);
+    if (kind == Kind::folder &&
+        std::find(may_hold.begin(), may_hold.end(), in.what) == may_hold.end() &&
+        within(in.resolved, resolved))
+      detail::throw_error(
+          __FILE__, __LINE__,
+          detail::str(out, " holds the input ", named(in),
+                      ": the run writes, replaces and deletes files in its output folder"),
+          detail::str("give ", what, " a folder of its own, apart from the inputs"));
+  }
+  for (const Entry& o : outputs_)
+    if (o.kind == Kind::file && kind == Kind::file &&
+        (same_file(path, o.path) || resolved == o.resolved))
+      detail::throw_error(
+          __FILE__, __LINE__,
+          detail::str(out, " is also ", named(o), ": one output would overwrite the other"),
+          detail::str("give ", what, " and ", o.what, " different paths"));
+  outputs_.push_back({std::move(what), std::move(path), resolved, kind});
+}
 
 void check_output_path(const fs::path& path, std::string_view what) {
   STOKER_CHECK_HINT(!path.empty(), "name the file to write", what, ": the path is empty");
