@@ -386,7 +386,9 @@ TEST_F(TrainerTest, ResumingIntoADifferentRunIsRefused) {
 // A checkpoint of a 2-rank job does not resume in a single process.
 // Another world size is an elastic resume (tests/dist/elastic_resume_test.cpp checks the samples):
 // a 2-rank checkpoint inside an epoch continues on 1 rank, which trains the 60 samples of the
-// epoch the two ranks had not reached (6 batches of 10) and then a 1-rank epoch.
+// epoch the two ranks had not reached (6 batches of 10) and then a 1-rank epoch. max_steps counts
+// steps of the first segment's global batch (20): 12 of them are 240 samples, the 2 epochs, so
+// the 1-rank job ends after 18 steps of 10 at step 21, as the uninterrupted run would.
 TEST_F(TrainerTest, ResumingAtAnotherWorldSizeContinuesTheEpoch) {
   const Blobs d = make_blobs(120, 9);
   const fs::path dir = dir_ / "two_ranks";
@@ -414,9 +416,10 @@ TEST_F(TrainerTest, ResumingAtAnotherWorldSizeContinuesTheEpoch) {
   t.resume(dir / "last.safetensors");
   data::TensorBatches b(d.x, d.y, {.batch_size = 10, .seed = 4});
   const auto r = t.fit(b, 10);
-  EXPECT_EQ(r.steps, 12);
-  EXPECT_EQ(b.epoch(), 1);  // 6 steps finished epoch 0, 3 more are in epoch 1
-  EXPECT_EQ(b.batch_index(), 3);
+  EXPECT_EQ(r.steps, 21);
+  EXPECT_EQ(t.samples_seen(), 240);
+  EXPECT_EQ(b.epoch(), 1);  // 6 steps finished epoch 0, 12 more epoch 1
+  EXPECT_EQ(b.batch_index(), 12);
 }
 
 // The data's fingerprint is its content, not its path: a moved dataset keeps it, changed data
