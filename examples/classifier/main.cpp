@@ -568,7 +568,12 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
                                             " images, ", fixed(r.seconds, 1), " s)"));
   });
   const auto start = Clock::now();
+  // Room for the weights at the end, checked before the first step (not after the whole run).
+  if (main_rank && !a.run.save.empty())
+    train::check_space_for_weights(*model, a.run.save, "--save");
   const train::FitResult fit = trainer.fit(train_loader, a.epochs, val_loader.get());
+  // Stopped by a signal (--stop-signals): where it stands and how to continue; no --save.
+  if (const int status = a.run.stopped(fit, "stoker_classifier", main_rank)) return status;
   const double acc = es.acc;
   const size_t peak = std::max(es.peak, stoker::core::memory_stats(device).peak_bytes);
   if (main_rank) {

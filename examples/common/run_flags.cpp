@@ -1,5 +1,8 @@
 #include "run_flags.h"
 
+#include <signal.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +17,43 @@
 namespace stoker::program {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// The signals --stop-signals may name (with or without SIG), as the kill command spells them.
+constexpr std::pair<const char*, int> kStopSignals[] = {
+    {"TERM", SIGTERM}, {"INT", SIGINT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}};
+
+std::string signal_name(int sig) {
+  for (const auto& [name, number] : kStopSignals)
+    if (number == sig) return std::string("SIG") + name;
+  return "signal " + std::to_string(sig);
+}
+
+}  // namespace
+
+std::vector<int> parse_signals(std::string_view text) {
+  const std::string forms = "give --stop-signals a comma-separated list of TERM, INT, USR1, USR2, "
+                            "HUP (default TERM,INT,USR1), or none";
+  std::vector<int> out;
+  if (text == "none") return out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    std::string word(text.substr(start, end - start));
+    for (char& c : word) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (word.rfind("SIG", 0) == 0) word = word.substr(3);
+    int sig = 0;
+    for (const auto& [name, number] : kStopSignals)
+      if (word == name) sig = number;
+    STOKER_CHECK_HINT(sig != 0, forms, "--stop-signals '", std::string(text), "': '",
+                      std::string(text.substr(start, end - start)),
+                      "' is not a signal that can stop a run");
+    if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(sig);
+    start = end + 1;
+  }
+  return out;
+}
 
 Interval parse_interval(std::string_view text, std::string_view flag) {
   const std::string word(text);
@@ -94,6 +134,11 @@ void RunFlags::add_to(CLI::App& app, const std::string& val_help) {
                  "block in backward (1: all blocks; 0: off)")
       ->check(at_least(0))
       ->capture_default_str();
+  app.add_option("--stop-signals", stop_signals,
+                 "signals that stop the run after the step in progress, with a checkpoint in "
+                 "--checkpoint-dir, exiting 128 + signal (a second one ends it at once): a list "
+                 "of TERM, INT, USR1, USR2, HUP, or none")
+      ->capture_default_str();
   // The old spelling, easy to take for training checkpoints: still accepted, with a warning.
   old_spelling_ = app.add_option("--checkpoint-every", activation_checkpoint_every)
                       ->check(at_least(0))
@@ -117,6 +162,7 @@ void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank) {
     STOKER_CHECK_HINT(dir || app.count(flag) == 0, "add --checkpoint-dir DIR", flag,
                       " needs --checkpoint-dir: there is no folder to write checkpoints into");
   interval_ = parse_interval(checkpoint_interval);
+  signals_ = parse_signals(stop_signals);
   if (resume) {
     STOKER_CHECK_HINT(!resume->empty() || dir,
                       "add --checkpoint-dir DIR (the run's folder), or give --resume FILE",
@@ -143,6 +189,14 @@ void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank) {
   if (!main_rank) return;  // rank 0 writes; the others must not race it creating folders
   if (dir) core::check_output_dir(checkpoint_dir, "--checkpoint-dir");
   if (!metrics.empty()) core::check_output_path(metrics, "--metrics");
+  // This run owns them from now on (rank 0 writes them: the job's other ranks do not lock).
+  if (dir)
+    locks_.push_back(train::RunLock::acquire(train::RunLock::dir_lock_path(checkpoint_dir),
+                                             "--checkpoint-dir " + checkpoint_dir,
+                                             "--checkpoint-dir"));
+  if (!metrics.empty())
+    locks_.push_back(train::RunLock::acquire(train::RunLock::file_lock_path(metrics),
+                                             "--metrics " + metrics, "--metrics"));
   if (!save.empty()) core::check_output_path(save, "--save");
 }
 
@@ -154,6 +208,28 @@ void RunFlags::apply(train::TrainerOptions& o) const {
   o.metrics_path = metrics;
   o.evaluation.every_steps = eval_every;
   o.evaluation.max_samples = eval_subset;
+  o.stop_signals = signals_;
+}
+
+int RunFlags::stopped(const train::FitResult& fit, std::string_view program, bool print) const {
+  if (fit.stop_signal == 0) return 0;
+  if (print) {
+    std::fflush(stdout);
+    const std::string name = std::string(program);
+    const std::string sig = signal_name(fit.stop_signal);
+    if (!fit.stop_checkpoint.empty())
+      std::fprintf(stderr,
+                   "%s: stopped by %s after step %lld; checkpoint written to %s: run the same "
+                   "command to continue from it\n",
+                   name.c_str(), sig.c_str(), static_cast<long long>(fit.steps),
+                   fit.stop_checkpoint.string().c_str());
+    else
+      std::fprintf(stderr,
+                   "%s: stopped by %s after step %lld; no checkpoint was written (there is no "
+                   "--checkpoint-dir): give --checkpoint-dir DIR to make a run resumable\n",
+                   name.c_str(), sig.c_str(), static_cast<long long>(fit.steps));
+  }
+  return 128 + fit.stop_signal;
 }
 
 void RunFlags::refuse_in(const CLI::App& app, const std::string& mode, const std::string& why) {

@@ -19,6 +19,11 @@
 //   --on-corrupt fail|skip       a bad sample: stop naming it, or replace and count it
 //   --activation-checkpoint-every K   activation checkpointing of every K-th block (0: off);
 //                                the old spelling --checkpoint-every still works, with a warning
+//   --stop-signals LIST          signals that stop the run after its step, with a checkpoint
+//                                (default TERM,INT,USR1; none: off); see stopped()
+//
+// A run owns its outputs: check() locks --checkpoint-dir and --metrics (train/run_lock.h) for
+// the process's life, so a second run on them is refused before any work, naming the first.
 //
 // check() runs before any work: every value, the cross-flag rules and the output paths (created
 // when missing), each error naming its flag.
@@ -30,11 +35,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "stoker/data/loader.h"
+#include "stoker/train/run_lock.h"
 #include "stoker/train/trainer.h"
 
 namespace stoker::program {
@@ -47,6 +55,9 @@ struct Interval {
 // "500" (steps) or a duration "90s", "30m", "1.5h", "2d"; anything else, zero or negative is
 // an error naming `flag` and the accepted forms.
 Interval parse_interval(std::string_view text, std::string_view flag = "--checkpoint-interval");
+// --stop-signals: "TERM,INT,USR1" (names with or without SIG, any case) or "none" (empty);
+// anything else is an error naming the flag and the accepted names.
+std::vector<int> parse_signals(std::string_view text);
 
 struct RunFlags {
   std::string checkpoint_dir;
@@ -60,6 +71,17 @@ struct RunFlags {
   std::string metrics;
   std::string on_corrupt = "fail";
   int activation_checkpoint_every = 0;
+  std::string stop_signals = "TERM,INT,USR1";
+
+  // An input of the program, checked by check(): a regular file it reads (a token file) or a
+  // database folder from `stoker pack` (its data.mdb a regular file). `exists`: checked now
+  // (false: only guarded against the outputs, e.g. a file the program writes before reading).
+  struct Input {
+    std::string flag;  // "--data"
+    std::filesystem::path path;  // empty: not given
+    bool database = false;
+    bool exists = true;
+  };
 
   // Registers the flags on `app`; `val_help` says what --val takes in this program.
   void add_to(CLI::App& app, const std::string& val_help);
@@ -77,12 +99,21 @@ struct RunFlags {
   void apply(train::TrainerOptions& options) const;
   data::CorruptPolicy corrupt_policy() const;
 
+  // After fit(): a run stopped by a signal (FitResult::stop_signal) says so on stderr (`print`:
+  // the main rank) — the step, the checkpoint and how to continue — and returns the exit status
+  // 128 + signal; a run that was not stopped returns 0.
+  int stopped(const train::FitResult& fit, std::string_view program, bool print) const;
+
   // --resume FILE, --resume, or the automatic resume of a restarted run; returns the file
   // resumed from. `print`: say so on stdout.
   std::optional<std::filesystem::path> resume_run(train::Trainer& trainer, bool print) const;
 
  private:
+  void check_inputs_and_outputs(const std::vector<Input>& inputs) const;
+
   Interval interval_;
+  std::vector<int> signals_;                     // --stop-signals
+  std::vector<std::shared_ptr<train::RunLock>> locks_;  // --checkpoint-dir, --metrics (main rank)
   CLI::Option* old_spelling_ = nullptr;
 };
 

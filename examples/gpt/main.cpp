@@ -291,7 +291,11 @@ int run(const Options& o) {
   }
   core::reset_peak_memory(device);
   const auto wall_start = std::chrono::steady_clock::now();
+  // Room for the weights at the end, checked before the first step (not after the whole run).
+  if (root && !o.run.save.empty()) train::check_space_for_weights(model, o.run.save, "--save");
   const train::FitResult fit = trainer.fit(train_source, epochs, parity ? nullptr : val_data.get());
+  // Stopped by a signal (--stop-signals): where it stands and how to continue; no --save.
+  if (const int status = o.run.stopped(fit, "stoker_gpt", root)) return status;
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   if (parity_run) parity_run->finish(fit);

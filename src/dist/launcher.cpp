@@ -65,8 +65,10 @@ class SignalScope {
   SignalScope& operator=(const SignalScope&) = delete;
 
  private:
-  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
-  std::array<struct sigaction, 3> old_{};
+  // SIGUSR1: SLURM's warning before the end of a job's time (sbatch --signal), which the
+  // ranks take as a stop (checkpoint and exit); without a handler it would end the launcher.
+  static constexpr std::array<int, 4> kSignals = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+  std::array<struct sigaction, 4> old_{};
 };
 
 std::string resolve_program(const std::string& program) {
@@ -244,6 +246,7 @@ LaunchResult launch(const LaunchOptions& o) {
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGHUP);
+    sigaddset(&block, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &block, &previous);
     const pid_t pid = ::fork();
     if (pid == 0) {
@@ -258,6 +261,7 @@ LaunchResult launch(const LaunchOptions& o) {
       sigaction(SIGINT, &dfl, nullptr);
       sigaction(SIGTERM, &dfl, nullptr);
       sigaction(SIGHUP, &dfl, nullptr);
+      sigaction(SIGUSR1, &dfl, nullptr);
       pthread_sigmask(SIG_SETMASK, &previous, nullptr);
       ::execve(path.c_str(), argv.data(), envp.data());
       const char msg[] = "stoker launch: execve failed\n";

@@ -196,7 +196,11 @@ struct TcpCommunicator::Impl {
     if (in_data)
       why += core::detail::str(missing.empty() ? "" : ";", " for the data of rank ", q,
                                ", which reached it but stopped sending");
-    fail_everyone(why + ": a rank failed, hangs, or called other collectives [" +
+    // A cut link looks the same from here as a stopped rank (each side blames the other).
+    fail_everyone(why +
+                      ": a rank failed, hangs, or called other collectives, or the network "
+                      "between it and rank 0 is down (a cut link, a firewall, a host "
+                      "unreachable on MASTER_ADDR's network) [" +
                       without_prefix(e.message()) + "]",
                   silent);
   }
@@ -255,7 +259,8 @@ struct TcpCommunicator::Impl {
                  " s (collective timeout + ", kReportGraceS, " s for rank 0's report) in ",
                  rec.str(), " for rank 0 (world size ", world,
                  "), which had not answered: rank 0 had not reached the collective (it hangs, is "
-                 "stopped, or computes elsewhere) [",
+                 "stopped, or computes elsewhere), or the network to rank 0 is down (a cut "
+                 "link, a firewall, a host unreachable on MASTER_ADDR's network) [",
                  e.message(), "]");
   }
 

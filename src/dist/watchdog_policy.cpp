@@ -65,7 +65,9 @@ std::string describe_laggards(const ProgressTable& table, uint64_t seq) {
                               : core::detail::str("its last collective was #", p.last_seq);
         break;
       case RankProgress::State::no_answer:
-        why = "it did not answer the peer watch in time: stopped (SIGSTOP, a debugger) or frozen";
+        why =
+            "it did not answer the peer watch in time: stopped (SIGSTOP, a debugger), frozen, "
+            "or cut off by the network (a cut link, a firewall)";
         break;
       case RankProgress::State::left:
         why = "it had left the job";
@@ -79,16 +81,22 @@ std::string describe_laggards(const ProgressTable& table, uint64_t seq) {
 std::string WatchdogPolicy::timeout_message(const WatchdogDecision& d, bool watched,
                                             const std::optional<ProgressTable>& table) {
   const uint64_t seq = d.record ? d.record->seq : 0;
+  // A rank that cannot be asked may be alive behind a cut link: each side then blames the other.
+  const std::string network =
+      "; or the network between the ranks is down (a cut link, a firewall, NCCL_SOCKET_IFNAME "
+      "naming an interface the hosts do not share)";
   std::string who;
   if (!watched) {
     who =
         "which ranks had not reached it is unknown (this job has no peer watch; each rank's "
-        "flight recorder file shows the last collective it issued)";
+        "flight recorder file shows the last collective it issued)" +
+        network;
   } else if (!table) {
     who =
         "which ranks had not reached it is unknown: rank 0 sent no progress table over the "
         "peer watch (rank 0 itself may be stopped; each rank's flight recorder file shows the "
-        "last collective it issued)";
+        "last collective it issued)" +
+        network;
   } else {
     const std::string laggards = describe_laggards(*table, seq);
     who = laggards.empty()

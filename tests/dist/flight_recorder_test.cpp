@@ -206,6 +206,10 @@ TEST(FlightRecorderTest, TcpTimeoutNamesTheRankThatStopped) {
                      "max, 20 bytes) for rank 2 (world size 3), which had not reached it"),
               std::string::npos)
         << e;
+    // The rank blamed may be alive behind a cut link: the message says so too.
+    EXPECT_NE(e.find("or the network between it and rank 0 is down (a cut link, a firewall"),
+              std::string::npos)
+        << e;
     expect_warm_up_then_failed_all_reduce(out[r].entries);
     expect_file(dir, r, 3, "for rank 2");
   }
@@ -247,6 +251,9 @@ TEST(FlightRecorderTest, TcpRanksNameRankZeroWhenItStops) {
     EXPECT_LT(out[r].failed_after_s, timeout + 3.0) << "rank " << r << ": " << e;
     EXPECT_NE(e.find("in collective #4 all_reduce(f32 x 5, max, 20 bytes) for rank 0 (world size "
                      "3), which had not answered"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("or the network to rank 0 is down (a cut link, a firewall"),
               std::string::npos)
         << e;
   }
@@ -403,8 +410,8 @@ TEST(WatchdogPolicyTest, PastTheTimeoutAbortsWithTheRecord) {
           {State::answered, 8}, {State::answered, 7}, {State::answered, 6}, {State::no_answer, 0}});
   EXPECT_NE(m.find("to complete (1 more queued behind it); not reached by rank 2 (its last "
                    "collective was #6), rank 3 (it did not answer the peer watch in time: "
-                   "stopped (SIGSTOP, a debugger) or frozen); the communicator was aborted "
-                   "(ncclCommAbort)"),
+                   "stopped (SIGSTOP, a debugger), frozen, or cut off by the network (a cut "
+                   "link, a firewall)); the communicator was aborted (ncclCommAbort)"),
             std::string::npos)
       << m;
 }
@@ -435,8 +442,13 @@ TEST(WatchdogPolicyTest, TimeoutMessageSaysWhatIsKnownAboutTheOtherRanks) {
                    "stopped"),
             std::string::npos)
       << m;
+  EXPECT_NE(m.find("or the network between the ranks is down (a cut link, a firewall, "
+                   "NCCL_SOCKET_IFNAME"),
+            std::string::npos)
+      << m;
   m = WatchdogPolicy::timeout_message(d, false, std::nullopt);
   EXPECT_NE(m.find("this job has no peer watch"), std::string::npos) << m;
+  EXPECT_NE(m.find("or the network between the ranks is down"), std::string::npos) << m;
   EXPECT_NE(m.find("the communicator was aborted (ncclCommAbort)"), std::string::npos) << m;
 }
 
