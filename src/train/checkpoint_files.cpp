@@ -1,10 +1,20 @@
 #include "stoker/train/checkpoint_files.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <system_error>
 
+#include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
 #include "stoker/train/safetensors.h"
 
@@ -42,6 +52,21 @@ std::vector<fs::directory_entry> regular_files(const fs::path& dir) {
     if (it->is_regular_file(type_ec)) out.push_back(*it);
   }
   return out;
+}
+
+// rename(from, to) that fails with EEXIST instead of replacing an existing `to`; 0 or errno.
+int rename_no_replace(const fs::path& from, const fs::path& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS) return errno;
+  // A file system without RENAME_NOREPLACE: a hard link fails on an existing name too.
+  if (::link(from.c_str(), to.c_str()) != 0) {
+    if (errno == EEXIST) return EEXIST;
+    // Nor hard links: check, then rename (a race with another writer is left open here).
+    std::error_code ec;
+    if (fs::symlink_status(to, ec).type() != fs::file_type::not_found) return EEXIST;
+    return ::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+  }
+  return ::unlink(from.c_str()) == 0 ? 0 : errno;
 }
 
 }  // namespace
@@ -95,21 +120,128 @@ std::vector<fs::path> prune_checkpoints(const fs::path& dir, int keep_last) {
   return removed;
 }
 
+fs::path abandoned_name(const fs::path& path, int branch) {
+  fs::path to = path;
+  to += branch <= 1 ? std::string(".abandoned") : ".abandoned-" + std::to_string(branch);
+  return to;
+}
+
 std::vector<fs::path> set_aside_checkpoints_after(const fs::path& dir, int64_t step) {
+  std::vector<CheckpointFile> later;
+  for (CheckpointFile& c : list_checkpoints(dir))
+    if (c.step > step) later.push_back(std::move(c));
+  if (later.empty()) return {};
+  // One suffix for the whole branch, the first that none of its files has yet: a folder that
+  // is taken back twice keeps both branches (.abandoned, .abandoned-2, ...), told apart.
+  int branch = 1;
+  for (bool taken = true; taken; branch += taken ? 1 : 0) {
+    taken = false;
+    for (const CheckpointFile& c : later) {
+      std::error_code ec;
+      taken = taken || fs::symlink_status(abandoned_name(c.path, branch), ec).type() !=
+                           fs::file_type::not_found;
+    }
+  }
   std::vector<fs::path> renamed;
-  for (const CheckpointFile& c : list_checkpoints(dir)) {
-    if (c.step <= step) continue;
-    fs::path to = c.path;
-    to += ".abandoned";
-    std::error_code ec;
-    fs::rename(c.path, to, ec);
-    STOKER_CHECK_HINT(!ec, "move it out of the checkpoint folder by hand", "checkpoint ",
-                      c.path.string(), " (step ", c.step,
-                      ") is further into the run than the resumed step ", step,
-                      " and could not be renamed to ", to.string(), ": ", ec.message());
-    renamed.push_back(to);
+  for (const CheckpointFile& c : later) {
+    // Never onto an existing file (one may appear meanwhile): the next free suffix then.
+    for (int b = branch;; ++b) {
+      const fs::path to = abandoned_name(c.path, b);
+      const int err = rename_no_replace(c.path, to);
+      if (err == EEXIST) continue;
+      STOKER_CHECK_HINT(err == 0, "move it out of the checkpoint folder by hand", "checkpoint ",
+                        c.path.string(), " (step ", c.step,
+                        ") is further into the run than the resumed step ", step,
+                        " and could not be renamed to ", to.string(), ": ", std::strerror(err));
+      renamed.push_back(to);
+      break;
+    }
   }
   return renamed;
+}
+
+int64_t free_bytes(const fs::path& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
+bool check_free_space(const fs::path& dir, uint64_t needed, uint64_t comfortable,
+                      const std::string& what, const std::string& flag) {
+  const int64_t free = free_bytes(dir.empty() ? fs::path(".") : dir);
+  if (free < 0) return false;
+  const auto have = static_cast<uint64_t>(free);
+  STOKER_CHECK_HINT(have >= needed,
+                    core::detail::str("free space there, or give ", flag, " on another disk"), what,
+                    ": its disk has ", core::format_bytes(have), " (", have,
+                    " bytes) free, but the file takes about ", core::format_bytes(needed), " (",
+                    needed, " bytes): the run would train and then fail to write it");
+  if (have >= comfortable) return false;
+  std::fprintf(stderr,
+               "warning: %s: its disk has %s free, and the run's files there take about %s: "
+               "it may fill the disk (free space there, or give %s on another disk)\n",
+               what.c_str(), core::format_bytes(have).c_str(),
+               core::format_bytes(comfortable).c_str(), flag.c_str());
+  return true;
+}
+
+std::vector<fs::path> fallback_paths(const fs::path& path, const std::vector<fs::path>& dirs) {
+  std::vector<fs::path> folders = {path.parent_path().empty() ? fs::path(".") : path.parent_path()};
+  for (const fs::path& d : dirs)
+    if (!d.empty()) folders.push_back(d);
+  const char* tmp = std::getenv("TMPDIR");
+  folders.push_back(tmp && *tmp ? fs::path(tmp) : fs::path("/tmp"));
+  folders.push_back(".");
+  std::vector<fs::path> out;
+  std::vector<fs::path> seen;
+  const std::string stem = path.stem().string(), ext = path.extension().string();
+  for (const fs::path& f : folders) {
+    std::error_code ec;
+    const fs::path canonical = fs::weakly_canonical(f, ec);
+    const fs::path key = ec ? f : canonical;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
+    for (int k = 0;; ++k) {
+      const fs::path p = f / core::detail::str(stem, ".unsaved-", ::getpid(), "-", k, ext);
+      std::error_code exists_ec;
+      if (fs::symlink_status(p, exists_ec).type() != fs::file_type::not_found) continue;
+      if (std::find(out.begin(), out.end(), p) != out.end()) continue;
+      out.push_back(p);
+      break;
+    }
+  }
+  return out;
+}
+
+void write_or_fall_back(const fs::path& path, const std::string& what,
+                        const std::vector<fs::path>& dirs,
+                        const std::function<void(const fs::path&)>& write,
+                        const std::function<std::string(const fs::path&)>& hint,
+                        const std::string& lost_hint) {
+  auto reason = [](const std::exception& e) {
+    const auto* err = dynamic_cast<const Error*>(&e);
+    return err ? err->message() : std::string(e.what());
+  };
+  std::string failure;
+  try {
+    write(path);
+    return;
+  } catch (const std::exception& e) {
+    failure = reason(e);
+  }
+  std::string attempts;
+  for (const fs::path& p : fallback_paths(path, dirs)) {
+    try {
+      write(p);
+    } catch (const std::exception& e) {
+      attempts += core::detail::str("\n  ", p.string(), ": ", reason(e));
+      continue;
+    }
+    STOKER_CHECK_HINT(false, hint(p), what, " ", path.string(), " could not be written (", failure,
+                      "); it was written to ", p.string(), " instead");
+  }
+  STOKER_CHECK_HINT(false, lost_hint, what, " ", path.string(), " could not be written (", failure,
+                    "), nor any of the places tried instead:", attempts);
 }
 
 }  // namespace stoker::train

@@ -6,6 +6,7 @@
 #include "stoker/dist/communicator.h"
 #include "stoker/train/checkpoint_files.h"
 #include "stoker/train/trainer.h"
+#include "util/atomic_file.h"
 
 namespace stoker::train {
 
@@ -19,6 +20,7 @@ void CheckpointObserver::on_fit_begin(const FitContext& ctx) {
   if (!main_rank_) return;
   // Checked before the first step: an unwritable folder must not cost the run.
   core::check_output_dir(dir_, "TrainerOptions::checkpoint_dir");
+  check_space(ctx);
   // The checkpoints a resumed run finds further into the run are a branch it abandons.
   if (!ctx.resumed) return;
   for (const auto& p : set_aside_checkpoints_after(dir_, ctx.first_step))
@@ -53,8 +55,36 @@ void CheckpointObserver::on_epoch_end(int64_t) {
   due_by_time_ = false;
 }
 
+void CheckpointObserver::check_space(const FitContext& ctx) {
+  // A checkpoint holds the parameters and the optimizer state; the header, buffers and scaler
+  // are small beside them. An estimate: a ZeRO-1 run's gathered state counts as rank 0's shard.
+  const MemoryReport m = ctx.trainer.memory_report();
+  const uint64_t bytes = m.parameters + m.optimizer_state + m.optimizer_state_host + (64u << 10);
+  // Up to keep_last periodic ones, the one being written and last.safetensors at once.
+  const uint64_t files = keep_last_ > 0 ? static_cast<uint64_t>(keep_last_) + 2 : 3;
+  check_free_space(dir_, bytes, bytes * files, "the checkpoint folder " + dir_.string(),
+                   "--checkpoint-dir");
+}
+
 void CheckpointObserver::write() {
-  trainer_->save_checkpoint(periodic_checkpoint_path(dir_, trainer_->step()), train_);
+  const std::filesystem::path path = periodic_checkpoint_path(dir_, trainer_->step());
+  try {
+    trainer_->save_checkpoint(path, train_);
+  } catch (const util::WriteError& e) {
+    // Disk full, a size limit, an I/O error: the write was atomic, so the checkpoints before it
+    // are whole. Training goes on (the run is worth more than this checkpoint); the next one is
+    // tried at its interval, and each failure is said.
+    std::string kept = "none was written before it";
+    for (const CheckpointFile& c : list_checkpoints(dir_))
+      if (c.path != path) kept = "the previous one, " + c.path.string() + ", is kept intact";
+    std::fprintf(stderr,
+                 "checkpoint: writing %s failed (%s); %s. Training continues and the next "
+                 "checkpoint is tried at its interval: free space in %s\n",
+                 path.string().c_str(), e.message().c_str(), kept.c_str(), dir_.string().c_str());
+    std::fflush(stderr);
+    last_ = std::chrono::steady_clock::now();
+    return;
+  }
   last_ = std::chrono::steady_clock::now();
   if (keep_last_ > 0 && main_rank_) prune_checkpoints(dir_, keep_last_);
 }

@@ -6,6 +6,11 @@
 // By time: each rank's clock is read at log lines and the ranks agree (one all-reduce of one
 // number on the job's communicator) so that every rank takes part in the same checkpoints; a
 // checkpoint follows the duration by at most log_interval steps.
+//
+// Room: before the first step, the folder's free space is compared with the size of a
+// checkpoint (refused when one does not fit, a warning when keep_last + 2 do not). A periodic
+// checkpoint the file system refuses (disk full, an I/O error) leaves the ones before it intact
+// (atomic writes); that is said on stderr, naming the file kept, and training continues.
 #pragma once
 
 #include <chrono>
@@ -31,6 +36,7 @@ class CheckpointObserver final : public StepObserver {
 
  private:
   void write();
+  void check_space(const FitContext& ctx);
 
   std::filesystem::path dir_;
   int64_t every_steps_;

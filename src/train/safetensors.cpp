@@ -16,6 +16,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 
 #include "stoker/core/error.h"
 #include "util/atomic_file.h"
@@ -40,6 +41,84 @@ bool parse_checksum_hex(const std::string& s, uint64_t& v) {
   if (s.size() != 16) return false;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
   return ec == std::errc() && end == s.data() + s.size();
+}
+
+constexpr std::string_view kPlaceholder = "0000000000000000";
+
+// The bytes that precede the header checksum's value in a header: the key and `:"` with no
+// whitespace, as stoker (and Python's safetensors) write JSON. Inside a JSON string a quote is
+// escaped, so these bytes can only be the key itself.
+std::string header_checksum_prefix() { return std::string("\"") + kHeaderChecksumKey + "\":\""; }
+
+// The offset of the header checksum's 16 digits in `header` (the file's first bytes), or npos
+// when the key is not found exactly once.
+size_t find_header_checksum(std::string_view header) {
+  const std::string prefix = header_checksum_prefix();
+  const size_t at = header.find(prefix);
+  if (at == std::string_view::npos || header.find(prefix, at + 1) != std::string_view::npos)
+    return std::string_view::npos;
+  return at + prefix.size();
+}
+}  // namespace
+
+uint64_t safetensors_header_checksum(const unsigned char* file, size_t header_end,
+                                     size_t value_at) {
+  util::Checksum64 sum;
+  sum.update(file, value_at);
+  sum.update(kPlaceholder.data(), kPlaceholder.size());
+  sum.update(file + value_at + kPlaceholder.size(), header_end - value_at - kPlaceholder.size());
+  return sum.value();
+}
+
+namespace {
+// Checks the header checksum, when the file has one, before anything else of the header is
+// used; refuses a file whose version requires one that is missing. Returns whether it had one.
+bool check_header_checksum(const std::string& file, const unsigned char* map, size_t header_end,
+                           const json& header) {
+  const auto meta = header.find("__metadata__");
+  if (meta == header.end() || !meta->is_object()) return false;
+  const std::string hint =
+      "use an intact copy of the file or write it again; a tool that edits the header of a "
+      "stoker file must drop stoker.header_checksum and stoker.safetensors_version (a "
+      "training checkpoint cannot be edited: resume an earlier one)";
+  const auto sum = meta->find(kHeaderChecksumKey);
+  const auto version = meta->find(kSafetensorsVersionKey);
+  if (sum == meta->end()) {
+    if (version == meta->end()) return false;  // PyTorch's or an older stoker's file
+    STOKER_CHECK_HINT(false, hint, file, ": metadata ", kSafetensorsVersionKey, " is ",
+                      version->dump(), " but there is no ", kHeaderChecksumKey,
+                      ": the header is damaged");
+  }
+  uint64_t stored = 0;
+  // Lower-case only, as written: an upper-cased digit is an edited byte too.
+  const bool lower = sum->is_string() && sum->get<std::string>().find_first_not_of(
+                                             "0123456789abcdef") == std::string::npos;
+  STOKER_CHECK_HINT(lower && parse_checksum_hex(sum->get<std::string>(), stored), hint, file,
+                    ": metadata ", kHeaderChecksumKey, " is ", sum->dump(),
+                    ", not 16 hex digits: the header is damaged");
+  const size_t at =
+      find_header_checksum(std::string_view(reinterpret_cast<const char*>(map), header_end));
+  STOKER_CHECK_HINT(
+      at != std::string_view::npos &&
+          std::string_view(reinterpret_cast<const char*>(map) + at, 16) == sum->get<std::string>(),
+      hint, file, ": metadata ", kHeaderChecksumKey, " is not written as stoker writes it (\"",
+      kHeaderChecksumKey, "\":\"<16 hex digits>\", once): the header is damaged");
+  const uint64_t computed = safetensors_header_checksum(map, header_end, at);
+  STOKER_CHECK_HINT(computed == stored, hint, file, ": the header fails its checksum (stored ",
+                    util::checksum_hex(stored), ", computed ", util::checksum_hex(computed),
+                    "): the file is damaged (a byte of its metadata or tensor table changed)");
+  // Checked, so the version is what the writer wrote: refuse one this build does not know.
+  if (version != meta->end()) {
+    int v = 0;
+    const std::string text = version->is_string() ? version->get<std::string>() : "";
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    STOKER_CHECK_HINT(
+        ec == std::errc() && end == text.data() + text.size() && v >= 1 && v <= kSafetensorsVersion,
+        "read it with the (newer) stoker build that wrote it", file, ": metadata ",
+        kSafetensorsVersionKey, " is ", version->dump(), "; this build reads 1 to ",
+        kSafetensorsVersion);
+  }
+  return true;
 }
 }  // namespace
 
@@ -103,11 +182,28 @@ void save_safetensors(const std::filesystem::path& path, std::span<const NamedTe
       sums[tensors[i].name] =
           util::checksum_hex(util::checksum64(host[i].data(), host[i].nbytes()));
     meta[kChecksumsKey] = sums.dump();
+    meta[kHeaderChecksumKey] = std::string(kPlaceholder);
+    meta[kSafetensorsVersionKey] = std::to_string(kSafetensorsVersion);
+  } else {
+    meta.erase(kHeaderChecksumKey);
+    meta.erase(kSafetensorsVersionKey);
   }
   if (!meta.empty()) header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned
   const uint64_t n = text.size();
+  if (options.checksums) {
+    // Over the length and the header as they go into the file, the placeholder in place.
+    std::string head(8, '\0');
+    std::memcpy(head.data(), &n, 8);
+    head += text;
+    const size_t at = find_header_checksum(head);
+    STOKER_CHECK(at != std::string::npos, "save_safetensors(", path.string(),
+                 "): the header checksum key appears more than once");
+    const std::string hex = util::checksum_hex(safetensors_header_checksum(
+        reinterpret_cast<const unsigned char*>(head.data()), head.size(), at));
+    text.replace(at - 8, hex.size(), hex);
+  }
 
   util::write_file_atomically(path, [&](int fd) {
     util::write_all(fd, &n, sizeof n, path);
@@ -152,6 +248,7 @@ SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(
       STOKER_THROW(file, ": the header is not valid JSON (", e.what(), ")");
     }
     STOKER_CHECK(header.is_object(), file, ": the header must be a JSON object");
+    has_header_checksum_ = check_header_checksum(file, map_, data_start_, header);
 
     std::vector<std::pair<size_t, std::string>> by_offset;
     for (auto it = header.begin(); it != header.end(); ++it) {
@@ -288,7 +385,8 @@ void SafetensorsReader::verify(const std::string& name) const {
   const ChecksumCheck c = check_checksum(name);
   STOKER_CHECK_HINT(c.ok(),
                     "use an intact copy of the file or write it again; a tool that changed "
-                    "tensors but kept stoker's metadata must drop the stoker.checksums key",
+                    "tensors but kept stoker's metadata must drop the keys stoker.checksums, "
+                    "stoker.header_checksum and stoker.safetensors_version",
                     path_.string(), ": tensor ", quoted(name), " fails its checksum (stored ",
                     util::checksum_hex(c.expected), ", computed ", util::checksum_hex(c.computed),
                     "): the file is damaged");

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "stoker/core/error.h"
+#include "stoker/train/checkpoint_files.h"
 #include "stoker/train/safetensors.h"
 
 namespace stoker::train {
@@ -27,6 +28,33 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 void save_weights(nn::Module& model, const std::filesystem::path& path) {
   save_safetensors(path, model_tensors(model),
                    {{"format", "pt"}, {"stoker.model", model.describe()}});
+}
+
+uint64_t weights_file_bytes(nn::Module& model) {
+  uint64_t bytes = 0;
+  for (const NamedTensor& t : model_tensors(model)) bytes += t.tensor.nbytes();
+  return bytes;
+}
+
+void check_space_for_weights(nn::Module& model, const std::filesystem::path& path,
+                             const std::string& flag) {
+  const uint64_t bytes = weights_file_bytes(model) + (64u << 10);  // + a header's room
+  check_free_space(path.parent_path().empty() ? "." : path.parent_path(), bytes, 2 * bytes,
+                   flag + " " + path.string(), flag);
+}
+
+void save_weights_with_fallback(nn::Module& model, const std::filesystem::path& path,
+                                const std::string& flag,
+                                const std::vector<std::filesystem::path>& fallback_dirs) {
+  write_or_fall_back(
+      path, flag, fallback_dirs, [&](const std::filesystem::path& p) { save_weights(model, p); },
+      [&](const std::filesystem::path& p) {
+        return core::detail::str("the trained weights are in ", p.string(),
+                                 ": free space (or mend the folder) and move that file to ",
+                                 path.string());
+      },
+      core::detail::str("the trained weights could not be kept; free disk space, or give ", flag,
+                        " on another disk (a --checkpoint-dir run keeps them in its checkpoints)"));
 }
 
 std::vector<std::string> load_weights(nn::Module& model, const std::filesystem::path& path,

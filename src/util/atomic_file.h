@@ -18,7 +18,17 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/core/error.h"
+
 namespace stoker::util {
+
+// What write_all and write_file_atomically throw when the file system refuses the write (disk
+// full, a file size limit, an I/O error, a folder that is gone or not writable): a stoker::Error
+// that callers can tell from the other failures of a save (a bad tensor, a collective).
+class WriteError : public core::Error {
+ public:
+  using core::Error::Error;
+};
 
 // `write(fd)` writes the content through `write_all`; it may throw.
 void write_file_atomically(const std::filesystem::path& path,

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -222,6 +224,53 @@ TEST_F(CheckpointFilesTest, SettingAsideRenamesLaterOnesWhichAreNoLongerListed) 
   // At or past the newest step: nothing to set aside.
   EXPECT_TRUE(train::set_aside_checkpoints_after(dir_, 6).empty());
   EXPECT_TRUE(train::set_aside_checkpoints_after(dir_, 100).empty());
+}
+
+// Going back twice (to step 6, then to step 4 after a second branch was written) keeps both
+// branches under distinct names: the first branch's files are never overwritten.
+TEST_F(CheckpointFilesTest, GoingBackTwiceKeepsBothAbandonedBranches) {
+  auto bytes_of = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  run(dir_, 10, 2, 0);
+  ASSERT_EQ(train::set_aside_checkpoints_after(dir_, 6).size(), 3u);
+  std::map<std::string, std::string> first_branch;
+  for (const char* n : {"step_8.safetensors.abandoned", "step_10.safetensors.abandoned",
+                        "last.safetensors.abandoned"})
+    first_branch[n] = bytes_of(dir_ / n);
+  // The second branch: another run's checkpoints under the same names (other weights).
+  {
+    const Blobs d = make_blobs(100, 4);
+    auto model = make_mlp(77);
+    stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.1f});
+    nn::CrossEntropyLoss loss;
+    train::Trainer t(*model, loss, opt,
+                     {.progress_bar = false,
+                      .checkpoint_dir = dir_,
+                      .checkpoint_interval = 2,
+                      .max_steps = 10,
+                      .quiet = true});
+    data::TensorBatches b(d.x, d.y, {.batch_size = 10, .seed = 2});
+    t.fit(b, 1);
+  }
+  const auto renamed = train::set_aside_checkpoints_after(dir_, 4);
+  std::set<std::string> renamed_names;
+  for (const auto& p : renamed) renamed_names.insert(p.filename().string());
+  EXPECT_EQ(renamed_names, (std::set<std::string>{
+                               "step_6.safetensors.abandoned-2", "step_8.safetensors.abandoned-2",
+                               "step_10.safetensors.abandoned-2", "last.safetensors.abandoned-2"}));
+  for (const auto& [name, bytes] : first_branch)
+    EXPECT_EQ(bytes_of(dir_ / name), bytes) << name << " was overwritten";
+  EXPECT_NE(bytes_of(dir_ / "step_8.safetensors.abandoned-2"),
+            first_branch["step_8.safetensors.abandoned"]);
+  EXPECT_EQ(listed_names(train::list_checkpoints(dir_)),
+            (std::vector<std::string>{"step_2.safetensors", "step_4.safetensors"}));
+  // A third time: -3, the others untouched.
+  run(dir_, 10, 2, 0);
+  for (const auto& p : train::set_aside_checkpoints_after(dir_, 8))
+    EXPECT_EQ(p.extension(), ".abandoned-3") << p;
+  for (const auto& [name, bytes] : first_branch) EXPECT_EQ(bytes_of(dir_ / name), bytes) << name;
 }
 
 TEST_F(CheckpointFilesTest, AMissingOrEmptyFolderHasNone) {

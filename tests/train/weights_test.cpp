@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "stoker/nn/activation.h"
 #include "stoker/nn/batchnorm2d.h"
@@ -12,6 +13,7 @@
 #include "stoker/nn/conv2d.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/pool.h"
+#include "stoker/train/checkpoint_files.h"
 #include "stoker/train/safetensors.h"
 #include "test_util.h"
 
@@ -110,6 +112,82 @@ TEST_F(WeightsTest, ExtraTensorsStrictAndPyTorchBatchNormCounter) {
   EXPECT_THROW(stoker::train::load_weights(*b, dir_ / "extra.safetensors"), stoker::Error);
   EXPECT_EQ(stoker::train::load_weights(*b, dir_ / "extra.safetensors", {.strict = false}).size(),
             2u);
+}
+
+}  // namespace
+
+namespace {
+
+// The end of a run that cannot write --save (its folder replaced by a regular file): the
+// weights go to the next place that works, the error names the flag, the failure and that
+// file, and the file holds the trained weights.
+TEST_F(WeightsTest, ASaveThatFailsWritesTheWeightsToAFallbackNamedInTheError) {
+  auto a = small_cnn(1);
+  fs::create_directories(dir_ / "out");
+  std::ofstream(dir_ / "out" / "sub") << "a file where the folder was";
+  fs::create_directories(dir_ / "ckpt");
+  const fs::path target = dir_ / "out" / "sub" / "model.safetensors";
+  std::string msg, hint;
+  try {
+    stoker::train::save_weights_with_fallback(*a, target, "--save", {dir_ / "ckpt"});
+    FAIL() << "no error";
+  } catch (const stoker::Error& e) {
+    msg = e.message();
+    hint = e.hint();
+  }
+  // Beside it fails too (the same missing folder); the checkpoint folder takes it.
+  const fs::path written =
+      dir_ / "ckpt" / ("model.unsaved-" + std::to_string(::getpid()) + "-0.safetensors");
+  EXPECT_NE(msg.find("--save " + target.string() + " could not be written ("), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("it was written to " + written.string() + " instead"), std::string::npos)
+      << msg;
+  EXPECT_NE(hint.find("move that file to " + target.string()), std::string::npos) << hint;
+  auto b = small_cnn(2);
+  stoker::train::load_weights(*b, written);
+  EXPECT_EQ(all_values(*b), all_values(*a));
+  // A second failure never overwrites the first fallback.
+  EXPECT_THROW(stoker::train::save_weights_with_fallback(*a, target, "--save", {dir_ / "ckpt"}),
+               stoker::Error);
+  EXPECT_TRUE(fs::exists(dir_ / "ckpt" /
+                         ("model.unsaved-" + std::to_string(::getpid()) + "-1.safetensors")));
+}
+
+// Room for the weights is checked before the run: a disk with less room than the weights take
+// is refused naming the flag and both numbers.
+TEST_F(WeightsTest, TooLittleRoomForTheWeightsIsRefusedWithTheNumbers) {
+  auto a = small_cnn(1);
+  const uint64_t bytes = stoker::train::weights_file_bytes(*a);
+  uint64_t tensors = 0;
+  a->visit_parameters("",
+                      [&](const std::string&, nn::Parameter& p) { tensors += p.value().nbytes(); });
+  a->visit_buffers("", [&](const std::string&, Tensor& t) { tensors += t.nbytes(); });
+  EXPECT_EQ(bytes, tensors);
+  // The real disk has room for a small model.
+  EXPECT_NO_THROW(stoker::train::check_space_for_weights(*a, dir_ / "w.safetensors", "--save"));
+  const int64_t free = stoker::train::free_bytes(dir_);
+  ASSERT_GT(free, 0);
+  try {
+    stoker::train::check_free_space(dir_, static_cast<uint64_t>(free) * 4, 0,
+                                    "--save " + (dir_ / "w.safetensors").string(), "--save");
+    FAIL() << "no error";
+  } catch (const stoker::Error& e) {
+    const std::string msg = e.message();
+    EXPECT_NE(msg.find("--save " + (dir_ / "w.safetensors").string() + ": its disk has "),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(std::to_string(static_cast<uint64_t>(free) * 4) + " bytes)"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(std::string(e.hint()).find("give --save on another disk"), std::string::npos);
+  }
+  ::testing::internal::CaptureStderr();
+  EXPECT_TRUE(stoker::train::check_free_space(dir_, 1, static_cast<uint64_t>(free) * 4,
+                                              "the checkpoint folder X", "--checkpoint-dir"));
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warning.find("warning: the checkpoint folder X: its disk has "), std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("--checkpoint-dir on another disk"), std::string::npos) << warning;
 }
 
 }  // namespace

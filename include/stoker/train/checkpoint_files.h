@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,44 @@ std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path
 
 // After a resume from `step`: the checkpoints of `dir` further into the run than it (a branch the
 // resumed run abandons) are renamed "<name>.abandoned", so that neither retention nor the next
-// resume_latest() takes them for this run's; nothing is deleted. Returns the new names.
+// resume_latest() takes them for this run's; nothing is deleted. A folder taken back again keeps
+// every branch: the files of one branch share the first suffix none of them has yet
+// (".abandoned", ".abandoned-2", ".abandoned-3", ...), and no rename ever replaces an existing
+// file. Returns the new names.
 std::vector<std::filesystem::path> set_aside_checkpoints_after(const std::filesystem::path& dir,
                                                                int64_t step);
+// "<path>.abandoned" for branch 1, "<path>.abandoned-<branch>" for the others.
+std::filesystem::path abandoned_name(const std::filesystem::path& path, int branch);
+
+// --- Nothing finished is thrown away: free space before a run, fallbacks after it.
+
+// Bytes an unprivileged writer may still write on the file system of `dir` (statvfs f_bavail),
+// or -1 when unknown (`dir` missing, statvfs refused).
+int64_t free_bytes(const std::filesystem::path& dir);
+
+// Before the first step: throws stoker::Error naming `what` (e.g. "--save FILE"), both numbers
+// and `flag` in the hint when the file system of `dir` has less than `needed` bytes free; prints
+// a warning on stderr (and returns true) when it has less than `comfortable`. Unknown free space
+// passes silently.
+bool check_free_space(const std::filesystem::path& dir, uint64_t needed, uint64_t comfortable,
+                      const std::string& what, const std::string& flag);
+
+// Where a file that cannot be written at `path` goes instead, in this order: a new name beside
+// it, then in each of `dirs`, then in $TMPDIR (else /tmp), then the current folder, each folder
+// once. The name is "<stem>.unsaved-<pid>-<k><extension>" with the first k not taken.
+std::vector<std::filesystem::path> fallback_paths(const std::filesystem::path& path,
+                                                  const std::vector<std::filesystem::path>& dirs);
+
+// Writes with `write(p)` at `path`; when that throws (stoker::Error or a file-system error: disk
+// full, a file size limit, an I/O error, a folder gone), at each of fallback_paths(path, dirs)
+// until one works. Returns normally only when `path` itself was written. Otherwise throws
+// stoker::Error: "<what> <path> could not be written (<reason>); it was written to <fallback>
+// instead", with the hint `hint(fallback)`, or, when no place worked, naming every place tried
+// and why, with the hint `lost_hint`.
+void write_or_fall_back(const std::filesystem::path& path, const std::string& what,
+                        const std::vector<std::filesystem::path>& dirs,
+                        const std::function<void(const std::filesystem::path&)>& write,
+                        const std::function<std::string(const std::filesystem::path&)>& hint,
+                        const std::string& lost_hint);
 
 }  // namespace stoker::train

@@ -18,6 +18,16 @@
 // Files without the key (from PyTorch, or written before) load unchecked, as do tensors the key
 // does not list. The checksum detects accidental damage; it is no protection against tampering.
 //
+// Header checksum: stoker also writes "stoker.header_checksum", the XXH3-64 of the file's first
+// 8 + N bytes (the length and the whole JSON header: every metadata value, every tensor's dtype,
+// shape and offsets, the checksum table) computed with the key's own 16 hex digits replaced by
+// "0000000000000000", and "stoker.safetensors_version" = "2", which says the header checksum
+// must be there (docs/formats.md gives the rule for other tools). The reader checks it when it
+// opens the file, before anything else of the header is used, so an edited byte anywhere in the
+// file is refused naming it (in the header by this checksum, in the data by the tensor's). A
+// file with version 2 but no header checksum is refused (the key was damaged or stripped);
+// files without either key (PyTorch's, older stoker's) open as before.
+//
 // Thread-safety: a SafetensorsReader may be read from several threads once opened.
 #pragma once
 
@@ -41,10 +51,16 @@ struct NamedTensor {
 
 // The metadata key of the per-tensor checksums.
 inline constexpr const char* kChecksumsKey = "stoker.checksums";
+// The metadata key of the header checksum, and of the version that requires it.
+inline constexpr const char* kHeaderChecksumKey = "stoker.header_checksum";
+inline constexpr const char* kSafetensorsVersionKey = "stoker.safetensors_version";
+// The version stoker writes: 2 = per-tensor and header checksums (absent or 1: neither required).
+inline constexpr int kSafetensorsVersion = 2;
 
 struct SafetensorsWriteOptions {
-  // Store kChecksumsKey (replacing a value given in the metadata). Off: the file carries only
-  // the metadata given (as files written before checksums existed).
+  // Store kChecksumsKey, kHeaderChecksumKey and kSafetensorsVersionKey (replacing values given
+  // in the metadata). Off: the file carries only the metadata given, less a header checksum
+  // and version given (they could not be right), as files written before checksums existed.
   bool checksums = true;
 };
 
@@ -89,6 +105,12 @@ class SafetensorsReader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Whether the file carries checksums (kChecksumsKey).
   bool has_checksums() const { return has_checksums_; }
+  // Whether the file carries a header checksum (kHeaderChecksumKey); when it does, the
+  // constructor has verified it.
+  bool has_header_checksum() const { return has_header_checksum_; }
+  // Bytes of the file and of its header (the JSON, without the 8-byte length).
+  size_t file_size() const { return file_size_; }
+  size_t header_size() const { return data_start_ - 8; }
 
   // Checks the tensor's bytes against its stored checksum. A tensor that passes is not checked
   // again by this reader.
@@ -113,6 +135,7 @@ class SafetensorsReader {
   std::vector<std::string> names_;
   std::map<std::string, std::string> metadata_;
   bool has_checksums_ = false;
+  bool has_header_checksum_ = false;
   // Tensors whose checksum passed, by Entry::index (readers may run on several threads).
   std::unique_ptr<std::atomic<bool>[]> verified_;
 };
@@ -120,6 +143,11 @@ class SafetensorsReader {
 // All tensors of a file, on `device`.
 std::vector<NamedTensor> load_safetensors(const std::filesystem::path& path,
                                           Device device = Device::cpu());
+
+// The header checksum of a whole safetensors file's first `header_end` bytes (8 + the header
+// length) whose kHeaderChecksumKey value starts at byte `value_at`: XXH3-64 with those 16 bytes
+// read as '0' (docs/formats.md).
+uint64_t safetensors_header_checksum(const unsigned char* file, size_t header_end, size_t value_at);
 
 // "F32", "BF16", ... as safetensors spells the dtype; and back (throws on unknown names).
 const char* safetensors_dtype_name(DType t);
