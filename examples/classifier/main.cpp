@@ -470,6 +470,27 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   to.activation_checkpoint_every = a.run.activation_checkpoint_every;
   to.cuda_graph = a.cuda_graph;
   a.run.apply(to);  // checkpoints, metrics, evaluation
+  {
+    // What defines the run, recorded in its checkpoints: a resume states each changed one and
+    // refuses those that break the run (train/run_settings.h, docs/long_runs.md).
+    using train::SettingChange;
+    const auto v = [](const auto& x) { return stoker::core::detail::str(x); };
+    to.run_settings = {{"--arch", a.arch, SettingChange::model_shape},
+                       {"--classes", v(classes), SettingChange::model_shape},
+                       {"--accum", v(a.accum), SettingChange::global_batch},
+                       {"--optimizer", a.optimizer, SettingChange::refuse},
+                       {"--lr", v(lr), SettingChange::note},
+                       {"--lr-schedule", a.lr_schedule, SettingChange::note},
+                       {"--warmup-epochs", v(a.warmup_epochs), SettingChange::note},
+                       {"--epochs", v(a.epochs), SettingChange::note},
+                       {"--weight-decay", v(a.weight_decay), SettingChange::note},
+                       {"--label-smoothing", v(a.label_smoothing), SettingChange::note},
+                       {"--image-size", v(a.image_size), SettingChange::note},
+                       {"--precision", a.precision, SettingChange::note},
+                       {"--layout", a.layout, SettingChange::note}};
+    if (a.arch == "small")
+      to.run_settings.push_back({"--width", v(a.width), SettingChange::model_shape});
+  }
   train::Trainer trainer(*model, loss, *opt, to);
   const int64_t total_steps = a.epochs * steps_per_epoch;
 

@@ -219,6 +219,29 @@ int run(const Options& o) {
   topts.diagnostics.enabled = o.diagnostics;
   topts.cuda_graph = o.cuda_graph;
   o.run.apply(topts);  // checkpoints, metrics, evaluation (activation checkpointing: above)
+  {
+    // What defines the run, recorded in its checkpoints: a resume states each changed one and
+    // refuses those that break the run (train/run_settings.h, docs/long_runs.md).
+    using train::SettingChange;
+    const auto v = [](const auto& x) { return core::detail::str(x); };
+    topts.run_settings = {
+        {"--layers", v(config.layers), SettingChange::model_shape},
+        {"--heads", v(config.heads), SettingChange::model_shape},
+        {"--width", v(config.d_model), SettingChange::model_shape},
+        {"--context", v(config.context), SettingChange::model_shape},
+        {"--vocab", v(config.vocab), SettingChange::model_shape},
+        {"--accum", v(o.accum), SettingChange::global_batch},
+        {"--optimizer-state", o.optimizer_state, SettingChange::refuse},
+        {"--lr", v(o.lr), SettingChange::note},
+        {"--min-lr", v(o.min_lr), SettingChange::note},
+        {"--warmup", v(o.warmup), SettingChange::note},
+        {"--steps", v(o.steps), SettingChange::note},
+        {"--weight-decay", v(o.weight_decay), SettingChange::note},
+        {"--clip", v(o.clip), SettingChange::note},
+        {"--dropout", v(o.dropout), SettingChange::note},
+        {"--precision", o.precision, SettingChange::note},
+        {"--zero1", o.zero1 ? "on" : "off", SettingChange::note}};
+  }
   if (parity_run) parity_run->adjust(topts);  // exact and simple: constant lr, no clipping
 
   if (o.synthetic)
