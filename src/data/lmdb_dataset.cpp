@@ -1,16 +1,25 @@
 // LmdbImageDataset: the data file's size (against the pages LMDB says are in use) and the
 // metadata are validated once at open; per-sample checks live in parse_record so that read() and
-// try_read() report exactly the same problems.
+// try_read() report exactly the same problems. Every LMDB call that may read a page of data.mdb
+// runs under the fault guard (lmdb_fault_guard.h: LMDB trusts its pages, so a damaged one is a
+// SIGBUS or an assertion, not an error code), and every value it returns is checked to lie inside
+// the file before anyone reads it.
 #include "stoker/data/lmdb_dataset.h"
 
 #include <lmdb.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
+#include "data/lmdb_fault_guard.h"
 #include "stoker/core/error.h"
 
 namespace stoker::data {
@@ -47,6 +56,86 @@ bool is_damaged_file_error(int rc) {
          rc == MDB_PAGE_NOTFOUND;
 }
 
+// The result of a guarded lookup (guarded_get) that did not find a value.
+constexpr int kDamaged = -1;  // LMDB's codes are errno values (> 0) and MDB_* (< -30000)
+
+// Runs `call` (LMDB calls only, returning a status) under the fault guard: its status, or
+// kDamaged with the reason in *why when a fault or an LMDB assertion stopped it.
+template <typename F>
+int guarded(F&& call, std::string* why) {
+  int rc = 0;
+  auto run = [&] { rc = call(); };
+  if (!detail::lmdb_guarded(run, why)) return kDamaged;
+  return rc;
+}
+
+// lmdb_check for a guarded call: a fault names the damage.
+void guarded_check(int rc, const std::string& why, const char* call,
+                   const std::filesystem::path& data_file) {
+  if (rc == kDamaged) {
+    fail(__FILE__, __LINE__,
+         str(data_file.string(), " is damaged: a damaged page stopped LMDB's ", call, " (", why,
+             ")"),
+         kDamagedHint);
+  }
+  lmdb_check(rc, call, data_file);
+}
+
+// Whether walking the tree of `dbi` (under the guard) yields as many entries as the meta page
+// records; false, with the reason in *why, when a damaged page stops the walk or hides entries.
+// Walks at most one entry more than the count.
+bool tree_is_whole(MDB_txn* txn, MDB_dbi dbi, std::string* why) {
+  MDB_stat stat{};
+  int rc = guarded([&] { return mdb_stat(txn, dbi, &stat); }, why);
+  MDB_cursor* cursor = nullptr;
+  if (rc == 0) rc = guarded([&] { return mdb_cursor_open(txn, dbi, &cursor); }, why);
+  size_t found = 0;
+  bool out_of_order = false;  // an empty key, or keys not strictly ascending
+  if (rc == 0) {
+    const auto walk = [&] {
+      // C only in here (see lmdb_fault_guard.h): the previous key in a plain buffer.
+      char previous[512];
+      size_t previous_size = 0;
+      MDB_val k{}, v{};
+      int r = mdb_cursor_get(cursor, &k, &v, MDB_FIRST);
+      while (r == 0 && found <= stat.ms_entries) {
+        const size_t common = std::min(previous_size, k.mv_size);
+        const int order = found == 0 ? -1 : std::memcmp(previous, k.mv_data, common);
+        if (k.mv_size == 0 || k.mv_size > sizeof previous || order > 0 ||
+            (order == 0 && previous_size >= k.mv_size)) {
+          out_of_order = true;
+          return 0;
+        }
+        std::memcpy(previous, k.mv_data, k.mv_size);
+        previous_size = k.mv_size;
+        ++found;
+        r = mdb_cursor_get(cursor, &k, &v, MDB_NEXT);
+      }
+      return r;
+    };
+    rc = guarded(walk, why);
+    mdb_cursor_close(cursor);
+    if (rc == MDB_NOTFOUND) rc = 0;  // the end of the tree
+  }
+  if (rc == kDamaged) return false;
+  if (rc != 0) {
+    *why = str("LMDB: ", mdb_strerror(rc));
+    return false;
+  }
+  if (out_of_order) {
+    *why = str("after ", found, " entries, the tree yields a key out of order");
+    return false;
+  }
+  if (found != stat.ms_entries) {
+    *why = found > stat.ms_entries ? str("the tree yields more entries than the ", stat.ms_entries,
+                                         " its meta page records")
+                                   : str("the tree yields ", found, " of the ", stat.ms_entries,
+                                         " entries its meta page records");
+    return false;
+  }
+  return true;
+}
+
 // LMDB maps data.mdb and reads pages straight from the map: a page past the end of the file
 // is a SIGBUS, not an error. So before anything reads a page, check that the file holds every
 // page the newest meta page says is in use, and that the map covers them.
@@ -54,8 +143,11 @@ void check_pages_present(MDB_env* env, const std::filesystem::path& data_file,
                          uint64_t file_bytes) {
   MDB_envinfo info{};
   MDB_stat stat{};
-  lmdb_check(mdb_env_info(env, &info), "mdb_env_info", data_file);
-  lmdb_check(mdb_env_stat(env, &stat), "mdb_env_stat", data_file);
+  std::string why;
+  guarded_check(guarded([&] { return mdb_env_info(env, &info); }, &why), why, "mdb_env_info",
+                data_file);
+  guarded_check(guarded([&] { return mdb_env_stat(env, &stat); }, &why), why, "mdb_env_stat",
+                data_file);
   const uint64_t pages = static_cast<uint64_t>(info.me_last_pgno) + 1;
   const uint64_t needed = pages * stat.ms_psize;
   if (stat.ms_psize == 0 || file_bytes < needed) {
@@ -73,11 +165,70 @@ void check_pages_present(MDB_env* env, const std::filesystem::path& data_file,
   }
 }
 
-std::optional<std::string> get_meta(MDB_txn* txn, MDB_dbi dbi, const char* key) {
-  MDB_val k{std::strlen(key), const_cast<char*>(key)};
-  MDB_val v{};
-  if (mdb_get(txn, dbi, &k, &v) != 0) return std::nullopt;
-  return std::string(static_cast<const char*>(v.mv_data), v.mv_size);
+// Where the process maps data.mdb: *base becomes the start of the file's map when `inside` (a
+// pointer LMDB returned into its map) lies in a mapping of the file `st` describes, null when it
+// lies elsewhere. Returns false when the process' mappings cannot be read (no /proc): then the
+// map is unknown. LMDB does not tell where it mapped the file (MDB_envinfo::me_mapaddr is the
+// address recorded in the meta page, 0 unless MDB_FIXEDMAP), so /proc/self/maps does.
+bool map_base_of(const void* inside, const struct stat& st, const uint8_t** base) {
+  *base = nullptr;
+  const auto at = reinterpret_cast<uintptr_t>(inside);
+  FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return false;
+  char line[4096];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long begin = 0, end = 0, offset = 0, inode = 0;
+    unsigned dev_major = 0, dev_minor = 0;
+    if (std::sscanf(line, "%lx-%lx %*s %lx %x:%x %lu", &begin, &end, &offset, &dev_major,
+                    &dev_minor, &inode) != 6) {
+      continue;
+    }
+    if (at < begin || at >= end) continue;
+    if (inode == st.st_ino && dev_major == major(st.st_dev) && dev_minor == minor(st.st_dev) &&
+        offset <= begin) {
+      *base = reinterpret_cast<const uint8_t*>(begin - offset);
+    }
+    break;
+  }
+  std::fclose(maps);
+  return true;
+}
+
+// `key` looked up under the fault guard. Returns 0 with the value in *value, which is checked
+// to lie inside the file's bytes (LMDB takes a value's size from the page, so a damaged page
+// can make the value run past the end of the file: reading it would be a SIGBUS outside LMDB);
+// MDB_NOTFOUND; or kDamaged with the reason in *why (a fault, an assertion, another LMDB error,
+// a value outside the file). `map` is the file's map (null: not known yet; then the value is
+// only checked against the file's size).
+int guarded_get(MDB_txn* txn, MDB_dbi dbi, std::string_view key, const uint8_t* map,
+                uint64_t file_bytes, MDB_val* value, std::string* why) {
+  char buffer[64];
+  STOKER_CHECK(key.size() <= sizeof buffer, "LMDB key too long: ", key);
+  std::memcpy(buffer, key.data(), key.size());
+  MDB_val k{key.size(), buffer};
+  *value = MDB_val{};
+  const int rc = guarded([&] { return mdb_get(txn, dbi, &k, value); }, why);
+  if (rc == MDB_NOTFOUND || rc == kDamaged) return rc;
+  if (rc != 0) {
+    *why = str("LMDB: ", mdb_strerror(rc));
+    return kDamaged;
+  }
+  const auto at = reinterpret_cast<uintptr_t>(value->mv_data);
+  const uint64_t size = value->mv_size;
+  if (map != nullptr) {
+    const auto begin = reinterpret_cast<uintptr_t>(map);
+    if (at < begin || at - begin > file_bytes || size > file_bytes - (at - begin)) {
+      *why = at < begin || at - begin > file_bytes
+                 ? str("its value of ", size, " bytes lies outside the file")
+                 : str("its value of ", size, " bytes at byte ", at - begin,
+                       " runs past the end of the file (", file_bytes, " bytes)");
+      return kDamaged;
+    }
+  } else if (size > file_bytes) {
+    *why = str("its value claims ", size, " bytes, more than the file's ", file_bytes);
+    return kDamaged;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -109,14 +260,17 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
   // The map normally spans the size the packer reserved (up to 1 TiB of address space). Where
   // address space is short (ulimit -v, a sanitizer's shadow memory) that fails with ENOMEM;
   // then map only the data file: a packed database never grows.
+  std::string why;
   for (int attempt = 0;; ++attempt) {
     lmdb_check(mdb_env_create(&env_), "mdb_env_create", path_);
+    detail::guard_lmdb_assertions(env_);
     int rc = mdb_env_set_maxreaders(env_, static_cast<unsigned>(max_readers));
     if (rc == 0 && attempt > 0) rc = mdb_env_set_mapsize(env_, static_cast<size_t>(file_bytes_));
-    if (rc == 0) rc = mdb_env_open(env_, path_.c_str(), flags, 0664);
+    if (rc == 0) rc = guarded([&] { return mdb_env_open(env_, path_.c_str(), flags, 0664); }, &why);
     if (rc == 0) break;
     mdb_env_close(env_);  // a failed open leaves the handle unusable
     env_ = nullptr;
+    if (rc == kDamaged) guarded_check(rc, why, "mdb_env_open", data_file);
     // An empty data file reads as a new environment, which a read-only open cannot create.
     if (is_damaged_file_error(rc) || file_bytes_ == 0) {
       fail(__FILE__, __LINE__,
@@ -126,41 +280,77 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
     }
     if (rc != ENOMEM || attempt > 0) lmdb_check(rc, "mdb_env_open", path_);
   }
+  MDB_txn* txn = nullptr;
   try {
     check_pages_present(env_, data_file, file_bytes_);
     unsigned slots = 0;
     lmdb_check(mdb_env_get_maxreaders(env_, &slots), "mdb_env_get_maxreaders", path_);
     reader_slots_ = static_cast<int>(slots);
-    MDB_txn* txn = nullptr;
-    lmdb_check(mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn), "mdb_txn_begin", path_);
+    guarded_check(guarded([&] { return mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn); }, &why),
+                  why, "mdb_txn_begin", data_file);
     MDB_dbi dbi = 0;
-    const int rc = mdb_dbi_open(txn, nullptr, 0, &dbi);
-    if (rc != 0) mdb_txn_abort(txn);
-    lmdb_check(rc, "mdb_dbi_open", path_);
+    guarded_check(guarded([&] { return mdb_dbi_open(txn, nullptr, 0, &dbi); }, &why), why,
+                  "mdb_dbi_open", data_file);
     dbi_ = dbi;
-    const auto format = get_meta(txn, dbi, kMetaFormatKey);
-    const auto classes = get_meta(txn, dbi, kMetaClassesKey);
-    const auto samples = get_meta(txn, dbi, kMetaSamplesKey);
-    mdb_txn_abort(txn);
-    if (!format) {
+    int fd = -1;
+    struct stat st {};
+    const bool have_stat = mdb_env_get_fd(env_, &fd) == 0 && ::fstat(fd, &st) == 0;
+    // The metadata (and, when it has no format tag, sample 0): 0, MDB_NOTFOUND or kDamaged.
+    // The first value found tells where data.mdb is mapped; from then on every value is checked
+    // to lie inside the file.
+    bool map_known = false;
+    auto get = [&](const std::string& key, std::string& value) -> int {
+      MDB_val v{};
+      int rc = guarded_get(txn, dbi, key, map_, file_bytes_, &v, &why);
+      if (rc == 0 && !map_known && have_stat) {
+        map_known = map_base_of(v.mv_data, st, &map_);
+        if (map_known && map_ == nullptr) {
+          why = "its value lies outside data.mdb's map";
+          return kDamaged;
+        }
+        if (map_known) rc = guarded_get(txn, dbi, key, map_, file_bytes_, &v, &why);
+      }
+      if (rc == 0) value.assign(static_cast<const char*>(v.mv_data), v.mv_size);
+      return rc;
+    };
+    auto damaged = [&](const std::string& key) {
+      fail(__FILE__, __LINE__,
+           str(path_.string(), ": damaged page: data.mdb cannot be read at key ", key, " (", why,
+               ")"),
+           kDamagedHint);
+    };
+    std::string format, classes, samples;
+    const int format_rc = get(kMetaFormatKey, format);
+    if (format_rc == kDamaged) damaged(kMetaFormatKey);
+    if (format_rc == MDB_NOTFOUND) {
+      // No format tag: a database of another tool, or a damaged page that hides the tag (and
+      // others). Walking the tree tells them apart: a damaged one does not yield the entries
+      // its meta page records.
+      if (!tree_is_whole(txn, dbi, &why)) damaged(kMetaFormatKey);
       fail(__FILE__, __LINE__,
            str(path_.string(),
                " was not written by `stoker pack` (or its pack was interrupted): no ",
                kMetaFormatKey, " key"),
            kRepackHint);
     }
-    if (*format != kImageFormatTag) {
+    if (format != kImageFormatTag) {
       fail(__FILE__, __LINE__,
-           str(path_.string(), " has unknown format '", *format, "' (this build reads '",
+           str(path_.string(), " has unknown format '", format, "' (this build reads '",
                kImageFormatTag, "')"),
            "repack it with this version of `stoker pack`, or use the stoker that wrote it");
     }
+    const int classes_rc = get(kMetaClassesKey, classes);
+    if (classes_rc == kDamaged) damaged(kMetaClassesKey);
+    const int samples_rc = get(kMetaSamplesKey, samples);
+    if (samples_rc == kDamaged) damaged(kMetaSamplesKey);
+    mdb_txn_abort(txn);
+    txn = nullptr;
     int64_t n = -1;
-    if (samples) {
-      const auto res = std::from_chars(samples->data(), samples->data() + samples->size(), n);
-      if (res.ec != std::errc() || res.ptr != samples->data() + samples->size()) n = -1;
+    if (samples_rc == 0) {
+      const auto res = std::from_chars(samples.data(), samples.data() + samples.size(), n);
+      if (res.ec != std::errc() || res.ptr != samples.data() + samples.size()) n = -1;
     }
-    if (n < 0 || !classes || classes->empty()) {
+    if (n < 0 || classes_rc != 0 || classes.empty()) {
       fail(__FILE__, __LINE__,
            str(path_.string(), ": metadata ", kMetaSamplesKey, " / ", kMetaClassesKey,
                " missing or malformed"),
@@ -168,12 +358,13 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
     }
     size_ = n;
     size_t start = 0;
-    while (start <= classes->size()) {
-      const size_t end = std::min(classes->find('\n', start), classes->size());
-      class_names_.push_back(classes->substr(start, end - start));
+    while (start <= classes.size()) {
+      const size_t end = std::min(classes.find('\n', start), classes.size());
+      class_names_.push_back(classes.substr(start, end - start));
       start = end + 1;
     }
   } catch (...) {
+    if (txn != nullptr) mdb_txn_abort(txn);
     mdb_env_close(env_);
     env_ = nullptr;
     throw;
@@ -185,8 +376,10 @@ LmdbImageDataset::~LmdbImageDataset() {
 }
 
 LmdbImageDataset::Reader::Reader(const LmdbImageDataset& dataset) : dataset_(&dataset) {
-  lmdb_check(mdb_txn_begin(dataset.env_, nullptr, MDB_RDONLY, &txn_), "mdb_txn_begin (reader)",
-             dataset.path_);
+  std::string why;
+  guarded_check(
+      guarded([&] { return mdb_txn_begin(dataset.env_, nullptr, MDB_RDONLY, &txn_); }, &why), why,
+      "mdb_txn_begin (reader)", dataset.path_ / "data.mdb");
   active_ = true;
 }
 
@@ -208,7 +401,9 @@ void LmdbImageDataset::Reader::reset() {
 void LmdbImageDataset::Reader::renew() {
   STOKER_CHECK(txn_ != nullptr, "LmdbImageDataset::Reader::renew on a moved-from Reader");
   if (active_) return;
-  lmdb_check(mdb_txn_renew(txn_), "mdb_txn_renew", dataset_->path_);
+  std::string why;
+  guarded_check(guarded([&] { return mdb_txn_renew(txn_); }, &why), why, "mdb_txn_renew",
+                dataset_->path_ / "data.mdb");
   active_ = true;
 }
 
@@ -224,19 +419,24 @@ std::optional<std::span<const uint8_t>> LmdbImageDataset::Reader::try_value(int6
   if (index < 0 || index >= dataset_->size_) {
     return bad(str("index ", index, " is not in [0, ", dataset_->size_, ")"));
   }
-  char key[32];
-  const std::string k = sample_key(index);
-  std::memcpy(key, k.data(), k.size());
-  MDB_val mk{k.size(), key};
   MDB_val mv{};
-  const int rc = mdb_get(txn_, dataset_->dbi_, &mk, &mv);
-  if (rc == MDB_NOTFOUND) return bad("record missing");
+  std::string why;
+  const int rc = guarded_get(txn_, dataset_->dbi_, sample_key(index), dataset_->map_,
+                             dataset_->file_bytes_, &mv, &why);
+  if (rc == MDB_NOTFOUND) {
+    // stoker pack writes every key below the sample count: one that is missing was lost.
+    return bad("record missing (a damaged page, or a database not written by `stoker pack`)");
+  }
   if (rc != 0) {
-    // LMDB marks the transaction failed (every later call: MDB_BAD_TXN); a fresh snapshot lets
-    // the other records be read.
-    mdb_txn_reset(txn_);
-    active_ = mdb_txn_renew(txn_) == 0;
-    return bad(str("LMDB lookup failed (data.mdb is damaged): ", mdb_strerror(rc)));
+    // A fault or an LMDB error leaves the transaction failed or half-way through a lookup; a
+    // fresh snapshot lets the other records be read.
+    std::string ignored;
+    const auto renew = [&] {
+      mdb_txn_reset(txn_);
+      return mdb_txn_renew(txn_);
+    };
+    active_ = guarded(renew, &ignored) == 0;
+    return bad(str("damaged page in data.mdb (", why, ")"));
   }
   return std::span<const uint8_t>(static_cast<const uint8_t*>(mv.mv_data), mv.mv_size);
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # End-to-end check of `stoker info` and `stoker info --verify`: a good database, one with
 # damaged records (bytes flipped inside stored JPEGs, as a bad disk or copy would), and one
-# whose data.mdb is cut short (an error naming the file, never a SIGBUS).
+# whose data.mdb is cut short (an error naming the file, never a SIGBUS), and ones with a damaged
+# LMDB page header (a leaf's, the root's: errors naming "damaged page", never a signal).
 # Usage: info_cli_test.sh STOKER_BINARY SCRATCH_DIR
 set -eu
 stoker="$1"
@@ -103,6 +104,40 @@ for keep in 4096 0; do
   head -c "$keep" "$dir/db/data.mdb" > "$dir/cut/data.mdb"
   expect 1 "$stoker" info "$dir/cut"
   grep -q "$dir/cut/data.mdb ($keep bytes) is truncated or damaged" "$dir/err.txt"
+done
+
+# Bad case: one damaged byte in the header of a live LMDB page (here a node count, cleared) ended
+# `stoker info` and `info --verify` with SIGSEGV/SIGBUS inside mdb_get. The damaged page is
+# found by walking the tree: the newest meta page (0 or 1) names the root, whose first node names
+# the first leaf (LMDB's page layout: tests/data/lmdb_pages.h).
+u16() { od -An -tu2 -j "$2" -N 2 "$1" | tr -d ' '; }
+u64() { od -An -tu8 -j "$2" -N 8 "$1" | tr -d ' '; }
+zero() { printf '\000\000' | dd of="$1" bs=1 seek="$2" conv=notrunc 2> /dev/null; }
+mdb="$dir/db/data.mdb"
+psize=$(od -An -tu4 -j 40 -N 4 "$mdb" | tr -d ' ')
+meta=0
+[ "$(u64 "$mdb" $((psize + 144)))" -gt "$(u64 "$mdb" 144)" ] && meta=$psize
+root=$(($(u64 "$mdb" $((meta + 128))) * psize))
+[ $(($(u16 "$mdb" $((root + 10))) & 1)) -eq 1 ] || { echo "the root is not a branch page" >&2; exit 1; }
+node=$((root + $(u16 "$mdb" $((root + 16)))))
+lo=$(u16 "$mdb" "$node")
+hi=$(u16 "$mdb" $((node + 2)))
+leaf=$(((lo + 65536 * hi) * psize))
+cp -r "$dir/db" "$dir/leaf"
+zero "$dir/leaf/data.mdb" $((leaf + 12))
+for flag in "" --verify; do
+  expect 1 "$stoker" info $flag "$dir/leaf"
+  grep -q "^  0000000000: damaged page in data.mdb (SIG" "$dir/out.txt"
+  grep -q "of 40 records of $dir/leaf are bad" "$dir/err.txt"
+done
+# The root's node count cleared: the open names the damage, not "not written by stoker pack".
+cp -r "$dir/db" "$dir/root"
+zero "$dir/root/data.mdb" $((root + 12))
+for flag in "" --verify; do
+  expect 1 "$stoker" info $flag "$dir/root"
+  grep -q "stoker: error: $dir/root: damaged page: data.mdb cannot be read at key __stoker__/format" \
+    "$dir/err.txt"
+  grep -q "hint: the file is truncated or damaged: copy it again or re-pack it" "$dir/err.txt"
 done
 
 rm -rf "$dir"

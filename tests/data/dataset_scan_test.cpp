@@ -66,7 +66,8 @@ TEST(DatasetScan, HeaderScanSeesHeadersAndLengths) {
   EXPECT_EQ(scan.bad, 2);  // 14 missing, 15 cut; the payloads are not read
   ASSERT_EQ(scan.listed.size(), 2u);
   EXPECT_EQ(scan.listed[0].key, "0000000014");
-  EXPECT_EQ(scan.listed[0].reason, "record missing");
+  EXPECT_EQ(scan.listed[0].reason,
+            "record missing (a damaged page, or a database not written by `stoker pack`)");
   EXPECT_EQ(scan.listed[1].index, 15);
   EXPECT_NE(scan.listed[1].reason.find("truncated payload"), std::string::npos);
   EXPECT_EQ(scan.versions, (std::map<uint16_t, int64_t>{{1, 10}, {2, 28}}));
@@ -85,7 +86,8 @@ TEST(DatasetScan, VerifyReadsEveryPayloadAndListsTheFirstBadOnes) {
   EXPECT_NE(scan.listed[0].reason.find("record checksum mismatch"), std::string::npos);
   EXPECT_EQ(scan.listed[1].key, "0000000013");
   EXPECT_NE(scan.listed[1].reason.find("not a JPEG"), std::string::npos) << scan.listed[1].reason;
-  EXPECT_EQ(scan.listed[2].reason, "record missing");
+  EXPECT_EQ(scan.listed[2].reason,
+            "record missing (a damaged page, or a database not written by `stoker pack`)");
   EXPECT_NE(scan.listed[3].reason.find("truncated payload"), std::string::npos);
   for (size_t k = 4; k < 20; ++k) {
     EXPECT_EQ(scan.listed[k].index, static_cast<int64_t>(16 + k));

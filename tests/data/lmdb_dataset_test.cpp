@@ -9,12 +9,15 @@
 
 #include "data/jpeg_restart.h"
 #include "data_test_util.h"
+#include "lmdb_pages.h"
 #include "stoker/core/error.h"
 #include "stoker/data/decode.h"
 #include "stoker/data/synth.h"
 
 namespace stoker::data {
 namespace {
+
+using core::detail::str;
 
 const PackOptions kQuiet{.threads = 2, .progress = false, .report_skipped = false};
 
@@ -297,7 +300,7 @@ TEST(LmdbImageDataset, DamagedLmdbPageIsABadRecordAndTheReaderRecovers) {
       const bool ok = reader.try_read(i, &error).has_value();
       if (!ok) {
         ++bad;
-        EXPECT_NE(error.find("key " + sample_key(i) + ": LMDB lookup failed"), std::string::npos)
+        EXPECT_NE(error.find("key " + sample_key(i) + ": damaged page"), std::string::npos)
             << error;
         EXPECT_NE(std::find(keys.begin(), keys.end(), sample_key(i)), keys.end())
             << sample_key(i) << " is not on the damaged page: " << error;
@@ -312,6 +315,177 @@ TEST(LmdbImageDataset, DamagedLmdbPageIsABadRecordAndTheReaderRecovers) {
   }
   EXPECT_GT(tried, 0) << "no leaf page of sample keys";
   EXPECT_GT(bad, 0) << "no damaged page made a lookup fail (" << tried << " tried)";
+}
+
+// One damage to a copy of a database: `bytes` written at `offset` of data.mdb.
+struct PageDamage {
+  std::string what;
+  size_t offset = 0;
+  std::vector<uint8_t> bytes;
+};
+
+// The damages of the header fields of `page` that LMDB trusts: the flags, `lower` (the end of
+// the node offsets: its count of nodes) and `upper`, each cleared and set high. On today's LMDB,
+// a `lower` of 0 makes the node count huge (SIGSEGV) and a high one makes LMDB read node
+// offsets past the page, past the end of the file for the last pages (SIGBUS).
+std::vector<PageDamage> header_damages(const test::LmdbPage& page, const std::string& name) {
+  std::vector<PageDamage> out;
+  const std::vector<std::pair<size_t, uint8_t>> fields = {
+      {10, 0x00}, {10, 0xff}, {12, 0x00}, {12, 0xff}, {13, 0xff},
+      {13, 0x80}, {14, 0x00}, {15, 0xff}, {16, 0xff}, {17, 0xff}};
+  for (const auto& [at, value] : fields) {
+    out.push_back({str(name, " page ", page.pgno, ": byte ", at, " = ", int{value}),
+                   page.offset + at,
+                   {value}});
+  }
+  return out;
+}
+
+// Opens the database and reads every record, as `stoker info --verify` and the loader do.
+// Nothing may raise a signal: the open either works or throws an Error saying "damaged page";
+// every record either reads or fails saying "damaged page" (or, for a value that LMDB returned
+// intact but at the wrong place, its record checks). Returns the indices that failed, or -1
+// in `open_error` when the open failed.
+std::set<int64_t> read_everything(const std::filesystem::path& db, std::string& open_error) {
+  std::set<int64_t> failed;
+  open_error.clear();
+  std::optional<LmdbImageDataset> ds;
+  try {
+    ds.emplace(db);
+  } catch (const Error& e) {
+    open_error = e.message();
+    EXPECT_NE(e.message().find("damaged page"), std::string::npos) << e.message();
+    EXPECT_NE(e.hint().find("copy it again or re-pack it"), std::string::npos) << e.hint();
+    return failed;
+  }
+  auto reader = ds->reader();
+  for (int64_t i = 0; i < ds->size(); ++i) {
+    std::string error;
+    if (reader.try_read(i, &error)) continue;
+    failed.insert(i);
+    EXPECT_NE(error.find(db.string() + " key " + sample_key(i) + ": "), std::string::npos) << error;
+    EXPECT_TRUE(error.find("damaged page") != std::string::npos ||
+                error.find("record checksum mismatch") != std::string::npos)
+        << error;
+  }
+  return failed;
+}
+
+// Bad case: one damaged byte in the header of a live page (a leaf of samples, the leaf of the
+// metadata, the root branch) ended every reader with SIGBUS or SIGSEGV inside mdb_get. Now no
+// damage raises a signal: each affected key is named with "damaged page", the keys on other
+// pages still read, and a damaged root or metadata page fails the open with "damaged page"
+// (not "not written by `stoker pack`").
+TEST(LmdbImageDataset, DamagedPageHeadersNeverRaiseASignal) {
+  test::TempDir dir;
+  const auto clean_db = dir / "clean";
+  pack_synth({.samples = 120, .classes = 2, .size = 32, .seed = 6}, clean_db, kQuiet);
+  const auto clean = test::read_bytes(clean_db / "data.mdb");
+  const test::LmdbPages live = test::live_lmdb_pages(clean);
+  ASSERT_FALSE(live.pages.empty());
+  ASSERT_TRUE(live.pages.front().root);
+  ASSERT_EQ(live.pages.front().kind, test::LmdbPage::branch) << "expected a tree of depth 2";
+  const auto db = dir / "db";
+  int64_t variants = 0, failed_reads = 0, failed_opens = 0;
+  for (const test::LmdbPage& page : live.pages) {
+    const bool meta_leaf = page.kind == test::LmdbPage::leaf &&
+                           !std::all_of(page.keys.begin(), page.keys.end(), is_sample_key);
+    const std::string name = page.root ? "root" : meta_leaf ? "metadata leaf" : "leaf";
+    for (const PageDamage& damage : header_damages(page, name)) {
+      SCOPED_TRACE(damage.what);
+      auto bytes = clean;
+      std::copy(damage.bytes.begin(), damage.bytes.end(), bytes.begin() + damage.offset);
+      test::write_bytes(db / "data.mdb", bytes);
+      ++variants;
+      std::string open_error;
+      const std::set<int64_t> failed = read_everything(db, open_error);
+      failed_opens += open_error.empty() ? 0 : 1;
+      failed_reads += static_cast<int64_t>(failed.size());
+      if (page.kind != test::LmdbPage::leaf || meta_leaf) continue;
+      EXPECT_TRUE(open_error.empty()) << open_error;
+      // The keys on other pages still read.
+      for (const int64_t i : failed) {
+        EXPECT_NE(std::find(page.keys.begin(), page.keys.end(), sample_key(i)), page.keys.end())
+            << sample_key(i) << " failed, but is not on the damaged page";
+      }
+    }
+  }
+  EXPECT_GT(variants, 100);
+  EXPECT_GT(failed_reads, 0);
+  EXPECT_GT(failed_opens, 0);
+
+  // The root's node count cleared: the metadata cannot be read, and the error says why.
+  auto bytes = clean;
+  bytes[live.pages.front().offset + 12] = 0;
+  bytes[live.pages.front().offset + 13] = 0;
+  test::write_bytes(db / "data.mdb", bytes);
+  expect_error([&] { LmdbImageDataset ds(db); }, "damaged page");
+  try {
+    LmdbImageDataset ds(db);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message().find("not written by"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find(db.string()), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find(kMetaFormatKey), std::string::npos) << e.message();
+  }
+}
+
+// A leaf node's value size or overflow page number damaged: LMDB returns a value that runs past
+// the end of the file (reading it, outside LMDB, was a SIGBUS) or names a page that does not
+// exist. Each is the record's "damaged page", found before anyone reads the value.
+TEST(LmdbImageDataset, ValuesOutsideTheFileAreDamagedPages) {
+  test::TempDir dir;
+  const auto clean_db = dir / "clean";
+  // 256-pixel images: each record is larger than a page, so LMDB stores it in overflow pages
+  // and the leaf holds their first page number.
+  pack_synth({.samples = 24, .classes = 2, .size = 256, .seed = 7}, clean_db, kQuiet);
+  const auto clean = test::read_bytes(clean_db / "data.mdb");
+  const test::LmdbPages live = test::live_lmdb_pages(clean);
+  const size_t pages_in_file = clean.size() / live.page_size;
+  std::vector<std::pair<std::string, std::pair<size_t, std::vector<uint8_t>>>> damages;
+  std::vector<std::string> keys;
+  for (const test::LmdbPage& page : live.pages) {
+    if (page.kind != test::LmdbPage::leaf) continue;
+    for (size_t n = 0; n < page.nodes.size(); ++n) {
+      if (!is_sample_key(page.keys[n])) continue;
+      const size_t node = page.nodes[n];
+      // The value's size (lo, hi u16 at the node's start): 2 GiB.
+      damages.push_back({page.keys[n] + " size", {node + 2, {0x00, 0x80}}});
+      keys.push_back(page.keys[n]);
+    }
+    for (size_t r = 0; r < page.overflow_refs.size(); ++r) {
+      const uint64_t last = pages_in_file - 1;
+      std::vector<uint8_t> last_page(8), far_away(8, 0);
+      for (int b = 0; b < 8; ++b) last_page[b] = static_cast<uint8_t>(last >> (8 * b));
+      far_away[4] = 0x10;  // page 2^36: past every page in use
+      // overflow_refs and nodes run in the same order over the sample keys' nodes.
+      damages.push_back({"overflow of node " + std::to_string(r) + " -> last page",
+                         {page.overflow_refs[r], last_page}});
+      damages.push_back(
+          {"overflow of node " + std::to_string(r) + " -> far", {page.overflow_refs[r], far_away}});
+    }
+  }
+  ASSERT_GT(keys.size(), 10u);
+  ASSERT_GT(damages.size(), 30u) << "expected overflow pages (records over half a page)";
+  const auto db = dir / "db";
+  int64_t outside = 0;
+  for (const auto& [what, damage] : damages) {
+    SCOPED_TRACE(what);
+    auto bytes = clean;
+    std::copy(damage.second.begin(), damage.second.end(), bytes.begin() + damage.first);
+    test::write_bytes(db / "data.mdb", bytes);
+    std::string open_error;
+    const std::set<int64_t> failed = read_everything(db, open_error);
+    EXPECT_TRUE(open_error.empty()) << open_error;
+    EXPECT_EQ(failed.size(), 1u);  // exactly the damaged record; all others read
+    LmdbImageDataset ds(db);
+    auto reader = ds.reader();
+    for (const int64_t i : failed) {
+      std::string error;
+      EXPECT_FALSE(reader.try_value(i, &error).has_value());
+      if (error.find("past the end of the file") != std::string::npos) ++outside;
+    }
+  }
+  EXPECT_GT(outside, 10);
 }
 
 TEST(LmdbImageDataset, ReportsItsReaderSlots) {

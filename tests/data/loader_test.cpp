@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "data/data_test_util.h"
+#include "data/lmdb_pages.h"
 #include "stoker/data/pack.h"
 #include "stoker/data/synth.h"
 #include "stoker/nn/activation.h"
@@ -158,6 +159,54 @@ TEST_F(LoaderTest, MatchesTheTransformAndNormalizationDoneByHand) {
     }
     EXPECT_EQ(b.target.to_vector<int64_t>()[i], s.label);
   }
+}
+
+// Bad case: a damaged byte in the header of a live leaf page of data.mdb ended training, also
+// under the skip policy, with a signal inside mdb_get (here the leaf's node count: SIGSEGV).
+// Now the samples on that page are bad samples: policy fail names the key and "damaged page",
+// policy skip finishes the epoch without them.
+TEST_F(LoaderTest, DamagedLmdbPageFailsOrIsSkippedNeverASignal) {
+  const fs::path db = dir_ / "damaged_page";
+  fs::create_directories(db);
+  auto bytes = test::read_bytes(dir_ / "synth" / "data.mdb");
+  const test::LmdbPages live = test::live_lmdb_pages(bytes);
+  // A leaf of sample keys, not the first one (the metadata sort after the samples).
+  const test::LmdbPage* leaf = nullptr;
+  for (const test::LmdbPage& page : live.pages) {
+    if (page.kind == test::LmdbPage::leaf && page.keys.size() > 1 &&
+        page.keys.front() > data::sample_key(20) && page.keys.back() < data::sample_key(90)) {
+      leaf = &page;
+      break;
+    }
+  }
+  ASSERT_NE(leaf, nullptr);
+  bytes[leaf->offset + 12] = 0;  // lower = 0: LMDB computes a node count of 32760
+  bytes[leaf->offset + 13] = 0;
+  test::write_bytes(db / "data.mdb", bytes);
+  data::LmdbImageDataset ds(db);
+  LoaderOptions o = options(2);
+  o.shuffle = false;
+  {
+    Loader l(ds, o);
+    l.start_epoch(0);
+    data::Batch b;
+    try {
+      while (l.next(b)) {
+      }
+      FAIL() << "a sample on a damaged page was not reported";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("damaged page"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(db.string()), std::string::npos) << e.what();
+    }
+  }
+  o.on_corrupt = data::CorruptPolicy::skip;
+  Loader l(ds, o);
+  l.start_epoch(0);
+  data::Batch b;
+  int64_t samples = 0;
+  while (l.next(b)) samples += b.size;
+  EXPECT_EQ(samples, 96);  // batches stay full
+  EXPECT_EQ(l.counters().skipped, static_cast<int64_t>(leaf->keys.size()));
 }
 
 TEST_F(LoaderTest, CorruptSampleFailsNamingTheKeyOrIsSkipped) {

@@ -12,8 +12,15 @@
 // past the end of the file is touched) and that the path is a database written by `stoker pack`
 // (format tag, class names, sample count). `read` throws stoker::Error naming the key and the
 // fix, while `try_read` returns std::nullopt and the reason (a malformed record, a payload
-// checksum mismatch, an LMDB error on a damaged page), so a loader's skip policy needs no
-// exceptions.
+// checksum mismatch, a "damaged page"), so a loader's skip policy needs no exceptions.
+//
+// Damaged pages: LMDB trusts the pages of its memory map, so a damaged byte in a page can make it
+// read past the end of the file (SIGBUS), outside the map (SIGSEGV) or fail an assertion. Every
+// LMDB call of the dataset and its Readers runs under a guard that turns these into errors (a
+// process-wide SIGSEGV/SIGBUS handler, installed on first use, that chains every fault outside
+// LMDB to the previous handler), and every value is checked to lie inside data.mdb before it is
+// returned. A damaged page met at open is an error naming the key and "damaged page"; met by a
+// read, it is that record's failure and the Reader renews its snapshot for the next reads.
 //
 // Ownership: the dataset owns the environment and must outlive its Readers. Thread-safety: the
 // dataset's const methods are thread-safe; a Reader is not.
@@ -92,6 +99,7 @@ class LmdbImageDataset {
   std::filesystem::path path_;
   LmdbOptions options_;
   MDB_env* env_ = nullptr;
+  const uint8_t* map_ = nullptr;  // where data.mdb is mapped (null: unknown; sizes checked only)
   unsigned dbi_ = 0;
   int64_t size_ = 0;
   uint64_t file_bytes_ = 0;

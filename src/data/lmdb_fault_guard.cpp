@@ -1,0 +1,128 @@
+// The LMDB fault guard (lmdb_fault_guard.h): one process-wide SIGSEGV/SIGBUS handler that
+// siglongjmps back into the guarded call of the faulting thread, and chains every other fault to
+// the handler that was installed before it.
+#include "data/lmdb_fault_guard.h"
+
+#include <lmdb.h>
+#include <setjmp.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+
+#include "stoker/core/error.h"
+
+namespace stoker::data::detail {
+
+namespace {
+
+// This thread's state. Trivially constant-initialized, so the signal handler reads them without
+// running a TLS initializer. t_jump is the jump target of the guarded call the thread is in
+// (null: none).
+thread_local sigjmp_buf* t_jump = nullptr;
+thread_local int t_signal = 0;  // SIGSEGV, SIGBUS, or 0 for an assertion
+thread_local void* t_address = nullptr;
+thread_local char t_assertion[320];
+
+struct sigaction g_previous_segv {};
+struct sigaction g_previous_bus {};
+
+// A fault that is not ours: what would have happened without the guard.
+void chain(int sig, siginfo_t* info, void* context) {
+  const struct sigaction& previous = sig == SIGSEGV ? g_previous_segv : g_previous_bus;
+  if ((previous.sa_flags & SA_SIGINFO) != 0 && previous.sa_sigaction != nullptr) {
+    previous.sa_sigaction(sig, info, context);
+    return;
+  }
+  if ((previous.sa_flags & SA_SIGINFO) == 0 && previous.sa_handler != SIG_DFL &&
+      previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+    return;
+  }
+  // No handler before ours (an ignored fault would repeat forever: the kernel kills then too):
+  // restore the default action and raise the signal again. It is blocked while this handler
+  // runs, so it arrives as the handler returns and ends the process as it would have (with a
+  // core dump where enabled); a fault also re-executes the faulting access.
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  sigaction(sig, &default_action, nullptr);
+  raise(sig);
+}
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+  // si_code > 0: the kernel raised it for an access of this thread (kill() and tgkill() give
+  // SI_USER / SI_TKILL, <= 0: those are someone's request to end the process, never a page).
+  if (t_jump != nullptr && info != nullptr && info->si_code > 0) {
+    sigjmp_buf* const jump = t_jump;
+    t_jump = nullptr;
+    t_signal = sig;
+    t_address = info->si_addr;
+    siglongjmp(*jump, 1);
+  }
+  chain(sig, info, context);
+}
+
+void install_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // The previous handlers are read before ours goes in, so a fault in another thread in
+    // between never finds them unset.
+    sigaction(SIGSEGV, nullptr, &g_previous_segv);
+    sigaction(SIGBUS, nullptr, &g_previous_bus);
+    struct sigaction action {};
+    action.sa_sigaction = on_fault;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;  // the alternate stack, where a thread has one
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGSEGV, &action, nullptr);
+    sigaction(SIGBUS, &action, nullptr);
+  });
+}
+
+// LMDB calls this with the assertion's text, then prints it and aborts when this returns.
+void on_assertion(MDB_env* /*env*/, const char* message) {
+  if (t_jump == nullptr) return;
+  size_t n = 0;
+  for (; message != nullptr && message[n] != '\0' && n + 1 < sizeof t_assertion; ++n) {
+    t_assertion[n] = message[n];
+  }
+  t_assertion[n] = '\0';
+  sigjmp_buf* const jump = t_jump;
+  t_jump = nullptr;
+  t_signal = 0;
+  siglongjmp(*jump, 1);
+}
+
+std::string describe_fault() {
+  if (t_signal == 0) return core::detail::str("LMDB assertion: ", t_assertion);
+  char address[32];
+  std::snprintf(address, sizeof address, "%p", t_address);
+  return core::detail::str(
+      t_signal == SIGBUS ? "SIGBUS (bus error)" : "SIGSEGV (segmentation fault)",
+      " reading address ", address);
+}
+
+}  // namespace
+
+bool run_lmdb_guarded(void (*fn)(void*), void* arg, std::string* why) {
+  install_handlers();
+  sigjmp_buf jump;
+  sigjmp_buf* const outer = t_jump;  // a guarded call inside another one jumps to its own
+  // savemask = 1: the jump from the handler restores the signal mask (unblocks the signal).
+  if (sigsetjmp(jump, 1) != 0) {
+    t_jump = outer;
+    if (why != nullptr) *why = describe_fault();
+    return false;
+  }
+  t_jump = &jump;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  fn(arg);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_jump = outer;
+  return true;
+}
+
+void guard_lmdb_assertions(MDB_env* env) { mdb_env_set_assert(env, on_assertion); }
+
+}  // namespace stoker::data::detail
