@@ -38,6 +38,7 @@
 #include "data/pack_internal.h"
 #include "data/pack_interrupt.h"
 #include "data/pack_jpeg.h"
+#include "data/pack_output.h"
 #include "stoker/core/error.h"
 #include "stoker/core/rng.h"
 #include "stoker/data/record.h"
@@ -78,11 +79,7 @@ class DbWriter {
     const fs::path out = out_arg.has_filename() ? out_arg : out_arg.parent_path();
     out_ = out;
     std::error_code ec;
-    if (fs::exists(out, ec) && !options.overwrite) {
-      core::detail::throw_error(__FILE__, __LINE__,
-                                str("stoker pack: output ", out.string(), " already exists"),
-                                "pass --overwrite to replace it, or choose another --out");
-    }
+    detail::check_output_replaceable(out, options.overwrite);
     const fs::path parent = fs::absolute(out).parent_path();
     fs::create_directories(parent, ec);
     STOKER_CHECK_HINT(!ec && fs::is_directory(parent), "choose an --out inside a writable folder",
@@ -163,7 +160,10 @@ class DbWriter {
     env_ = nullptr;
     std::error_code ec;
     fs::remove(tmp_ / detail::kPackOwnerFile, ec);  // the database is LMDB's two files only
-    if (overwrite && fs::exists(out_, ec)) fs::remove_all(out_, ec);
+    // Checked again now (the pack may have run for hours): only a stoker database goes.
+    if (overwrite && fs::symlink_status(out_, ec).type() != fs::file_type::not_found) {
+      detail::remove_stoker_database(out_);
+    }
     fs::rename(tmp_, out_, ec);
     STOKER_CHECK_HINT(!ec, "remove the existing output or choose another --out",
                       "stoker pack: cannot rename ", tmp_.string(), " to ", out_.string(), ": ",
@@ -338,7 +338,12 @@ void shrink_to(Image& image, int shorter) {
 // Reads, validates and (when asked) re-encodes one input into `made`.
 void make_input_record(const PackItem& item, const PackOptions& options, Made& made) {
   std::vector<uint8_t> bytes;
-  made.error = detail::read_input_file(item.path, bytes);
+  // The first bytes and the size are judged before the file is read whole: memory per thread
+  // stays within what a JPEG within the pixel budget can take.
+  made.error =
+      detail::read_input_file(item.path, bytes, [&](uint64_t size, std::span<const uint8_t> head) {
+        return detail::check_jpeg_head(size, head, options.max_pixels);
+      });
   if (!made.error.empty()) return;
   Image image;
   made.error = detail::decode_rgb(bytes, options.max_pixels, image);
@@ -429,6 +434,18 @@ PackSummary pack_items(std::vector<PackItem> items, std::vector<std::string> cla
                  "stoker pack: ", item.path, " has label ", item.label, " outside [0, ",
                  class_names.size(), ")");
   }
+  // Before any work: --out is none of the inputs, and what is there may be replaced.
+  std::vector<PackInput> inputs = std::move(prelude.inputs);
+  if (!prelude.inputs_cover_items) {
+    std::set<std::string> folders;
+    for (const PackItem& item : items) folders.insert(fs::path(item.path).parent_path().string());
+    for (const std::string& f : folders) {
+      inputs.push_back(
+          {f.empty() ? fs::path(".") : fs::path(f), "the folder of the input image", true});
+    }
+  }
+  check_output_apart_from_inputs(out, inputs);
+  check_output_replaceable(out.has_filename() ? out : out.parent_path(), options.overwrite);
   if (options.shuffle && items.size() > 1) {
     for (size_t i = items.size() - 1; i > 0; --i) {
       const core::Philox4 r = core::philox_block(options.seed, kPackShuffleStream, i);
@@ -533,6 +550,9 @@ PackSummary pack_folder(const fs::path& root, const fs::path& out, const PackOpt
     walk_class_folder(class_dirs[c], files, prelude.skipped);
     for (auto& f : files) items.push_back({std::move(f), static_cast<int32_t>(c)});
   }
+  prelude.inputs.push_back({root, "the input folder"});
+  for (const fs::path& d : class_dirs) prelude.inputs.push_back({d, "the class folder"});
+  prelude.inputs_cover_items = true;  // every item lies below a class folder
   return detail::pack_items(std::move(items), std::move(class_names), out, options,
                             std::move(prelude));
 }

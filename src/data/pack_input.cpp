@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -62,7 +63,8 @@ const char* file_type_name(mode_t mode) {
   return "an unknown kind of file";
 }
 
-std::string read_input_file(const std::string& path, std::vector<uint8_t>& bytes) {
+std::string read_input_file(const std::string& path, std::vector<uint8_t>& bytes,
+                            const InputHeadCheck& check_head) {
   bytes.clear();
   if (path.empty()) return "empty path";
   struct stat st {};
@@ -84,17 +86,30 @@ std::string read_input_file(const std::string& path, std::vector<uint8_t>& bytes
   if (size > kMaxInputBytes) {
     return str("file of ", size, " bytes is larger than a record holds (4 GiB)");
   }
-  bytes.resize(static_cast<size_t>(size));
+  // The head first, so that check_head judges the file before the rest is read.
+  bytes.resize(static_cast<size_t>(check_head ? std::min<uint64_t>(size, kInputHeadBytes) : size));
   size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return str("read error: ", std::strerror(errno));
-    if (n == 0) break;  // it shrank since fstat: keep what is there (validation judges it)
-    done += static_cast<size_t>(n);
+  auto read_until_full = [&]() -> std::string {
+    while (done < bytes.size()) {
+      const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return str("read error: ", std::strerror(errno));
+      if (n == 0) break;  // it shrank since fstat: keep what is there (validation judges it)
+      done += static_cast<size_t>(n);
+    }
+    bytes.resize(done);
+    return {};
+  };
+  if (check_head) {
+    if (std::string why = read_until_full(); !why.empty()) return why;
+    if (std::string why = check_head(size, bytes); !why.empty()) {
+      bytes.clear();
+      return why;
+    }
+    if (done < kInputHeadBytes) return {};  // the head was the whole file
+    bytes.resize(static_cast<size_t>(size));
   }
-  bytes.resize(done);
-  return {};
+  return read_until_full();
 }
 
 }  // namespace stoker::data::detail

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "data/pack_output.h"
 #include "stoker/data/pack.h"
 
 namespace stoker::data::detail {
@@ -16,9 +17,13 @@ void check_pack_options(const PackOptions& options);
 
 // What was found before packing: inputs already known to be skipped ("path: reason", counted)
 // and warnings. pack_items prints them (with report_skipped) and puts them in the summary.
+// `inputs` are the paths --out must stay apart from (pack_output.h), besides the folders of the
+// items, which pack_items adds unless `inputs_cover_items` (the input folders hold them all).
 struct PackPrelude {
   std::vector<std::string> skipped;
   std::vector<std::string> warnings;
+  std::vector<PackInput> inputs;
+  bool inputs_cover_items = false;
 };
 
 PackSummary pack_items(std::vector<PackItem> items, std::vector<std::string> class_names,

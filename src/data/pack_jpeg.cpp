@@ -134,6 +134,39 @@ bool frame_size(std::span<const uint8_t> jpeg, int& width, int& height) {
   return found;
 }
 
+std::string check_jpeg_head(uint64_t size, std::span<const uint8_t> head, int64_t max_pixels) {
+  if (head.size() < 2 || head[0] != 0xFF || head[1] != 0xD8) {
+    if (head.empty()) return "empty file (0 bytes)";
+    try {
+      decoder(max_pixels).read_header(head);  // throws "not a JPEG: starts with ..."
+    } catch (const DecodeError& e) {
+      return e.reason();
+    }
+  }
+  if (std::string why = check_jpeg_start(head); !why.empty()) return why;
+  if (std::string why = check_pixel_budget(head, max_pixels); !why.empty()) return why;
+  int w = 0, h = 0;
+  if (frame_size(head, w, h)) {
+    const uint64_t most =
+        static_cast<uint64_t>(w) * static_cast<uint64_t>(h) * kMaxJpegBytesPerPixel +
+        kJpegMetadataBytes;
+    if (size > most) {
+      return core::detail::str("file of ", size, " bytes is larger than a ", w, "x", h,
+                               " JPEG can be (at most ", most,
+                               " bytes): it holds something else after the image, or is damaged");
+    }
+    return {};
+  }
+  const uint64_t most =
+      static_cast<uint64_t>(max_pixels) * kMaxJpegBytesPerPixel + kJpegMetadataBytes;
+  if (size > most) {
+    return core::detail::str(
+        "file of ", size, " bytes is larger than a JPEG within the pixel budget of ", max_pixels,
+        " pixels can be (at most ", most, " bytes); raise --max-pixels if such images are real");
+  }
+  return {};
+}
+
 std::string check_pixel_budget(std::span<const uint8_t> jpeg, int64_t max_pixels) {
   int w = 0, h = 0;
   if (!frame_size(jpeg, w, h)) return {};

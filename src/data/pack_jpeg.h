@@ -38,6 +38,19 @@ bool frame_size(std::span<const uint8_t> jpeg, int& width, int& height);
 // `max_pixels`, else "".
 std::string check_pixel_budget(std::span<const uint8_t> jpeg, int64_t max_pixels);
 
+// The most bytes a JPEG of w x h pixels can take: kMaxJpegBytesPerPixel per pixel (above what
+// the entropy coding of 4 components at quality 100 can produce) plus kJpegMetadataBytes of
+// markers (Exif, ICC profiles, thumbnails).
+inline constexpr uint64_t kMaxJpegBytesPerPixel = 16;
+inline constexpr uint64_t kJpegMetadataBytes = uint64_t{16} << 20;
+
+// The packer's look at an input before reading it whole (read_input_file's head check): `head`
+// holds its first bytes, `size` its size. Returns "" or why it is skipped unread: not a JPEG
+// (the decoder's words for the first bytes), check_jpeg_start, check_pixel_budget, or a file
+// larger than a JPEG of its frame size (or, when the frame header is past the head, of
+// `max_pixels`) can be.
+std::string check_jpeg_head(uint64_t size, std::span<const uint8_t> head, int64_t max_pixels);
+
 // The packer's validation: check_jpeg_start, check_pixel_budget, then every pixel decoded to RGB
 // by this thread's JpegDecoder (budget `max_pixels`; libjpeg warnings are errors). Returns "" and
 // fills `out`, or the reason.

@@ -170,6 +170,7 @@ PackSummary pack_list(const fs::path& list, const fs::path& out, const PackOptio
   std::vector<PackItem> items;
   items.reserve(entries.size());
   for (const ListEntry& e : entries) items.push_back(e.item);
+  prelude.inputs.push_back({list, "the list file"});  // and the images' folders (pack_items)
   return detail::pack_items(std::move(items), std::move(class_names), out, options,
                             std::move(prelude));
 }

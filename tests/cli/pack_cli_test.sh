@@ -2,7 +2,9 @@
 # End-to-end check of the `stoker` tool: pack synth, pack a folder (with a bad file), info, and
 # the error of a missing database; then the packer's edges: header bombs under a memory limit,
 # FIFOs, directories and link loops as inputs, bad first bytes, label checks (--classes),
-# Exif orientation, leftovers of killed packs, SIGTERM mid-pack, and out-of-range flag values.
+# Exif orientation, leftovers of killed packs, SIGTERM mid-pack, --out onto an input and
+# --overwrite onto what is not a database, 3 GiB files judged unread, and out-of-range flag
+# values.
 # Usage: pack_cli_test.sh STOKER_BINARY SCRATCH_DIR
 set -eu
 stoker="$1"
@@ -164,6 +166,62 @@ grep -q "interrupted by SIGTERM: nothing written to" "$dir/err.txt"
 [ ! -e "$dir/db_term" ] || fail "SIGTERM: output written"
 no_leftovers
 rm -rf "$dir/many"
+
+# Bad case: `stoker pack photos --out photos --overwrite` deleted the photos (exit 0), and
+# --overwrite deleted whatever was at --out. Now --out is never an input, nor inside nor around
+# one, and --overwrite replaces only a database written by `stoker pack`; each refusal names the
+# path, exits 1 and removes nothing.
+count_files() { find "$1" -type f | wc -l; }
+photos_before=$(count_files "$dir/images")
+for out in "$dir/images" "$dir/images/" "$dir/images/circle" "$dir"; do
+  if "$stoker" pack "$dir/images" --out "$out" --overwrite --no-progress > /dev/null 2> "$dir/err.txt"; then
+    fail "--out $out accepted for input $dir/images"
+  fi
+  grep -q "stoker: error: stoker pack: --out $out \(is\|is inside\|contains\) the input folder" "$dir/err.txt" ||
+    fail "--out $out: $(cat "$dir/err.txt")"
+  grep -q "hint: choose an --out outside the inputs" "$dir/err.txt"
+done
+[ "$(count_files "$dir/images")" -eq "$photos_before" ] || fail "--out onto the input removed files"
+# The list file itself as --out.
+if "$stoker" pack "$dir/labels.txt" --out "$dir/labels.txt" --overwrite --classes 6 2> "$dir/err.txt"; then
+  fail "--out onto the list file accepted"
+fi
+grep -q "is the list file $dir/labels.txt" "$dir/err.txt"
+[ -s "$dir/labels.txt" ] || fail "the list file was removed"
+# --overwrite onto a folder that is not a stoker database, and onto a file.
+mkdir -p "$dir/project/src"
+echo keep > "$dir/project/src/main.c"
+echo keep > "$dir/notes.txt"
+for out in "$dir/project" "$dir/notes.txt"; do
+  if "$stoker" pack synth --out "$out" --samples 4 --overwrite 2> "$dir/err.txt"; then
+    fail "--overwrite replaced $out"
+  fi
+  grep -q "\-\-overwrite replaces only a database written by .stoker pack., and --out $out is" "$dir/err.txt" ||
+    fail "--overwrite $out: $(cat "$dir/err.txt")"
+done
+grep -q "is a regular file" "$dir/err.txt"
+[ -f "$dir/project/src/main.c" ] && [ -f "$dir/notes.txt" ] || fail "--overwrite removed a non-database"
+# A stoker database is replaced.
+"$stoker" pack synth --out "$dir/db" --samples 5 --overwrite --no-progress > /dev/null
+"$stoker" info "$dir/db" | grep -q "5 samples"
+
+# Weak case: a 3 GiB sparse .jpg was read whole (seconds, gigabytes of memory) before its first
+# bytes were looked at. Under the 2 GiB limit reading either file whole fails ("out of memory");
+# both are judged unread from their first bytes and size.
+mkdir -p "$dir/huge/c"
+cp "$good" "$dir/huge/c/good.jpg"
+: > "$dir/huge/c/zeros.jpg"
+truncate -s 3G "$dir/huge/c/zeros.jpg" 2> /dev/null || dd if=/dev/null of="$dir/huge/c/zeros.jpg" bs=1 seek=3221225472 2> /dev/null
+cp "$good" "$dir/huge/c/padded.jpg"
+truncate -s 3G "$dir/huge/c/padded.jpg" 2> /dev/null || dd if=/dev/null of="$dir/huge/c/padded.jpg" bs=1 seek=3221225472 2> /dev/null
+run_limited "$stoker" pack "$dir/huge" --out "$dir/db_huge" --no-progress > "$dir/out.txt" 2> "$dir/err.txt" ||
+  fail "huge files: $(cat "$dir/err.txt")"
+grep -q "packed 1 samples" "$dir/out.txt" || fail "huge files: $(cat "$dir/out.txt")"
+grep -q "skipped .*zeros.jpg: not a JPEG: starts with 00 00 00 00" "$dir/err.txt" ||
+  fail "zeros.jpg: $(cat "$dir/err.txt")"
+grep -q "skipped .*padded.jpg: file of 3221225472 bytes is larger than a 24x24 JPEG can be" "$dir/err.txt" ||
+  fail "padded.jpg: $(cat "$dir/err.txt")"
+rm -rf "$dir/huge" "$dir/db_huge"
 
 # Out-of-range values are refused by the CLI, naming the flag and the valid range.
 refused() {

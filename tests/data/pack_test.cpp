@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "data/jpeg_test_util.h"
 #include "data_test_util.h"
@@ -232,6 +233,108 @@ TEST(Pack, BadOutputPathAndExistingOutput) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir / "slash"), fs::directory_iterator()), 2);
 }
 
+// Expects `fn` to throw a stoker::Error whose message holds every one of `parts`.
+template <typename F>
+void expect_refused(F&& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one containing '" << parts.front() << "'";
+  } catch (const Error& e) {
+    for (const std::string& part : parts) {
+      EXPECT_NE(e.message().find(part), std::string::npos) << e.message();
+    }
+    EXPECT_FALSE(e.hint().empty()) << e.message();
+  }
+}
+
+// The files below `root` (relative paths), to see that nothing was deleted.
+std::set<std::string> files_below(const fs::path& root) {
+  std::set<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    files.insert(fs::relative(e.path(), root).string());
+  }
+  return files;
+}
+
+// Bad case: `stoker pack photos --out photos --overwrite` deleted the photos, and --overwrite
+// deleted whatever was at --out. Now --out may not be an input, lie inside one or contain one
+// (by path and by file identity), and --overwrite replaces only a database `stoker pack` wrote.
+TEST(Pack, OutputIsNeverAnInputAndOverwriteReplacesOnlyADatabase) {
+  test::TempDir dir;
+  const fs::path photos = make_folder(dir);
+  const std::set<std::string> before = files_below(photos);
+  PackOptions overwrite = kQuiet;
+  overwrite.overwrite = true;
+  expect_refused([&] { pack_folder(photos, photos, overwrite); },
+                 {"--out " + photos.string() + " is the input folder"});
+  expect_refused([&] { pack_folder(photos, dir / "images/", overwrite); }, {"is the input folder"});
+  expect_refused([&] { pack_folder(photos, photos / "a", overwrite); },
+                 {"is inside the input folder " + photos.string()});
+  expect_refused([&] { pack_folder(photos, photos / "db", kQuiet); }, {"is inside"});
+  expect_refused([&] { pack_folder(photos, dir.path(), overwrite); },
+                 {"contains the input folder"});
+  // Through a symbolic link to the folder, and a `..` detour.
+  fs::create_directory_symlink(photos, dir / "link");
+  expect_refused([&] { pack_folder(dir / "link", photos, overwrite); }, {"is the input folder"});
+  expect_refused([&] { pack_folder(photos, dir / "link" / "a" / ".." / "b", overwrite); },
+                 {"is inside"});
+  // A class folder that is a link to a folder elsewhere: that folder is an input too.
+  test::write_bytes(dir / "elsewhere" / "x.jpg", make_jpeg(16, 16, 1));
+  const fs::path linked = dir / "linked";
+  fs::create_directories(linked);
+  fs::create_directory_symlink(dir / "elsewhere", linked / "cls");
+  expect_refused([&] { pack_folder(linked, dir / "elsewhere", overwrite); },
+                 {"is the class folder"});
+
+  // A list file: --out is the list, or holds it, or is the folder of a listed image, or holds
+  // that folder. (Inside that folder is allowed: the database can never be one of the images.)
+  const std::string text = (photos / "a" / "img0.jpg").string() + " 0\n";
+  test::write_bytes(dir / "lists" / "train.list", text.data(), text.size());
+  expect_refused(
+      [&] { pack_list(dir / "lists" / "train.list", dir / "lists" / "train.list", overwrite); },
+      {"is the list file"});
+  expect_refused([&] { pack_list(dir / "lists" / "train.list", dir / "lists", overwrite); },
+                 {"contains the list file"});
+  expect_refused([&] { pack_list(dir / "lists" / "train.list", photos / "a", overwrite); },
+                 {"is the folder of the input image " + (photos / "a").string()});
+  expect_refused([&] { pack_list(dir / "lists" / "train.list", photos, overwrite); },
+                 {"contains the folder of the input image " + (photos / "a").string()});
+  EXPECT_EQ(pack_list(dir / "lists" / "train.list", photos / "a" / "db", kQuiet).samples, 1);
+  fs::remove_all(photos / "a" / "db");
+  EXPECT_EQ(files_below(photos), before);
+  EXPECT_TRUE(fs::exists(dir / "lists" / "train.list"));
+
+  // --overwrite onto anything but a stoker database: refused, naming it, nothing removed.
+  test::write_bytes(dir / "notes.txt", text.data(), text.size());
+  expect_refused(
+      [&] { pack_synth({.samples = 4, .classes = 2, .size = 16}, dir / "notes.txt", overwrite); },
+      {"--overwrite replaces only a database written by `stoker pack`",
+       (dir / "notes.txt").string() + " is a regular file"});
+  EXPECT_TRUE(fs::exists(dir / "notes.txt"));
+  fs::create_directories(dir / "project" / "src");
+  expect_refused(
+      [&] { pack_synth({.samples = 4, .classes = 2, .size = 16}, dir / "project", overwrite); },
+      {"is a folder holding src"});
+  EXPECT_TRUE(fs::exists(dir / "project" / "src"));
+  // An LMDB folder that `stoker pack` did not write.
+  test::lmdb_put(dir / "foreign", {{"k", "v"}});
+  expect_refused(
+      [&] { pack_synth({.samples = 4, .classes = 2, .size = 16}, dir / "foreign", overwrite); },
+      {"is an LMDB folder that is not a readable stoker database",
+       "was not written by `stoker pack`"});
+  EXPECT_TRUE(fs::exists(dir / "foreign" / "data.mdb"));
+  // A stoker database with one more file inside.
+  pack_synth({.samples = 4, .classes = 2, .size = 16}, dir / "db", kQuiet);
+  test::write_bytes(dir / "db" / "README", text.data(), text.size());
+  expect_refused(
+      [&] { pack_synth({.samples = 6, .classes = 2, .size = 16}, dir / "db", overwrite); },
+      {"is a folder holding README"});
+  fs::remove(dir / "db" / "README");
+  // A stoker database: replaced.
+  pack_synth({.samples = 6, .classes = 2, .size = 16}, dir / "db", overwrite);
+  EXPECT_EQ(LmdbImageDataset(dir / "db").size(), 6);
+}
+
 TEST(Pack, NothingValidIsAnError) {
   test::TempDir dir;
   const std::string text = "nope";
@@ -302,6 +405,45 @@ TEST(Pack, HeaderBombIsSkippedByThePixelBudget) {
       << reason_for(over, "a.jpg");
   tight.max_pixels = 256;
   EXPECT_EQ(pack_folder(one, dir / "db_fits", tight).samples, 2);
+}
+
+// Weak case: the packer read a whole file (a 2 GB sparse .jpg: 10 s, 2.3 GB of memory) before
+// looking at its first bytes. Now the first bytes and the size are judged first, and a file
+// that cannot be what it claims is skipped unread (tests/cli/pack_cli_test.sh packs 3 GiB files
+// under a 2 GiB memory limit).
+TEST(Pack, FirstBytesAndSizeAreCheckedBeforeTheFileIsRead) {
+  test::TempDir dir;
+  const fs::path root = dir / "in";
+  const std::vector<uint8_t> good = make_jpeg(16, 16, 50);
+  test::write_bytes(root / "c" / "good.jpg", good);
+  // 64 MiB of zeros (sparse), and a good 16 x 16 JPEG followed by zeros up to 64 MiB: its
+  // decoder stops at the end of the image, so today it was packed with 64 MiB of zeros.
+  const uint64_t big = uint64_t{64} << 20;
+  test::write_bytes(root / "c" / "zeros.jpg", good.data(), 0);
+  fs::resize_file(root / "c" / "zeros.jpg", big);
+  test::write_bytes(root / "c" / "padded.jpg", good);
+  fs::resize_file(root / "c" / "padded.jpg", big);
+  // Just over what a 16 x 16 JPEG can take, and just within it.
+  const uint64_t most = 16 * 16 * 16 + (uint64_t{16} << 20);
+  test::write_bytes(root / "c" / "over.jpg", good);
+  fs::resize_file(root / "c" / "over.jpg", most + 1);
+  test::write_bytes(root / "c" / "within.jpg", good);
+  fs::resize_file(root / "c" / "within.jpg", good.size() + 1000);
+
+  PackOptions options = kQuiet;
+  options.map_size_gib = 1;
+  const auto summary = pack_folder(root, dir / "db", options);
+  EXPECT_EQ(summary.samples, 2);
+  EXPECT_EQ(summary.skipped, 3);
+  EXPECT_TRUE(contains(reason_for(summary, "zeros.jpg"), "not a JPEG: starts with 00 00 00 00"))
+      << reason_for(summary, "zeros.jpg");
+  EXPECT_EQ(reason_for(summary, "padded.jpg"),
+            "file of 67108864 bytes is larger than a 16x16 JPEG can be (at most 16781312 bytes): "
+            "it holds something else after the image, or is damaged");
+  EXPECT_TRUE(contains(reason_for(summary, "over.jpg"), "file of 16781313 bytes is larger"))
+      << reason_for(summary, "over.jpg");
+  // Nothing stored is larger than the files that fit.
+  EXPECT_LT(summary.bytes, static_cast<int64_t>(4 * good.size() + 2000));
 }
 
 TEST(Pack, FifoIsSkippedNotOpened) {
