@@ -592,6 +592,9 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   // Room for the weights at the end, checked before the first step (not after the whole run).
   if (main_rank && !a.run.save.empty())
     train::check_space_for_weights(*model, a.run.save, "--save");
+  // Room for the weights at the end, checked before the first step (not after the whole run).
+  if (main_rank && !a.run.save.empty())
+    train::check_space_for_weights(*model, a.run.save, "--save");
   const train::FitResult fit = trainer.fit(train_loader, a.epochs, val_loader.get());
   // Stopped by a signal (--stop-signals): where it stands and how to continue; no --save.
   if (const int status = a.run.stopped(fit, "stoker_classifier", main_rank)) return status;
@@ -624,7 +627,8 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
           static_cast<long long>(train_skipped), static_cast<long long>(val_skipped));
     }
     if (!a.run.save.empty()) {
-      train::save_weights(*model, a.run.save);
+      // A failed write (disk full) puts the weights in a fallback file named in the error.
+      train::save_weights_with_fallback(*model, a.run.save, "--save", {a.run.checkpoint_dir});
       std::printf("weights written to %s (torchvision names)\n", a.run.save.c_str());
     }
     if (a.min_accuracy > 0 && acc < a.min_accuracy) {

@@ -316,6 +316,8 @@ int run(const Options& o) {
   const auto wall_start = std::chrono::steady_clock::now();
   // Room for the weights at the end, checked before the first step (not after the whole run).
   if (root && !o.run.save.empty()) train::check_space_for_weights(model, o.run.save, "--save");
+  // Room for the weights at the end, checked before the first step (not after the whole run).
+  if (root && !o.run.save.empty()) train::check_space_for_weights(model, o.run.save, "--save");
   const train::FitResult fit = trainer.fit(train_source, epochs, parity ? nullptr : val_data.get());
   // Stopped by a signal (--stop-signals): where it stands and how to continue; no --save.
   if (const int status = o.run.stopped(fit, "stoker_gpt", root)) return status;
@@ -364,7 +366,8 @@ int run(const Options& o) {
           train_data.first_skipped().empty() ? "" : "; the first: ",
           train_data.first_skipped().c_str());
     if (!o.run.save.empty()) {
-      train::save_weights(model, o.run.save);
+      // A failed write (disk full) puts the weights in a fallback file named in the error.
+      train::save_weights_with_fallback(model, o.run.save, "--save", {o.run.checkpoint_dir});
       std::printf(
           "weights written to %s (safetensors; the names of PyTorch's GPT in "
           "benchmarks/peers/gpt_model.py)\n",

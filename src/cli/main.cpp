@@ -6,6 +6,9 @@
 //   stoker pack synth --out DIR [--samples N] [--classes C] [--size S] [--seed X]
 //       the synthetic shapes dataset (--as-folder writes JPEG files in class folders instead).
 //   stoker info DIR [--verify]
+//   stoker info FILE.safetensors [--verify]
+//       a training checkpoint (position, run, tensors, checksums) or a weights file; --verify
+//       reads every tensor against its checksum (info_safetensors.h).
 //       what a packed database holds; reads every record's header (--verify: every byte:
 //       checksums, JPEG headers) and lists the bad ones (exit status 1 when there are any).
 //   stoker launch --nproc-per-node N PROGRAM ARGS...
@@ -35,6 +38,7 @@
 #include "stoker/dist/launcher.h"
 
 #include "doctor.h"
+#include "info_safetensors.h"
 
 namespace {
 
@@ -173,7 +177,9 @@ int main(int argc, char** argv) {
   bool info_verify = false;
   CLI::App* info_cmd = app.add_subcommand(
       "info", "describe a packed database and check every record's header (exit 1: bad records)");
-  info_cmd->add_option("database", info_path, "database folder")->required();
+  info_cmd->add_option("database", info_path,
+                       "database folder, or a .safetensors checkpoint or weights file")
+      ->required();
   info_cmd->add_flag("--verify", info_verify,
                      "also read every payload: checksums (record version 2) and JPEG headers");
 
@@ -248,7 +254,11 @@ int main(int argc, char** argv) {
         launch.nproc_per_node = std::max(1, stoker::core::cuda_device_count());
       return stoker::dist::launch(launch).exit_code;
     }
-    if (info_cmd->parsed()) return run_info(info_path, info_verify);
+    if (info_cmd->parsed()) {
+      if (stoker::cli::is_safetensors_file(info_path))  // a checkpoint or weights file
+        return stoker::cli::run_info_safetensors(info_path, info_verify);
+      return run_info(info_path, info_verify);
+    }
     if (synth_cmd->parsed()) {
       if (as_folder) {
         stoker::data::write_synth_folder(synth, synth_out);
