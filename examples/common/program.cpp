@@ -65,8 +65,47 @@ std::pair<std::string, std::string> current_exception_text() {
 
 }  // namespace
 
+FlagNames trainer_flag_names() {
+  return {
+      {", or set TrainerOptions::continue_on_nan", ""},
+      {"Lower the learning rate,", "Lower the learning rate (--lr),"},
+      {"TrainerOptions::cuda_graph (--cuda-graph in the example trainers)", "--cuda-graph"},
+      {"TrainerOptions::cuda_graph; --cuda-graph in the example trainers", "--cuda-graph"},
+      {"TrainerOptions::cuda_graph", "--cuda-graph"},
+      {"TrainerOptions::activation_checkpoint_every = 2, and selective_recompute = true",
+       "--activation-checkpoint-every 2"},
+      {"TrainerOptions::activation_checkpoint_every", "--activation-checkpoint-every"},
+      {"TrainerOptions::grad_accum_steps = ", "--accum "},
+      {"TrainerOptions::grad_accum_steps", "--accum"},
+      {"TrainerOptions::precision = Precision::bf16", "--precision bf16"},
+      {"TrainerOptions::precision", "--precision"},
+      {"TrainerOptions::checkpoint_interval", "--checkpoint-interval"},
+      {"TrainerOptions::checkpoint_dir", "--checkpoint-dir"},
+      {"TrainerOptions::metrics_path", "--metrics"},
+      {"TrainerOptions::evaluation", "--eval-every / --eval-subset"},
+      {"EvalOptions::every_steps", "--eval-every"},
+      {"EvalOptions::max_samples", "--eval-subset"},
+      {" (the example trainers) or set LoaderOptions::on_corrupt = CorruptPolicy::skip", ""},
+  };
+}
+
+std::string name_flags(std::string text, const FlagNames& names) {
+  for (const auto& [phrase, flag] : names) {
+    if (phrase.empty()) continue;
+    for (size_t at = text.find(phrase); at != std::string::npos;
+         at = text.find(phrase, at + flag.size()))
+      text.replace(at, phrase.size(), flag);
+  }
+  return text;
+}
+
 int run(std::string_view name, CLI::App& app, int argc, char** argv,
         const std::function<int()>& body) {
+  return run(name, app, argc, argv, FlagNames{}, body);
+}
+
+int run(std::string_view name, CLI::App& app, int argc, char** argv,
+        const FlagNames& flag_names, const std::function<int()>& body) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,7 +114,9 @@ int run(std::string_view name, CLI::App& app, int argc, char** argv,
   try {
     return body();
   } catch (...) {
-    const auto [message, hint] = current_exception_text();
+    auto [message, hint] = current_exception_text();
+    message = name_flags(std::move(message), flag_names);
+    hint = name_flags(std::move(hint), flag_names);
     std::fflush(stdout);  // what the program printed comes before its error
     std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(name.size()), name.data(),
                  message.c_str());
@@ -106,6 +147,16 @@ CLI::Validator in_range(double lo, double hi) {
   return number_check("in " + range, [lo, hi, range](const std::string& word, double v) {
     return v >= lo && v <= hi ? std::string() : word + " is not in " + range;
   });
+}
+
+CLI::Validator non_empty_path() {
+  return CLI::Validator(
+      [](std::string& word) -> std::string {
+        return word.empty() ? "an empty path does not turn it off: give a path, or leave the "
+                              "flag out"
+                            : std::string();
+      },
+      "");
 }
 
 Device device(const std::string& value, std::string_view flag) {

@@ -40,6 +40,15 @@ Device parse_device_flag(const std::string& name) {
   return d;
 }
 
+// Path flags: an empty value ("--json ''", often an unset shell variable) is refused, never
+// taken as "off" (leaving the flag out is).
+const CLI::Validator kNonEmptyPath(
+    [](std::string& word) -> std::string {
+      return word.empty() ? "an empty path does not turn it off: give a path, or leave the flag out"
+                          : std::string();
+    },
+    "");
+
 }  // namespace
 
 std::vector<std::string> split_program_args(std::vector<std::string>& args) {
@@ -84,7 +93,8 @@ CLI::App* add_doctor_command(CLI::App& app, DoctorOptions& o) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
   c->add_option("--data", o.data,
                 "real data: an LMDB from `stoker pack` (default: a synthetic set packed in a "
-                "temporary folder)");
+                "temporary folder)")
+      ->check(kNonEmptyPath);
   c->add_option("--on-corrupt", o.on_corrupt,
                 "a bad sample in --data: fail (stop, naming its key) or skip (replace it, "
                 "count it)")
@@ -129,12 +139,15 @@ CLI::App* add_doctor_command(CLI::App& app, DoctorOptions& o) {
                 "timed steps per overhead run (default: --steps)")
       ->check(CLI::Range(int64_t{1}, kMaxSteps));
   // The output paths are checked (and their folders created) by run_doctor before any work.
-  c->add_option("--json", o.json, "write everything measured to this JSON file");
-  c->add_option("--trace", o.trace, "Chrome trace of the real-data run");
-  c->add_option("--save-baseline", o.save_baseline, "baseline card of the real-data run");
+  c->add_option("--json", o.json, "write everything measured to this JSON file")
+      ->check(kNonEmptyPath);
+  c->add_option("--trace", o.trace, "Chrome trace of the real-data run")->check(kNonEmptyPath);
+  c->add_option("--save-baseline", o.save_baseline, "baseline card of the real-data run")
+      ->check(kNonEmptyPath);
   c->add_option("--html", o.html,
                 "write the health check as one HTML page: the static checks, the ablations and "
-                "(bundled model) the real-data run's verdict, op table and curves");
+                "(bundled model) the real-data run's verdict, op table and curves")
+      ->check(kNonEmptyPath);
   c->add_option("--compare", o.compare_baseline, "compare the real-data run with this card")
       ->check(CLI::ExistingFile);
   c->add_option("--nvml", o.nvml, "NVML library to load")->capture_default_str();
@@ -161,7 +174,20 @@ int run_doctor(DoctorOptions o) {
   STOKER_CHECK(o.steps >= 1 && o.warmup >= 0 && o.batch >= 1 && o.size >= 8,
                "stoker doctor: --steps, --batch must be >= 1, --size >= 8");
   if (!o.worker_json.empty()) return run_worker(o);
-  // Where the results go is checked now, not after the ablations.
+  // The inputs are read only when regular files (a FIFO could block forever), and no output
+  // lands on one; where the results go is checked now, not after the ablations.
+  if (!o.data.empty()) core::check_input_folder(o.data, "--data", {"data.mdb"});
+  if (!o.compare_baseline.empty()) core::check_input_file(o.compare_baseline, "--compare");
+  {
+    core::PathGuard guard;
+    guard.input("--data", o.data);
+    guard.input("--compare", o.compare_baseline);
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json},
+                                     {"--trace", o.trace},
+                                     {"--save-baseline", o.save_baseline},
+                                     {"--html", o.html}})
+      guard.output(flag, path, core::PathGuard::Kind::file);
+  }
   if (!o.json.empty()) core::check_output_path(o.json, "--json");
   if (!o.trace.empty()) core::check_output_path(o.trace, "--trace");
   if (!o.save_baseline.empty()) core::check_output_path(o.save_baseline, "--save-baseline");
@@ -230,6 +256,19 @@ int run_doctor(DoctorOptions o) {
   }
   write_page();
   std::fflush(stdout);
+  // Runs that failed are reported with the others; when none measured anything, the doctor
+  // found nothing and says so in its status.
+  const auto failed =
+      std::count_if(ms.begin(), ms.end(), [](const Measurement& m) { return m.failed; });
+  if (failed > 0)
+    std::printf("\n%lld of %zu runs failed%s\n", static_cast<long long>(failed), ms.size(),
+                failed == static_cast<long long>(ms.size()) ? ": nothing was measured" : "");
+  STOKER_CHECK_HINT(ms.empty() || failed < static_cast<long long>(ms.size()),
+                    o.program.empty()
+                        ? "see each run's error above"
+                        : "see each run's error above; run the program alone first (does it "
+                          "start, and does it train with the Trainer?)",
+                    "stoker doctor: every run failed (", failed, " of ", ms.size(), ")");
   return 0;
 }
 

@@ -27,7 +27,8 @@ TokenDataset::TokenDataset(std::filesystem::path path, TokenDatasetOptions optio
                options_.context, " must be positive");
   STOKER_CHECK(options_.dtype == DType::i64 || options_.dtype == DType::i32, "TokenDataset ",
                path_.string(), ": dtype ", dtype_name(options_.dtype), " must be i64 or i32");
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO with no writer would block the open forever; it is refused below.
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   STOKER_CHECK_HINT(fd >= 0, "check the path; the file holds raw uint16/uint32 token ids",
                     "TokenDataset: cannot open ", path_.string(), ": ", std::strerror(errno));
   struct stat st {};
@@ -35,6 +36,15 @@ TokenDataset::TokenDataset(std::filesystem::path path, TokenDatasetOptions optio
     const int err = errno;
     ::close(fd);
     STOKER_THROW("TokenDataset: cannot stat ", path_.string(), ": ", std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    core::detail::throw_error(
+        __FILE__, __LINE__,
+        core::detail::str("TokenDataset: ", path_.string(),
+                          " is not a regular file (a folder, FIFO, socket or device): token "
+                          "files are read from regular files only"),
+        "give the path of a file of raw uint16/uint32 token ids");
   }
   bytes_ = static_cast<size_t>(st.st_size);
   if (bytes_ % static_cast<size_t>(options_.token_bytes) != 0) {

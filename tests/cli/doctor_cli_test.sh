@@ -10,12 +10,13 @@ dir="$2"
 rm -rf "$dir"
 mkdir -p "$dir"
 
-# Bad input is refused before any work (no static checks, no synthetic set packed).
+# Bad input is refused before any work (no static checks, no synthetic set packed; `timeout`:
+# a hang fails).
 refused() {  # refused STATUS PATTERN ARGS...: doctor ARGS exits STATUS, its stderr matches
   want="$1" pattern="$2"
   shift 2
   status=0
-  "$stoker" doctor "$@" > "$dir/bad_out.txt" 2> "$dir/bad_err.txt" || status=$?
+  timeout 60 "$stoker" doctor "$@" > "$dir/bad_out.txt" 2> "$dir/bad_err.txt" || status=$?
   [ "$status" = "$want" ] ||
     { echo "doctor $*: status $status, not $want"; cat "$dir/bad_err.txt"; exit 1; }
   grep -q -- "$pattern" "$dir/bad_err.txt" ||
@@ -35,6 +36,39 @@ refused 1 "^stoker: error: --device tpu: unknown device" --device tpu
 # CUDA_VISIBLE_DEVICES="" hides every GPU, so this holds on GPU machines too.
 (export CUDA_VISIBLE_DEVICES= &&
   refused 1 "^stoker: error: --device cuda: no CUDA device is visible" --device cuda)
+
+# Outputs never land on an input (the database keeps its bytes), inputs that are not regular
+# files are refused without being opened (`timeout`: a hang fails), an empty path is not "off".
+"$stoker" pack synth --out "$dir/db" --samples 16 --classes 4 --size 32 --no-progress > /dev/null
+cp "$dir/db/data.mdb" "$dir/db.orig"
+for flag in --json --trace --save-baseline --html; do
+  refused 1 "^stoker: error: $flag $dir/db/data.mdb is inside the input folder --data $dir/db" \
+    --device cpu --data "$dir/db" "$flag" "$dir/db/data.mdb"
+  refused 105 "^$flag: an empty path does not turn it off" --device cpu "$flag" ""
+done
+cmp -s "$dir/db/data.mdb" "$dir/db.orig" || { echo "doctor: the --data database was changed"; exit 1; }
+printf '{}' > "$dir/card.orig.json"
+refused 1 "^stoker: error: --save-baseline $dir/card.orig.json is the input --compare" \
+  --device cpu --compare "$dir/card.orig.json" --save-baseline "$dir/card.orig.json"
+[ "$(cat "$dir/card.orig.json")" = "{}" ] || { echo "doctor: --compare was changed"; exit 1; }
+refused 105 "^--data: an empty path does not turn it off" --device cpu --data ""
+mkfifo "$dir/fifo"
+mkdir -p "$dir/fifo-db"
+mkfifo "$dir/fifo-db/data.mdb"
+refused 1 "^stoker: error: --data $dir/fifo: is a FIFO (named pipe), not a folder" \
+  --device cpu --data "$dir/fifo"
+refused 1 "^stoker: error: --data $dir/fifo-db: $dir/fifo-db/data.mdb is a FIFO" \
+  --device cpu --data "$dir/fifo-db"
+
+# A program whose every run fails: the doctor measured nothing and says so in its status.
+status=0
+"$stoker" doctor --device cpu --no-static --steps 1 --warmup 0 --sweep 4 -- false \
+  > "$dir/fail_out.txt" 2> "$dir/fail_err.txt" || status=$?
+[ "$status" = 1 ] || { echo "doctor with every run failed: status $status, not 1"; exit 1; }
+grep -q "^2 of 2 runs failed: nothing was measured" "$dir/fail_out.txt" ||
+  { echo "doctor with every run failed: no summary:"; cat "$dir/fail_out.txt"; exit 1; }
+grep -q "^stoker: error: stoker doctor: every run failed (2 of 2)" "$dir/fail_err.txt" ||
+  { echo "doctor with every run failed: no error:"; cat "$dir/fail_err.txt"; exit 1; }
 
 # A damaged record in --data (tests/cli/damage_record.sh): --on-corrupt fail (the default)
 # names its key; skip replaces it and says how many were skipped. 9 steps of 8 cover the epoch.

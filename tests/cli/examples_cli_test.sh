@@ -6,8 +6,10 @@
 # /proc refuse root too), --classes and --val databases that do not match --data, and a
 # database with a damaged record under --on-corrupt fail and skip; the flags of long runs
 # (checkpoints, resume, evaluation, metrics) and the old spelling of activation checkpointing; the
-# classifier's optimizer flags (a short LARS run must lower its loss). Every check runs and the
-# failures are listed at the end.
+# classifier's optimizer flags (a short LARS run must lower its loss); outputs that would land
+# on an input (the input's bytes checked after the refusal), inputs that are FIFOs or folders
+# (under `timeout`: a hang fails), empty paths, --val equal to --data, and the library's errors
+# in the programs' flags. Every check runs and the failures are listed at the end.
 # Usage: examples_cli_test.sh STOKER STOKER_MLP STOKER_DEMO STOKER_CLASSIFIER STOKER_GPT SCRATCH
 set -u
 stoker="$1"
@@ -219,6 +221,111 @@ expect 0 run_classifier --checkpoint-dir "$dir/run-ck"
 has "$out" "^resuming from $dir/run-ck/last.safetensors at step 4"
 expect 1 run_classifier --checkpoint-dir "$dir/run-ck" --seed 7
 has "$err" "the data seed differs"
+
+# --- outputs never touch inputs: an output flag naming an input (the file itself, a link to it,
+# a file inside an input database, a checkpoint folder holding an input) is refused before any
+# work naming both flags, and the input keeps its bytes.
+head -c 8192 /dev/zero > "$dir/tokens.u16"
+head -c 4096 /dev/zero > "$dir/val.u16"
+cp "$dir/tokens.u16" "$dir/tokens.orig"
+cp "$dir/val.u16" "$dir/val.orig"
+cp "$dir/db/data.mdb" "$dir/db.orig"
+ln -sf "$dir/tokens.u16" "$dir/tokens-link.u16"
+gpt_tokens() {
+  "$gpt" --device cpu --data "$dir/tokens.u16" --vocab 256 --steps 2 --sample 0 "$@"
+}
+intact() {  # intact: no input was changed
+  cmp -s "$dir/tokens.u16" "$dir/tokens.orig" || fail "$*: the token file was changed"
+  cmp -s "$dir/val.u16" "$dir/val.orig" || fail "$*: the validation file was changed"
+  cmp -s "$dir/db/data.mdb" "$dir/db.orig" || fail "$*: $dir/db/data.mdb was changed"
+}
+for flag in --metrics --save; do
+  expect 1 gpt_tokens "$flag" "$dir/tokens.u16"
+  has "$err" "^stoker_gpt: error: $flag $dir/tokens.u16 is the input --data $dir/tokens.u16"
+  has "$err" "^  hint: write $flag somewhere else"
+  hasnt "$out" "^step "
+  intact "stoker_gpt $flag onto --data"
+  expect 1 gpt_tokens "$flag" "$dir/tokens-link.u16"
+  has "$err" "$flag $dir/tokens-link.u16 is the input --data $dir/tokens.u16"
+  expect 1 gpt_tokens --val "$dir/val.u16" "$flag" "$dir/val.u16"
+  has "$err" "$flag $dir/val.u16 is the input --val $dir/val.u16"
+  intact "stoker_gpt $flag onto --val"
+  expect 1 run_classifier "$flag" "$dir/db/data.mdb"
+  has "$err" "^stoker_classifier: error: $flag $dir/db/data.mdb is inside the input folder --data $dir/db"
+  hasnt "$out" "^step "
+  intact "stoker_classifier $flag onto --data's data.mdb"
+  expect 1 run_classifier --val "$dir/db3" "$flag" "$dir/db3/data.mdb"
+  has "$err" "$flag $dir/db3/data.mdb is inside the input folder --val $dir/db3"
+done
+expect 1 gpt_tokens --metrics "$dir/m.jsonl" --save "$dir/m.jsonl"
+has "$err" "--save $dir/m.jsonl is also --metrics $dir/m.jsonl"
+expect 1 run_classifier --checkpoint-dir "$dir/db"
+has "$err" "^stoker_classifier: error: --checkpoint-dir $dir/db is the input --data $dir/db"
+expect 1 run_classifier --checkpoint-dir "$dir/db/ck"
+has "$err" "--checkpoint-dir $dir/db/ck is inside the input folder --data $dir/db"
+[ -e "$dir/db/ck" ] && fail "--checkpoint-dir inside --data was created"
+mkdir -p "$dir/run"
+cp "$dir/tokens.u16" "$dir/run/tokens.u16"
+expect 1 "$gpt" --device cpu --data "$dir/run/tokens.u16" --vocab 256 --checkpoint-dir "$dir/run"
+has "$err" "--checkpoint-dir $dir/run holds the input --data $dir/run/tokens.u16"
+has "$err" "hint: give --checkpoint-dir a folder of its own"
+# The default text's encoded token files are inputs too.
+expect 1 "$gpt" --device cpu --cache "$dir/gpt-cache" --metrics "$dir/gpt-cache/kjv-genesis-exodus.train.u16"
+has "$err" "--metrics $dir/gpt-cache/kjv-genesis-exodus.train.u16 is the input --cache"
+# Validation on the training data is refused, with the fix.
+expect 1 gpt_tokens --val "$dir/tokens-link.u16"
+has "$err" "^stoker_gpt: error: --val $dir/tokens-link.u16 is the same as --data $dir/tokens.u16"
+has "$err" "hint: split off a validation set"
+expect 1 run_classifier --val "$dir/db/"
+has "$err" "^stoker_classifier: error: --val $dir/db/ is the same as --data $dir/db"
+intact "the refusals"
+
+# --- inputs that are not regular files (a FIFO with no writer blocked forever before) are
+# refused without being opened; `timeout` turns a hang into a failure.
+mkfifo "$dir/fifo"
+mkdir -p "$dir/fifo-db"
+mkfifo "$dir/fifo-db/data.mdb"
+expect 1 timeout 60 "$gpt" --device cpu --data "$dir/fifo" --vocab 256
+has "$err" "^stoker_gpt: error: --data $dir/fifo: is a FIFO (named pipe), not a regular file"
+expect 1 timeout 60 "$gpt" --device cpu --data "$dir/tokens.u16" --vocab 256 --val "$dir/fifo"
+has "$err" "^stoker_gpt: error: --val $dir/fifo: is a FIFO"
+expect 1 timeout 60 "$gpt" --device cpu --data "$dir/tokens.u16" --vocab 256 --resume "$dir/fifo"
+has "$err" "^stoker_gpt: error: --resume $dir/fifo: not a regular file"
+expect 1 timeout 60 "$gpt" --device cpu --text "$dir/fifo" --cache "$dir/fifo-cache"
+has "$err" "^stoker_gpt: error: --text $dir/fifo: is a FIFO"
+expect 1 timeout 60 "$gpt" --device cpu --data "$dir" --vocab 256
+has "$err" "--data $dir: is a folder, not a regular file"
+expect 1 timeout 60 "$classifier" --device cpu --data "$dir/fifo"
+has "$err" "^stoker_classifier: error: --data $dir/fifo: is a FIFO (named pipe), not a folder"
+expect 1 timeout 60 "$classifier" --device cpu --data "$dir/fifo-db"
+has "$err" "^stoker_classifier: error: --data $dir/fifo-db: $dir/fifo-db/data.mdb is a FIFO"
+expect 1 timeout 60 "$classifier" --device cpu --data "$dir/db" --val "$dir/fifo-db"
+has "$err" "--val $dir/fifo-db: $dir/fifo-db/data.mdb is a FIFO"
+
+# --- an empty path is not "off": refused naming the flag.
+for flag in --save --metrics --checkpoint-dir --val; do
+  expect 105 run_classifier "$flag" ""
+  has "$err" "^$flag: an empty path does not turn it off"
+done
+for flag in --data --text --cache --parity-dir --save --metrics --checkpoint-dir --val; do
+  expect 105 "$gpt" --device cpu "$flag" ""
+  has "$err" "^$flag: an empty path does not turn it off"
+done
+expect 105 "$classifier" --device cpu --data ""
+has "$err" "^--data: an empty path does not turn it off"
+
+# --- the library's errors name the programs' flags, not the C++ options.
+expect 1 "$gpt" --device cpu --data "$dir/tokens.u16" --vocab 256 --sample 0 --lr 1e30 \
+  --steps 20 --log-interval 1 --warmup 0
+has "$err" "^stoker_gpt: error: training stopped: the loss became NaN/Inf"
+has "$err" "Lower the learning rate (--lr), enable gradient clipping (--clip)"
+hasnt "$err" "Options::"
+hasnt "$err" "clip_grad_norm"
+expect 1 run_classifier --lr 1e30 --log-interval 1
+has "$err" "^stoker_classifier: error: training stopped: the loss became NaN/Inf"
+has "$err" "Lower the learning rate (--lr)"
+hasnt "$err" "Options::"
+hasnt "$err" "clip_grad_norm"
 
 # --- the stoker tool: an unknown subcommand is named, with the valid ones.
 expect 109 "$stoker" frobnicate

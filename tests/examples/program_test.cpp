@@ -143,7 +143,8 @@ TEST(ProgramArgsTest, ParseIntervalErrorsNameTheFlagAndTheForms) {
 
 // run() on argv with a body; returns the status and what went to stderr.
 std::pair<int, std::string> run_with(std::vector<std::string> args,
-                                     const std::function<int()>& body) {
+                                     const std::function<int()>& body,
+                                     const FlagNames& flag_names = {}) {
   CLI::App app{"test"};
   int64_t batch = 8;
   app.add_option("--batch", batch)->check(at_least(1));
@@ -152,7 +153,7 @@ std::pair<int, std::string> run_with(std::vector<std::string> args,
   for (std::string& a : args) argv.push_back(a.data());
   ::testing::internal::CaptureStderr();
   ::testing::internal::CaptureStdout();
-  const int status = run("prog", app, static_cast<int>(argv.size()), argv.data(), body);
+  const int status = run("prog", app, static_cast<int>(argv.size()), argv.data(), flag_names, body);
   ::testing::internal::GetCapturedStdout();
   return {status, ::testing::internal::GetCapturedStderr()};
 }
@@ -189,6 +190,55 @@ TEST(ProgramRunTest, ParseErrorsKeepCli11sStatusAndTheBodyDoesNotRun) {
   EXPECT_FALSE(ran);
   EXPECT_EQ(run_with({"--batch", "4"}, body).first, 0);
   EXPECT_TRUE(ran);
+}
+
+TEST(ProgramRunTest, LibraryErrorsNameTheProgramsFlagsNotTheCppOptions) {
+  // The Trainer's own words (train/trainer.cpp), right for a C++ user.
+  const auto nan = []() -> int {
+    STOKER_THROW(
+        "training stopped: the loss became NaN/Inf at step 3. Lower the learning rate, "
+        "enable clip_grad_norm, check the inputs for NaN, or set "
+        "TrainerOptions::continue_on_nan");
+  };
+  FlagNames names{{"enable clip_grad_norm", "enable gradient clipping (--clip)"}};
+  for (auto& n : trainer_flag_names()) names.push_back(std::move(n));
+  auto [status, err] = run_with({}, nan, names);
+  EXPECT_EQ(status, 1);
+  EXPECT_EQ(err,
+            "prog: error: training stopped: the loss became NaN/Inf at step 3. Lower the "
+            "learning rate (--lr), enable gradient clipping (--clip), check the inputs for NaN\n");
+  std::tie(status, err) = run_with(
+      {},
+      []() -> int {
+        STOKER_CHECK_HINT(false, "train without TrainerOptions::cuda_graph",
+                          "TrainerOptions::cuda_graph: the model is on cpu");
+        return 0;
+      },
+      trainer_flag_names());
+  EXPECT_EQ(err,
+            "prog: error: --cuda-graph: the model is on cpu\n  hint: train without "
+            "--cuda-graph\n");
+  // Without names (a program that has no such flags) the text is the library's.
+  std::tie(status, err) = run_with({}, nan);
+  EXPECT_NE(err.find("TrainerOptions::continue_on_nan"), std::string::npos) << err;
+}
+
+TEST(ProgramArgsTest, AnEmptyPathIsRefusedNotTakenAsOff) {
+  CLI::App app{"test"};
+  std::string save;
+  app.add_option("--save", save)->check(non_empty_path());
+  std::vector<std::string> words{"prog", "--save", ""};
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    ADD_FAILURE() << "--save '' accepted";
+  } catch (const CLI::ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find("--save: an empty path does not turn it off"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(verdict(non_empty_path(), "w.safetensors"), "");
 }
 
 }  // namespace
