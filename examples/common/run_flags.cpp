@@ -97,7 +97,8 @@ Interval parse_interval(std::string_view text, std::string_view flag) {
 void RunFlags::add_to(CLI::App& app, const std::string& val_help) {
   app.add_option("--checkpoint-dir", checkpoint_dir,
                  "training checkpoints go here; the same command restarted continues the run "
-                 "from the newest (created when missing)");
+                 "from the newest (created when missing)")
+      ->check(non_empty_path());
   app.add_option("--checkpoint-interval", checkpoint_interval,
                  "a checkpoint every N steps or every duration (90s, 30m, 2h, 1d)")
       ->capture_default_str();
@@ -112,8 +113,9 @@ void RunFlags::add_to(CLI::App& app, const std::string& val_help) {
       ->expected(0, 1);
   app.add_option("--save", save,
                  "write the trained weights here (safetensors, PyTorch names); checked before "
-                 "training");
-  app.add_option("--val", val, val_help);
+                 "training")
+      ->check(non_empty_path());
+  app.add_option("--val", val, val_help)->check(non_empty_path());
   app.add_option("--eval-every", eval_every,
                  "evaluate every N optimizer steps (0: at each epoch's end) and at the end")
       ->check(at_least(0))
@@ -124,7 +126,8 @@ void RunFlags::add_to(CLI::App& app, const std::string& val_help) {
       ->capture_default_str();
   app.add_option("--metrics", metrics,
                  "write one JSON object per log line and per evaluation here (JSON Lines); a "
-                 "resumed run continues it");
+                 "resumed run continues it")
+      ->check(non_empty_path());
   app.add_option("--on-corrupt", on_corrupt,
                  "a bad sample in the data: fail (stop, naming it) or skip (replace it, count it)")
       ->check(CLI::IsMember({"fail", "skip"}))
@@ -145,7 +148,39 @@ void RunFlags::add_to(CLI::App& app, const std::string& val_help) {
                       ->group("");
 }
 
-void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank) {
+// Every rank refuses the same clashes (nothing is created here: only rank 0 creates folders).
+void RunFlags::check_inputs_and_outputs(const std::vector<Input>& inputs) const {
+  std::vector<Input> all = inputs;
+  if (resume && !resume->empty()) all.push_back({"--resume", *resume});
+  for (const Input& in : all) {
+    if (in.path.empty() || !in.exists) continue;
+    if (in.database)
+      core::check_input_folder(in.path, in.flag, {"data.mdb"});
+    else
+      core::check_input_file(in.path, in.flag);
+  }
+  // Validation on the training data measures nothing: refused, not warned about.
+  for (const Input& v : all)
+    for (const Input& in : all)
+      if (v.flag == "--val" && in.flag != "--val" && in.flag != "--resume" &&
+          core::same_file(v.path, in.path))
+        core::detail::throw_error(
+            __FILE__, __LINE__,
+            core::detail::str("--val ", v.path.string(), " is the same as ", in.flag, " ",
+                              in.path.string(),
+                              ": the validation loss would be measured on the training data"),
+            "split off a validation set the run does not train on (e.g. the last 10 % of the "
+            "tokens, or held-out images packed with `stoker pack`), or leave --val out");
+  core::PathGuard guard;
+  for (const Input& in : all) guard.input(in.flag, in.path);
+  using Kind = core::PathGuard::Kind;
+  guard.output("--checkpoint-dir", checkpoint_dir, Kind::folder, {"--resume"});
+  guard.output("--metrics", metrics, Kind::file);
+  guard.output("--save", save, Kind::file);
+}
+
+void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank,
+                     const std::vector<Input>& inputs) {
   if (old_spelling_ && old_spelling_->count() > 0) {
     STOKER_CHECK_HINT(app.count("--activation-checkpoint-every") == 0,
                       "give only --activation-checkpoint-every",
@@ -186,6 +221,7 @@ void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank) {
     STOKER_CHECK_HINT(has_validation || app.count(flag) == 0,
                       "add --val, or leave " + std::string(flag) + " out", flag,
                       " needs a validation set: there is no --val");
+  check_inputs_and_outputs(inputs);
   if (!main_rank) return;  // rank 0 writes; the others must not race it creating folders
   if (dir) core::check_output_dir(checkpoint_dir, "--checkpoint-dir");
   if (!metrics.empty()) core::check_output_path(metrics, "--metrics");

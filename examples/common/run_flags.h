@@ -77,7 +77,7 @@ struct RunFlags {
   // database folder from `stoker pack` (its data.mdb a regular file). `exists`: checked now
   // (false: only guarded against the outputs, e.g. a file the program writes before reading).
   struct Input {
-    std::string flag;  // "--data"
+    std::string flag;            // "--data"
     std::filesystem::path path;  // empty: not given
     bool database = false;
     bool exists = true;
@@ -87,8 +87,13 @@ struct RunFlags {
   void add_to(CLI::App& app, const std::string& val_help);
   // After parsing: the old --checkpoint-every spelling (a warning), the interval, the rules
   // between flags (`has_validation`: the run has a validation set, given or built in) and the
-  // output paths (only the main rank creates folders). Throws stoker::Error naming the flag.
-  void check(const CLI::App& app, bool has_validation, bool main_rank);
+  // output paths (only the main rank creates folders). `inputs`: the program's inputs, --val
+  // among them (its kind is the program's), each refused unless a regular file (a database
+  // folder); --val the same as another input is refused; no output (--save, --metrics,
+  // --checkpoint-dir) may be, lie in or (a folder) hold an input (core::PathGuard; the
+  // checkpoint folder may hold the --resume file). Throws stoker::Error naming the flag.
+  void check(const CLI::App& app, bool has_validation, bool main_rank,
+             const std::vector<Input>& inputs = {});
 
   // A mode that trains no run worth keeping (a speed bench): any flag of a run given is an
   // error saying `why` (activation checkpointing and --on-corrupt stay allowed).
