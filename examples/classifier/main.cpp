@@ -137,6 +137,14 @@ fs::path cache_root(const Args& a) {
   return fs::temp_directory_path() / "stoker-cache";
 }
 
+// The synthetic shapes' training and validation databases under the cache folder.
+std::pair<fs::path, fs::path> synth_dirs(const Args& a) {
+  const fs::path dir = cache_root(a) / ("synth-" + std::to_string(a.synth_classes) + "c-" +
+                                        std::to_string(a.image_size) + "px");
+  return {dir / ("train-" + std::to_string(a.synth_train)),
+          dir / ("val-" + std::to_string(a.synth_val))};
+}
+
 // Packs the synthetic shapes into `out` unless a database is already there. Concurrent ranks
 // may race: the pack is atomic (temp folder + rename), so the loser finds the winner's.
 fs::path ensure_synth(const data::SynthOptions& s, const fs::path& out, bool print) {
@@ -408,14 +416,13 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   fs::path train_db = a.data, val_db = a.run.val;
   const bool synth = a.data.empty();
   if (synth) {
-    const fs::path dir = cache_root(a) / ("synth-" + std::to_string(a.synth_classes) + "c-" +
-                                          std::to_string(a.image_size) + "px");
+    const auto [train_dir, val_dir] = synth_dirs(a);
     data::SynthOptions so{
         .samples = a.synth_train, .classes = a.synth_classes, .size = a.image_size, .seed = 1};
-    train_db = ensure_synth(so, dir / ("train-" + std::to_string(a.synth_train)), main_rank);
+    train_db = ensure_synth(so, train_dir, main_rank);
     so.samples = a.synth_val;
     so.seed = 2;  // other images than the training ones
-    val_db = ensure_synth(so, dir / ("val-" + std::to_string(a.synth_val)), main_rank);
+    val_db = ensure_synth(so, val_dir, main_rank);
     if (a.crop_scale < 0) a.crop_scale = 0.35;  // keep most of each shape in the crop
     if (a.eval_resize <= 0) a.eval_resize = a.image_size;
   } else {
@@ -653,7 +660,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--data", a.data,
                  "training LMDB from `stoker pack` (default: the synthetic shapes, packed into a "
-                 "cache folder on first run)");
+                 "cache folder on first run)")
+      ->check(stoker::program::non_empty_path());
   app.add_option("--image-size", a.image_size, "crop side (resnet18/50: 224 by default)")
       ->check(in_range(8, 4096))
       ->capture_default_str();
@@ -756,7 +764,8 @@ int main(int argc, char** argv) {
       ->check(in_range(2, 8))
       ->capture_default_str();
   app.add_option("--cache", a.cache,
-                 "folder for the synthetic set (default $XDG_CACHE_HOME/stoker)");
+                 "folder for the synthetic set (default $XDG_CACHE_HOME/stoker)")
+      ->check(stoker::program::non_empty_path());
   app.add_option("--log-interval", a.log_interval, "steps between log lines")
       ->check(at_least(1))
       ->capture_default_str();
@@ -765,7 +774,12 @@ int main(int argc, char** argv) {
       ->check(in_range(0, 1))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // scripts/demo.sh sets 0.8
   a.run.add_to(app, "validation LMDB (with --data; the same classes)");
-  return stoker::program::run("stoker_classifier", app, argc, argv, [&] {
+  // The library's messages in this program's words (its flags, not the C++ options).
+  stoker::program::FlagNames flag_names{{", enable clip_grad_norm", ""},
+                                        {"LoaderOptions::threads (`--threads`)", "--threads"},
+                                        {"LoaderOptions::threads", "--threads"}};
+  for (auto& n : stoker::program::trainer_flag_names()) flag_names.push_back(std::move(n));
+  return stoker::program::run("stoker_classifier", app, argc, argv, flag_names, [&] {
     // The ResNets are ImageNet models: 224x224 crops unless told otherwise.
     if (app.count("--image-size") == 0 && a.arch != "small") a.image_size = 224;
     check_args(a);
@@ -777,7 +791,15 @@ int main(int argc, char** argv) {
           "it times steps on random batches and trains no weights worth keeping");
     const dist::DistEnv env = dist::read_env();
     // The synthetic shapes bring their own validation split.
-    a.run.check(app, a.data.empty() || !a.run.val.empty(), env.rank == 0);
+    // The inputs, which no output may touch: the databases (the synthetic ones when packed).
+    std::vector<stoker::program::RunFlags::Input> inputs{{"--data", a.data, true},
+                                                         {"--val", a.run.val, true}};
+    if (a.data.empty() && !a.synthetic) {
+      const auto [train_dir, val_dir] = synth_dirs(a);
+      inputs.push_back({"--cache", train_dir, true, /*exists=*/false});
+      inputs.push_back({"--cache", val_dir, true, false});
+    }
+    a.run.check(app, a.data.empty() || !a.run.val.empty(), env.rank == 0, inputs);
     STOKER_CHECK(!a.cuda_graph || env.world_size == 1, "--cuda-graph: this job has ",
                  env.world_size,
                  " ranks; the graph step is for one process (drop --cuda-graph under a "

@@ -73,10 +73,16 @@ optim::StateFormat parse_state(const std::string& s) {
 
 // Byte-level tokens of `text` as two uint16 files (first 90 %: train, rest: validation) under
 // `cache`, written once (temporary file + rename, so ranks racing on the first run agree).
-std::pair<fs::path, fs::path> encode_text(const fs::path& text, const fs::path& cache, int rank) {
+// The token files encode_text writes for `text` into `cache`: training, validation.
+std::pair<fs::path, fs::path> encoded_paths(const fs::path& text, const fs::path& cache) {
   const std::string stem = text.stem().string();
-  const fs::path train = cache / (stem + ".train.u16"), val = cache / (stem + ".val.u16");
+  return {cache / (stem + ".train.u16"), cache / (stem + ".val.u16")};
+}
+
+std::pair<fs::path, fs::path> encode_text(const fs::path& text, const fs::path& cache, int rank) {
+  const auto [train, val] = encoded_paths(text, cache);
   if (fs::exists(train) && fs::exists(val)) return {train, val};
+  core::check_input_file(text, "--text");  // a FIFO is refused, not read (it could block)
   std::ifstream in(text, std::ios::binary);
   STOKER_CHECK_HINT(in.good(), "pass --text FILE (any text file), or --data FILE with uint16 ids",
                     "stoker_gpt: cannot read the text ", text.string());
@@ -224,23 +230,22 @@ int run(const Options& o) {
     // refuses those that break the run (train/run_settings.h, docs/long_runs.md).
     using train::SettingChange;
     const auto v = [](const auto& x) { return core::detail::str(x); };
-    topts.run_settings = {
-        {"--layers", v(config.layers), SettingChange::model_shape},
-        {"--heads", v(config.heads), SettingChange::model_shape},
-        {"--width", v(config.d_model), SettingChange::model_shape},
-        {"--context", v(config.context), SettingChange::model_shape},
-        {"--vocab", v(config.vocab), SettingChange::model_shape},
-        {"--accum", v(o.accum), SettingChange::global_batch},
-        {"--optimizer-state", o.optimizer_state, SettingChange::refuse},
-        {"--lr", v(o.lr), SettingChange::note},
-        {"--min-lr", v(o.min_lr), SettingChange::note},
-        {"--warmup", v(o.warmup), SettingChange::note},
-        {"--steps", v(o.steps), SettingChange::note},
-        {"--weight-decay", v(o.weight_decay), SettingChange::note},
-        {"--clip", v(o.clip), SettingChange::note},
-        {"--dropout", v(o.dropout), SettingChange::note},
-        {"--precision", o.precision, SettingChange::note},
-        {"--zero1", o.zero1 ? "on" : "off", SettingChange::note}};
+    topts.run_settings = {{"--layers", v(config.layers), SettingChange::model_shape},
+                          {"--heads", v(config.heads), SettingChange::model_shape},
+                          {"--width", v(config.d_model), SettingChange::model_shape},
+                          {"--context", v(config.context), SettingChange::model_shape},
+                          {"--vocab", v(config.vocab), SettingChange::model_shape},
+                          {"--accum", v(o.accum), SettingChange::global_batch},
+                          {"--optimizer-state", o.optimizer_state, SettingChange::refuse},
+                          {"--lr", v(o.lr), SettingChange::note},
+                          {"--min-lr", v(o.min_lr), SettingChange::note},
+                          {"--warmup", v(o.warmup), SettingChange::note},
+                          {"--steps", v(o.steps), SettingChange::note},
+                          {"--weight-decay", v(o.weight_decay), SettingChange::note},
+                          {"--clip", v(o.clip), SettingChange::note},
+                          {"--dropout", v(o.dropout), SettingChange::note},
+                          {"--precision", o.precision, SettingChange::note},
+                          {"--zero1", o.zero1 ? "on" : "off", SettingChange::note}};
   }
   if (parity_run) parity_run->adjust(topts);  // exact and simple: constant lr, no clipping
 
@@ -451,9 +456,14 @@ int main(int argc, char** argv) {
   app.add_flag("--fused-gelu,!--no-fused-gelu", o.fused_gelu,
                "the MLP's bias + GELU in the GEMMs' epilogues (default on; --no-fused-gelu: "
                "GELU as its own passes, to compare)");
-  app.add_option("--data", o.data, "token file of raw uint16 ids (default: the bundled text)");
-  app.add_option("--text", o.text, "text to encode at byte level")->capture_default_str();
-  app.add_option("--cache", o.cache, "folder for the encoded text")->capture_default_str();
+  app.add_option("--data", o.data, "token file of raw uint16 ids (default: the bundled text)")
+      ->check(program::non_empty_path());
+  app.add_option("--text", o.text, "text to encode at byte level")
+      ->check(program::non_empty_path())
+      ->capture_default_str();
+  app.add_option("--cache", o.cache, "folder for the encoded text")
+      ->check(program::non_empty_path())
+      ->capture_default_str();
   app.add_flag("--synthetic", o.synthetic, "random tokens, timed steps: the benchmark mode");
   app.add_option("--bench-warmup", o.bench_warmup, "synthetic: untimed steps first")
       ->check(at_least(0))
@@ -495,11 +505,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--parity-dir", o.parity_dir,
                  "write init weights, config, batches and per-step losses here for "
-                 "benchmarks/peers/torch_gpt_parity.py (constant lr, no clipping, fp32, TF32 off)");
+                 "benchmarks/peers/torch_gpt_parity.py (constant lr, no clipping, fp32, TF32 off)")
+      ->check(program::non_empty_path());
   o.run.add_to(app,
                "validation token file (uint16 ids like --data; default: the last 10 % of the "
                "bundled text, none with --data)");
-  return program::run("stoker_gpt", app, argc, argv, [&] {
+  // The library's messages in this program's words (its flags, not the C++ options).
+  program::FlagNames flag_names{{"enable clip_grad_norm", "enable gradient clipping (--clip)"}};
+  for (auto& n : program::trainer_flag_names()) flag_names.push_back(std::move(n));
+  return program::run("stoker_gpt", app, argc, argv, flag_names, [&] {
     if (o.synthetic)
       program::RunFlags::refuse_in(
           app, "a --synthetic bench",
@@ -507,7 +521,15 @@ int main(int argc, char** argv) {
     if (!o.parity_dir.empty())
       program::RunFlags::refuse_in(app, "a --parity-dir run",
                                    "it writes its own files for the comparison with PyTorch");
-    o.run.check(app, o.data.empty() || !o.run.val.empty(), dist::read_env().rank == 0);
+    // The inputs, which no output may touch: the token files, or the text and its encoding.
+    std::vector<program::RunFlags::Input> inputs{{"--data", o.data}, {"--val", o.run.val}};
+    if (o.data.empty() && !o.synthetic) {
+      const auto [train, val] = encoded_paths(o.text, o.cache);
+      inputs.push_back({"--text", o.text, false, /*exists=*/false});  // read when encoding
+      inputs.push_back({"--cache", train, false, false});
+      inputs.push_back({"--cache", val, false, false});
+    }
+    o.run.check(app, o.data.empty() || !o.run.val.empty(), dist::read_env().rank == 0, inputs);
     o.optimizer_offload_delayed = offload_delayed || offload_mode == "delayed";
     o.optimizer_offload = offload->count() > 0 || o.optimizer_offload_delayed;
     STOKER_CHECK_HINT(o.sample == 0 || !o.prompt.empty(), "give --prompt TEXT, or --sample 0",
