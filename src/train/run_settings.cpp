@@ -41,10 +41,9 @@ SettingsComparison compare_run_settings(const std::map<std::string, std::string>
       case SettingChange::global_batch:
         // Allowed where the global batch stays: another world size made up for by this setting.
         if (batches.then > 0 && batches.then == batches.now) {
-          out.notes.push_back(str(s.flag, " changed ", then, " -> ", s.value,
-                                  " (the global batch stays ", batches.now, " on ",
-                                  ranks(batches.world_now), ", was ", ranks(batches.world_then),
-                                  ")"));
+          out.notes.push_back(str(
+              s.flag, " changed ", then, " -> ", s.value, " (the global batch stays ", batches.now,
+              " on ", ranks(batches.world_now), ", was ", ranks(batches.world_then), ")"));
         } else {
           refuse(s, then,
                  str(s.flag, " changed ", then, " -> ", s.value,

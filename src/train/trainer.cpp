@@ -994,7 +994,8 @@ void Trainer::resume(const std::filesystem::path& path) {
     if (const auto it = meta.find("stoker.run"); it != meta.end())
       recorded_accum = nlohmann::json::parse(it->second).at("grad_accum_steps").get<int>();
   } catch (const std::exception& e) {
-    STOKER_THROW(file, ": metadata stoker.schedule or stoker.run is not a valid record of the run (",
+    STOKER_THROW(file,
+                 ": metadata stoker.schedule or stoker.run is not a valid record of the run (",
                  e.what(), "): the header is damaged");
   }
   if (const auto it = meta.find("stoker.settings"); it != meta.end())
@@ -1055,10 +1056,9 @@ void Trainer::resume(const std::filesystem::path& path) {
   optimizer_.load_checkpoint_state(
       [&](const std::string& n, Device device) { return reader.load("optim." + n, device); });
   const std::vector<std::string> names = reader.names();
-  const bool has_scaler =
-      scaler_ && !scaler_->state().empty() &&
-      std::find(names.begin(), names.end(), "scaler." + scaler_->state().front().first) !=
-          names.end();
+  const bool has_scaler = scaler_ && !scaler_->state().empty() &&
+                          std::find(names.begin(), names.end(),
+                                    "scaler." + scaler_->state().front().first) != names.end();
   // A checkpoint of another precision (allowed, with a note) has no loss scale: fp16 starts
   // from the scaler's initial one.
   if (has_scaler) {
@@ -1191,8 +1191,7 @@ float Trainer::scheduled_lr() const {
 
 double Trainer::schedule_position() const {
   if (!schedule_rebased_) return static_cast<double>(step_);
-  return schedule_pos0_ +
-         static_cast<double>(samples_seen_ - schedule_samples0_) * schedule_rate_;
+  return schedule_pos0_ + static_cast<double>(samples_seen_ - schedule_samples0_) * schedule_rate_;
 }
 
 bool Trainer::max_steps_reached() const {
@@ -1216,8 +1215,8 @@ void Trainer::plan_fit(const data::BatchSource& train, int64_t epochs, bool posi
   const int64_t first = positioned_first ? resume_epoch_ : 0;
   int64_t left = -1, steps_left = -1;
   if (bpe >= 0 && b > 0) {
-    const int64_t first_left = positioned_first ? std::max<int64_t>(0, bpe - train.batch_index())
-                                                : bpe;
+    const int64_t first_left =
+        positioned_first ? std::max<int64_t>(0, bpe - train.batch_index()) : bpe;
     const int64_t after = std::max<int64_t>(0, epochs - first - 1);
     const bool any = first < epochs;
     left = any ? (first_left + after * bpe) * b * world : 0;
@@ -1251,17 +1250,16 @@ void Trainer::plan_fit(const data::BatchSource& train, int64_t epochs, bool posi
   std::printf(
       "resume: the run has seen %lld samples; %s, so this job ends at step %s%s.\n",
       static_cast<long long>(samples_seen_),
-      left >= 0 ? core::detail::str(left, " are left (", steps_left, " steps of ", global, ")")
-                      .c_str()
-                : "the samples left are not known",
+      left >= 0
+          ? core::detail::str(left, " are left (", steps_left, " steps of ", global, ")").c_str()
+          : "the samples left are not known",
       fit_total_steps_ >= 0 ? std::to_string(fit_total_steps_).c_str() : "(unknown)",
       !options_.schedule ? ""
       : spread ? core::detail::str("; the learning-rate schedule continues from its step ",
                                    schedule_pos0_, " of ", total, " and reaches its end there")
                      .c_str()
                : core::detail::str("; the learning-rate schedule continues from its step ",
-                                   schedule_pos0_, ", one step per ", schedule_batch_,
-                                   " samples")
+                                   schedule_pos0_, ", one step per ", schedule_batch_, " samples")
                      .c_str());
   std::fflush(stdout);
 }

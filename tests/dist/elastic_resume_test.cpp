@@ -321,7 +321,8 @@ TEST(ElasticResumeSchedule, FollowsTheSamplesSeenAndEndsAnnealed) {
   // 1 -> 3 ranks after 6 steps (30 samples): 90 samples left in steps of 15, each worth 3 of
   // the uninterrupted run's steps: lr_at(8), lr_at(11), ... lr_at(23), ending at step 12.
   run_schedule_phase(d, 1, 2, 6, 24, dir / "a", {});
-  const ScheduleRun up = run_schedule_phase(d, 3, 2, -1, 24, dir / "b", dir / "a" / "last.safetensors");
+  const ScheduleRun up =
+      run_schedule_phase(d, 3, 2, -1, 24, dir / "b", dir / "a" / "last.safetensors");
   ASSERT_EQ(up.lrs.size(), 6u);
   for (size_t j = 0; j < up.lrs.size(); ++j)
     EXPECT_FLOAT_EQ(up.lrs[j], s.lr_at(static_cast<int64_t>(6 + 3 * (j + 1) - 1))) << "step " << j;

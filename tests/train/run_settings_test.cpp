@@ -33,10 +33,10 @@ TEST(RunSettings, UnchangedAndUnrecordedSettingsPass) {
 }
 
 TEST(RunSettings, AllowedChangesAreNotedWithBothValues) {
-  const auto c = compare_run_settings({{"--lr", "0.001"}, {"--precision", "fp32"}},
-                                      {{"--lr", "0.002", SettingChange::note},
-                                       {"--precision", "bf16", SettingChange::note}},
-                                      kSameBatch);
+  const auto c = compare_run_settings(
+      {{"--lr", "0.001"}, {"--precision", "fp32"}},
+      {{"--lr", "0.002", SettingChange::note}, {"--precision", "bf16", SettingChange::note}},
+      kSameBatch);
   ASSERT_EQ(c.notes.size(), 2u);
   EXPECT_EQ(c.notes[0], "--lr changed 0.001 -> 0.002");
   EXPECT_EQ(c.notes[1], "--precision changed fp32 -> bf16");
@@ -44,12 +44,13 @@ TEST(RunSettings, AllowedChangesAreNotedWithBothValues) {
 }
 
 TEST(RunSettings, AnotherModelShapeIsRefusedNotDamaged) {
-  const auto c = compare_run_settings({{"--width", "64"}, {"--lr", "1"}},
-                                      {{"--width", "128", SettingChange::model_shape},
-                                       {"--lr", "2", SettingChange::note}},
-                                      kSameBatch);
-  EXPECT_TRUE(contains(c.refusal, "the checkpoint was written for --width 64, this run has "
-                                  "--width 128"))
+  const auto c = compare_run_settings(
+      {{"--width", "64"}, {"--lr", "1"}},
+      {{"--width", "128", SettingChange::model_shape}, {"--lr", "2", SettingChange::note}},
+      kSameBatch);
+  EXPECT_TRUE(contains(c.refusal,
+                       "the checkpoint was written for --width 64, this run has "
+                       "--width 128"))
       << c.refusal;
   EXPECT_FALSE(contains(c.refusal, "damaged"));
   EXPECT_TRUE(contains(c.hint, "resume with --width 64")) << c.hint;
@@ -67,9 +68,9 @@ TEST(RunSettings, RefusedSettingsAreAllNamed) {
 }
 
 TEST(RunSettings, AccumChangingTheGlobalBatchIsRefused) {
-  const auto c = compare_run_settings(
-      {{"--accum", "1"}}, {{"--accum", "2", SettingChange::global_batch}},
-      {.then = 16, .now = 32, .world_then = 1, .world_now = 1});
+  const auto c =
+      compare_run_settings({{"--accum", "1"}}, {{"--accum", "2", SettingChange::global_batch}},
+                           {.then = 16, .now = 32, .world_then = 1, .world_now = 1});
   EXPECT_TRUE(contains(c.refusal, "--accum changed 1 -> 2")) << c.refusal;
   EXPECT_TRUE(contains(c.refusal, "global batch")) << c.refusal;
   EXPECT_TRUE(contains(c.refusal, "32; the checkpoint's run had 16")) << c.refusal;
@@ -79,13 +80,14 @@ TEST(RunSettings, AccumChangingTheGlobalBatchIsRefused) {
 
 TEST(RunSettings, AccumKeepingTheGlobalBatchOnAnotherWorldSizeIsNoted) {
   // 2 ranks x accum 1 -> 1 rank x accum 2: the same 32 samples per step.
-  const auto c = compare_run_settings(
-      {{"--accum", "1"}}, {{"--accum", "2", SettingChange::global_batch}},
-      {.then = 32, .now = 32, .world_then = 2, .world_now = 1});
+  const auto c =
+      compare_run_settings({{"--accum", "1"}}, {{"--accum", "2", SettingChange::global_batch}},
+                           {.then = 32, .now = 32, .world_then = 2, .world_now = 1});
   EXPECT_TRUE(c.refusal.empty()) << c.refusal;
   ASSERT_EQ(c.notes.size(), 1u);
-  EXPECT_TRUE(contains(c.notes[0], "--accum changed 1 -> 2 (the global batch stays 32 on 1 rank, "
-                                   "was 2 ranks)"))
+  EXPECT_TRUE(contains(c.notes[0],
+                       "--accum changed 1 -> 2 (the global batch stays 32 on 1 rank, "
+                       "was 2 ranks)"))
       << c.notes[0];
 }
 

@@ -166,7 +166,7 @@ struct TrainerOptions {
   amp::Precision precision = amp::Precision::fp32;
   amp::GradScalerOptions scaler;  // used when precision == fp16
   int grad_accum_steps = 1;
-  float clip_grad_norm = 0.0f;                // 0: no clipping
+  float clip_grad_norm = 0.0f;  // 0: no clipping
   // None: the optimizer's lr throughout. Else lr_at(step) before each optimizer step. After a
   // resume at another world size (elastic; also every later resume of such a run) the schedule
   // follows the run's own progress in samples instead: it spans the run's samples (those seen
@@ -176,9 +176,9 @@ struct TrainerOptions {
   // step per global batch of the run's first segment). Uninterrupted and same-world-size
   // resumed runs use lr_at(step) exactly.
   std::optional<optim::LrSchedule> schedule;
-  int log_interval = 10;                      // steps between log lines (and host syncs)
-  bool log_grad_norm = true;                  // compute the norm for logs even without clipping
-  bool progress_bar = true;                   // on stderr when it is a terminal
+  int log_interval = 10;      // steps between log lines (and host syncs)
+  bool log_grad_norm = true;  // compute the norm for logs even without clipping
+  bool progress_bar = true;   // on stderr when it is a terminal
   // Empty: no checkpoints. Else fit() checks before its first step that rank 0 can write there
   // (core::check_output_dir: created when missing) and throws naming it otherwise.
   // Periodic checkpoints are step_<N>.safetensors, the one at the end last.safetensors
