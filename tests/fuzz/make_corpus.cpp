@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -184,6 +185,34 @@ void rendezvous(const fs::path& dir) {
   write(dir / "reply_version2", v2);
 }
 
+// Page damages for the lmdb target: 4 bytes each (page selector: 0, 1 the meta pages, k >= 2 the
+// (k - 2)-th live page, the root first; offset in the page, little-endian; the byte written).
+void lmdb_damages(const fs::path& dir) {
+  struct Damage {
+    uint8_t page;
+    uint16_t offset;
+    uint8_t value;
+  };
+  auto damages = [](std::initializer_list<Damage> list) {
+    Bytes b;
+    for (const Damage& d : list) {
+      b.insert(b.end(), {d.page, static_cast<uint8_t>(d.offset & 0xFF),
+                         static_cast<uint8_t>(d.offset >> 8), d.value});
+    }
+    return b;
+  };
+  write(dir / "intact", Bytes{});
+  write(dir / "root_flags_cleared", damages({{2, 10, 0x00}}));
+  write(dir / "leaf_node_count_high", damages({{3, 13, 0xFF}}));
+  write(dir / "leaf_upper_cleared", damages({{4, 14, 0x00}, {4, 15, 0x00}}));
+  write(dir / "leaf_first_node_offset", damages({{5, 16, 0xF0}, {5, 17, 0x0F}}));
+  write(dir / "leaf_node_size", damages({{6, 2050, 0x7F}, {7, 3000, 0x80}}));
+  write(dir / "meta_root_moved", damages({{0, 128, 0x03}, {1, 128, 0x03}}));
+  write(dir / "meta_depth", damages({{0, 94, 0x09}, {1, 94, 0x09}}));
+  write(dir / "many_pages", damages({{8, 12, 0x11}, {9, 10, 0x04}, {10, 12, 0x00}, {11, 8, 0x01},
+                                     {12, 20, 0xFF}, {13, 4000, 0x00}}));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -198,5 +227,6 @@ int main(int argc, char** argv) {
   jpegs(root / "jpeg");
   lists(root / "list");
   rendezvous(root / "rendezvous");
+  lmdb_damages(root / "lmdb");
   return 0;
 }
