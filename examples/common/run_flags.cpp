@@ -162,7 +162,7 @@ void RunFlags::check_inputs_and_outputs(const std::vector<Input>& inputs) const 
   // Validation on the training data measures nothing: refused, not warned about.
   for (const Input& v : all)
     for (const Input& in : all)
-      if (v.flag == "--val" && in.flag != "--val" && in.flag != "--resume" &&
+      if (v.flag == "--val" && in.flag != "--val" && in.flag != "--resume" && in.trained_on &&
           core::same_file(v.path, in.path))
         core::detail::throw_error(
             __FILE__, __LINE__,

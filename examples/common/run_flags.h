@@ -81,6 +81,7 @@ struct RunFlags {
     std::filesystem::path path;  // empty: not given
     bool database = false;
     bool exists = true;
+    bool trained_on = true;  // --val may not be it (false: a validation split, e.g. the text's)
   };
 
   // Registers the flags on `app`; `val_help` says what --val takes in this program.
