@@ -797,7 +797,7 @@ int main(int argc, char** argv) {
     if (a.data.empty() && !a.synthetic) {
       const auto [train_dir, val_dir] = synth_dirs(a);
       inputs.push_back({"--cache", train_dir, true, /*exists=*/false});
-      inputs.push_back({"--cache", val_dir, true, false});
+      inputs.push_back({"--cache", val_dir, true, false, /*trained_on=*/false});
     }
     a.run.check(app, a.data.empty() || !a.run.val.empty(), env.rank == 0, inputs);
     STOKER_CHECK(!a.cuda_graph || env.world_size == 1, "--cuda-graph: this job has ",

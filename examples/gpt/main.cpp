@@ -527,7 +527,7 @@ int main(int argc, char** argv) {
       const auto [train, val] = encoded_paths(o.text, o.cache);
       inputs.push_back({"--text", o.text, false, /*exists=*/false});  // read when encoding
       inputs.push_back({"--cache", train, false, false});
-      inputs.push_back({"--cache", val, false, false});
+      inputs.push_back({"--cache", val, false, false, /*trained_on=*/false});
     }
     o.run.check(app, o.data.empty() || !o.run.val.empty(), dist::read_env().rank == 0, inputs);
     o.optimizer_offload_delayed = offload_delayed || offload_mode == "delayed";
