@@ -5,6 +5,9 @@
 //       SIGTERM stops it with nothing written and exit status 130 / 143.
 //   stoker pack synth --out DIR [--samples N] [--classes C] [--size S] [--seed X]
 //       the synthetic shapes dataset (--as-folder writes JPEG files in class folders instead).
+//   stoker pack-text INPUT... --out DIR (--tokenizer FILE.model | --train-tokenizer
+//       --vocab-size N): text / JSON Lines tokenized with SentencePiece into Megatron's indexed
+//       dataset (pack_text.h); interrupted like `stoker pack`.
 //   stoker info DIR [--verify]
 //   stoker info FILE.safetensors [--verify]
 //       a training checkpoint (position, run, tensors, checksums) or a weights file; --verify
@@ -39,6 +42,7 @@
 
 #include "doctor.h"
 #include "info_safetensors.h"
+#include "pack_text.h"
 
 namespace {
 
@@ -173,6 +177,9 @@ int main(int argc, char** argv) {
                       "write JPEG files into class sub-folders of --out instead of a database");
   add_pack_options(synth_cmd, synth_pack);
 
+  stoker::cli::PackTextCommand pack_text;
+  CLI::App* pack_text_cmd = stoker::cli::add_pack_text_command(app, pack_text);
+
   std::string info_path;
   bool info_verify = false;
   CLI::App* info_cmd = app.add_subcommand(
@@ -240,6 +247,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (doctor_cmd->parsed()) return stoker::cli::run_doctor(doctor);
+    if (pack_text_cmd->parsed()) return stoker::cli::run_pack_text(pack_text);
     if (launch_cmd->parsed()) {
       std::vector<std::string> rest = launch_cmd->remaining();
       if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
