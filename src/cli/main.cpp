@@ -9,6 +9,9 @@
 //       --vocab-size N): text / JSON Lines tokenized with SentencePiece into Megatron's indexed
 //       dataset (pack_text.h); interrupted like `stoker pack`.
 //   stoker info DIR [--verify]
+//   stoker info TOKENS [--verify] [--vocab N] [--token-bytes 2|4] [--eot ID]
+//       a Megatron dataset (PREFIX, .idx or .bin), llm.c shards (a shard or a quoted glob) or raw
+//       token ids: tokens, documents, dtype, ids; every id checked below --vocab (info_tokens.h).
 //   stoker info FILE.safetensors [--verify]
 //       a training checkpoint (position, run, tensors, checksums) or a weights file; --verify
 //       reads every tensor against its checksum (info_safetensors.h).
@@ -43,6 +46,7 @@
 #include "doctor.h"
 #include "info_safetensors.h"
 #include "pack_text.h"
+#include "info_tokens.h"
 
 namespace {
 
@@ -185,10 +189,14 @@ int main(int argc, char** argv) {
   CLI::App* info_cmd = app.add_subcommand(
       "info", "describe a packed database and check every record's header (exit 1: bad records)");
   info_cmd->add_option("database", info_path,
-                       "database folder, or a .safetensors checkpoint or weights file")
+                       "database folder, a .safetensors checkpoint or weights file, or a token "
+                       "corpus: a Megatron PREFIX (.idx/.bin), llm.c shards (a quoted glob), raw "
+                       "ids with --token-bytes")
       ->required();
   info_cmd->add_flag("--verify", info_verify,
                      "also read every payload: checksums (record version 2) and JPEG headers");
+  stoker::cli::InfoTokenOptions info_tokens;  // token corpora (info_tokens.h)
+  stoker::cli::add_info_token_options(info_cmd, info_tokens);
 
   stoker::dist::LaunchOptions launch;
   launch.nproc_per_node = 0;  // 0: one per visible GPU
@@ -265,6 +273,8 @@ int main(int argc, char** argv) {
     if (info_cmd->parsed()) {
       if (stoker::cli::is_safetensors_file(info_path))  // a checkpoint or weights file
         return stoker::cli::run_info_safetensors(info_path, info_verify);
+      if (stoker::cli::is_token_corpus(info_path, info_tokens))  // Megatron, llm.c, raw ids
+        return stoker::cli::run_info_tokens(info_path, info_verify, info_tokens);
       return run_info(info_path, info_verify);
     }
     if (synth_cmd->parsed()) {
