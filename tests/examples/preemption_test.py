@@ -82,8 +82,10 @@ def stop_loop(name, cmd, root, rng, total_steps):
     stops, last_step, outputs = 0, 0, []
     for attempt in range(10):
         sig = SIGNALS[attempt % len(SIGNALS)]
-        target = rng.randint(min(last_step + 1, total_steps - 2 * log_every),
-                             total_steps - 2 * log_every)
+        # A random step in the first third of what is left, so that several stops land.
+        limit = total_steps - 2 * log_every
+        first = min(last_step + 1, limit)
+        target = rng.randint(first, first + max(0, limit - first) // 3)
         code, out, signalled = signal_after_step(stopped, target, rng.uniform(0, 0.05), [sig])
         outputs.append(out)
         if code == 0:
