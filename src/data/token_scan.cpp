@@ -38,7 +38,7 @@ struct Range {
 };
 
 template <typename T>
-void min_max(const T* p, int64_t n, T& mn_out, T& mx_out) {
+inline void min_max_loop(const T* p, int64_t n, T& mn_out, T& mx_out) {
   T mn = std::numeric_limits<T>::max(), mx = std::numeric_limits<T>::lowest();
   for (int64_t i = 0; i < n; ++i) {
     const T v = p[i];
@@ -48,6 +48,26 @@ void min_max(const T* p, int64_t n, T& mn_out, T& mx_out) {
   mn_out = mn;
   mx_out = mx;
 }
+
+// One function per id type, compiled for AVX2 too and picked at load time (the baseline x86-64
+// build has SSE2 only, which has no unsigned 16/32-bit min/max): x86-64 with GCC or Clang.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define STOKER_SCAN_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define STOKER_SCAN_CLONES
+#endif
+#define STOKER_MIN_MAX(T)                                                \
+  STOKER_SCAN_CLONES void min_max(const T* p, int64_t n, T& mn, T& mx) { \
+    min_max_loop(p, n, mn, mx);                                          \
+  }
+STOKER_MIN_MAX(uint8_t)
+STOKER_MIN_MAX(int8_t)
+STOKER_MIN_MAX(uint16_t)
+STOKER_MIN_MAX(int16_t)
+STOKER_MIN_MAX(int32_t)
+STOKER_MIN_MAX(uint32_t)
+STOKER_MIN_MAX(int64_t)
+#undef STOKER_MIN_MAX
 
 }  // namespace
 
