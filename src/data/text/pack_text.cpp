@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <tbb/global_control.h>
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
 
@@ -280,9 +281,7 @@ PackTextSummary pack_text(const std::vector<fs::path>& inputs, const fs::path& o
   util::ProgressBar progress(options.progress);
   if (options.train) {
     const auto train_start = std::chrono::steady_clock::now();
-    detail::TokenizerTraining training = options.training;
-    training.threads = threads;
-    tokenizer = detail::SentencePieceTokenizer::train(training, [&](const auto& emit) {
+    tokenizer = detail::SentencePieceTokenizer::train(options.training, [&](const auto& emit) {
       TextRecord record;
       std::string text, error;
       int64_t line = 0;
@@ -331,6 +330,9 @@ PackTextSummary pack_text(const std::vector<fs::path>& inputs, const fs::path& o
   std::vector<int64_t> input_documents(inputs.size(), 0);
   const auto encode_start = std::chrono::steady_clock::now();
   bool done = false;
+  // -j N means N threads, also above the cores (oneTBB would cap the arena and warn).
+  tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
+                                  static_cast<size_t>(threads));
   tbb::task_arena arena(threads);
   arena.execute([&] {
     tbb::parallel_pipeline(

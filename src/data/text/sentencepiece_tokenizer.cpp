@@ -24,6 +24,7 @@ namespace {
 // SentencePiece drops longer sentences from training (with a log line); stoker leaves them out
 // of the sample itself.
 constexpr size_t kMaxSentenceBytes = 16384;
+constexpr int kTrainerThreads = 8;
 
 class VectorIterator : public sentencepiece::SentenceIterator {
  public:
@@ -101,7 +102,8 @@ SentencePieceTokenizer SentencePieceTokenizer::train(
       {"allow_whitespace_only_pieces", "true"},
       {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
       {"input_sentence_size", "0"},  // the sample above is the whole input
-      {"num_threads", std::to_string(std::max(1, o.threads))},
+      // Fixed, not -j: the model stores it, and the same input must give the same bytes.
+      {"num_threads", std::to_string(kTrainerThreads)},
       {"unk_id", "0"},
       {"bos_id", "1"},
       {"eos_id", "2"},
@@ -114,13 +116,17 @@ SentencePieceTokenizer SentencePieceTokenizer::train(
   if (!status.ok()) {
     const std::string why = status.ToString();
     const bool too_high = why.find("too high") != std::string::npos;
+    const bool too_small = why.find("smaller than required") != std::string::npos;
     core::detail::throw_error(
         __FILE__, __LINE__,
         str("stoker pack-text: training the tokenizer (", o.model_type, ", --vocab-size ",
             o.vocab_size, ") on ", sample.size(), " sentences failed: ", why),
-        too_high ? "the text is too small for this vocabulary: pass a smaller --vocab-size (the "
-                   "largest one SentencePiece accepts is in the message) or more text"
-                 : "check the inputs, or pass --verbose for SentencePiece's log");
+        too_high    ? "the text is too small for this vocabulary: pass a smaller --vocab-size "
+                      "(the largest one SentencePiece accepts is in the message) or more text"
+        : too_small ? "the vocabulary must hold the 256 byte pieces, <unk>, <s>, </s> and every "
+                      "character of the text: pass a larger --vocab-size (the least is the "
+                      "second number in the message)"
+                    : "check the inputs, or pass --verbose for SentencePiece's log");
   }
   SentencePieceTokenizer t;
   const auto loaded = t.sp_->LoadFromSerializedProto(model);

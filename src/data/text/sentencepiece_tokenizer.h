@@ -28,7 +28,6 @@ struct TokenizerTraining {
   int vocab_size = 8000;
   std::string model_type = "bpe";  // or "unigram"
   int64_t sample_sentences = 1'000'000;
-  int threads = 1;
   uint32_t seed = 0;
   bool verbose = false;  // SentencePiece's own log on stderr
 };

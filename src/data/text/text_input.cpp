@@ -84,7 +84,7 @@ std::string check_utf8(std::string_view s, size_t* offset) {
     }
     if (i + len > n) {
       *offset = i;
-      return "invalid UTF-8: a character cut at the end";
+      return str("invalid UTF-8: byte ", byte_hex(c), " begins a character cut short");
     }
     for (size_t k = 1; k < len; ++k) {
       if ((p[i + k] & 0xC0) != 0x80) {
