@@ -6,7 +6,7 @@
 // documents, min/median/max document length and the smallest and largest id (a parallel scan of
 // every id). Opening validates every header, size, pointer and index; --vocab N also checks every
 // id against N; --verify says what was verified and how fast the ids were read (these formats
-// carry no checksums: said so). Errors (exit status 1) name the file and the problem.
+// have no checksums: said so). Errors (exit status 1) name the file and the problem.
 //
 // Thread-safety: call from the main thread.
 #pragma once
