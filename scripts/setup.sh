@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages stoker needs to build and test, and only those that are
-# missing, then the Python modules the interop tests use (numpy, safetensors) for the `python3`
+# missing, then the Python modules the interop tests use (numpy, safetensors, sentencepiece) for the `python3`
 # on PATH, with pip, when they do not import. Idempotent: when everything is present it only
 # asks dpkg and Python (well under 2 s) and touches neither the network nor apt's lists. The CUDA toolkit is NOT installed here: CUDA
 # builds use the toolkit already on the machine (see README.md); without it, stoker builds its
@@ -138,7 +138,7 @@ install_apt() {
 
 # Python modules for the interop tests, installed into the python3 found on PATH (pyenv's on the
 # development machines). Module name = pip package name here.
-PY_MODULES=(numpy safetensors)
+PY_MODULES=(numpy safetensors sentencepiece)  # sentencepiece: pack-text against Python's encoding
 install_python() {
   local py
   py=$(command -v python3 || true)
