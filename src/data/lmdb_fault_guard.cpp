@@ -6,6 +6,8 @@
 #include <lmdb.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -21,9 +23,42 @@ namespace {
 // running a TLS initializer. t_jump is the jump target of the guarded call the thread is in
 // (null: none).
 thread_local sigjmp_buf* t_jump = nullptr;
-thread_local int t_signal = 0;  // SIGSEGV, SIGBUS, or 0 for an assertion
+thread_local int t_signal = 0;  // SIGSEGV, SIGBUS, kLoopSignal, or 0 for an assertion
 thread_local void* t_address = nullptr;
 thread_local char t_assertion[320];
+
+// A damaged page can also send LMDB round a loop that never ends (a binary search over a node
+// count computed from a damaged header): each guarded call runs under a timer of the thread's
+// CPU time that raises kLoopSignal (a real-time signal of the guard's own) past
+// kLoopCpuSeconds, far more than any lookup takes (microseconds; waiting for the disk is not CPU
+// time).
+const int kLoopSignal = SIGRTMIN + 7;
+constexpr int kLoopCpuSeconds = 1;
+
+// This thread's CPU-time timer, made on its first guarded call.
+struct LoopTimer {
+  timer_t id{};
+  bool made = false;
+  bool failed = false;
+  ~LoopTimer() {
+    if (made) timer_delete(id);
+  }
+  void arm(int seconds) {
+    if (!made && !failed) {
+      struct sigevent event {};
+      event.sigev_notify = SIGEV_THREAD_ID;
+      event.sigev_signo = kLoopSignal;
+      event._sigev_un._tid = static_cast<pid_t>(::gettid());
+      made = timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &id) == 0;
+      failed = !made;  // then calls run without the limit
+    }
+    if (!made) return;
+    struct itimerspec spec {};
+    spec.it_value.tv_sec = seconds;
+    timer_settime(id, 0, &spec, nullptr);
+  }
+};
+thread_local LoopTimer t_loop_timer;
 
 struct sigaction g_previous_segv {};
 struct sigaction g_previous_bus {};
@@ -64,6 +99,16 @@ void on_fault(int sig, siginfo_t* info, void* context) {
   chain(sig, info, context);
 }
 
+void on_loop_timer(int sig, siginfo_t* /*info*/, void* /*context*/) {
+  // Not inside a guarded call (the timer fired as the call returned): nothing to stop.
+  if (t_jump == nullptr) return;
+  sigjmp_buf* const jump = t_jump;
+  t_jump = nullptr;
+  t_signal = sig;
+  t_address = nullptr;
+  siglongjmp(*jump, 1);
+}
+
 void install_handlers() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -77,6 +122,11 @@ void install_handlers() {
     sigemptyset(&action.sa_mask);
     sigaction(SIGSEGV, &action, nullptr);
     sigaction(SIGBUS, &action, nullptr);
+    struct sigaction loop {};
+    loop.sa_sigaction = on_loop_timer;
+    loop.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&loop.sa_mask);
+    sigaction(kLoopSignal, &loop, nullptr);
   });
 }
 
@@ -96,6 +146,10 @@ void on_assertion(MDB_env* /*env*/, const char* message) {
 
 std::string describe_fault() {
   if (t_signal == 0) return core::detail::str("LMDB assertion: ", t_assertion);
+  if (t_signal == kLoopSignal) {
+    return core::detail::str("LMDB was stopped after ", kLoopCpuSeconds,
+                             " s of CPU time in one call: a loop");
+  }
   char address[32];
   std::snprintf(address, sizeof address, "%p", t_address);
   return core::detail::str(
@@ -112,14 +166,19 @@ bool run_lmdb_guarded(void (*fn)(void*), void* arg, std::string* why) {
   // savemask = 1: the jump from the handler restores the signal mask (unblocks the signal).
   if (sigsetjmp(jump, 1) != 0) {
     t_jump = outer;
+    if (outer == nullptr) t_loop_timer.arm(0);
     if (why != nullptr) *why = describe_fault();
     return false;
   }
   t_jump = &jump;
+  if (outer == nullptr) t_loop_timer.arm(kLoopCpuSeconds);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   fn(arg);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+  // t_jump first: a timer that fires in between finds no call to stop.
   t_jump = outer;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (outer == nullptr) t_loop_timer.arm(0);
   return true;
 }
 

@@ -7,8 +7,11 @@
 // abort()). None of these comes back as an error code. So every LMDB call of the readers runs
 // under this guard: a SIGSEGV or SIGBUS raised by the kernel in the calling thread while it is
 // inside a guarded call, or an LMDB assertion there, jumps back out of LMDB and the call reports
-// the fault instead. The caller then treats the database (or the record) as damaged and renews
-// its read transaction.
+// the fault instead. A damaged page can also make LMDB loop forever (a binary search over a node
+// count computed from a damaged header): a guarded call is stopped the same way after 1 s of the
+// thread's CPU time (a timer of the thread's CPU clock raising SIGRTMIN + 7), far more than any
+// lookup takes. The caller then treats the database (or the record) as damaged and renews its
+// read transaction.
 //
 // Scope: the signal handler is installed once per process, on first use. A fault outside a
 // guarded call, in another thread, or raised with kill() is not ours: it goes to the handler
@@ -26,8 +29,9 @@ struct MDB_env;
 namespace stoker::data::detail {
 
 // Runs fn(arg). Returns true when it returned; false when a SIGSEGV/SIGBUS or an LMDB assertion
-// interrupted it, with "SIGBUS (bus error) reading address 0x..." or "LMDB assertion: ..." in
-// *why (when not null). fn must run C code only (LMDB calls): a fault jumps over its frames
+// interrupted it, or it ran for 1 s of CPU time, with "SIGBUS (bus error) reading address
+// 0x...", "LMDB assertion: ..." or "LMDB was stopped after 1 s of CPU time ..." in *why (when
+// not null). fn must run C code only (LMDB calls): a fault jumps over its frames
 // without running destructors, and leaves whatever it was doing half done.
 bool run_lmdb_guarded(void (*fn)(void*), void* arg, std::string* why);
 
