@@ -5,6 +5,7 @@
 // naming FILE:LINE and the flag that fixes them.
 #include <gtest/gtest.h>
 #include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
 #include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
@@ -325,6 +326,26 @@ TEST(PackText, BadInputsAndOutputsAreRefusedBeforeAnyWork) {
   e = error_of([&] { pack_text({kKjv}, dir / "o", trained(100)); });  // < 256 byte pieces
   EXPECT_NE(e.find("larger --vocab-size"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(dir / "o"));
+  // A document longer than --max-document-bytes.
+  PackTextOptions small = trained(300);
+  small.max_document_bytes = 100;
+  e = error_of([&] { pack_text({kKjv}, dir / "o", small); });
+  EXPECT_NE(e.find("kjv-genesis-exodus.txt:3: a document longer than 100 bytes"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("--max-document-bytes"), std::string::npos) << e;
+  // A model without </s> (trained here by SentencePiece itself).
+  ASSERT_TRUE(sentencepiece::SentencePieceTrainer::Train(
+                  "--input=" + kKjv.string() + " --model_prefix=" + (dir / "noeos").string() +
+                  " --vocab_size=300 --eos_id=-1 --minloglevel=2")
+                  .ok());
+  PackTextOptions noeos = quiet_options();
+  noeos.tokenizer = dir / "noeos.model";
+  e = error_of([&] { pack_text({dir / "a.txt"}, dir / "o", noeos); });
+  EXPECT_NE(e.find("has no end-of-sequence piece"), std::string::npos) << e;
+  EXPECT_NE(e.find("--no-eos"), std::string::npos) << e;
+  noeos.eos = false;
+  EXPECT_EQ(pack_text({dir / "a.txt"}, dir / "o", noeos).documents, 1);
+  fs::remove_all(dir / "o");
   // A tokenizer that is not a model.
   PackTextOptions o = quiet_options();
   o.tokenizer = dir / "a.txt";
