@@ -42,6 +42,10 @@ expect_error() {
 grep -q "packed 180 documents" "$dir/out.txt" || fail "kjv: $(cat "$dir/out.txt")"
 [ "$(ls "$dir/kjv" | tr '\n' ' ')" = "tokenizer.model tokens.bin tokens.idx tokens.manifest.json " ] ||
   fail "kjv holds: $(ls "$dir/kjv")"
+# stoker's own reader (TokenCorpus) takes it too, every id below the vocabulary.
+"$stoker" info "$dir/kjv/tokens.idx" --verify --vocab 2000 > "$dir/out.txt" ||
+  fail "stoker info: $(cat "$dir/out.txt")"
+grep -q "documents: 180" "$dir/out.txt" || fail "stoker info: $(cat "$dir/out.txt")"
 py=$(command -v python3 || true)
 if [ -n "$py" ] && "$py" -c "import numpy" 2> /dev/null; then
   "$py" "$check" "$dir/kjv/tokens" "$dir/kjv/tokenizer.model" "$kjv" || fail "Megatron reader"
