@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <iterator>
 #include <mutex>
 
 #include "stoker/core/error.h"
@@ -60,12 +61,16 @@ struct LoopTimer {
 };
 thread_local LoopTimer t_loop_timer;
 
-struct sigaction g_previous_segv {};
-struct sigaction g_previous_bus {};
+// The faults a damaged page can cause inside LMDB (SIGFPE: a page size of 0 read from a damaged
+// meta page divides by zero in mdb_env_open), and the handlers that were there before ours.
+constexpr int kFaultSignals[] = {SIGSEGV, SIGBUS, SIGFPE};
+struct sigaction g_previous[std::size(kFaultSignals)] = {};
 
 // A fault that is not ours: what would have happened without the guard.
 void chain(int sig, siginfo_t* info, void* context) {
-  const struct sigaction& previous = sig == SIGSEGV ? g_previous_segv : g_previous_bus;
+  size_t k = 0;
+  while (k + 1 < std::size(kFaultSignals) && kFaultSignals[k] != sig) ++k;
+  const struct sigaction& previous = g_previous[k];
   if ((previous.sa_flags & SA_SIGINFO) != 0 && previous.sa_sigaction != nullptr) {
     previous.sa_sigaction(sig, info, context);
     return;
@@ -114,14 +119,14 @@ void install_handlers() {
   std::call_once(once, [] {
     // The previous handlers are read before ours goes in, so a fault in another thread in
     // between never finds them unset.
-    sigaction(SIGSEGV, nullptr, &g_previous_segv);
-    sigaction(SIGBUS, nullptr, &g_previous_bus);
+    for (size_t k = 0; k < std::size(kFaultSignals); ++k) {
+      sigaction(kFaultSignals[k], nullptr, &g_previous[k]);
+    }
     struct sigaction action {};
     action.sa_sigaction = on_fault;
     action.sa_flags = SA_SIGINFO | SA_ONSTACK;  // the alternate stack, where a thread has one
     sigemptyset(&action.sa_mask);
-    sigaction(SIGSEGV, &action, nullptr);
-    sigaction(SIGBUS, &action, nullptr);
+    for (const int sig : kFaultSignals) sigaction(sig, &action, nullptr);
     struct sigaction loop {};
     loop.sa_sigaction = on_loop_timer;
     loop.sa_flags = SA_SIGINFO | SA_ONSTACK;
@@ -152,6 +157,7 @@ std::string describe_fault() {
   }
   char address[32];
   std::snprintf(address, sizeof address, "%p", t_address);
+  if (t_signal == SIGFPE) return "SIGFPE (arithmetic exception: a division by zero)";
   return core::detail::str(
       t_signal == SIGBUS ? "SIGBUS (bus error)" : "SIGSEGV (segmentation fault)",
       " reading address ", address);
