@@ -209,8 +209,12 @@ void lmdb_damages(const fs::path& dir) {
   write(dir / "leaf_node_size", damages({{6, 2050, 0x7F}, {7, 3000, 0x80}}));
   write(dir / "meta_root_moved", damages({{0, 128, 0x03}, {1, 128, 0x03}}));
   write(dir / "meta_depth", damages({{0, 94, 0x09}, {1, 94, 0x09}}));
-  write(dir / "many_pages", damages({{8, 12, 0x11}, {9, 10, 0x04}, {10, 12, 0x00}, {11, 8, 0x01},
-                                     {12, 20, 0xFF}, {13, 4000, 0x00}}));
+  write(dir / "many_pages", damages({{8, 12, 0x11},
+                                     {9, 10, 0x04},
+                                     {10, 12, 0x00},
+                                     {11, 8, 0x01},
+                                     {12, 20, 0xFF},
+                                     {13, 4000, 0x00}}));
 }
 
 }  // namespace
