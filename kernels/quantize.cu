@@ -5,8 +5,8 @@
 // memory would serialize them). Arithmetic from ops/quantize_math.h, the CPU reference's:
 // identical codes.
 #include "kernel_util.cuh"
-#include "ops/quantize_backend.h"
 #include "ops/quantize_math.h"
+#include "ops/quantize_stubs.h"
 #include "stoker/ops/quantize.h"
 
 namespace stoker::ops::cuda {
@@ -85,8 +85,6 @@ Map to_map(const float* map) {
   return m;
 }
 
-}  // namespace
-
 void quantize_blockwise(const Tensor& codes, const Tensor& absmax, const Tensor& x, bool is_signed,
                         int64_t block) {
   const Device d = x.device();
@@ -110,5 +108,10 @@ void dequantize_blockwise(const Tensor& out, const Tensor& codes, const Tensor& 
       to_map(dynamic_map(is_signed).data()));
   STOKER_CUDA_CHECK(cudaGetLastError());
 }
+
+}  // namespace
+
+STOKER_REGISTER_STUB(quantize_blockwise, quantize_blockwise);
+STOKER_REGISTER_STUB(dequantize_blockwise, dequantize_blockwise);
 
 }  // namespace stoker::ops::cuda

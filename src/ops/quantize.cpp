@@ -5,9 +5,8 @@
 #include <limits>
 #include <vector>
 
-#include "ops/backend.h"
-#include "ops/quantize_backend.h"
 #include "ops/quantize_math.h"
+#include "ops/quantize_stubs.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {
@@ -160,7 +159,7 @@ void quantize_blockwise(const Tensor& codes, const Tensor& absmax, const Tensor&
   check_block("quantize_blockwise", block);
   check_quantized("quantize_blockwise", codes, absmax, x, block);
   if (x.numel() == 0) return;
-  STOKER_DISPATCH(x.device(), quantize_blockwise, codes, absmax, x, is_signed, block);
+  quantize_blockwise_stub(x.device(), codes, absmax, x, is_signed, block);
 }
 
 void dequantize_blockwise(const Tensor& out, const Tensor& codes, const Tensor& absmax,
@@ -168,7 +167,7 @@ void dequantize_blockwise(const Tensor& out, const Tensor& codes, const Tensor& 
   check_block("dequantize_blockwise", block);
   check_quantized("dequantize_blockwise", codes, absmax, out, block);
   if (out.numel() == 0) return;
-  STOKER_DISPATCH(out.device(), dequantize_blockwise, out, codes, absmax, is_signed, block);
+  dequantize_blockwise_stub(out.device(), out, codes, absmax, is_signed, block);
 }
 
 namespace detail {

@@ -4,11 +4,13 @@
 #include <cmath>
 
 #include "ops/cpu/parallel.h"
-#include "ops/quantize_backend.h"
 #include "ops/quantize_math.h"
+#include "ops/quantize_stubs.h"
 #include "stoker/ops/quantize.h"
 
 namespace stoker::ops::cpu {
+
+namespace {
 
 void quantize_blockwise(const Tensor& codes, const Tensor& absmax, const Tensor& x, bool is_signed,
                         int64_t block) {
@@ -41,5 +43,10 @@ void dequantize_blockwise(const Tensor& out, const Tensor& codes, const Tensor& 
     for (int64_t i = s; i < e; ++i) o[i] = map[cs[i]] * am[i / block];
   });
 }
+
+}  // namespace
+
+STOKER_REGISTER_STUB(quantize_blockwise, quantize_blockwise);
+STOKER_REGISTER_STUB(dequantize_blockwise, dequantize_blockwise);
 
 }  // namespace stoker::ops::cpu
