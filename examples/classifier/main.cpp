@@ -87,6 +87,7 @@ struct Args {
   // Channels-last: tensor cores on the GPU; on the CPU one large GEMM per conv chunk.
   std::string layout = "nhwc";
   int threads = 0;
+  double stall_timeout = 300;  // seconds without a batch before the loader gives up
   bool diagnostics = false;
   std::string device = "auto";
   bool synthetic = false;
@@ -206,6 +207,7 @@ data::LoaderOptions loader_options(const Args& a, Device device, Layout layout, 
   data::LoaderOptions o;
   o.batch_size = a.batch;
   o.threads = a.threads;
+  o.stall_timeout_s = a.stall_timeout;
   o.transform.train = train_split;
   o.transform.output_size = a.image_size;
   o.transform.seed = a.seed;
@@ -599,9 +601,6 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   // Room for the weights at the end, checked before the first step (not after the whole run).
   if (main_rank && !a.run.save.empty())
     train::check_space_for_weights(*model, a.run.save, "--save");
-  // Room for the weights at the end, checked before the first step (not after the whole run).
-  if (main_rank && !a.run.save.empty())
-    train::check_space_for_weights(*model, a.run.save, "--save");
   const train::FitResult fit = trainer.fit(train_loader, a.epochs, val_loader.get());
   // Stopped by a signal (--stop-signals): where it stands and how to continue; no --save.
   if (const int status = a.run.stopped(fit, "stoker_classifier", main_rank)) return status;
@@ -713,6 +712,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "loader decode threads (0 = autotuned)")
       ->check(in_range(0, 1024))
       ->capture_default_str();
+  app.add_option("--stall-timeout", a.stall_timeout,
+                 "seconds the loader may go without a batch before it stops the run (slow storage)")
+      ->check(positive())
+      ->capture_default_str();
   app.add_flag("--diagnostics", a.diagnostics, "time step phases; print breakdown and verdict");
   app.add_flag("--fuse-bn-relu,!--no-fuse-bn-relu", a.fuse_bn_relu,
                "fuse each batch norm with the ReLU after it, and each residual block's tail "
@@ -777,7 +780,8 @@ int main(int argc, char** argv) {
   // The library's messages in this program's words (its flags, not the C++ options).
   stoker::program::FlagNames flag_names{{", enable clip_grad_norm", ""},
                                         {"LoaderOptions::threads (`--threads`)", "--threads"},
-                                        {"LoaderOptions::threads", "--threads"}};
+                                        {"LoaderOptions::threads", "--threads"},
+                                        {"LoaderOptions::stall_timeout_s", "--stall-timeout"}};
   for (auto& n : stoker::program::trainer_flag_names()) flag_names.push_back(std::move(n));
   return stoker::program::run("stoker_classifier", app, argc, argv, flag_names, [&] {
     // The ResNets are ImageNet models: 224x224 crops unless told otherwise.

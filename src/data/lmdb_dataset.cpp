@@ -44,7 +44,8 @@ void lmdb_check(int rc, const char* call, const std::filesystem::path& path) {
   if (rc == MDB_READERS_FULL)
     hint = "more Readers than reader slots: raise LmdbOptions::max_readers";
   if (rc == EACCES)
-    hint = "the folder is read-only: open with LmdbOptions::no_lock (no writer may run)";
+    hint = "the folder is read-only and holds no usable lock.mdb: copy the database to a folder "
+           "you can write, or let its owner run `stoker info` on it once";
   fail(__FILE__, __LINE__, str("LMDB ", call, " failed on ", path.string(), ": ", mdb_strerror(rc)),
        hint);
 }
@@ -277,6 +278,13 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
            str(data_file.string(), " (", file_bytes_,
                " bytes) is truncated or damaged: LMDB cannot open it (", mdb_strerror(rc), ")"),
            kDamagedHint);
+    }
+    // A read-only folder (a shared dataset mount, EROFS; another user's files, EACCES) has no
+    // room for LMDB's lock file. A database written by `stoker pack` is never written again
+    // (the packer builds it under a temporary name and renames it), so its readers need no lock.
+    if ((rc == EACCES || rc == EROFS) && (flags & MDB_NOLOCK) == 0) {
+      flags |= MDB_NOLOCK;
+      continue;
     }
     if (rc != ENOMEM || attempt > 0) lmdb_check(rc, "mdb_env_open", path_);
   }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -504,6 +505,59 @@ TEST(LmdbImageDataset, MissingRecord) {
   LmdbImageDataset ds(path);
   auto reader = ds.reader();
   expect_error([&] { reader.read(4); }, "record missing");
+}
+
+// A database on a read-only folder (a shared dataset mount; another user's files) has no room for
+// LMDB's lock file: it opens without one (a packed database is never written again) instead of
+// failing with a hint to set a C++ option. Checked in a child that cannot write the folder: an
+// unprivileged user when the test runs as root.
+TEST(LmdbImageDataset, AReadOnlyFolderOpensWithoutALockFile) {
+  test::TempDir dir;
+  const auto db = dir / "db";
+  pack_synth({.samples = 24, .classes = 2, .size = 32, .seed = 3}, db, kQuiet);
+  std::filesystem::remove(db / "lock.mdb");
+  namespace fs = std::filesystem;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(db / "data.mdb", fs::perms::owner_read | fs::perms::group_read |
+                                       fs::perms::others_read);
+  fs::permissions(db, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                          fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    auto report = [&](const std::string& text, int code) {
+      [[maybe_unused]] const ssize_t n = ::write(pipe_fds[1], text.data(), text.size());
+      ::_exit(code);
+    };
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0))
+      report("cannot drop to an unprivileged user", 77);
+    if (::access(db.c_str(), W_OK) == 0) report("the folder is still writable", 77);
+    try {
+      LmdbImageDataset ds(db);
+      LmdbImageDataset::Reader reader(ds);
+      const SampleView v = reader.read(5);
+      report(str("opened: ", ds.size(), " samples, label ", v.label), ds.size() == 24 ? 0 : 2);
+    } catch (const Error& e) {
+      report(str(e.message(), " | hint: ", e.hint()), 1);
+    }
+    report("unexpected exception", 3);
+  }
+  ::close(pipe_fds[1]);
+  std::string said;
+  char buf[512];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) said.append(buf, n);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  fs::permissions(db, fs::perms::owner_all);
+  ASSERT_TRUE(WIFEXITED(status)) << said;
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << said;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << said;
+  EXPECT_FALSE(fs::exists(db / "lock.mdb"));
 }
 
 }  // namespace
