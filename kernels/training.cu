@@ -7,8 +7,8 @@
 // test, for one, would not hold as an fma).
 #include "kernel_util.cuh"
 #include "multi_tensor.cuh"
-#include "ops/training_backend.h"
 #include "ops/training_math.h"
+#include "ops/training_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -73,5 +73,10 @@ void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step
       step_device.defined() ? static_cast<const int64_t*>(step_device.data()) : nullptr);
   STOKER_CUDA_CHECK(cudaGetLastError());
 }
+
+STOKER_REGISTER_STUB(clip_by_total_norm, clip_by_total_norm);
+STOKER_REGISTER_STUB(unscale_and_check, unscale_and_check);
+STOKER_REGISTER_STUB(update_scale, update_scale);
+STOKER_REGISTER_STUB(loss_monitor_update, loss_monitor_update);
 
 }  // namespace stoker::ops::cuda

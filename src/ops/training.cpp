@@ -3,8 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/backend.h"
-#include "ops/training_backend.h"
+#include "ops/training_stubs.h"
 #include "ops/validate.h"
 #include "stoker/core/stream.h"
 
@@ -23,7 +22,7 @@ void clip_by_total_norm(std::span<const Tensor> xs, const Tensor& total_norm, fl
   }
   if (xs.empty()) return;
   detail::check_backend("clip_by_total_norm", total_norm);
-  STOKER_DISPATCH(total_norm.device(), clip_by_total_norm, xs, total_norm, max_norm);
+  clip_by_total_norm_stub(total_norm.device(), xs, total_norm, max_norm);
 }
 
 void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,
@@ -42,7 +41,7 @@ void unscale_and_check(std::span<const Tensor> grads, const Tensor& scale,
   }
   detail::check_backend("unscale_and_check", scale);
   if (grads.empty()) return;
-  STOKER_DISPATCH(scale.device(), unscale_and_check, grads, scale, found_inf);
+  unscale_and_check_stub(scale.device(), grads, scale, found_inf);
 }
 
 void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_inf,
@@ -61,7 +60,7 @@ void update_scale(const Tensor& scale, const Tensor& state, const Tensor& found_
                u.growth_interval, "), hysteresis >= 1 (", u.hysteresis, "), min_scale >= 0 (",
                u.min_scale, ")");
   detail::check_backend("update_scale", scale);
-  STOKER_DISPATCH(scale.device(), update_scale, scale, state, found_inf, u);
+  update_scale_stub(scale.device(), scale, state, found_inf, u);
 }
 
 Tensor loss_monitor_create(Device device) {
@@ -84,7 +83,7 @@ void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step
                                  step_device.device() == monitor.device()),
       "ops::loss_monitor_update: step_device is ", step_device.str(),
       "; expected a rank-0 i64 tensor on ", monitor.device().str());
-  STOKER_DISPATCH(monitor.device(), loss_monitor_update, monitor, loss, step, step_device);
+  loss_monitor_update_stub(monitor.device(), monitor, loss, step, step_device);
 }
 
 LossMonitorState loss_monitor_read(const Tensor& monitor, bool reset) {

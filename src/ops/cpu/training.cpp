@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "ops/cpu/parallel.h"
-#include "ops/training_backend.h"
 #include "ops/training_math.h"
+#include "ops/training_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -58,5 +58,10 @@ void loss_monitor_update(const Tensor& monitor, const Tensor& loss, int64_t step
   detail::loss_monitor_fold(*static_cast<LossMonitorState*>(monitor.data()),
                             *static_cast<const float*>(loss.data()), step);
 }
+
+STOKER_REGISTER_STUB(clip_by_total_norm, clip_by_total_norm);
+STOKER_REGISTER_STUB(unscale_and_check, unscale_and_check);
+STOKER_REGISTER_STUB(update_scale, update_scale);
+STOKER_REGISTER_STUB(loss_monitor_update, loss_monitor_update);
 
 }  // namespace stoker::ops::cpu
