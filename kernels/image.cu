@@ -2,7 +2,7 @@
 // (NCHW: three planes, coalesced within each plane; NHWC: interleaved). Same constants and fmaf
 // as the CPU reference, so results are bit-identical.
 #include "kernel_util.cuh"
-#include "ops/image_backend.h"
+#include "ops/image_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -47,5 +47,7 @@ void normalize_images(const Tensor& out, const Tensor& in, const std::array<floa
   });
   STOKER_CUDA_CHECK(cudaGetLastError());
 }
+
+STOKER_REGISTER_STUB(normalize_images, normalize_images);
 
 }  // namespace stoker::ops::cuda

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "ops/cpu/parallel.h"
-#include "ops/image_backend.h"
+#include "ops/image_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -51,5 +51,7 @@ void normalize_images(const Tensor& out, const Tensor& in, const std::array<floa
     });
   });
 }
+
+STOKER_REGISTER_STUB(normalize_images, normalize_images);
 
 }  // namespace stoker::ops::cpu
