@@ -35,7 +35,7 @@
 #include <cstdint>
 
 #include "kernel_util.cuh"
-#include "ops/flash_attention_backend.h"
+#include "ops/flash_attention_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -598,5 +598,8 @@ void flash_attention_backward(const Tensor& dqkv, const Tensor& dout, const Tens
     STOKER_CUDA_CHECK(cudaGetLastError());
   });
 }
+
+STOKER_REGISTER_STUB(flash_attention_forward, flash_attention_forward);
+STOKER_REGISTER_STUB(flash_attention_backward, flash_attention_backward);
 
 }  // namespace stoker::ops::cuda

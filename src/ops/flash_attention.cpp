@@ -7,13 +7,10 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "ops/flash_attention_stubs.h"
 #include "ops/validate.h"
 #include "stoker/core/error.h"
 #include "stoker/core/op_listener.h"
-
-#if STOKER_WITH_CUDA
-#include "ops/flash_attention_backend.h"
-#endif
 
 namespace stoker::ops {
 
@@ -96,7 +93,7 @@ void flash_attention_forward(const Tensor& out, const Tensor& lse, const Tensor&
   check_tensor(op, "lse", lse, qkv, DType::f32, {s.b, s.h, s.t}, "[B, H, T]");
 #if STOKER_WITH_CUDA
   const core::OpScope scope(op, qkv.device(), attention_cost(s, 1.0, {&out, &lse, &qkv}));
-  cuda::flash_attention_forward(out, lse, qkv, s.b, s.t, s.h, softmax_scale());
+  flash_attention_forward_stub.fn(qkv.device())(out, lse, qkv, s.b, s.t, s.h, softmax_scale());
 #endif
 }
 
@@ -112,7 +109,8 @@ void flash_attention_backward(const Tensor& dqkv, const Tensor& dout, const Tens
   const Tensor delta = Tensor::empty({s.b, s.h, s.t}, DType::f32, qkv.device());
   const core::OpScope scope(op, qkv.device(),
                             attention_cost(s, 2.5, {&dqkv, &dout, &qkv, &out, &lse}));
-  cuda::flash_attention_backward(dqkv, dout, qkv, out, lse, delta, s.b, s.t, s.h, softmax_scale());
+  flash_attention_backward_stub.fn(qkv.device())(dqkv, dout, qkv, out, lse, delta, s.b, s.t, s.h,
+                                                 softmax_scale());
 #endif
 }
 
