@@ -4,7 +4,8 @@
 #include <algorithm>
 
 #include "kernel_util.cuh"
-#include "ops/fp8_backend.h"
+#include "ops/fp8_math.h"
+#include "ops/fp8_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -251,5 +252,10 @@ void fp8_update_scale(const Tensor& scale, const Tensor& history, const Tensor& 
       static_cast<const float*>(amax.data()), core::fp8_max(format), margin);
   STOKER_CUDA_CHECK(cudaGetLastError());
 }
+
+STOKER_REGISTER_STUB(fp8_quantize, fp8_quantize);
+STOKER_REGISTER_STUB(fp8_dequantize, fp8_dequantize);
+STOKER_REGISTER_STUB(fp8_cast_transpose, fp8_cast_transpose);
+STOKER_REGISTER_STUB(fp8_update_scale, fp8_update_scale);
 
 }  // namespace stoker::ops::cuda

@@ -53,8 +53,8 @@ class DispatchStub<R(A...)> {
   }
 
   R operator()(Device device, A... args) const {
-    return detail::profiled_call(name_, device, [&]() -> R { return fn(device)(args...); },
-                                 args...);
+    return detail::profiled_call(
+        name_, device, [&]() -> R { return fn(device)(args...); }, args...);
   }
 
  private:
@@ -74,16 +74,16 @@ class DispatchStub<R(A...)> {
 // At namespace stoker::ops scope of src/ops/<family>_stubs.h: declares op `name` with its
 // signature (a function type, parameter names welcome) once for every backend: the type
 // name_fn, the slots cpu::name_impl and cuda::name_impl, and the stub name_stub.
-#define STOKER_DECLARE_STUB(name, ...)                   \
-  using name##_fn = __VA_ARGS__;                         \
-  namespace cpu {                                        \
-  extern name##_fn* const name##_impl;                   \
-  }                                                      \
-  namespace cuda {                                       \
-  extern name##_fn* const name##_impl;                   \
-  }                                                      \
-  inline constexpr DispatchStub<name##_fn> name##_stub { \
-    #name, &cpu::name##_impl, STOKER_DETAIL_CUDA_SLOT(name) \
+#define STOKER_DECLARE_STUB(name, ...)                      \
+  using name##_fn = __VA_ARGS__;                            \
+  namespace cpu {                                           \
+  extern name##_fn* const name##_impl;                      \
+  }                                                         \
+  namespace cuda {                                          \
+  extern name##_fn* const name##_impl;                      \
+  }                                                         \
+  inline constexpr DispatchStub<name##_fn> name##_stub {    \
+#name, &cpu::name##_impl, STOKER_DETAIL_CUDA_SLOT(name) \
   }
 
 // The same for an op that only the CUDA backend implements (its front end rejects CPU tensors).
@@ -93,7 +93,7 @@ class DispatchStub<R(A...)> {
   extern name##_fn* const name##_impl;                   \
   }                                                      \
   inline constexpr DispatchStub<name##_fn> name##_stub { \
-    #name, nullptr, STOKER_DETAIL_CUDA_SLOT(name)        \
+#name, nullptr, STOKER_DETAIL_CUDA_SLOT(name)        \
   }
 
 // Inside namespace stoker::ops::cpu or stoker::ops::cuda of the backend's own file, after the

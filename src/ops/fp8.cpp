@@ -1,8 +1,7 @@
 // Public FP8 ops: validation, then dispatch (ops/fp8.h).
 #include "stoker/ops/fp8.h"
 
-#include "ops/backend.h"
-#include "ops/fp8_backend.h"
+#include "ops/fp8_stubs.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {
@@ -30,21 +29,21 @@ void fp8_quantize(const Tensor& codes, const Tensor& x, const Tensor& scale, Fp8
   check_codes("fp8_quantize", codes, x, "x");
   check_scalar("fp8_quantize", "scale", scale, x);
   if (x.numel() == 0) return;
-  STOKER_DISPATCH(x.device(), fp8_quantize, codes, x, scale, format);
+  fp8_quantize_stub(x.device(), codes, x, scale, format);
 }
 
 void fp8_dequantize(const Tensor& y, const Tensor& codes, const Tensor& scale, Fp8Format format) {
   check_codes("fp8_dequantize", codes, y, "y");
   check_scalar("fp8_dequantize", "scale", scale, y);
   if (y.numel() == 0) return;
-  STOKER_DISPATCH(y.device(), fp8_dequantize, y, codes, scale, format, false);
+  fp8_dequantize_stub(y.device(), y, codes, scale, format, false);
 }
 
 void fp8_dequantize(const Tensor& y, const Fp8Tensor& x) {
   check_codes("fp8_dequantize", x.codes, y, "y");
   check_scalar("fp8_dequantize", "scale_inv", x.scale_inv, y);
   if (y.numel() == 0) return;
-  STOKER_DISPATCH(y.device(), fp8_dequantize, y, x.codes, x.scale_inv, x.format, true);
+  fp8_dequantize_stub(y.device(), y, x.codes, x.scale_inv, x.format, true);
 }
 
 void fp8_cast_transpose(const Fp8CastOutputs& out, const Tensor& x, const Tensor& scale,
@@ -70,7 +69,7 @@ void fp8_cast_transpose(const Fp8CastOutputs& out, const Tensor& x, const Tensor
   };
   check_out(out.codes, "out.codes", r, c);
   check_out(out.codes_t, "out.codes_t", c, r);
-  STOKER_DISPATCH(x.device(), fp8_cast_transpose, out, x, scale, format);
+  fp8_cast_transpose_stub(x.device(), out, x, scale, format);
 }
 
 void fp8_update_scale(const Tensor& scale, const Tensor& history, const Tensor& amax,
@@ -85,7 +84,7 @@ void fp8_update_scale(const Tensor& scale, const Tensor& history, const Tensor& 
   check_scalar(op, "amax", amax, history);
   STOKER_CHECK(margin >= 0 && margin < 64, "ops::", op, ": margin ", margin,
                " must be in [0, 64) (the scale is divided by 2^margin)");
-  STOKER_DISPATCH(history.device(), fp8_update_scale, scale, history, amax, format, margin);
+  fp8_update_scale_stub(history.device(), scale, history, amax, format, margin);
 }
 
 }  // namespace stoker::ops

@@ -4,8 +4,7 @@
 
 #include <atomic>
 
-#include "ops/backend.h"
-#include "ops/fp8_backend.h"
+#include "ops/fp8_stubs.h"
 #include "ops/validate.h"
 #include "stoker/ops/copy.h"
 
@@ -109,8 +108,8 @@ void gemm_fp8(const Tensor& c, const Fp8Tensor& a, const Fp8Tensor& b, const Gem
 #if STOKER_WITH_CUDA
   if (c.device().is_cuda() && k > 0 &&
       detail::profiled_call(
-          "gemm_fp8", c.device(), [&] { return cuda::gemm_fp8(c, a, b, o); }, c, a.codes, b.codes,
-          o))
+          "gemm_fp8", c.device(), [&] { return gemm_fp8_stub.fn(c.device())(c, a, b, o); }, c,
+          a.codes, b.codes, o))
     return;
 #endif
   gemm_fp8_reference(c, a, b, o);

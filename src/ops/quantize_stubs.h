@@ -12,8 +12,8 @@ namespace stoker::ops {
 
 STOKER_DECLARE_STUB(quantize_blockwise, void(const Tensor& codes, const Tensor& absmax,
                                              const Tensor& x, bool is_signed, int64_t block));
-STOKER_DECLARE_STUB(dequantize_blockwise, void(const Tensor& out, const Tensor& codes,
-                                               const Tensor& absmax, bool is_signed,
-                                               int64_t block));
+STOKER_DECLARE_STUB(dequantize_blockwise,
+                    void(const Tensor& out, const Tensor& codes, const Tensor& absmax,
+                         bool is_signed, int64_t block));
 
 }  // namespace stoker::ops

@@ -59,7 +59,7 @@
 #include "core/cuda_util.h"
 #include "ops/attention_backend.h"
 #include "ops/backend.h"
-#include "ops/fp8_backend.h"
+#include "ops/fp8_stubs.h"
 #include "ops/nn_math.h"
 #include "stoker/ops/gemm.h"
 
@@ -797,5 +797,7 @@ bool gemm_fp8(const Tensor& c, const Fp8Tensor& a, const Fp8Tensor& b, const Gem
                         b.scale_inv.data()};
   return run_gemm(c, a.codes, b.codes, 1, o, &fp8);
 }
+
+STOKER_REGISTER_STUB(gemm_fp8, gemm_fp8);
 
 }  // namespace stoker::ops::cuda
