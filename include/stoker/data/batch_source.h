@@ -25,6 +25,10 @@ struct Batch {
   Tensor input;   // on the source's device
   Tensor target;  // on the source's device
   int64_t size = 0;
+  // Token sources with document masks only (SequenceBatches): each input token's position in
+  // its document and its document's index, [B, T]; undefined otherwise.
+  Tensor positions;
+  Tensor documents;
 };
 
 // What a source delivers, as a training checkpoint records it (Trainer::save_checkpoint) and
