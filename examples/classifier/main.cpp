@@ -281,15 +281,16 @@ double time_steps(train::Trainer& t, const data::Batch& batch, int n, Device dev
   return since(t0);
 }
 
-// The bench's Trainer: quiet, no gradient norm, the run's checkpointing and graph flags.
+// The bench's Trainer: quiet, no gradient norm, the run's checkpointing and graph flags (and
+// STOKER_DIAG*: `stoker doctor` steers it, train/environment.h).
 train::TrainerOptions bench_trainer_options(const Args& a, Precision p, dist::GradSync* sync) {
-  return {.precision = p,
-          .log_grad_norm = false,
-          .progress_bar = false,
-          .quiet = true,
-          .activation_checkpoint_every = a.run.activation_checkpoint_every,
-          .grad_sync = sync,
-          .cuda_graph = a.cuda_graph};
+  return train::apply_environment({.precision = p,
+                                   .log_grad_norm = false,
+                                   .progress_bar = false,
+                                   .quiet = true,
+                                   .activation_checkpoint_every = a.run.activation_checkpoint_every,
+                                   .grad_sync = sync,
+                                   .cuda_graph = a.cuda_graph});
 }
 
 int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
@@ -500,7 +501,8 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
     if (a.arch == "small")
       to.run_settings.push_back({"--width", v(a.width), SettingChange::model_shape});
   }
-  train::Trainer trainer(*model, loss, *opt, to);
+  // `stoker doctor -- stoker_classifier ...` steers the run through STOKER_DIAG*.
+  train::Trainer trainer(*model, loss, *opt, train::apply_environment(to));
   const int64_t total_steps = a.epochs * steps_per_epoch;
 
   if (main_rank) {

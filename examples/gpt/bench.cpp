@@ -35,7 +35,7 @@ int run_bench(const Options& o, const BenchSetup& b) {
   train::TrainerOptions topts = b.topts;
   topts.progress_bar = false;
   topts.quiet = true;
-  train::Trainer trainer(b.model, b.loss, b.opt, topts);
+  train::Trainer trainer(b.model, b.loss, b.opt, train::apply_environment(topts));
   const int64_t hi = std::min<int64_t>(b.config.vocab, 50257);
   auto random_ids = [&](const Shape& shape, uint64_t stream) {
     std::vector<int64_t> v(static_cast<size_t>(shape.numel()));

@@ -307,7 +307,8 @@ int run(const Options& o) {
   data::BatchSource& train_source =
       parity_run ? parity_run->record(train_data, config, adamw, device) : train_data;
 
-  train::Trainer trainer(model, loss, opt, topts);
+  // `stoker doctor -- stoker_gpt ...` steers the run through STOKER_DIAG* (train/environment.h).
+  train::Trainer trainer(model, loss, opt, train::apply_environment(topts));
   if (parity_run) parity_run->watch(trainer);
   o.run.resume_run(trainer, root);
   if (val_data && trainer.step() == 0) {

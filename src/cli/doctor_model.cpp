@@ -12,6 +12,7 @@
 #include "stoker/nn/pool.h"
 #include "stoker/ops/random.h"
 #include "stoker/optim/optimizer.h"
+#include "stoker/train/environment.h"
 #include "stoker/train/trainer.h"
 
 namespace stoker::cli::doctor {
@@ -84,7 +85,9 @@ diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& so
   d.print = false;
   d.nvml_library = o.nvml;
   t.diagnostics = d;
-  train::Trainer trainer(*model, loss, opt, t);
+  // The worker (doctor --worker-json) is the user's program of the user-program mode: steered
+  // through STOKER_DIAG* as a program built on the Trainer is (train/environment.h).
+  train::Trainer trainer(*model, loss, opt, train::apply_environment(t));
   const int64_t per_epoch = std::max<int64_t>(1, source.batches_per_epoch());
   const auto r = trainer.fit(source, (o.warmup + o.steps) / per_epoch + 2);
   if (html) *html = trainer.diagnostics()->html(r.diagnosis, {});

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
+#include "stoker/train/trainer.h"
 
 namespace stoker::train {
 
@@ -81,6 +83,48 @@ std::string format_memory_advice(const std::vector<MemoryAdvice>& advice) {
     out += core::detail::str("  ", i + 1, ". ", advice[i].action, " (saves ~",
                              core::format_bytes(advice[i].saves_bytes), ")\n");
   return out;
+}
+
+// The Trainer's report (train/trainer.h): what it holds, and the first step's activation peak.
+MemorySettings Trainer::memory_settings() const {
+  return {
+      .mixed_precision = options_.precision != amp::Precision::fp32,
+      .activation_checkpointing = options_.activation_checkpoint_every > 0,
+      .low_precision_optimizer_state = optimizer_.state_format().dtype != optim::StateDType::f32,
+      .grad_accum_steps = options_.grad_accum_steps};
+}
+
+MemoryReport Trainer::memory_report() const {
+  MemoryReport r;
+  r.device = model_.device();
+  for (const nn::Parameter* p : params_) {
+    r.parameters += p->value().nbytes();
+    if (p->compute_copy().defined()) r.compute_copies += p->compute_copy().nbytes();
+    // The gradient is f32 of the value's shape (read without grad(), which may clear it).
+    if (p->requires_grad) r.gradients += p->value().nbytes();
+  }
+  // By where the state lives: an offloaded optimizer's is host memory, not the device's.
+  optimizer_.flush();  // nothing may still be writing the state read below
+  for (const auto& [name, t] : optimizer_.state())
+    (t.device() == r.device ? r.optimizer_state : r.optimizer_state_host) += t.nbytes();
+  r.input_batch = last_batch_bytes_;
+  r.activations_peak = activations_peak_;
+  r.loader_pinned = core::pinned_memory_stats().current_bytes;
+  r.allocator = core::memory_stats(r.device);
+  return r;
+}
+
+bool Trainer::begin_memory_measure() {
+  if (memory_measured_) return false;
+  core::reset_peak_memory(model_.device());
+  return true;
+}
+
+void Trainer::end_memory_measure(bool measuring) {
+  if (!measuring) return;
+  const core::MemoryStats st = core::memory_stats(model_.device());
+  activations_peak_ = st.peak_bytes > st.current_bytes ? st.peak_bytes - st.current_bytes : 0;
+  memory_measured_ = true;
 }
 
 }  // namespace stoker::train

@@ -1,9 +1,14 @@
 #include "train/step_graph.h"
 
+#include <cstdio>
+
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
+#include "stoker/core/op_listener.h"
 #include "stoker/core/stream.h"
 #include "stoker/ops/copy.h"
+#include "stoker/optim/optimizer.h"
+#include "stoker/train/trainer.h"
 
 namespace stoker::train {
 
@@ -80,6 +85,87 @@ void StepGraph::reset() {
   graph_ = core::CudaGraph();
   static_.clear();
   held_.clear();
+}
+
+void check_graph_options(const TrainerOptions& options, const optim::Optimizer& optimizer,
+                         Device device) {
+  STOKER_CHECK(optimizer.supports_device_lr(), "TrainerOptions::cuda_graph: ", optimizer.describe(),
+               " cannot read its learning rate on the device, which a replayed step needs; use "
+               "SGD, LARS or AdamW with f32 state, or turn the option off");
+  STOKER_CHECK(options.cuda_graph_warmup >= 1, "TrainerOptions: cuda_graph_warmup ",
+               options.cuda_graph_warmup,
+               " must be >= 1 (the first step plans the GEMMs with host syncs, which a capture "
+               "cannot hold)");
+  STOKER_CHECK(device.is_cuda(), "TrainerOptions::cuda_graph: the model is on ", device.str(),
+               "; CUDA graphs need a CUDA device (move the model first, or turn the option off "
+               "for CPU training)");
+}
+
+// The Trainer's step as this graph (TrainerOptions::cuda_graph).
+bool Trainer::graph_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm) {
+  // Eager: the warm-up steps (cuBLASLt plans and autotunes each GEMM shape with host syncs, the
+  // half compute copies are made), a partial accumulation group, an op-timed step (its ops are
+  // timed one by one on the host's side).
+  if (graph_warm_steps_ < options_.cuda_graph_warmup || micro < k ||
+      core::op_listener() != nullptr) {
+    ++graph_warm_steps_;
+    eager_step(batches, micro, k, want_norm);
+    return false;
+  }
+  if (graph_eager_) {  // a captured step kept tensors alive: not replayable (see below)
+    eager_step(batches, micro, k, want_norm);
+    return false;
+  }
+  if (!graph_) {
+    STOKER_CHECK(world_size() == 1, "TrainerOptions::cuda_graph: this job has ", world_size(),
+                 " ranks; the graph step is for one process (turn cuda_graph off for data "
+                 "parallelism)");
+    auto graph = std::make_unique<StepGraph>(model_.device());
+    optimizer_.set_lr_tensor(graph->lr());  // throws for an optimizer that cannot
+    graph_ = std::move(graph);
+  }
+  if (graph_->captured() && !graph_->matches(batches)) {  // another shape: this step eagerly
+    eager_step(batches, micro, k, want_norm);
+    return false;
+  }
+  if (options_.schedule) optimizer_.set_lr(scheduled_lr());
+  const float lr = optimizer_.lr();
+  if (graph_->matches(batches)) {  // the common case: one launch
+    graph_->replay(batches, lr, step_);
+    optimizer_.count_replayed_step();
+    ++step_;
+    return true;
+  }
+  // Capture (the first graph step, or the first after a resume): the norm every step when logs
+  // or clipping want it (a graph cannot choose per step), in a tensor made before the capture.
+  const bool norm = options_.clip_grad_norm > 0.0f || options_.log_grad_norm || want_norm;
+  if (norm) {  // a tensor of the Trainer's own, made outside the capture (see apply_step)
+    const Tensor last = grad_norm_;
+    grad_norm_ = Tensor::zeros({}, DType::f32, model_.device());
+    if (last.defined()) ops::copy(grad_norm_, last);
+  }
+  capturing_ = true;
+  try {
+    graph_->capture_and_run(batches, lr, step_,
+                            [&](std::span<const data::Batch> b) { eager_step(b, k, k, norm); });
+  } catch (...) {
+    capturing_ = false;
+    throw;
+  }
+  capturing_ = false;
+  if (!graph_->held().empty()) {
+    // The step ran (once, from its graph); replaying it would fail. Go on eagerly, once said.
+    std::fprintf(stderr,
+                 "stoker: warning: TrainerOptions::cuda_graph: the captured training step keeps "
+                 "%s that it allocated alive after it ends (a module or loss holding a buffer "
+                 "from one step to the next), so its graph cannot be replayed; training goes on "
+                 "without the graph. Release such tensors by the end of backward, or allocate "
+                 "them once outside the step\n",
+                 graph_->held().c_str());
+    graph_->reset();
+    graph_eager_ = true;
+  }
+  return true;
 }
 
 }  // namespace stoker::train

@@ -18,7 +18,19 @@
 #include "stoker/core/graph.h"
 #include "stoker/data/batch_source.h"
 
+namespace stoker::optim {
+class Optimizer;
+}  // namespace stoker::optim
+
 namespace stoker::train {
+
+struct TrainerOptions;
+
+// TrainerOptions::cuda_graph, refused when the Trainer is built rather than after the warm-up
+// steps: an optimizer that cannot read its learning rate on the device, no warm-up step, a
+// device that is not a CUDA one.
+void check_graph_options(const TrainerOptions& options, const optim::Optimizer& optimizer,
+                         Device device);
 
 class StepGraph {
  public:

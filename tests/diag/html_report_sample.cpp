@@ -76,7 +76,6 @@ int main(int argc, char** argv) try {
   optim::SGD opt(model.named_parameters(), {.lr = 0.05f});
   nn::CrossEntropyLoss loss;
   train::TrainerOptions o{.log_interval = 4, .progress_bar = false, .quiet = true};
-  o.environment_overrides = false;
   o.diagnostics.enabled = true;
   o.diagnostics.warmup_steps = 2;
   o.diagnostics.html_report = out / "fit.html";

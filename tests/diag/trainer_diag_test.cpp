@@ -295,7 +295,8 @@ TEST_F(TrainerDiagTest, BaselineSavedThenComparedAndEnvironmentOverrides) {
   EXPECT_TRUE(cmp->environment_changes.empty()) << cmp->text();
   EXPECT_GE(cmp->metrics.size(), 6u);
 
-  // Environment: STOKER_DIAG turns diagnostics on in an unchanged program; MAX_STEPS cuts it.
+  // Environment: STOKER_DIAG turns diagnostics on in a program that applies the environment
+  // (train::apply_environment); MAX_STEPS cuts it.
   ::setenv("STOKER_DIAG", "1", 1);
   ::setenv("STOKER_DIAG_MAX_STEPS", "3", 1);
   ::setenv("STOKER_DIAG_REPORT_JSON", (dir_ / "env_report.json").c_str(), 1);
@@ -305,7 +306,8 @@ TEST_F(TrainerDiagTest, BaselineSavedThenComparedAndEnvironmentOverrides) {
     auto model = mlp(64, 64, 3);
     stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.05f});
     nn::CrossEntropyLoss loss;
-    Trainer trainer(*model, loss, opt, {.progress_bar = false, .quiet = true});
+    Trainer trainer(*model, loss, opt,
+                    stoker::train::apply_environment({.progress_bar = false, .quiet = true}));
     const auto result = trainer.fit(batches, 5);
     EXPECT_NE(trainer.diagnostics(), nullptr);
     EXPECT_EQ(result.steps, 3);
@@ -346,7 +348,6 @@ TEST_F(TrainerDiagTest, CurvesAndTheHtmlReportOfAFit) {
   stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.05f});
   nn::CrossEntropyLoss loss;
   TrainerOptions o{.log_interval = 4, .progress_bar = false, .quiet = true};
-  o.environment_overrides = false;
   o.diagnostics.enabled = true;
   o.diagnostics.warmup_steps = 2;
   o.diagnostics.timeline_csv = dir_ / "curves" / "timeline.csv";

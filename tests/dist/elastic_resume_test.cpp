@@ -130,8 +130,7 @@ PhaseResult run_phase(const Dataset& d, const Phase& p, const fs::path& dir,
                .checkpoint_dir = dir,
                .max_steps = p.max_steps,
                .quiet = true,
-               .grad_sync = sync.get(),
-               .environment_overrides = false});
+               .grad_sync = sync.get()});
     if (!resume.empty()) t.resume(resume);
     data::TensorBatches batches(
         d.x, d.y,
@@ -291,8 +290,7 @@ ScheduleRun run_schedule_phase(const Dataset& d, int world, int64_t epochs, int6
                .checkpoint_dir = dir,
                .max_steps = max_steps,
                .quiet = true,
-               .grad_sync = &sync,
-               .environment_overrides = false});
+               .grad_sync = &sync});
     if (!resume.empty()) t.resume(resume);
     if (comm.rank() == 0)
       t.add_log_callback([&](const stoker::train::StepStats& st) { out.lrs.push_back(st.lr); });

@@ -74,8 +74,7 @@ void train(const fs::path& out) {
                            {.progress_bar = false,
                             .max_steps = steps,
                             .quiet = true,
-                            .grad_sync = &sync,
-                            .environment_overrides = false});
+                            .grad_sync = &sync});
   Pace pace(out / ("started_rank" + std::to_string(rank)), env_int("STOKER_MH_STEP_SLEEP_MS", 0));
   t.add_observer(pace);
   stoker::data::TensorBatches batches(

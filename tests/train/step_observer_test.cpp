@@ -2,7 +2,7 @@
 // documented order, once per step/log line/evaluation/epoch; diagnostics attach as an observer
 // that only watches (the weights and step count of a run are bit for bit those of the run
 // without it); the environment overrides (train/environment.h) change the options only through
-// apply_environment, and not at all with environment_overrides = false.
+// apply_environment, which programs call: the Trainer itself reads no environment variable.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -101,8 +101,7 @@ TEST(StepObserverTest, SeesEveryEventOfFitInOrder) {
              .log_interval = 3,
              .progress_bar = false,
              .evaluation = {.every_steps = 2},
-             .quiet = true,
-             .environment_overrides = false});
+             .quiet = true});
   Recorder rec;
   t.add_observer(rec);
   const FitResult r = t.fit(train, 2, &val);
@@ -151,7 +150,6 @@ TEST(StepObserverTest, DiagnosticsOnlyWatch) {
     stoker::optim::AdamW opt(model->named_parameters(), {.lr = 1e-2f});
     nn::CrossEntropyLoss loss;
     TrainerOptions o{.progress_bar = false, .max_steps = 9, .quiet = true};
-    o.environment_overrides = false;
     o.diagnostics.enabled = diagnose;
     o.diagnostics.warmup_steps = 1;
     o.diagnostics.report_interval = 4;
@@ -169,7 +167,7 @@ TEST(StepObserverTest, DiagnosticsOnlyWatch) {
   EXPECT_EQ(finals[0], finals[1]);
 }
 
-// The environment reaches a Trainer only through apply_environment, and only when allowed.
+// The environment reaches a Trainer only through apply_environment, which the program calls.
 TEST(StepObserverTest, EnvironmentOverridesAreAppliedInOnePlace) {
   ::setenv("STOKER_DIAG_MAX_STEPS", "2", 1);
   ::setenv("STOKER_DIAG_SYNTHETIC", "1", 1);
@@ -178,14 +176,15 @@ TEST(StepObserverTest, EnvironmentOverridesAreAppliedInOnePlace) {
   EXPECT_TRUE(applied.replay_first_batch);
   EXPECT_EQ(stoker::train::apply_environment({.max_steps = 1}).max_steps, 1);  // the smaller
   const auto blobs = stoker::train_test::make_blobs(40, 5);
-  for (bool allowed : {true, false}) {
+  for (bool applied_by_program : {true, false}) {
     data::TensorBatches train(blobs.x, blobs.y, {.batch_size = 10, .seed = 1});
     auto model = make_mlp(3);
     stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.05f});
     nn::CrossEntropyLoss loss;
+    const TrainerOptions options{.progress_bar = false, .quiet = true};
     Trainer t(*model, loss, opt,
-              {.progress_bar = false, .quiet = true, .environment_overrides = allowed});
-    EXPECT_EQ(t.fit(train, 1).steps, allowed ? 2 : 4);
+              applied_by_program ? stoker::train::apply_environment(options) : options);
+    EXPECT_EQ(t.fit(train, 1).steps, applied_by_program ? 2 : 4);
   }
   ::setenv("STOKER_DIAG_MAX_STEPS", "-3", 1);
   EXPECT_THROW(stoker::train::apply_environment({}), stoker::Error);
@@ -205,8 +204,7 @@ TEST(StepObserverTest, ReplayFirstBatchKeepsTheEpochLength) {
   Trainer t(*model, loss, opt,
             {.progress_bar = false,
              .quiet = true,
-             .replay_first_batch = true,
-             .environment_overrides = false});
+             .replay_first_batch = true});
   EXPECT_EQ(t.fit(train, 2).steps, 8);
 }
 
@@ -233,7 +231,7 @@ TEST(StepObserverTest, RequestStopEndsTheFitAfterThatStep) {
   nn::CrossEntropyLoss loss;
   Trainer t(
       *model, loss, opt,
-      {.log_interval = 100, .progress_bar = false, .quiet = true, .environment_overrides = false});
+      {.log_interval = 100, .progress_bar = false, .quiet = true});
   StopAt stop(6);
   t.add_observer(stop);
   const FitResult r = t.fit(train, 5);

@@ -17,8 +17,8 @@
 //   STOKER_DIAG_OPS=N               diagnostics.op_timing_interval
 //   STOKER_DIAG_MAX_STEPS=N         TrainerOptions::max_steps (the smaller of the two)
 //   STOKER_DIAG_SYNTHETIC=1         TrainerOptions::replay_first_batch
-// The Trainer applies it to the options it is given when TrainerOptions::environment_overrides
-// is true (the default); a program that must not be steered from outside sets it false.
+// The Trainer reads none of them: a program that lets itself be steered passes its options
+// through apply_environment before it builds the Trainer (the bundled programs all do).
 #pragma once
 
 #include "stoker/train/trainer.h"

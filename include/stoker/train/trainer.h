@@ -12,15 +12,15 @@
 // them every `log_interval` steps (and at the end of an epoch), which is also when a NaN/Inf
 // loss is noticed — the error names the first bad step and the last finite loss.
 //
-// Checkpoints (one safetensors file, written atomically; docs/checkpointing.md): weights
-// ("model.<name>"), buffers ("buffer.<name>"), optimizer state ("optim.<name>"), the loss scaler
-// ("scaler.<name>", fp16), and in the metadata the step, epoch, position in the epoch, optimizer
-// steps, generator offsets, a checksum of every tensor, the job's world size and the data
-// source's identity (data::SourceIdentity). `resume()` checks every checksum before it changes
-// anything and restores all of it: a run of 2n steps equals n steps + checkpoint + resume + n
-// steps, bit for bit on the CPU. The next fit() refuses a source that is not the one the
-// checkpoint's run read (another batch size, seed or dataset). Another world size is an
-// elastic resume: the checkpoint records the epoch's progress (data::BatchSource::
+// Checkpoints (one safetensors file, written atomically; train/training_checkpoint.h,
+// docs/checkpointing.md): weights ("model.<name>"), buffers ("buffer.<name>"), optimizer state
+// ("optim.<name>"), the loss scaler ("scaler.<name>", fp16), and in the metadata the step, epoch,
+// position in the epoch, optimizer steps, generator offsets, a checksum of every tensor, the job's
+// world size and the data source's identity (data::SourceIdentity). `resume()` checks every
+// checksum before it changes anything and restores all of it: a run of 2n steps equals n steps +
+// checkpoint + resume + n steps, bit for bit on the CPU. The next fit() refuses a source that is
+// not the one the checkpoint's run read (another batch size, seed or dataset). Another world size
+// is an elastic resume: the checkpoint records the epoch's progress (data::BatchSource::
 // epoch_progress, independent of the world size) and the new ranks continue the epoch with the
 // samples not yet delivered in it (BatchSource::continue_epoch), keeping the per-rank batch and
 // grad_accum_steps (so the global batch changes, as the log says); ZeRO-1 optimizer state is
@@ -55,8 +55,9 @@
 //
 // Step observers (train/step_observer.h): the log line, the progress bar, the metrics file,
 // periodic checkpoints and diagnostics watch the loop through one interface; add_observer()
-// attaches a program's own. Environment overrides (STOKER_DIAG*) are applied to the options in
-// one place, train/environment.h.
+// attaches a program's own. The Trainer reads no environment variable: a program that lets
+// `stoker doctor` steer it (STOKER_DIAG*) passes its options through train::apply_environment
+// (train/environment.h) first.
 //
 // Memory (train/memory_report.h): `memory_report()` says where the device's memory goes by
 // category (parameters, compute copies, gradients, optimizer state, the first step's
@@ -89,6 +90,7 @@
 #include "stoker/train/memory_report.h"
 #include "stoker/train/run_settings.h"
 #include "stoker/train/step_observer.h"
+#include "stoker/train/training_checkpoint.h"
 
 namespace stoker::dist {
 class GradSync;
@@ -247,10 +249,6 @@ struct TrainerOptions {
   // at the same step, within log_interval steps of the signal. A signal the program handles
   // itself, or ignores, is left alone. Empty: signals keep their default action.
   std::vector<int> stop_signals = {SIGTERM, SIGINT, SIGUSR1};
-  // Whether the STOKER_DIAG* environment variables may override these options
-  // (train/environment.h, applied when the Trainer is built): how `stoker doctor` diagnoses a
-  // program built on the Trainer. false: the options are exactly as given.
-  bool environment_overrides = true;
   // The program's settings that define the run (train/run_settings.h), recorded in every
   // checkpoint; resume() states each changed one on stderr and refuses (ChangedRunError, before
   // anything is loaded) those whose rule says so. Empty: nothing compared.
@@ -382,19 +380,10 @@ class Trainer {
   int world_size() const;
   // The job's communicator (nullptr: a single process).
   dist::Communicator* communicator() const;
-  struct CheckpointPosition {
-    int64_t epoch = 0, batch = 0;
-    int64_t progress = -1;  // data::BatchSource::epoch_progress (-1: unknown)
-  };
   // save_checkpoint; `position`: where the run stands when the source cannot say (a fit() that
   // ran no epoch).
   void write_checkpoint(const std::filesystem::path& path, const data::BatchSource* source,
                         std::optional<CheckpointPosition> position = std::nullopt) const;
-  // After a resume: throws when `source` or this job is not the run that wrote the checkpoint.
-  void check_resumed_run(const data::BatchSource& source) const;
-  // Puts `train` where the resumed run stood: restore() at the same world size (or an epoch's
-  // end), else continue_epoch() from the recorded progress (elastic resume), saying so.
-  void resume_position(data::BatchSource& train);
 
   nn::Module& model_;
   nn::Loss& loss_;
@@ -411,15 +400,9 @@ class Trainer {
   dist::GradSync* sync_ = nullptr;              // options_.grad_sync or local_sync_
 
   int64_t step_ = 0;
-  int64_t resume_epoch_ = 0;
-  int64_t resume_batch_ = 0;
-  int64_t resume_progress_ = -1;  // the epoch's progress at the checkpoint (-1: not recorded)
-  bool resumed_ = false;
-  // What the resumed checkpoint recorded of its run (-1 / unknown fields: not recorded).
-  std::filesystem::path resume_path_;
-  int resume_world_size_ = -1;
-  data::SourceIdentity resume_identity_;
-  int resume_accum_ = -1;  // the checkpoint's grad_accum_steps (-1: not recorded)
+  // The checkpoint resume() restored, until the next fit() continues from it (its position,
+  // the run it checks the source against, the evaluation done at its step).
+  std::optional<TrainingCheckpoint> resumed_;
   // Progress in samples and the schedule's clock (TrainerOptions::schedule). Rebased (after an
   // elastic resume): the schedule's position after a step is schedule_pos0_ + (samples_seen_ -
   // schedule_samples0_) * schedule_rate_, the rate set at fit()'s start from the samples left.
@@ -462,10 +445,8 @@ class Trainer {
   int64_t fit_first_step_ = 0;
   int64_t fit_total_steps_ = -1;
   double fit_eval_s_ = 0.0;
-  // The step of the last evaluation inside fit() (-1: none), recorded in checkpoints, and what
-  // the resumed checkpoint recorded.
+  // The step of the last evaluation inside fit() (-1: none), recorded in checkpoints.
   int64_t evaluated_step_ = -1;
-  int64_t resume_evaluated_step_ = -1;
   bool stop_requested_ = false;  // request_stop()
   // TrainerOptions::stop_signals inside fit(): whether they are watched, and the one the job
   // agreed to stop on (0: none yet).
