@@ -16,7 +16,7 @@
 // four uniforms to elements 4g..4g+3 (core/rng.h's element layout), a quarter of the generator
 // work of drawing per element, with one Pack load/store of the four when aligned.
 #include "kernel_util.cuh"
-#include "ops/backend.h"
+#include "ops/activation_stubs.h"
 #include "ops/nn_math.h"
 
 namespace stoker::ops::cuda {
@@ -155,5 +155,12 @@ void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, u
 void dropout_backward(const Tensor& dx, const Tensor& dy, float p, uint64_t seed, uint64_t offset) {
   dropout(dx, dy, p, seed, offset);
 }
+
+STOKER_REGISTER_STUB(relu_forward, relu_forward);
+STOKER_REGISTER_STUB(relu_backward, relu_backward);
+STOKER_REGISTER_STUB(gelu_forward, gelu_forward);
+STOKER_REGISTER_STUB(gelu_backward, gelu_backward);
+STOKER_REGISTER_STUB(dropout_forward, dropout_forward);
+STOKER_REGISTER_STUB(dropout_backward, dropout_backward);
 
 }  // namespace stoker::ops::cuda

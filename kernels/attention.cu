@@ -1,4 +1,4 @@
-// CUDA pieces of attention (ops/attention_backend.h): head permutations and the fused causal
+// CUDA pieces of attention (ops/attention_stubs.h): head permutations and the fused causal
 // softmax forward/backward. The GEMMs between them are cuBLASLt's (ops::gemm_batched).
 //
 // Permutations: one thread per 16-byte Pack of a D-element head row (per element when D or a
@@ -17,7 +17,7 @@
 
 #include "kernel_util.cuh"
 #include "nn_util.cuh"
-#include "ops/attention_backend.h"
+#include "ops/attention_stubs.h"
 #include "stoker/ops/attention.h"
 
 namespace stoker::ops::cuda {
@@ -260,5 +260,10 @@ void causal_softmax_backward(const Tensor& ds, const Tensor& dp, const Tensor& p
     });
   });
 }
+
+STOKER_REGISTER_STUB(heads_from_tokens, heads_from_tokens);
+STOKER_REGISTER_STUB(tokens_from_heads, tokens_from_heads);
+STOKER_REGISTER_STUB(causal_softmax_forward, causal_softmax_forward);
+STOKER_REGISTER_STUB(causal_softmax_backward, causal_softmax_backward);
 
 }  // namespace stoker::ops::cuda

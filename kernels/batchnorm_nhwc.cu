@@ -59,7 +59,6 @@
 #include <algorithm>
 
 #include "kernel_util.cuh"
-#include "ops/backend.h"
 #include "ops/cuda/batchnorm_nhwc.h"
 #include "ops/nn_math.h"
 #include "stoker/ops/batchnorm.h"

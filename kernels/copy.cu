@@ -14,7 +14,7 @@
 
 #include "kernel_util.cuh"
 #include "multi_tensor.cuh"
-#include "ops/backend.h"
+#include "ops/copy_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -124,5 +124,9 @@ void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
   else
     launch_multi_tensor(srcs, {}, dsts, {}, Tensor(), CastToHalfOp<core::BFloat16>{});
 }
+
+STOKER_REGISTER_STUB(fill, fill);
+STOKER_REGISTER_STUB(cast, cast);
+STOKER_REGISTER_STUB(cast_multi, cast_multi);
 
 }  // namespace stoker::ops::cuda

@@ -6,7 +6,7 @@
 // differently from the CPU: add = a + b, mul = a * b, scale = x * alpha (no add to fuse into),
 // and axpy = fmaf(alpha, x, y) spelled out as an fma on both backends.
 #include "kernel_util.cuh"
-#include "ops/backend.h"
+#include "ops/elementwise_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -86,5 +86,11 @@ void scale_by(const Tensor& x, const Tensor& factor) {
                x.numel(), ScaleByOp{static_cast<const float*>(factor.data())});
   });
 }
+
+STOKER_REGISTER_STUB(add, add);
+STOKER_REGISTER_STUB(mul, mul);
+STOKER_REGISTER_STUB(axpy, axpy);
+STOKER_REGISTER_STUB(scale, scale);
+STOKER_REGISTER_STUB(scale_by, scale_by);
 
 }  // namespace stoker::ops::cuda

@@ -12,7 +12,7 @@
 
 #include "kernel_util.cuh"
 #include "nn_util.cuh"
-#include "ops/backend.h"
+#include "ops/embedding_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -105,5 +105,8 @@ void embedding_backward(const Tensor& dtable, const Tensor& dy, const Tensor& id
     });
   });
 }
+
+STOKER_REGISTER_STUB(embedding_forward, embedding_forward);
+STOKER_REGISTER_STUB(embedding_backward, embedding_backward);
 
 }  // namespace stoker::ops::cuda

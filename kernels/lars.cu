@@ -19,7 +19,7 @@
 
 #include "kernel_util.cuh"
 #include "multi_tensor.cuh"
-#include "ops/optim_backend.h"
+#include "ops/optim_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -205,5 +205,7 @@ void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
     STOKER_CUDA_CHECK(cudaGetLastError());
   }
 }
+
+STOKER_REGISTER_STUB(lars_step, lars_step);
 
 }  // namespace stoker::ops::cuda

@@ -22,7 +22,8 @@
 // width, it runs the unfused pair instead (not expected in practice: pool memory is aligned).
 #include "kernel_util.cuh"
 #include "nn_util.cuh"
-#include "ops/backend.h"
+#include "ops/elementwise_stubs.h"
+#include "ops/layernorm_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -231,7 +232,7 @@ void add_layernorm_forward(const Tensor& y, const Tensor& sum, const Tensor& mea
   const bool out_vec = aligned_rows(sum, c) && aligned_rows(y, c);
   const bool in_vec = aligned_rows(x, c) && aligned_rows(residual, c);
   if (out_vec && !in_vec) {  // the Pack width of the plain op, which the inputs cannot take
-    add(sum, x, residual);
+    add_impl(sum, x, residual);
     layernorm_forward(y, mean, rstd, sum, gamma, beta, eps);
     return;
   }
@@ -249,10 +250,15 @@ void add_layernorm_backward(const Tensor& dsum, const Tensor& dgamma, const Tens
   if (in_vec && !out_vec) {  // the plain op's Pack width, which dsum or dsum_in cannot take
     const Tensor dx = Tensor::empty(sum.shape(), sum.dtype(), sum.device());
     layernorm_backward(dx, dgamma, dbeta, dy, sum, mean, rstd, gamma);
-    add(dsum, dx, dsum_in);
+    add_impl(dsum, dx, dsum_in);
     return;
   }
   launch_backward<true>(dsum, dgamma, dbeta, dy, &dsum_in, sum, mean, rstd, gamma, in_vec);
 }
+
+STOKER_REGISTER_STUB(layernorm_forward, layernorm_forward);
+STOKER_REGISTER_STUB(layernorm_backward, layernorm_backward);
+STOKER_REGISTER_STUB(add_layernorm_forward, add_layernorm_forward);
+STOKER_REGISTER_STUB(add_layernorm_backward, add_layernorm_backward);
 
 }  // namespace stoker::ops::cuda

@@ -9,7 +9,7 @@
 // bits on every run.
 #include "kernel_util.cuh"
 #include "nn_util.cuh"
-#include "ops/backend.h"
+#include "ops/linear_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -77,5 +77,8 @@ void bias_grad(const Tensor& dbias, const Tensor& dy) {
     }
   });
 }
+
+STOKER_REGISTER_STUB(add_bias, add_bias);
+STOKER_REGISTER_STUB(bias_grad, bias_grad);
 
 }  // namespace stoker::ops::cuda

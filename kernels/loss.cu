@@ -21,7 +21,7 @@
 
 #include "kernel_util.cuh"
 #include "nn_util.cuh"
-#include "ops/backend.h"
+#include "ops/loss_stubs.h"
 #include "ops/nn_math.h"
 
 namespace stoker::ops::cuda {
@@ -392,5 +392,11 @@ void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target,
                                                  : nullptr});
   });
 }
+
+STOKER_REGISTER_STUB(cross_entropy_forward, cross_entropy_forward);
+STOKER_REGISTER_STUB(count_targets, count_targets);
+STOKER_REGISTER_STUB(cross_entropy_backward, cross_entropy_backward);
+STOKER_REGISTER_STUB(mse_forward, mse_forward);
+STOKER_REGISTER_STUB(mse_backward, mse_backward);
 
 }  // namespace stoker::ops::cuda

@@ -23,9 +23,9 @@
 #include <algorithm>
 
 #include "kernel_util.cuh"
-#include "ops/backend.h"
 #include "ops/cuda/maxpool_nhwc.h"
 #include "ops/geometry.h"
+#include "ops/pool_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -207,5 +207,8 @@ void maxpool2d_backward_argmax(const Tensor& dx, const Tensor& dy, const Tensor&
   run_passes(dx.dtype(), geo_of(dx.shape(), p), dx.device(), nullptr, nullptr,
              static_cast<uint8_t*>(argmax.data()), dy.data(), dx.data());
 }
+
+STOKER_REGISTER_STUB(maxpool2d_forward_argmax, maxpool2d_forward_argmax);
+STOKER_REGISTER_STUB(maxpool2d_backward_argmax, maxpool2d_backward_argmax);
 
 }  // namespace stoker::ops::cuda

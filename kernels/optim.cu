@@ -14,7 +14,7 @@
 
 #include "kernel_util.cuh"
 #include "multi_tensor.cuh"
-#include "ops/optim_backend.h"
+#include "ops/optim_stubs.h"
 #include "ops/quantize_math.h"
 #include "stoker/ops/quantize.h"
 
@@ -582,5 +582,10 @@ void adamw_step_compact(std::span<const Tensor> params, std::span<const Tensor> 
   launch_compact<2>(params, grads, {exp_avgs, exp_avg_sqs}, {true, false}, storage, found_inf,
                     AdamWCompactOp{c, st});
 }
+
+STOKER_REGISTER_STUB(sgd_step, sgd_step);
+STOKER_REGISTER_STUB(adamw_step, adamw_step);
+STOKER_REGISTER_STUB(sgd_step_compact, sgd_step_compact);
+STOKER_REGISTER_STUB(adamw_step_compact, adamw_step_compact);
 
 }  // namespace stoker::ops::cuda

@@ -8,7 +8,7 @@
 // '/' with approximations). Measured on an H200: uniform f32 ~0.8 T elements/s (near the
 // store bandwidth), normal ~0.3 T elements/s (bound by log/sqrt/sincos).
 #include "kernel_util.cuh"
-#include "ops/backend.h"
+#include "ops/random_stubs.h"
 #include "stoker/core/rng.h"
 
 namespace stoker::ops::cuda {
@@ -78,5 +78,8 @@ void random_uniform(const Tensor& out, float lo, float hi, uint64_t seed, uint64
 void random_normal(const Tensor& out, float mean, float std, uint64_t seed, uint64_t offset) {
   launch_random(out, seed, offset, NormalDraw{mean, std});
 }
+
+STOKER_REGISTER_STUB(random_uniform, random_uniform);
+STOKER_REGISTER_STUB(random_normal, random_normal);
 
 }  // namespace stoker::ops::cuda

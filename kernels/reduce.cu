@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "kernel_util.cuh"
-#include "ops/backend.h"
+#include "ops/reduce_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -362,5 +362,7 @@ void reduce(std::span<const Tensor> xs, Reduction r, const Tensor& out) {
     }
   }
 }
+
+STOKER_REGISTER_STUB(reduce, reduce);
 
 }  // namespace stoker::ops::cuda

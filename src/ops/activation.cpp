@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "ops/backend.h"
+#include "ops/activation_stubs.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {
@@ -36,34 +36,34 @@ void check_dropout_p(const char* op, float p) {
 
 void relu_forward(const Tensor& y, const Tensor& x) {
   check_elementwise("relu_forward", "y", y, "x", x);
-  if (y.numel() > 0) STOKER_DISPATCH(y.device(), relu_forward, y, x);
+  if (y.numel() > 0) relu_forward_stub(y.device(), y, x);
 }
 
 void relu_backward(const Tensor& dx, const Tensor& dy, const Tensor& y) {
   check_elementwise("relu_backward", "dx", dx, "dy", dy, "y", &y);
-  if (dx.numel() > 0) STOKER_DISPATCH(dx.device(), relu_backward, dx, dy, y);
+  if (dx.numel() > 0) relu_backward_stub(dx.device(), dx, dy, y);
 }
 
 void gelu_forward(const Tensor& y, const Tensor& x) {
   check_elementwise("gelu_forward", "y", y, "x", x);
-  if (y.numel() > 0) STOKER_DISPATCH(y.device(), gelu_forward, y, x);
+  if (y.numel() > 0) gelu_forward_stub(y.device(), y, x);
 }
 
 void gelu_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) {
   check_elementwise("gelu_backward", "dx", dx, "dy", dy, "x", &x);
-  if (dx.numel() > 0) STOKER_DISPATCH(dx.device(), gelu_backward, dx, dy, x);
+  if (dx.numel() > 0) gelu_backward_stub(dx.device(), dx, dy, x);
 }
 
 void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, uint64_t offset) {
   check_elementwise("dropout_forward", "y", y, "x", x);
   check_dropout_p("dropout_forward", p);
-  if (y.numel() > 0) STOKER_DISPATCH(y.device(), dropout_forward, y, x, p, seed, offset);
+  if (y.numel() > 0) dropout_forward_stub(y.device(), y, x, p, seed, offset);
 }
 
 void dropout_backward(const Tensor& dx, const Tensor& dy, float p, uint64_t seed, uint64_t offset) {
   check_elementwise("dropout_backward", "dx", dx, "dy", dy);
   check_dropout_p("dropout_backward", p);
-  if (dx.numel() > 0) STOKER_DISPATCH(dx.device(), dropout_backward, dx, dy, p, seed, offset);
+  if (dx.numel() > 0) dropout_backward_stub(dx.device(), dx, dy, p, seed, offset);
 }
 
 }  // namespace stoker::ops

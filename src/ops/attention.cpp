@@ -1,6 +1,6 @@
 // Public attention_forward / attention_backward: validation, then the same composition on every
 // device — head permutations, batched GEMMs (ops::gemm_batched) and the fused causal softmax
-// kernels (ops/attention_backend.h).
+// kernels (ops/attention_stubs.h).
 //
 // Why this design (the unfused "math" attention) rather than a flash-attention kernel: it is
 // built from pieces that each have a simple CPU reference and a GPU test, the GEMMs run at
@@ -22,8 +22,7 @@
 
 #include <cmath>
 
-#include "ops/attention_backend.h"
-#include "ops/backend.h"
+#include "ops/attention_stubs.h"
 #include "ops/validate.h"
 #include "stoker/ops/gemm.h"
 
@@ -82,14 +81,14 @@ void attention_forward(const Tensor& out, const Tensor& heads, const Tensor& pro
   check_seq_len(op, qkv, s.t);
   if (qkv.numel() == 0) return;
   const Device dev = qkv.device();
-  STOKER_DISPATCH(dev, heads_from_tokens, heads, qkv, s.b, s.t, 3, s.h, s.d);
+  heads_from_tokens_stub(dev, heads, qkv, s.b, s.t, 3, s.h, s.d);
   const Tensor q = group(heads, 0, s), k = group(heads, 1, s), v = group(heads, 2, s);
   const Tensor p = probs.reshape({s.b * s.h, s.t, s.t});
   gemm_batched(p, q, k, {.trans_b = true, .alpha = softmax_scale(s.d)});  // S, scaled
-  STOKER_DISPATCH(dev, causal_softmax_forward, p, p, s.t);                // P over S
+  causal_softmax_forward_stub(dev, p, p, s.t);                            // P over S
   const Tensor o = Tensor::empty({s.b * s.h, s.t, s.d}, qkv.dtype(), dev);
   gemm_batched(o, p, v);
-  STOKER_DISPATCH(dev, tokens_from_heads, out, o, s.b, s.t, 1, s.h, s.d);
+  tokens_from_heads_stub(dev, out, o, s.b, s.t, 1, s.h, s.d);
 }
 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& heads,
@@ -116,14 +115,14 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& he
   const Tensor ds = Tensor::empty({s.b * s.h, s.t, s.t}, dt, dev);
   {
     const Tensor d_o = Tensor::empty({s.b * s.h, s.t, s.d}, dt, dev);
-    STOKER_DISPATCH(dev, heads_from_tokens, d_o, dout, s.b, s.t, 1, s.h, s.d);
+    heads_from_tokens_stub(dev, d_o, dout, s.b, s.t, 1, s.h, s.d);
     gemm_batched(dv, p, d_o, {.trans_a = true});  // dV = P^T dO
     gemm_batched(ds, d_o, v, {.trans_b = true});  // dP = dO V^T
   }
-  STOKER_DISPATCH(dev, causal_softmax_backward, ds, ds, p, s.t, softmax_scale(s.d));  // dS over dP
-  gemm_batched(dq, ds, k);                                                            // dQ = dS K
-  gemm_batched(dk, ds, q, {.trans_a = true});                                         // dK = dS^T Q
-  STOKER_DISPATCH(dev, tokens_from_heads, dqkv, dgrads, s.b, s.t, 3, s.h, s.d);
+  causal_softmax_backward_stub(dev, ds, ds, p, s.t, softmax_scale(s.d));  // dS over dP
+  gemm_batched(dq, ds, k);                                                // dQ = dS K
+  gemm_batched(dk, ds, q, {.trans_a = true});                             // dK = dS^T Q
+  tokens_from_heads_stub(dev, dqkv, dgrads, s.b, s.t, 3, s.h, s.d);
 }
 
 }  // namespace stoker::ops

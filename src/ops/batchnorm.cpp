@@ -6,7 +6,7 @@
 #include <cmath>
 #include <initializer_list>
 
-#include "ops/backend.h"
+#include "ops/batchnorm_stubs.h"
 #include "ops/geometry.h"
 #include "ops/validate.h"
 
@@ -82,8 +82,8 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
   check_training_forward(op, y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta,
                          p, residual);
   if (dims4(x.shape(), p.layout).c == 0) return;
-  STOKER_DISPATCH(x.device(), batchnorm_forward_train, y, save_mean, save_invstd, running_mean,
-                  running_var, x, gamma, beta, p, residual);
+  batchnorm_forward_train_stub(x.device(), y, save_mean, save_invstd, running_mean, running_var, x,
+                               gamma, beta, p, residual);
 }
 
 void batchnorm_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
@@ -102,8 +102,8 @@ void batchnorm_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
                "; the GPU takes precomputed sums on the NHWC path only (cuDNN's NCHW batch norm "
                "sums x itself): call batchnorm_forward_train, or use Layout::nhwc");
   if (dims4(x.shape(), p.layout).c == 0) return;
-  STOKER_DISPATCH(x.device(), batchnorm_forward_train_from_sums, y, save_mean, save_invstd,
-                  running_mean, running_var, x, sum, sum_sq, gamma, beta, p, residual);
+  batchnorm_forward_train_from_sums_stub(x.device(), y, save_mean, save_invstd, running_mean,
+                                         running_var, x, sum, sum_sq, gamma, beta, p, residual);
 }
 
 void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
@@ -121,8 +121,8 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
                          {"running_var", running_var}},
                         dims4(x.shape(), p.layout).c, x, p.layout);
   if (x.numel() == 0) return;
-  STOKER_DISPATCH(x.device(), batchnorm_forward_eval, y, x, gamma, beta, running_mean, running_var,
-                  p, residual);
+  batchnorm_forward_eval_stub(x.device(), y, x, gamma, beta, running_mean, running_var, p,
+                              residual);
 }
 
 bool batchnorm_backward_reads_y(Device device, const BatchNormParams& p, bool with_beta,
@@ -173,8 +173,8 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
     check_channel_vectors(op, {{"beta", beta}}, dims4(x.shape(), p.layout).c, x, p.layout);
   }
   if (x.numel() == 0) return;
-  STOKER_DISPATCH(x.device(), batchnorm_backward, dx, dgamma, dbeta, dy, x, gamma, save_mean,
-                  save_invstd, p, y, dresidual, beta);
+  batchnorm_backward_stub(x.device(), dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, p, y,
+                          dresidual, beta);
 }
 
 }  // namespace stoker::ops

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "ops/backend.h"
+#include "ops/conv_stubs.h"
 #include "ops/geometry.h"
 #include "ops/validate.h"
 #include "stoker/ops/copy.h"
@@ -91,7 +91,7 @@ void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Con
       op, "y", y, shape4(out, p.layout),
       core::detail::str("the output of x ", x.str(), " and w ", w.str(), ", ", describe(p)));
   if (y.numel() == 0) return;
-  STOKER_DISPATCH(y.device(), conv2d_forward, y, x, w, p);
+  conv2d_forward_stub(y.device(), y, x, w, p);
 }
 
 void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
@@ -104,7 +104,7 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
                       core::detail::str("the forward output for input dx ", dx.str(), " and w ",
                                         w.str(), ", ", describe(p)));
   if (dx.numel() == 0) return;
-  STOKER_DISPATCH(dx.device(), conv2d_backward_data, dx, dy, w, p, accumulate);
+  conv2d_backward_data_stub(dx.device(), dx, dy, w, p, accumulate);
 }
 
 bool conv2d_forward_stats_supported(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
@@ -114,7 +114,7 @@ bool conv2d_forward_stats_supported(const Tensor& x, const Tensor& w, const Conv
   (void)conv_out_dims(op, "x", x.str(), x.shape(), "w", w.str(), w.shape(), p);
   if (x.device().is_cpu()) return true;
 #if STOKER_WITH_CUDA
-  return cuda::conv2d_forward_stats_unsupported(x, w, p).empty();
+  return conv2d_forward_stats_unsupported_stub.fn(x.device())(x, w, p).empty();
 #else
   return false;
 #endif
@@ -144,7 +144,7 @@ void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_
     ops::fill(sum_sq, 0.0);
     return;
   }
-  STOKER_DISPATCH(y.device(), conv2d_forward_stats, y, sum, sum_sq, x, w, p);
+  conv2d_forward_stats_stub(y.device(), y, sum, sum_sq, x, w, p);
 }
 
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
@@ -162,7 +162,7 @@ void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
     if (!accumulate) fill(dw, 0.0);
     return;
   }
-  STOKER_DISPATCH(dw.device(), conv2d_backward_filter, dw, dy, x, p, accumulate);
+  conv2d_backward_filter_stub(dw.device(), dw, dy, x, p, accumulate);
 }
 
 void add_channel_bias(const Tensor& y, const Tensor& bias, Layout layout) {
@@ -171,7 +171,7 @@ void add_channel_bias(const Tensor& y, const Tensor& bias, Layout layout) {
   detail::check_backend(op, y);
   detail::check_channel_vector(op, "bias", bias, dims4(y.shape(), layout).c, "y", y, layout);
   if (y.numel() == 0) return;
-  STOKER_DISPATCH(y.device(), add_channel_bias, y, bias, layout);
+  add_channel_bias_stub(y.device(), y, bias, layout);
 }
 
 void channel_bias_grad(const Tensor& dbias, const Tensor& dy, Layout layout) {
@@ -180,7 +180,7 @@ void channel_bias_grad(const Tensor& dbias, const Tensor& dy, Layout layout) {
   detail::check_backend(op, dy);
   detail::check_channel_vector(op, "dbias", dbias, dims4(dy.shape(), layout).c, "dy", dy, layout);
   if (dy.numel() == 0) return;
-  STOKER_DISPATCH(dy.device(), channel_bias_grad, dbias, dy, layout);
+  channel_bias_grad_stub(dy.device(), dbias, dy, layout);
 }
 
 }  // namespace stoker::ops

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "ops/backend.h"
+#include "ops/copy_stubs.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {
@@ -11,7 +11,7 @@ void fill(const Tensor& out, double value) {
   detail::check_defined("fill", "out", out);
   detail::check_backend("fill", out);
   if (out.numel() == 0) return;
-  STOKER_DISPATCH(out.device(), fill, out, value);
+  fill_stub(out.device(), out, value);
 }
 
 void copy(const Tensor& dst, const Tensor& src) {
@@ -31,7 +31,7 @@ void cast(const Tensor& dst, const Tensor& src) {
   detail::check_same_device("cast", "dst", dst, "src", src);
   detail::check_same_numel("cast", "dst", dst, "src", src);
   if (dst.numel() == 0) return;
-  STOKER_DISPATCH(dst.device(), cast, dst, src);
+  cast_stub(dst.device(), dst, src);
 }
 
 void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
@@ -53,7 +53,7 @@ void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
                  " destination of the same size, all on ", dsts[0].device().str());
   }
   detail::check_backend("cast_multi", dsts[0]);
-  STOKER_DISPATCH(dsts[0].device(), cast_multi, dsts, srcs);
+  cast_multi_stub(dsts[0].device(), dsts, srcs);
 }
 
 }  // namespace stoker::ops

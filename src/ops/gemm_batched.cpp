@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "ops/attention_backend.h"
-#include "ops/backend.h"
+#include "ops/attention_stubs.h"
 #include "ops/validate.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"
@@ -65,7 +64,7 @@ void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, const GemmO
     if (o.beta == 0.0f) return fill(c, 0.0);
     return scale(c, o.beta);
   }
-  STOKER_DISPATCH(c.device(), gemm_batched, c, a, b, batch, o);
+  gemm_batched_stub(c.device(), c, a, b, batch, o);
 }
 
 }  // namespace stoker::ops

@@ -3,8 +3,8 @@
 // other layout: its shape is valid, only the channel extent lands in the wrong place.
 #include "stoker/ops/layout.h"
 
-#include "ops/backend.h"
 #include "ops/geometry.h"
+#include "ops/layout_stubs.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {
@@ -33,7 +33,7 @@ void convert_layout(const Tensor& dst, const Tensor& src, Layout from, Layout to
   STOKER_CHECK(!dst.same_storage(src) || dst.numel() == 0, "ops::", op,
                ": dst and src share storage; expected distinct tensors");
   if (dst.numel() == 0) return;
-  STOKER_DISPATCH(dst.device(), convert_layout, dst, src, from, to);
+  convert_layout_stub(dst.device(), dst, src, from, to);
 }
 
 namespace detail {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/backend.h"
+#include "ops/loss_stubs.h"
 #include "ops/validate.h"
 #include "stoker/ops/copy.h"
 
@@ -79,8 +79,8 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
     fill(count, 0.0);
     return;
   }
-  STOKER_DISPATCH(logits.device(), cross_entropy_forward, loss, count, lse, logits, target,
-                  ignore_index, label_smoothing, Tensor());
+  cross_entropy_forward_stub(logits.device(), loss, count, lse, logits, target, ignore_index,
+                             label_smoothing, Tensor());
 }
 
 void count_targets(const Tensor& count, const Tensor& target, int64_t ignore_index) {
@@ -95,7 +95,7 @@ void count_targets(const Tensor& count, const Tensor& target, int64_t ignore_ind
     fill(count, 0.0);
     return;
   }
-  STOKER_DISPATCH(target.device(), count_targets, count, target, ignore_index);
+  count_targets_stub(target.device(), count, target, ignore_index);
 }
 
 void cross_entropy_forward_chunk(const Tensor& loss, const Tensor& lse, const Tensor& logits,
@@ -107,8 +107,8 @@ void cross_entropy_forward_chunk(const Tensor& loss, const Tensor& lse, const Te
   check_scalar(op, "count", count, "logits", logits);
   if (logits.size(0) == 0) return;  // adds nothing
   const Tensor no_count;            // the chunk's own count is not wanted
-  STOKER_DISPATCH(logits.device(), cross_entropy_forward, loss, no_count, lse, logits, target,
-                  ignore_index, label_smoothing, count);
+  cross_entropy_forward_stub(logits.device(), loss, no_count, lse, logits, target, ignore_index,
+                             label_smoothing, count);
 }
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,
@@ -124,8 +124,8 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const T
   STOKER_CHECK(dlogits.shape() == logits.shape(), "ops::", op, ": dlogits is ", dlogits.str(),
                " but logits is ", logits.str(), "; expected the same shape");
   if (logits.size(0) == 0) return;
-  STOKER_DISPATCH(logits.device(), cross_entropy_backward, dlogits, logits, target, lse, count,
-                  ignore_index, label_smoothing, scale, grad_scale);
+  cross_entropy_backward_stub(logits.device(), dlogits, logits, target, lse, count, ignore_index,
+                              label_smoothing, scale, grad_scale);
 }
 
 void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target) {
@@ -136,15 +136,14 @@ void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target) {
     fill(loss, std::numeric_limits<double>::quiet_NaN());
     return;
   }
-  STOKER_DISPATCH(pred.device(), mse_forward, loss, pred, target);
+  mse_forward_stub(pred.device(), loss, pred, target);
 }
 
 void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target, float scale,
                   const Tensor& grad_scale) {
   check_mse("mse_backward", "dpred", &dpred, pred, target);
   check_grad_scale("mse_backward", grad_scale, pred);
-  if (pred.numel() > 0)
-    STOKER_DISPATCH(pred.device(), mse_backward, dpred, pred, target, scale, grad_scale);
+  if (pred.numel() > 0) mse_backward_stub(pred.device(), dpred, pred, target, scale, grad_scale);
 }
 
 }  // namespace stoker::ops

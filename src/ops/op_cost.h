@@ -1,5 +1,5 @@
 // Private: the cost of one backend call (FLOP and byte counts) for core::OpListener, and the
-// profiled dispatch behind STOKER_DISPATCH (src/ops/backend.h).
+// profiled dispatch behind every DispatchStub (src/ops/dispatch.h).
 //
 // The bytes are those of every tensor argument (read or written once); the FLOPs follow the
 // op's name: 2·|c|·k for GEMMs (k from op(a)'s shape), 2·|y|·|w|/K for convolutions, and a

@@ -4,8 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "ops/backend.h"
-#include "ops/optim_backend.h"
+#include "ops/optim_stubs.h"
 #include "ops/validate.h"
 #include "stoker/ops/quantize.h"
 
@@ -165,8 +164,7 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
   check_sgd_hyper(h);
   if (params.empty()) return;
   detail::check_backend("sgd_step", params[0]);
-  STOKER_DISPATCH(params[0].device(), sgd_step, params, grads, momentum_bufs, sgd_consts(h),
-                  found_inf, lr);
+  sgd_step_stub(params[0].device(), params, grads, momentum_bufs, sgd_consts(h), found_inf, lr);
 }
 
 void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
@@ -189,8 +187,7 @@ void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
   if (params.empty()) return;
   detail::check_backend("lars_step", params[0]);
   const detail::LarsConsts c{h.lr, h.momentum, h.weight_decay, h.eta, h.epsilon};
-  STOKER_DISPATCH(params[0].device(), lars_step, params, grads, momentum_bufs, adapt, c, found_inf,
-                  lr);
+  lars_step_stub(params[0].device(), params, grads, momentum_bufs, adapt, c, found_inf, lr);
 }
 
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
@@ -210,9 +207,9 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
   check_device_lr("adamw_step", lr, params);
   if (params.empty()) return;
   detail::check_backend("adamw_step", params[0]);
-  STOKER_DISPATCH(params[0].device(), adamw_step, params, grads, exp_avgs, exp_avg_sqs,
-                  adamw_consts(h), found_inf, step_state, static_cast<double>(h.beta1),
-                  static_cast<double>(h.beta2), static_cast<double>(h.lr), compute_copies, lr,
+  adamw_step_stub(params[0].device(), params, grads, exp_avgs, exp_avg_sqs, adamw_consts(h),
+                  found_inf, step_state, static_cast<double>(h.beta1), static_cast<double>(h.beta2),
+                  static_cast<double>(h.lr), compute_copies, lr,
                   static_cast<double>(h.weight_decay));
 }
 
@@ -230,8 +227,8 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
   check_sgd_hyper(h);
   if (params.empty()) return;
   detail::check_backend("sgd_step", params[0]);
-  STOKER_DISPATCH(params[0].device(), sgd_step_compact, params, grads, momentum_bufs, sgd_consts(h),
-                  storage, found_inf);
+  sgd_step_compact_stub(params[0].device(), params, grads, momentum_bufs, sgd_consts(h), storage,
+                        found_inf);
 }
 
 void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
@@ -247,9 +244,9 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
   check_adamw_hyper(h, step_state, params);
   if (params.empty()) return;
   detail::check_backend("adamw_step", params[0]);
-  STOKER_DISPATCH(params[0].device(), adamw_step_compact, params, grads, exp_avgs, exp_avg_sqs,
-                  adamw_consts(h), storage, found_inf, step_state, static_cast<double>(h.beta1),
-                  static_cast<double>(h.beta2), static_cast<double>(h.lr));
+  adamw_step_compact_stub(params[0].device(), params, grads, exp_avgs, exp_avg_sqs, adamw_consts(h),
+                          storage, found_inf, step_state, static_cast<double>(h.beta1),
+                          static_cast<double>(h.beta2), static_cast<double>(h.lr));
 }
 
 Tensor adamw_step_state_create(Device device) {

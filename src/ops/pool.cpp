@@ -4,8 +4,8 @@
 // average pooling divide every window by kh * kw without special cases on either backend.
 #include "stoker/ops/pool.h"
 
-#include "ops/backend.h"
 #include "ops/geometry.h"
+#include "ops/pool_stubs.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {
@@ -75,7 +75,7 @@ Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p) {
 void maxpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p) {
   check_pool("maxpool2d_forward", "x", x, "y", y, p);
   if (y.numel() == 0) return;
-  STOKER_DISPATCH(y.device(), maxpool2d_forward, y, x, p);
+  maxpool2d_forward_stub(y.device(), y, x, p);
 }
 
 void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& y,
@@ -87,7 +87,7 @@ void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, con
   detail::check_same_dtype(op, "x", x, "dx", dx);
   detail::check_shape(op, "dx", dx, x.shape(), core::detail::str("the shape of x ", x.str()));
   if (dx.numel() == 0) return;
-  STOKER_DISPATCH(dx.device(), maxpool2d_backward, dx, dy, x, y, p);
+  maxpool2d_backward_stub(dx.device(), dx, dy, x, y, p);
 }
 
 bool maxpool2d_argmax_supported(Device device, const Shape& x, const Pool2dParams& p) {
@@ -126,7 +126,7 @@ void maxpool2d_forward_argmax(const Tensor& y, const Tensor& argmax, const Tenso
   check_pool(op, "x", x, "y", y, p);
   check_argmax(op, x, "y", y, argmax, p);
   if (y.numel() == 0) return;
-  STOKER_DISPATCH(y.device(), maxpool2d_forward_argmax, y, argmax, x, p);
+  maxpool2d_forward_argmax_stub(y.device(), y, argmax, x, p);
 }
 
 void maxpool2d_backward_argmax(const Tensor& dx, const Tensor& dy, const Tensor& argmax,
@@ -135,31 +135,31 @@ void maxpool2d_backward_argmax(const Tensor& dx, const Tensor& dy, const Tensor&
   check_pool(op, "dx", dx, "dy", dy, p);
   check_argmax(op, dx, "dy", dy, argmax, p);
   if (dx.numel() == 0) return;
-  STOKER_DISPATCH(dx.device(), maxpool2d_backward_argmax, dx, dy, argmax, p);
+  maxpool2d_backward_argmax_stub(dx.device(), dx, dy, argmax, p);
 }
 
 void avgpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p) {
   check_pool("avgpool2d_forward", "x", x, "y", y, p);
   if (y.numel() == 0) return;
-  STOKER_DISPATCH(y.device(), avgpool2d_forward, y, x, p);
+  avgpool2d_forward_stub(y.device(), y, x, p);
 }
 
 void avgpool2d_backward(const Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
   check_pool("avgpool2d_backward", "dx", dx, "dy", dy, p);
   if (dx.numel() == 0) return;
-  STOKER_DISPATCH(dx.device(), avgpool2d_backward, dx, dy, p);
+  avgpool2d_backward_stub(dx.device(), dx, dy, p);
 }
 
 void global_avgpool_forward(const Tensor& y, const Tensor& x, Layout layout) {
   check_global("global_avgpool_forward", "x", x, "y", y, layout);
   if (y.numel() == 0) return;
-  STOKER_DISPATCH(y.device(), global_avgpool_forward, y, x, layout);
+  global_avgpool_forward_stub(y.device(), y, x, layout);
 }
 
 void global_avgpool_backward(const Tensor& dx, const Tensor& dy, Layout layout) {
   check_global("global_avgpool_backward", "dx", dx, "dy", dy, layout);
   if (dx.numel() == 0) return;
-  STOKER_DISPATCH(dx.device(), global_avgpool_backward, dx, dy, layout);
+  global_avgpool_backward_stub(dx.device(), dx, dy, layout);
 }
 
 }  // namespace stoker::ops

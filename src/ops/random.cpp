@@ -1,6 +1,6 @@
 #include "stoker/ops/random.h"
 
-#include "ops/backend.h"
+#include "ops/random_stubs.h"
 #include "ops/validate.h"
 
 namespace stoker::ops {
@@ -9,7 +9,7 @@ void random_uniform(const Tensor& out, float lo, float hi, uint64_t seed, uint64
   detail::check_float("random_uniform", "out", out);
   detail::check_backend("random_uniform", out);
   STOKER_CHECK(lo <= hi, "ops::random_uniform: lo ", lo, " > hi ", hi);
-  if (out.numel() > 0) STOKER_DISPATCH(out.device(), random_uniform, out, lo, hi, seed, offset);
+  if (out.numel() > 0) random_uniform_stub(out.device(), out, lo, hi, seed, offset);
 }
 
 void random_uniform(const Tensor& out, float lo, float hi, Generator& gen) {
@@ -21,7 +21,7 @@ void random_normal(const Tensor& out, float mean, float std, uint64_t seed, uint
   detail::check_float("random_normal", "out", out);
   detail::check_backend("random_normal", out);
   STOKER_CHECK(std >= 0.0f, "ops::random_normal: std ", std, " is negative");
-  if (out.numel() > 0) STOKER_DISPATCH(out.device(), random_normal, out, mean, std, seed, offset);
+  if (out.numel() > 0) random_normal_stub(out.device(), out, mean, std, seed, offset);
 }
 
 void random_normal(const Tensor& out, float mean, float std, Generator& gen) {

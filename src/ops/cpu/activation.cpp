@@ -4,7 +4,7 @@
 // owns whole groups of four and the mask never depends on how the range was split.
 #include <algorithm>
 
-#include "ops/backend.h"
+#include "ops/activation_stubs.h"
 #include "ops/cpu/parallel.h"
 #include "ops/nn_math.h"
 
@@ -58,5 +58,12 @@ void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, u
 void dropout_backward(const Tensor& dx, const Tensor& dy, float p, uint64_t seed, uint64_t offset) {
   dropout(dx, dy, p, seed, offset);
 }
+
+STOKER_REGISTER_STUB(relu_forward, relu_forward);
+STOKER_REGISTER_STUB(relu_backward, relu_backward);
+STOKER_REGISTER_STUB(gelu_forward, gelu_forward);
+STOKER_REGISTER_STUB(gelu_backward, gelu_backward);
+STOKER_REGISTER_STUB(dropout_forward, dropout_forward);
+STOKER_REGISTER_STUB(dropout_backward, dropout_backward);
 
 }  // namespace stoker::ops::cpu

@@ -1,4 +1,4 @@
-// CPU reference of the attention pieces (ops/attention_backend.h): head permutations and the
+// CPU reference of the attention pieces (ops/attention_stubs.h): head permutations and the
 // causal softmax forward/backward, one oneTBB task per block of rows, fp32 math with one
 // rounding per stored element — what kernels/attention.cu computes, so the GPU tests compare
 // the two on random inputs.
@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "ops/attention_backend.h"
+#include "ops/attention_stubs.h"
 #include "ops/cpu/parallel.h"
 
 namespace stoker::ops::cpu {
@@ -117,5 +117,10 @@ void causal_softmax_backward(const Tensor& ds, const Tensor& dp, const Tensor& p
         row_grain(seq));
   });
 }
+
+STOKER_REGISTER_STUB(heads_from_tokens, heads_from_tokens);
+STOKER_REGISTER_STUB(tokens_from_heads, tokens_from_heads);
+STOKER_REGISTER_STUB(causal_softmax_forward, causal_softmax_forward);
+STOKER_REGISTER_STUB(causal_softmax_backward, causal_softmax_backward);
 
 }  // namespace stoker::ops::cpu

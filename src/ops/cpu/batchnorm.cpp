@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/backend.h"
+#include "ops/batchnorm_stubs.h"
 #include "ops/cpu/parallel.h"
 #include "ops/geometry.h"
 #include "ops/nn_math.h"
@@ -191,5 +191,10 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
     });
   });
 }
+
+STOKER_REGISTER_STUB(batchnorm_forward_train, batchnorm_forward_train);
+STOKER_REGISTER_STUB(batchnorm_forward_train_from_sums, batchnorm_forward_train_from_sums);
+STOKER_REGISTER_STUB(batchnorm_forward_eval, batchnorm_forward_eval);
+STOKER_REGISTER_STUB(batchnorm_backward, batchnorm_backward);
 
 }  // namespace stoker::ops::cpu

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 
-#include "ops/backend.h"
+#include "ops/conv_stubs.h"
 #include "ops/cpu/parallel.h"
 #include "ops/geometry.h"
+#include "ops/layout_stubs.h"
+#include "ops/pool_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -119,5 +121,11 @@ void global_avgpool_backward(const Tensor& dx, const Tensor& dy, Layout layout) 
     });
   });
 }
+
+STOKER_REGISTER_STUB(convert_layout, convert_layout);
+STOKER_REGISTER_STUB(add_channel_bias, add_channel_bias);
+STOKER_REGISTER_STUB(channel_bias_grad, channel_bias_grad);
+STOKER_REGISTER_STUB(global_avgpool_forward, global_avgpool_forward);
+STOKER_REGISTER_STUB(global_avgpool_backward, global_avgpool_backward);
 
 }  // namespace stoker::ops::cpu

@@ -19,9 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "ops/backend.h"
+#include "ops/conv_stubs.h"
+#include "ops/copy_stubs.h"
 #include "ops/cpu/f32.h"
 #include "ops/cpu/parallel.h"
+#include "ops/gemm_stubs.h"
 #include "ops/geometry.h"
 #include "stoker/ops/elementwise.h"
 
@@ -204,11 +206,11 @@ enum class Pass { forward, backward_data, backward_filter };
 void gemm_nchw(Pass pass, const Tensor& colg, const Tensor& wg, const Tensor& yg) {
   switch (pass) {
     case Pass::forward:
-      return gemm(yg, wg, colg, {});  // y_g = W_g col_g
+      return gemm_impl(yg, wg, colg, {});  // y_g = W_g col_g
     case Pass::backward_data:
-      return gemm(colg, wg, yg, {.trans_a = true});  // col_g = W_g^T dy_g
+      return gemm_impl(colg, wg, yg, {.trans_a = true});  // col_g = W_g^T dy_g
     case Pass::backward_filter:
-      return gemm(wg, yg, colg, {.trans_b = true, .beta = 1.0f});  // dW_g += dy_g col_g^T
+      return gemm_impl(wg, yg, colg, {.trans_b = true, .beta = 1.0f});  // dW_g += dy_g col_g^T
   }
 }
 
@@ -216,11 +218,11 @@ void gemm_nchw(Pass pass, const Tensor& colg, const Tensor& wg, const Tensor& yg
 void gemm_nhwc(Pass pass, const Tensor& colg, const Tensor& wg, const Tensor& yg) {
   switch (pass) {
     case Pass::forward:
-      return gemm(yg, colg, wg, {.trans_b = true});  // y_g = col_g W_g^T
+      return gemm_impl(yg, colg, wg, {.trans_b = true});  // y_g = col_g W_g^T
     case Pass::backward_data:
-      return gemm(colg, yg, wg, {});  // col_g = dy_g W_g
+      return gemm_impl(colg, yg, wg, {});  // col_g = dy_g W_g
     case Pass::backward_filter:
-      return gemm(wg, yg, colg, {.trans_a = true, .beta = 1.0f});  // dW_g += dy_g^T col_g
+      return gemm_impl(wg, yg, colg, {.trans_a = true, .beta = 1.0f});  // dW_g += dy_g^T col_g
   }
 }
 
@@ -278,35 +280,35 @@ void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Con
   const ConvGeometry g = detail::conv_geometry(x.shape(), w.shape(), p);
   const Tensor y32 = f32_target(y);
   run_pass(Pass::forward, g, as_f32(x), as_f32(w), y32);
-  if (!y32.same_storage(y)) cast(y, y32);
+  if (!y32.same_storage(y)) cast_impl(y, y32);
 }
 
 void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
                           const Conv2dParams& p, bool accumulate) {
   if (accumulate) {  // the gradient in dx's dtype, then added: ops::add's rounding
     const Tensor part = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
-    cpu::conv2d_backward_data(part, dy, w, p, false);
+    conv2d_backward_data_impl(part, dy, w, p, false);
     ops::add(dx, dx, part);
     return;
   }
   const ConvGeometry g = detail::conv_geometry(dx.shape(), w.shape(), p);
   const Tensor dx32 = f32_target(dx);
   run_pass(Pass::backward_data, g, dx32, as_f32(w), as_f32(dy));
-  if (!dx32.same_storage(dx)) cast(dx, dx32);
+  if (!dx32.same_storage(dx)) cast_impl(dx, dx32);
 }
 
 void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
                             const Conv2dParams& p, bool accumulate) {
   const ConvGeometry g = detail::conv_geometry(x.shape(), dw.shape(), p);
-  if (!accumulate) fill(dw, 0.0);
+  if (!accumulate) fill_impl(dw, 0.0);
   const Tensor dw32 = as_f32(dw);  // dw itself when f32 (accumulated in place)
   run_pass(Pass::backward_filter, g, as_f32(x), dw32, as_f32(dy));
-  if (!dw32.same_storage(dw)) cast(dw, dw32);
+  if (!dw32.same_storage(dw)) cast_impl(dw, dw32);
 }
 
 void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_sq, const Tensor& x,
                           const Tensor& w, const Conv2dParams& p) {
-  cpu::conv2d_forward(y, x, w, p);
+  conv2d_forward_impl(y, x, w, p);
   const Dims4 d = dims4(y.shape(), p.layout);
   const std::vector<float> v = y.to_floats();  // y as stored (rounded to its dtype)
   std::vector<double> s(static_cast<size_t>(d.c), 0.0), q(static_cast<size_t>(d.c), 0.0);
@@ -328,5 +330,11 @@ void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_
 std::string conv2d_forward_stats_unsupported(const Tensor&, const Tensor&, const Conv2dParams&) {
   return {};
 }
+
+STOKER_REGISTER_STUB(conv2d_forward, conv2d_forward);
+STOKER_REGISTER_STUB(conv2d_backward_data, conv2d_backward_data);
+STOKER_REGISTER_STUB(conv2d_backward_filter, conv2d_backward_filter);
+STOKER_REGISTER_STUB(conv2d_forward_stats, conv2d_forward_stats);
+STOKER_REGISTER_STUB(conv2d_forward_stats_unsupported, conv2d_forward_stats_unsupported);
 
 }  // namespace stoker::ops::cpu

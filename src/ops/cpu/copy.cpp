@@ -2,7 +2,7 @@
 // the CUDA kernels use, so both backends produce identical bits).
 #include <algorithm>
 
-#include "ops/backend.h"
+#include "ops/copy_stubs.h"
 #include "ops/cpu/parallel.h"
 
 namespace stoker::ops::cpu {
@@ -51,5 +51,9 @@ void cast_multi(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
   for (size_t t = 0; t < dsts.size(); ++t)
     if (dsts[t].numel() > 0) cast(dsts[t], srcs[t]);
 }
+
+STOKER_REGISTER_STUB(fill, fill);
+STOKER_REGISTER_STUB(cast, cast);
+STOKER_REGISTER_STUB(cast_multi, cast_multi);
 
 }  // namespace stoker::ops::cpu

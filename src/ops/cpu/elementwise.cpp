@@ -2,8 +2,8 @@
 // axpy is fmaf(alpha, x, y), as on the GPU, so the backends agree to the bit.
 #include <cmath>
 
-#include "ops/backend.h"
 #include "ops/cpu/parallel.h"
+#include "ops/elementwise_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -37,5 +37,11 @@ void scale(const Tensor& x, float alpha) {
 void scale_by(const Tensor& x, const Tensor& factor) {
   scale(x, *static_cast<const float*>(factor.data()));
 }
+
+STOKER_REGISTER_STUB(add, add);
+STOKER_REGISTER_STUB(mul, mul);
+STOKER_REGISTER_STUB(axpy, axpy);
+STOKER_REGISTER_STUB(scale, scale);
+STOKER_REGISTER_STUB(scale_by, scale_by);
 
 }  // namespace stoker::ops::cpu

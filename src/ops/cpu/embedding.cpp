@@ -6,8 +6,8 @@
 // No two tasks touch one element and the sum order is fixed: deterministic at any thread count.
 #include <algorithm>
 
-#include "ops/backend.h"
 #include "ops/cpu/parallel.h"
+#include "ops/embedding_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -77,5 +77,8 @@ void embedding_backward(const Tensor& dtable, const Tensor& dy, const Tensor& id
     });
   });
 }
+
+STOKER_REGISTER_STUB(embedding_forward, embedding_forward);
+STOKER_REGISTER_STUB(embedding_backward, embedding_backward);
 
 }  // namespace stoker::ops::cpu

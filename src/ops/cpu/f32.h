@@ -3,7 +3,7 @@
 // end, matching the GPU's "fp32 accumulate, round once".
 #pragma once
 
-#include "ops/backend.h"
+#include "ops/copy_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -11,7 +11,7 @@ namespace stoker::ops::cpu {
 inline Tensor as_f32(const Tensor& t) {
   if (t.dtype() == DType::f32) return t;
   Tensor f = Tensor::empty(t.shape(), DType::f32, Device::cpu());
-  cast(f, t);
+  cast_impl(f, t);
   return f;
 }
 
@@ -25,7 +25,7 @@ inline Tensor f32_target(const Tensor& t) {
 inline Tensor f32_accumulator(const Tensor& c, float beta) {
   if (c.dtype() == DType::f32) return c;
   Tensor c32 = Tensor::empty(c.shape(), DType::f32, Device::cpu());
-  if (beta != 0.0f) cast(c32, c);
+  if (beta != 0.0f) cast_impl(c32, c);
   return c32;
 }
 

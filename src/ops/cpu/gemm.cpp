@@ -3,9 +3,12 @@
 // The gelu/dgelu epilogues and the bias gradient are the unfused ops in sequence (see below).
 #include <cblas.h>
 
-#include "ops/backend.h"
+#include "ops/activation_stubs.h"
+#include "ops/copy_stubs.h"
 #include "ops/cpu/f32.h"
 #include "ops/cpu/parallel.h"
+#include "ops/gemm_stubs.h"
+#include "ops/linear_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -13,11 +16,11 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
   // The bias gradient is ops::bias_grad's sum over a's rows (a = dy, read transposed), into a
   // zeroed vector: the bits of the unfused backward.
   if (o.bias_grad) {
-    cpu::fill(*o.bias_grad, 0.0);
-    cpu::bias_grad(*o.bias_grad, a);
+    fill_impl(*o.bias_grad, 0.0);
+    bias_grad_impl(*o.bias_grad, a);
     GemmOptions plain = o;
     plain.bias_grad = nullptr;
-    return cpu::gemm(c, a, b, plain);
+    return gemm_impl(c, a, b, plain);
   }
   // The epilogues are the unfused composition, op for op, so the bits are the separate ops':
   // gelu: aux = gemm + bias (rounded to aux's dtype), C = gelu_forward(aux); dgelu: C = gemm
@@ -27,11 +30,11 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
     plain.epilogue = GemmEpilogue::none;
     plain.aux = nullptr;
     if (o.epilogue == GemmEpilogue::gelu) {
-      cpu::gemm(*o.aux, a, b, plain);
-      cpu::gelu_forward(c, *o.aux);
+      gemm_impl(*o.aux, a, b, plain);
+      gelu_forward_impl(c, *o.aux);
     } else {
-      cpu::gemm(c, a, b, plain);
-      cpu::gelu_backward(c, c, *o.aux);
+      gemm_impl(c, a, b, plain);
+      gelu_backward_impl(c, c, *o.aux);
     }
     return;
   }
@@ -55,7 +58,9 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
         for (int j = 0; j < n; ++j) out[r * n + j] += bias[j];
     });
   }
-  if (!c32.same_storage(c)) cast(c, c32);
+  if (!c32.same_storage(c)) cast_impl(c, c32);
 }
+
+STOKER_REGISTER_STUB(gemm, gemm);
 
 }  // namespace stoker::ops::cpu

@@ -4,8 +4,8 @@
 // end, as ops::gemm does, so each matrix equals an ops::gemm of the same operands.
 #include <cblas.h>
 
-#include "ops/attention_backend.h"
-#include "ops/backend.h"
+#include "ops/attention_stubs.h"
+#include "ops/copy_stubs.h"
 #include "ops/cpu/f32.h"
 #include "ops/cpu/parallel.h"
 
@@ -36,7 +36,9 @@ void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, int64_t bat
                       pb + i * sb, ldb, o.beta, pc + i * sc, n);
       },
       grain);
-  if (!c32.same_storage(c)) cast(c, c32);
+  if (!c32.same_storage(c)) cast_impl(c, c32);
 }
+
+STOKER_REGISTER_STUB(gemm_batched, gemm_batched);
 
 }  // namespace stoker::ops::cpu

@@ -14,8 +14,8 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/backend.h"
 #include "ops/cpu/parallel.h"
+#include "ops/layernorm_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -189,5 +189,10 @@ void add_layernorm_backward(const Tensor& dsum, const Tensor& dgamma, const Tens
                             const Tensor& mean, const Tensor& rstd, const Tensor& gamma) {
   backward(dsum, dgamma, dbeta, dy, &dsum_in, sum, mean, rstd, gamma);
 }
+
+STOKER_REGISTER_STUB(layernorm_forward, layernorm_forward);
+STOKER_REGISTER_STUB(layernorm_backward, layernorm_backward);
+STOKER_REGISTER_STUB(add_layernorm_forward, add_layernorm_forward);
+STOKER_REGISTER_STUB(add_layernorm_backward, add_layernorm_backward);
 
 }  // namespace stoker::ops::cpu

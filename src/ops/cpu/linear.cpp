@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "ops/backend.h"
 #include "ops/cpu/parallel.h"
+#include "ops/linear_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -58,5 +58,8 @@ void bias_grad(const Tensor& dbias, const Tensor& dy) {
         std::max<int64_t>(1, kGrain / std::max<int64_t>(1, n * kBlock)));
   });
 }
+
+STOKER_REGISTER_STUB(add_bias, add_bias);
+STOKER_REGISTER_STUB(bias_grad, bias_grad);
 
 }  // namespace stoker::ops::cpu

@@ -14,8 +14,8 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/backend.h"
 #include "ops/cpu/parallel.h"
+#include "ops/loss_stubs.h"
 #include "ops/nn_math.h"
 
 namespace stoker::ops::cpu {
@@ -182,5 +182,11 @@ void mse_backward(const Tensor& dpred, const Tensor& pred, const Tensor& target,
     });
   });
 }
+
+STOKER_REGISTER_STUB(cross_entropy_forward, cross_entropy_forward);
+STOKER_REGISTER_STUB(cross_entropy_backward, cross_entropy_backward);
+STOKER_REGISTER_STUB(count_targets, count_targets);
+STOKER_REGISTER_STUB(mse_forward, mse_forward);
+STOKER_REGISTER_STUB(mse_backward, mse_backward);
 
 }  // namespace stoker::ops::cpu

@@ -13,11 +13,11 @@
 
 #include <cmath>
 
-#include "ops/backend.h"
+#include "ops/copy_stubs.h"
 #include "ops/cpu/optim_simd.h"
 #include "ops/cpu/optim_step.h"
 #include "ops/cpu/parallel.h"
-#include "ops/optim_backend.h"
+#include "ops/optim_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -108,7 +108,8 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads,
       adamw_chunk(p + s, g + s, m + s, v + s, e - s, c);
     });
     // The compute copy (the GPU writes it in the update's pass): cast's rounding, cast_multi's.
-    if (!compute_copies.empty() && compute_copies[t].defined()) cast(compute_copies[t], params[t]);
+    if (!compute_copies.empty() && compute_copies[t].defined())
+      cast_impl(compute_copies[t], params[t]);
   }
 }
 
@@ -136,5 +137,9 @@ void lars_step(std::span<const Tensor> params, std::span<const Tensor> grads,
     });
   }
 }
+
+STOKER_REGISTER_STUB(sgd_step, sgd_step);
+STOKER_REGISTER_STUB(adamw_step, adamw_step);
+STOKER_REGISTER_STUB(lars_step, lars_step);
 
 }  // namespace stoker::ops::cpu

@@ -11,11 +11,10 @@
 #include <array>
 #include <cmath>
 
-#include "ops/backend.h"
 #include "ops/cpu/optim_simd.h"
 #include "ops/cpu/optim_step.h"
 #include "ops/cpu/parallel.h"
-#include "ops/optim_backend.h"
+#include "ops/optim_stubs.h"
 #include "ops/quantize_math.h"
 #include "stoker/ops/quantize.h"
 
@@ -237,5 +236,8 @@ void adamw_step_compact(std::span<const Tensor> params, std::span<const Tensor> 
         adamw_q8_block(p, g, r[0], r[1], n, c, vals[0].data(), vals[1].data());
       });
 }
+
+STOKER_REGISTER_STUB(sgd_step_compact, sgd_step_compact);
+STOKER_REGISTER_STUB(adamw_step_compact, adamw_step_compact);
 
 }  // namespace stoker::ops::cpu

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "ops/backend.h"
 #include "ops/cpu/parallel.h"
 #include "ops/geometry.h"
+#include "ops/pool_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -200,5 +200,12 @@ void avgpool2d_backward(const Tensor& dx, const Tensor& dy, const Pool2dParams& 
     });
   });
 }
+
+STOKER_REGISTER_STUB(maxpool2d_forward, maxpool2d_forward);
+STOKER_REGISTER_STUB(maxpool2d_backward, maxpool2d_backward);
+STOKER_REGISTER_STUB(maxpool2d_forward_argmax, maxpool2d_forward_argmax);
+STOKER_REGISTER_STUB(maxpool2d_backward_argmax, maxpool2d_backward_argmax);
+STOKER_REGISTER_STUB(avgpool2d_forward, avgpool2d_forward);
+STOKER_REGISTER_STUB(avgpool2d_backward, avgpool2d_backward);
 
 }  // namespace stoker::ops::cpu

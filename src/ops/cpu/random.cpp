@@ -1,7 +1,7 @@
 // CPU reference for the Philox fills: element i is philox_*(seed, offset, i) from core/rng.h,
 // the same function the CUDA kernels call, so both backends give identical bits.
-#include "ops/backend.h"
 #include "ops/cpu/parallel.h"
+#include "ops/random_stubs.h"
 #include "stoker/core/rng.h"
 
 namespace stoker::ops::cpu {
@@ -26,5 +26,8 @@ void random_uniform(const Tensor& out, float lo, float hi, uint64_t seed, uint64
 void random_normal(const Tensor& out, float mean, float std, uint64_t seed, uint64_t offset) {
   generate(out, [&](uint64_t i) { return core::philox_normal(seed, offset, i, mean, std); });
 }
+
+STOKER_REGISTER_STUB(random_uniform, random_uniform);
+STOKER_REGISTER_STUB(random_normal, random_normal);
 
 }  // namespace stoker::ops::cpu

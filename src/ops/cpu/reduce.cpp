@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/backend.h"
 #include "ops/cpu/parallel.h"
+#include "ops/reduce_stubs.h"
 
 namespace stoker::ops::cpu {
 
@@ -55,5 +55,7 @@ void reduce(std::span<const Tensor> xs, Reduction r, const Tensor& out) {
   if (r == Reduction::l2_norm) acc = std::sqrt(acc);
   *static_cast<float*>(out.data()) = static_cast<float>(acc);
 }
+
+STOKER_REGISTER_STUB(reduce, reduce);
 
 }  // namespace stoker::ops::cpu

@@ -29,9 +29,11 @@
 // and relu_backward (or a copy) into dresidual, which cuDNN's backward then reads as dz.
 #include <cudnn.h>
 
-#include "ops/backend.h"
+#include "ops/activation_stubs.h"
+#include "ops/batchnorm_stubs.h"
 #include "ops/cuda/batchnorm_nhwc.h"
 #include "ops/cuda/cudnn_util.h"
+#include "ops/elementwise_stubs.h"
 #include "stoker/ops/copy.h"
 
 namespace stoker::ops::cuda {
@@ -61,8 +63,8 @@ void* opt(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
 // The composition after cuDNN's forward wrote bn(x) into y: y = act(y + residual).
 void finish_forward(const Tensor& y, const Tensor& residual, bool relu) {
-  if (residual.defined()) add(y, residual, y);
-  if (relu) relu_forward(y, y);
+  if (residual.defined()) add_impl(y, residual, y);
+  if (relu) relu_forward_impl(y, y);
 }
 
 }  // namespace
@@ -136,13 +138,13 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
   if (dresidual.defined()) {
     dz = dresidual;
     if (p.relu) {
-      relu_backward(dz, dy, y);
+      relu_backward_impl(dz, dy, y);
     } else if (dz.data() != dy.data()) {
       stoker::ops::copy(dz, dy);
     }
   } else if (p.relu) {
     dz = Tensor::empty(dy.shape(), dy.dtype(), d);
-    relu_backward(dz, dy, y);
+    relu_backward_impl(dz, dy, y);
   }
   const BnDescs desc(x, p.layout);
   const CudnnLease lease(d);
@@ -153,5 +155,10 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
                  dgamma.data(), dbeta.data(), p.eps, save_mean.data(), save_invstd.data()),
              "batchnorm_backward", "cudnnBatchNormalizationBackward", x, p.layout);
 }
+
+STOKER_REGISTER_STUB(batchnorm_forward_train, batchnorm_forward_train);
+STOKER_REGISTER_STUB(batchnorm_forward_train_from_sums, batchnorm_forward_train_from_sums);
+STOKER_REGISTER_STUB(batchnorm_forward_eval, batchnorm_forward_eval);
+STOKER_REGISTER_STUB(batchnorm_backward, batchnorm_backward);
 
 }  // namespace stoker::ops::cuda

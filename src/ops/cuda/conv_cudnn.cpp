@@ -26,9 +26,11 @@
 #include <mutex>
 #include <vector>
 
-#include "ops/backend.h"
+#include "ops/conv_stubs.h"
+#include "ops/copy_stubs.h"
 #include "ops/cuda/conv_problem.h"
 #include "ops/cuda/cudnn_util.h"
+#include "ops/elementwise_stubs.h"
 #include "ops/geometry.h"
 #include "stoker/ops/gemm.h"
 
@@ -369,10 +371,14 @@ void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
           });
   if (direct) return;
   if (accumulate) {
-    axpy(dw, 1.0f, target);
+    axpy_impl(dw, 1.0f, target);
   } else {
-    cast(dw, target);
+    cast_impl(dw, target);
   }
 }
+
+STOKER_REGISTER_STUB(conv2d_forward, conv2d_forward);
+STOKER_REGISTER_STUB(conv2d_backward_data, conv2d_backward_data);
+STOKER_REGISTER_STUB(conv2d_backward_filter, conv2d_backward_filter);
 
 }  // namespace stoker::ops::cuda

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/backend.h"
+#include "ops/conv_stubs.h"
 #include "ops/cuda/conv_problem.h"
 #include "ops/cuda/cudnn_util.h"
 #include "ops/geometry.h"
@@ -302,5 +302,8 @@ void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_
   STOKER_CUDNN_CHECK(pack.finalize());
   STOKER_CUDNN_CHECK(cudnnBackendExecute(lease.handle(), plan.plan->get(), pack.get()));
 }
+
+STOKER_REGISTER_STUB(conv2d_forward_stats_unsupported, conv2d_forward_stats_unsupported);
+STOKER_REGISTER_STUB(conv2d_forward_stats, conv2d_forward_stats);
 
 }  // namespace stoker::ops::cuda

@@ -57,9 +57,12 @@
 #include <string>
 
 #include "core/cuda_util.h"
-#include "ops/attention_backend.h"
-#include "ops/backend.h"
+#include "ops/activation_stubs.h"
+#include "ops/attention_stubs.h"
+#include "ops/copy_stubs.h"
 #include "ops/fp8_stubs.h"
+#include "ops/gemm_stubs.h"
+#include "ops/linear_stubs.h"
 #include "ops/nn_math.h"
 #include "stoker/ops/gemm.h"
 
@@ -759,19 +762,19 @@ bool run_gemm(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
   }
   if (o.bias && !plan.fused_bias) {
     if (o.bias->dtype() == DType::f32) {
-      add_bias(out, *o.bias);
+      add_bias_impl(out, *o.bias);
     } else {
       const Tensor wide = Tensor::empty(o.bias->shape(), DType::f32, device);
-      cuda::cast(wide, *o.bias);
-      add_bias(out, wide);
+      cast_impl(wide, *o.bias);
+      add_bias_impl(out, wide);
     }
   }
   if (o.bias_grad && !plan.fused_bias_grad) {  // a = dy [k, m]: its column sums
-    fill(*o.bias_grad, 0.0);
-    cuda::bias_grad(*o.bias_grad, a);
+    fill_impl(*o.bias_grad, 0.0);
+    bias_grad_impl(*o.bias_grad, a);
   }
-  if (gelu_after) gelu_forward(c, *o.aux);
-  if (o.epilogue == GemmEpilogue::dgelu && !plan.fused_dgelu) gelu_backward(c, c, *o.aux);
+  if (gelu_after) gelu_forward_impl(c, *o.aux);
+  if (o.epilogue == GemmEpilogue::dgelu && !plan.fused_dgelu) gelu_backward_impl(c, c, *o.aux);
   return true;
 }
 
@@ -781,10 +784,14 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& 
   run_gemm(c, a, b, 1, o);
 }
 
+STOKER_REGISTER_STUB(gemm, gemm);
+
 void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b, int64_t batch,
                   const GemmOptions& o) {
   run_gemm(c, a, b, batch, o);
 }
+
+STOKER_REGISTER_STUB(gemm_batched, gemm_batched);
 
 bool gemm_fp8(const Tensor& c, const Fp8Tensor& a, const Fp8Tensor& b, const GemmOptions& o) {
   // The FP8 kernels' layout needs: every dimension a multiple of 16 and 16-byte aligned

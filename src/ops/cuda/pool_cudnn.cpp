@@ -11,10 +11,10 @@
 // own kernels instead (ops/cuda/maxpool_nhwc.h: cuDNN's ran at ~0.6 TB/s on the ResNet stem).
 #include <cudnn.h>
 
-#include "ops/backend.h"
 #include "ops/cuda/cudnn_util.h"
 #include "ops/cuda/maxpool_nhwc.h"
 #include "ops/geometry.h"
+#include "ops/pool_stubs.h"
 
 namespace stoker::ops::cuda {
 
@@ -115,5 +115,10 @@ void avgpool2d_forward(const Tensor& y, const Tensor& x, const Pool2dParams& p) 
 void avgpool2d_backward(const Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
   backward(CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, "avgpool2d_backward", dx, dy, dx, dy, p);
 }
+
+STOKER_REGISTER_STUB(maxpool2d_forward, maxpool2d_forward);
+STOKER_REGISTER_STUB(maxpool2d_backward, maxpool2d_backward);
+STOKER_REGISTER_STUB(avgpool2d_forward, avgpool2d_forward);
+STOKER_REGISTER_STUB(avgpool2d_backward, avgpool2d_backward);
 
 }  // namespace stoker::ops::cuda
