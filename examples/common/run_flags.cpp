@@ -7,18 +7,42 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <system_error>
 
 #include "program.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/train/checkpoint_files.h"
+#include "stoker/train/safetensors.h"
 
 namespace stoker::program {
 
 namespace fs = std::filesystem;
 
 namespace {
+
+// --save replaces an existing weights file (the last run's, as users expect), but never a
+// training checkpoint: that is another run's state (its optimizer, position, scaler), which a
+// weights file would silently replace.
+void refuse_save_over_a_training_checkpoint(const std::string& save) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(save, ec)) return;
+  std::optional<int64_t> step;
+  try {
+    const train::SafetensorsReader reader(save);
+    const auto it = reader.metadata().find("stoker.step");
+    if (it != reader.metadata().end()) step = std::stoll(it->second);
+  } catch (const std::exception&) {
+    return;  // not a readable safetensors file: not a checkpoint either
+  }
+  if (!step) return;
+  core::detail::throw_error(
+      __FILE__, __LINE__,
+      core::detail::str("--save ", save, " is a training checkpoint (step ", *step,
+                        "): saving the weights over it would lose that run's state"),
+      "give --save another path (a checkpoint is resumed with --resume, not replaced)");
+}
 
 // The signals --stop-signals may name (with or without SIG), as the kill command spells them.
 constexpr std::pair<const char*, int> kStopSignals[] = {
@@ -233,7 +257,10 @@ void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank,
   if (!metrics.empty())
     locks_.push_back(train::RunLock::acquire(train::RunLock::file_lock_path(metrics),
                                              "--metrics " + metrics, "--metrics"));
-  if (!save.empty()) core::check_output_path(save, "--save");
+  if (!save.empty()) {
+    core::check_output_path(save, "--save");
+    refuse_save_over_a_training_checkpoint(save);
+  }
 }
 
 void RunFlags::apply(train::TrainerOptions& o) const {

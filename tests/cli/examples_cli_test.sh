@@ -221,6 +221,15 @@ expect 0 run_classifier --checkpoint-dir "$dir/run-ck"
 has "$out" "^resuming from $dir/run-ck/last.safetensors at step 4"
 expect 1 run_classifier --checkpoint-dir "$dir/run-ck" --seed 7
 has "$err" "the data seed differs"
+# --save never replaces a training checkpoint (another run's state) with a weights file; an
+# existing weights file is replaced as before.
+cp "$dir/run-ck/last.safetensors" "$dir/ck-copy.safetensors"
+expect 1 run_classifier --save "$dir/run-ck/last.safetensors"
+has "$err" "^stoker_classifier: error: --save $dir/run-ck/last.safetensors is a training checkpoint (step 4)"
+has "$err" "hint: give --save another path"
+cmp -s "$dir/run-ck/last.safetensors" "$dir/ck-copy.safetensors" || fail "--save replaced a checkpoint"
+expect 0 run_classifier --save "$dir/weights.safetensors"
+expect 0 run_classifier --save "$dir/weights.safetensors"
 
 # --- outputs never touch inputs: an output flag naming an input (the file itself, a link to it,
 # a file inside an input database, a checkpoint folder holding an input) is refused before any
@@ -329,7 +338,7 @@ hasnt "$err" "clip_grad_norm"
 
 # --- the stoker tool: an unknown subcommand is named, with the valid ones.
 expect 109 "$stoker" frobnicate
-has "$err" "unknown subcommand 'frobnicate': the subcommands are pack, info, launch, doctor"
+has "$err" "unknown subcommand 'frobnicate': the subcommands are pack, pack-text, info, launch, doctor"
 
 # --- a damaged record (tests/cli/damage_record.sh: its magic overwritten).
 "$stoker" pack synth --out "$dir/bad" --samples 64 --classes 4 --size 32 --no-progress > /dev/null
