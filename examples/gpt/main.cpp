@@ -266,7 +266,7 @@ int run(const Options& o) {
   // or token corpora and mixtures (each sequence once per epoch: SequenceBatches, token_data.h);
   // validation: --val, else the text's last 10 %.
   fs::path train_path, val_path = o.run.val;
-  const bool corpus_run = !o.mix.empty() ||
+  const bool corpus_run = !o.mix.empty() || o.val_split > 0 ||
                           (!o.data.empty() && !resolve_token_source("--data", o.data).raw) ||
                           (!o.run.val.empty() && !resolve_token_source("--val", o.run.val).raw);
   if (o.data.empty() && o.mix.empty()) {
@@ -287,12 +287,14 @@ int run(const Options& o) {
                                      .device = device,
                                      .rank = rank,
                                      .world_size = world}};
+    co.val_split = o.val_split;
     train_corpus = o.mix.empty() ? open_corpus_data("--data", {{o.data, 1.0}}, co)
                                  : open_corpus_data("--mix", parse_mix(o.mix), co);
     if (!val_path.empty()) {  // every rank evaluates the whole set, in corpus order
       co.batches.shuffle = false;
       co.batches.rank = 0;
       co.batches.world_size = 1;
+      co.val_split = 0;
       val_corpus = open_corpus_data("--val", {{val_path.string(), 1.0}}, co);
     }
   } else {
@@ -319,6 +321,7 @@ int run(const Options& o) {
       corpus_run ? static_cast<data::BatchSource&>(*train_corpus->batches) : *train_tokens;
   data::BatchSource* val_data = val_tokens.get();
   if (val_corpus) val_data = val_corpus->batches.get();
+  if (train_corpus && train_corpus->validation) val_data = train_corpus->validation.get();
   const int64_t epochs = (o.steps * o.accum) / train_data.batches_per_epoch() + 1;
   if (root && corpus_run) {
     std::printf("data: %s, %lld sequences per epoch, each once (seed %llu)\n%s",
@@ -513,6 +516,10 @@ int main(int argc, char** argv) {
                  "once per epoch: Megatron PREFIX/.idx/.bin, a pack-text folder, llm.c shards or a "
                  "glob (default: the bundled text)")
       ->check(program::non_empty_path());
+  app.add_option("--val-split", o.val_split,
+                 "validation split of the --data corpus by document: a fraction in (0, 1) or a "
+                 "count of documents, chosen by --seed and left out of training")
+      ->check(CLI::PositiveNumber);
   app.add_option("--mix", o.mix,
                  "a weighted mixture of token corpora instead of --data: \"a.idx:0.7,b:0.3\"");
   app.add_option("--text", o.text, "text to encode at byte level")
@@ -581,6 +588,9 @@ int main(int argc, char** argv) {
     // The inputs, which no output may touch: the token files, or the text and its encoding.
     STOKER_CHECK_HINT(o.mix.empty() || o.data.empty(), "give --data or --mix",
                       "--mix and --data both name the training data");
+    STOKER_CHECK_HINT(o.val_split == 0 || (o.run.val.empty() && !o.data.empty()),
+                      "split a --data corpus, or give --val",
+                      "--val-split needs a --data corpus and no --val");
     // Token corpora are guarded by their index (a prefix or folder is no regular file).
     auto guarded = [](const std::string& flag, const std::string& arg) {
       if (arg.empty()) return program::RunFlags::Input{flag, arg};
@@ -598,7 +608,7 @@ int main(int argc, char** argv) {
       inputs.push_back({"--cache", train, false, false});
       inputs.push_back({"--cache", val, false, false, /*trained_on=*/false});
     }
-    o.run.check(app, (o.data.empty() && o.mix.empty()) || !o.run.val.empty(),
+    o.run.check(app, (o.data.empty() && o.mix.empty()) || !o.run.val.empty() || o.val_split > 0,
                 dist::read_env().rank == 0, inputs);
     o.optimizer_offload_delayed = offload_delayed || offload_mode == "delayed";
     o.optimizer_offload = offload->count() > 0 || o.optimizer_offload_delayed;

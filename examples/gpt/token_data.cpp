@@ -107,9 +107,37 @@ std::unique_ptr<CorpusData> open_corpus_data(
                         ": ", e.message());
     }
     const data::TokenCorpus& corpus = *out->corpora.back();
-    out->sequences.push_back(std::make_unique<data::TokenSequences>(
-        corpus,
-        data::TokenSequencesOptions{.context = options.context, .vocab_size = options.vocab}));
+    const data::TokenSequencesOptions sopts{.context = options.context,
+                                            .vocab_size = options.vocab};
+    if (options.val_split > 0) {
+      STOKER_CHECK_HINT(sources.size() == 1, "split one --data corpus, or give --val",
+                        "--val-split: a mixture has no single corpus to split");
+      const bool fraction = options.val_split < 1;
+      STOKER_CHECK_HINT(fraction || options.val_split == std::floor(options.val_split),
+                        "give a fraction below 1 or a whole number of documents", "--val-split ",
+                        options.val_split,
+                        " is neither a fraction below 1 nor a "
+                        "whole number of documents");
+      const auto val = data::split_documents(
+          corpus, {.fraction = fraction ? options.val_split : 0,
+                   .count = fraction ? 0 : static_cast<int64_t>(options.val_split),
+                   .seed = options.batches.seed});
+      out->sequences.push_back(
+          std::make_unique<data::TokenSequences>(corpus, sopts, val, "validation split"));
+      const data::TokenSequences& val_seq = *out->sequences.back();
+      data::SequenceBatchesOptions vopts = options.batches;
+      vopts.shuffle = false;
+      vopts.rank = 0;
+      vopts.world_size = 1;
+      out->validation = std::make_unique<data::SequenceBatches>(
+          std::vector<data::SequenceSource>{{&val_seq, 1, val_seq.name()}}, vopts);
+      out->summary += str("  validation split of ", arg, ": ", val.size(), " documents, ",
+                          val_seq.num_tokens(), " tokens, ", val_seq.size(), " sequences\n");
+      out->sequences.push_back(std::make_unique<data::TokenSequences>(
+          corpus, sopts, data::other_documents(corpus, val), "train split"));
+    } else {
+      out->sequences.push_back(std::make_unique<data::TokenSequences>(corpus, sopts));
+    }
     const data::TokenSequences& seq = *out->sequences.back();
     mix.push_back({&seq, weight, arg});
     out->summary += str("  ", arg, ": ", data::token_format_name(corpus.format()), ", ",

@@ -32,6 +32,8 @@ struct CorpusData {
   std::vector<std::unique_ptr<data::TokenCorpus>> corpora;
   std::vector<std::unique_ptr<data::TokenSequences>> sequences;
   std::unique_ptr<data::SequenceBatches> batches;
+  // With CorpusDataOptions::val_split: the split's documents, in corpus order, on every rank.
+  std::unique_ptr<data::SequenceBatches> validation;
   std::string summary;  // one line per source for the run's header
 };
 
@@ -39,6 +41,9 @@ struct CorpusDataOptions {
   int64_t context = 0;
   int64_t vocab = 0;
   data::SequenceBatchesOptions batches;
+  // > 0 (one source only): that fraction (< 1) or count (>= 1) of its documents, chosen by the
+  // seed, is the validation set and left out of training (data::split_documents).
+  double val_split = 0;
 };
 
 // `sources`: (flag's argument, weight); a raw file among several is read as one document of

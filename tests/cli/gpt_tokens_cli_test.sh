@@ -1,10 +1,10 @@
 #!/bin/sh
 # stoker_gpt on token corpora: the bundled text packed by `stoker pack-text` (a Megatron dataset)
-# as --data (folder, prefix, .idx), --mix of two sources, --val; an elastic resume 2 -> 3 -> 1
+# as --data (folder, prefix, .idx), --mix of two sources, --val, --val-split; an elastic resume 2 -> 3 -> 1
 # ranks (`stoker launch`) that continues the epoch's global order (the sources' report at the end
 # counts every sequence the job consumed); bad input: zero, negative and malformed --mix weights,
 # --mix with --data, --val the same corpus as --data, ids above --vocab, a context longer than
-# the corpus, a folder with two indexes. Each error is exit status 1 naming the input.
+# the corpus, a folder with two indexes, bad --val-split. Each error is exit status 1 naming the input.
 # Usage: gpt_tokens_cli_test.sh STOKER GPT TEXT SCRATCH_DIR
 set -u
 stoker="$1"
@@ -59,6 +59,10 @@ mkdir -p "$dir/val"
 cp "$pack/tokens.bin" "$pack/tokens.idx" "$dir/val/"
 expect 0 run --data "$pack" --val "$dir/val" --steps 2 --eval-subset 8
 has "$out" "validation:"
+# A validation split by document (--seed's choice), left out of training.
+expect 0 run --data "$pack" --val-split 0.1 --steps 2 --eval-subset 8
+has "$out" "validation split of $pack: 18 documents"
+has "$out" "validation loss after training"
 
 # --- elastic resume: 2 ranks to step 4 (32 sequences), 3 ranks to step 6 (+24), 1 rank to the
 # end of --steps 8 of the 2-rank run's 64 sequences: the report counts 64, as a 1-rank run of
@@ -94,6 +98,12 @@ has "$err" "outside the vocabulary \[0, 100)"
 expect 1 "$gpt" --device cpu --layers 1 --heads 2 --width 32 --context 1000000 --batch 4 \
   --sample 0 --vocab 600 --data "$pack" --steps 1
 has "$err" "not one sequence of context + 1 = 1000001 tokens"
+expect 1 run --data "$pack" --val-split 2.5 --steps 1
+has "$err" "neither a fraction below 1 nor a whole number"
+expect 1 run --data "$pack" --val-split 0.1 --val "$dir/val" --steps 1
+has "$err" "--val-split needs a --data corpus and no --val"
+expect 1 run --data "$pack" --val-split 180 --steps 1
+has "$err" "would leave none to train on"
 cp "$pack/tokens.idx" "$dir/val/other.idx"
 expect 1 run --data "$dir/val" --steps 1
 has "$err" "a folder with 2 Megatron indexes"
