@@ -137,8 +137,6 @@ struct SequenceBatches::Ring {
   std::deque<std::shared_ptr<Job>> jobs;
   bool stop = false;
   std::vector<std::thread> workers;
-  // Host batches whose copies to the GPU may still be reading them, with the copy's event.
-  std::deque<std::pair<Batch, Event>> in_copy;
 };
 
 // ---- construction ----------------------------------------------------------------------------
@@ -350,13 +348,10 @@ bool SequenceBatches::next(Batch& batch) {
   if (host.positions.defined()) batch.positions = host.positions.to(options_.device);
   if (host.documents.defined()) batch.documents = host.documents.to(options_.device);
   batch.size = host.size;
-  if (ring_) {
-    Event copied = Event::create(options_.device);
-    copied.record(core::current_stream(options_.device));
-    ring_->in_copy.emplace_back(std::move(host), copied);
-    while (!ring_->in_copy.empty() && ring_->in_copy.front().second.query())
-      ring_->in_copy.pop_front();
-  }
+  Event copied = Event::create(options_.device);
+  copied.record(core::current_stream(options_.device));
+  in_copy_.emplace_back(std::move(host), copied);
+  while (!in_copy_.empty() && in_copy_.front().second.query()) in_copy_.pop_front();
   return true;
 }
 

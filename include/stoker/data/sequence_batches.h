@@ -49,11 +49,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "stoker/core/device.h"
+#include "stoker/core/stream.h"
 #include "stoker/data/batch_source.h"
 #include "stoker/data/sampler.h"
 #include "stoker/data/token_sequences.h"
@@ -151,6 +153,8 @@ class SequenceBatches : public BatchSource {
   int64_t cont_epoch_ = -1;  // the continued epoch (-1: none) and its progress
   int64_t cont_progress_ = 0;
   std::unique_ptr<Ring> ring_;
+  // Host batches whose copies to the GPU may still be reading them, with the copy's event.
+  std::deque<std::pair<Batch, Event>> in_copy_;
 };
 
 }  // namespace stoker::data
