@@ -357,7 +357,9 @@ bool SequenceBatches::next(Batch& batch) {
 
 void SequenceBatches::start_epoch(int64_t epoch) {
   STOKER_CHECK(epoch >= 0, "SequenceBatches::start_epoch: epoch ", epoch, " must be >= 0");
-  if (cont_epoch_ >= 0 && ring_) ring_->clear();  // its prepared batches followed the old plan
+  // Batches prepared for the continued epoch (or later) followed its plan; those of the plain
+  // epochs after it stay valid.
+  if (cont_epoch_ >= epoch && ring_) ring_->clear();
   cont_epoch_ = -1;
   cont_progress_ = 0;
   epoch_ = epoch;
