@@ -37,6 +37,7 @@
 
 #include "stoker/core/device.h"
 #include "stoker/core/error.h"
+#include "stoker/core/output_path.h"
 #include "stoker/data/dataset_scan.h"
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/pack.h"
@@ -71,6 +72,19 @@ void add_pack_options(CLI::App* app, PackOptions& o) {
 // --verify also record checksums and JPEG headers). Exit status 1 when any record is bad.
 int run_info(const fs::path& path, bool verify) {
   namespace data = stoker::data;
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_directory(path, ec)) {
+    // Neither a safetensors file nor a token corpus (dispatched before): say what it is instead
+    // of "not an LMDB folder"; a FIFO or device is named without being opened.
+    stoker::core::check_input_file(path, "stoker info");
+    stoker::core::detail::throw_error(
+        __FILE__, __LINE__,
+        stoker::core::detail::str(path.string(),
+                                  " is a file stoker info does not recognise: not a database "
+                                  "folder, a safetensors file or a token corpus"),
+        "give a folder written by `stoker pack`, a .safetensors checkpoint or weights file, a "
+        "Megatron .idx/.bin prefix, llm.c shards, or raw token ids with --token-bytes 2|4");
+  }
   const data::LmdbImageDataset ds(path);
   std::printf("%s: %lld samples, %d classes\n", path.string().c_str(),
               static_cast<long long>(ds.size()), ds.num_classes());

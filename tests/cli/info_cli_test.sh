@@ -140,5 +140,15 @@ for flag in "" --verify; do
   grep -q "hint: the file is truncated or damaged: copy it again or re-pack it" "$dir/err.txt"
 done
 
+# A FIFO is named without being opened (no writer: opening it would block); a file of no known
+# kind is named for the formats it is not, not as "not an LMDB folder".
+mkfifo "$dir/pipe"
+expect 1 timeout 20 "$stoker" info "$dir/pipe"
+grep -q "FIFO" "$dir/err.txt"
+printf 'hello, not a dataset\n' > "$dir/notes.txt"
+expect 1 "$stoker" info "$dir/notes.txt"
+grep -q "not a Megatron dataset" "$dir/err.txt"
+grep -q "hint: if it holds raw token ids, give their width: --token-bytes" "$dir/err.txt"
+
 rm -rf "$dir"
 echo "stoker info: ok"
