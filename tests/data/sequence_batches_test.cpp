@@ -305,6 +305,16 @@ TEST(SequenceBatches, BadInputsAreClearErrors) {
     SequenceBatches(f.sources({1}), {.batch_size = 50, .tail = ShardTail::drop, .world_size = 2});
   });
   EXPECT_NE(m.find("makes no full batch of 50 on each of 2 ranks"), std::string::npos) << m;
+  // A worker thread's failure (an id outside the vocabulary) is next()'s error, naming the id.
+  const TokenSequences strict(*f.corpora[0], {.context = kT, .vocab_size = 1'000'002});
+  SequenceBatches bad({{&strict, 1, "strict"}}, {.batch_size = 4, .threads = 2});
+  bad.start_epoch(0);
+  m = message_of([&] {
+    Batch b;
+    while (bad.next(b)) {
+    }
+  });
+  EXPECT_NE(m.find("is outside the vocabulary [0, 1000002)"), std::string::npos) << m;
   // Progress outside the epoch.
   SequenceBatches s(f.sources({1}), {.threads = 0});
   EXPECT_THROW(s.continue_epoch(0, 98), Error);
