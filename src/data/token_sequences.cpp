@@ -231,10 +231,10 @@ void TokenSequences::fill(int64_t i, DType dtype, void* input, void* target, voi
     for (int64_t j = 0; j < s.length; ++j) {
       const int64_t id = ids[static_cast<size_t>(j)];
       if (id < 0 || id >= options_.vocab_size) {
-        STOKER_CHECK_HINT(false, "fix the corpus, or give the vocabulary size it was made with (--vocab)",
-                          "token id ", id, " of ", name(), " is outside the vocabulary [0, ",
-                          options_.vocab_size, ") at ",
-                          corpus_.locate(corpus_position(s.begin + j)).describe());
+        STOKER_CHECK_HINT(
+            false, "fix the corpus, or give the vocabulary size it was made with (--vocab)",
+            "token id ", id, " of ", name(), " is outside the vocabulary [0, ", options_.vocab_size,
+            ") at ", corpus_.locate(corpus_position(s.begin + j)).describe());
       }
     }
   }
