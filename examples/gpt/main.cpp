@@ -373,8 +373,6 @@ int run(const Options& o) {
   const auto wall_start = std::chrono::steady_clock::now();
   // Room for the weights at the end, checked before the first step (not after the whole run).
   if (root && !o.run.save.empty()) train::check_space_for_weights(model, o.run.save, "--save");
-  // Room for the weights at the end, checked before the first step (not after the whole run).
-  if (root && !o.run.save.empty()) train::check_space_for_weights(model, o.run.save, "--save");
   const train::FitResult fit = trainer.fit(train_source, epochs, parity ? nullptr : val_data);
   // Stopped by a signal (--stop-signals): where it stands and how to continue; no --save.
   if (const int status = o.run.stopped(fit, "stoker_gpt", root)) return status;
