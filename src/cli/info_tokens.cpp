@@ -1,16 +1,23 @@
 #include "info_tokens.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
+#include "stoker/core/output_path.h"
 #include "stoker/data/token_corpus.h"
+#include "util/checksum.h"
 
 namespace stoker::cli {
 
@@ -47,6 +54,74 @@ int megatron_code(data::TokenType t) {
     default:
       return 0;
   }
+}
+
+// XXH3-64 of a whole file, read through a private read-only mapping.
+uint64_t file_checksum(const fs::path& path, uint64_t& bytes) {
+  core::check_input_file(path, "a file of the manifest");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  STOKER_CHECK(fd >= 0, "cannot open ", path.string());
+  struct stat st {};
+  ::fstat(fd, &st);
+  bytes = static_cast<uint64_t>(st.st_size);
+  if (bytes == 0) {
+    ::close(fd);
+    return util::checksum64(nullptr, 0);
+  }
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  STOKER_CHECK(map != MAP_FAILED, "cannot map ", path.string());
+  ::madvise(map, bytes, MADV_SEQUENTIAL);
+  const uint64_t sum = util::checksum64(map, bytes);
+  ::munmap(map, bytes);
+  return sum;
+}
+
+// `stoker pack-text` leaves PREFIX.manifest.json beside the dataset (docs/formats.md): --verify
+// recomputes the size and XXH3-64 of every file it lists. Returns the number of bad files (each
+// named on stderr), or -1 when there is no manifest.
+int verify_manifest(const fs::path& manifest) {
+  std::error_code ec;
+  if (!fs::exists(manifest, ec)) return -1;
+  nlohmann::json m;
+  try {
+    core::check_input_file(manifest, "the manifest");
+    std::ifstream in(manifest);
+    m = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    std::fprintf(stderr, "stoker info: %s is not valid JSON (%s)\n", manifest.c_str(), e.what());
+    return 1;
+  }
+  if (!m.is_object() || !m.contains("files") || !m["files"].is_object()) {
+    std::fprintf(stderr, "stoker info: %s lists no files\n", manifest.c_str());
+    return 1;
+  }
+  int bad = 0;
+  for (const auto& [name, entry] : m["files"].items()) {
+    const fs::path file = manifest.parent_path() / name;
+    if (!entry.is_object() || !entry.contains("xxh3_64") || !entry["xxh3_64"].is_string() ||
+        !entry.contains("bytes") || !entry["bytes"].is_number_unsigned()) {
+      std::fprintf(stderr, "  %s: its manifest entry has no bytes or xxh3_64\n", file.c_str());
+      ++bad;
+      continue;
+    }
+    if (!fs::exists(file, ec)) {
+      std::fprintf(stderr, "  %s: missing\n", file.c_str());
+      ++bad;
+      continue;
+    }
+    uint64_t bytes = 0;
+    const std::string sum = util::checksum_hex(file_checksum(file, bytes));
+    const uint64_t want_bytes = entry["bytes"].get<uint64_t>();
+    const std::string want = entry["xxh3_64"].get<std::string>();
+    if (bytes != want_bytes || sum != want) {
+      std::fprintf(stderr, "  %s: %llu bytes, xxh3_64 %s; the manifest says %llu bytes, %s\n",
+                   file.c_str(), static_cast<unsigned long long>(bytes), sum.c_str(),
+                   static_cast<unsigned long long>(want_bytes), want.c_str());
+      ++bad;
+    }
+  }
+  return bad;
 }
 
 std::string bytes_text(uint64_t b) { return str(b, " bytes (", core::format_bytes(b), ")"); }
@@ -156,10 +231,27 @@ int run_info_tokens(const std::string& path, bool verify, const InfoTokenOptions
                                  : 0.0,
                 o.vocab > 0 ? str(", all below --vocab ", o.vocab).c_str()
                             : " (give --vocab N to check them against the vocabulary)");
-    std::printf("checksums: none: %s\n",
-                c.format() == TokenFormat::megatron ? "Megatron's indexed dataset has no checksums"
-                : c.format() == TokenFormat::llmc   ? "llm.c's shards have no checksums"
+    const fs::path manifest = c.format() == TokenFormat::megatron
+                                  ? fs::path(c.name() + ".manifest.json")
+                                  : fs::path();
+    const int bad = manifest.empty() ? -1 : verify_manifest(manifest);
+    if (bad < 0) {
+      std::printf("checksums: none: %s\n",
+                  c.format() == TokenFormat::megatron
+                      ? "Megatron's indexed dataset has no checksums (and no stoker pack-text "
+                        "manifest is beside it)"
+                  : c.format() == TokenFormat::llmc ? "llm.c's shards have no checksums"
                                                     : "raw token files have no checksums");
+    } else if (bad == 0) {
+      std::printf("checksums: every file of %s matches its size and XXH3-64\n", manifest.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "stoker info: %d file%s of %s do not match the manifest: the dataset is "
+                   "damaged or was changed after `stoker pack-text` wrote it\n"
+                   "  hint: copy it again or run stoker pack-text again\n",
+                   bad, bad == 1 ? "" : "s", manifest.c_str());
+      return 1;
+    }
   }
   return 0;
 }

@@ -46,6 +46,17 @@ grep -q "packed 180 documents" "$dir/out.txt" || fail "kjv: $(cat "$dir/out.txt"
 "$stoker" info "$dir/kjv/tokens.idx" --verify --vocab 2000 > "$dir/out.txt" ||
   fail "stoker info: $(cat "$dir/out.txt")"
 grep -q "documents: 180" "$dir/out.txt" || fail "stoker info: $(cat "$dir/out.txt")"
+# --verify checks the manifest's checksums: all match here; one changed byte of tokens.bin (an
+# id still below the vocabulary, so only the checksum can tell) is named, exit 1.
+grep -q "checksums: every file of $dir/kjv/tokens.manifest.json matches" "$dir/out.txt" ||
+  fail "stoker info --verify: $(cat "$dir/out.txt")"
+mkdir "$dir/changed"
+cp "$dir/kjv/"* "$dir/changed/"
+printf '\001' | dd of="$dir/changed/tokens.bin" bs=1 seek=1000 conv=notrunc 2> /dev/null
+expect_error 1 "tokens.bin: .* the manifest says" "$stoker" info "$dir/changed/tokens.idx" --verify
+grep -q "do not match the manifest" "$dir/err.txt" || fail "no summary: $(cat "$dir/err.txt")"
+"$stoker" info "$dir/changed/tokens.idx" > /dev/null ||
+  fail "info without --verify reads the changed (still valid) dataset"
 py=$(command -v python3 || true)
 if [ -n "$py" ] && "$py" -c "import numpy" 2> /dev/null; then
   "$py" "$check" "$dir/kjv/tokens" "$dir/kjv/tokenizer.model" "$kjv" || fail "Megatron reader"
