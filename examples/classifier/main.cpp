@@ -43,72 +43,13 @@
 #include <string>
 #include <vector>
 
+#include "classifier_program.h"
 #include "common/program.h"
-#include "common/run_flags.h"
 #include "resnet.h"
 #include "stoker/core/output_path.h"
 #include "stoker/stoker.h"
 
-namespace {
-
-namespace fs = std::filesystem;
-namespace nn = stoker::nn;
-namespace data = stoker::data;
-namespace dist = stoker::dist;
-namespace train = stoker::train;
-using stoker::Device;
-using stoker::DType;
-using stoker::Tensor;
-using stoker::amp::parse_precision;
-using stoker::amp::Precision;
-using stoker::ops::Layout;
-using Clock = std::chrono::steady_clock;
-
-struct Args {
-  std::string arch = "small";
-  std::string data;  // empty: the synthetic shapes
-  // Checkpoints and resume, --val and evaluation, --save, --metrics, --on-corrupt, activation
-  // checkpointing (common/run_flags.h: the same as stoker_gpt's).
-  stoker::program::RunFlags run;
-  int image_size = 32;
-  int64_t epochs = 3;
-  int64_t batch = 64;
-  int accum = 1;
-  // < 0: SGD 0.1 * global batch / 256 (Goyal et al.'s rule); LARS 10.5 * global batch / 3264
-  // (NVIDIA's MLPerf ResNet-50 setting at batch 3264, scaled linearly).
-  float lr = -1;
-  float weight_decay = 5e-5f;
-  int warmup_epochs = 1;
-  std::string optimizer = "sgd";
-  std::string lr_schedule = "cosine";
-  float label_smoothing = 0.0f;
-  float lars_eta = 0.001f;
-  std::string precision = "fp32";
-  // Channels-last: tensor cores on the GPU; on the CPU one large GEMM per conv chunk.
-  std::string layout = "nhwc";
-  int threads = 0;
-  double stall_timeout = 300;  // seconds without a batch before the loader gives up
-  bool diagnostics = false;
-  std::string device = "auto";
-  bool synthetic = false;
-  bool fuse_bn_relu = true;    // --fuse-bn-relu / --no-fuse-bn-relu
-  bool cuda_graph = false;     // --cuda-graph
-  bool conv_autotune = false;  // --conv-autotune
-  int steps = 20;
-  int warmup = 5;
-  int64_t bench_epochs = 2;
-  uint64_t seed = 0;
-  int64_t classes = 0;     // 0: the dataset's (synthetic bench: 1000)
-  int width = 16;          // small CNN width
-  double crop_scale = -1;  // RandomResizedCrop's smallest area (< 0: 0.08; synthetic: 0.35)
-  int eval_resize = 0;     // 0: image_size * 8 / 7 (synthetic: image_size)
-  int64_t synth_train = 4000;
-  int64_t synth_val = 1000;
-  int synth_classes = 8;
-  std::string cache;
-  int log_interval = 50;
-  double min_accuracy = 0;
-};
+namespace stoker::classifier_program {
 
 Layout parse_layout(const std::string& s) {
   if (s == "nchw") return Layout::nchw;
@@ -120,13 +61,75 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-double gib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
-
 std::string fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
   return buf;
 }
+
+std::unique_ptr<nn::Sequential> build_model(const Args& a, int64_t classes, Layout layout,
+                                            Device device) {
+  nn::manual_seed(a.seed);
+  auto m = classifier::make_model(a.arch, {.num_classes = classes,
+                                           .layout = layout,
+                                           .zero_init_residual = a.arch != "small",
+                                           .fuse_bn_relu = a.fuse_bn_relu,
+                                           .fuse_block_tail = a.fuse_bn_relu,
+                                           .small_width = a.width});
+  m->to(device);
+  return m;
+}
+
+// The optimizer of --optimizer, with momentum 0.9: SGD (the peer's), or LARS with MLPerf's
+// settings (--lars-eta; biases and batch-norm gamma/beta excluded: optim::one_dimensional).
+std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& model, float lr,
+                                                 float weight_decay) {
+  if (a.optimizer == "lars")
+    return std::make_unique<stoker::optim::LARS>(
+        model.named_parameters(),
+        stoker::optim::LarsOptions{
+            .lr = lr, .momentum = 0.9f, .weight_decay = weight_decay, .eta = a.lars_eta});
+  return std::make_unique<stoker::optim::SGD>(
+      model.named_parameters(),
+      stoker::optim::SgdOptions{.lr = lr, .momentum = 0.9f, .weight_decay = weight_decay});
+}
+
+data::LoaderOptions loader_options(const Args& a, Device device, Layout layout, DType dtype,
+                                   int rank, int world, bool train_split) {
+  data::LoaderOptions o;
+  o.batch_size = a.batch;
+  o.threads = a.threads;
+  o.stall_timeout_s = a.stall_timeout;
+  o.transform.train = train_split;
+  o.transform.output_size = a.image_size;
+  o.transform.seed = a.seed;
+  o.transform.scale_min = a.crop_scale;
+  o.transform.eval_resize = a.eval_resize;
+  o.shuffle = train_split;
+  o.seed = a.seed;
+  o.rank = rank;
+  o.world_size = world;
+  o.drop_last = train_split;
+  o.device = device;
+  o.dtype = dtype;
+  o.layout = layout;
+  o.on_corrupt = a.run.corrupt_policy();
+  return o;
+}
+
+// --classes against the dataset: fewer outputs than its classes leave labels out of range.
+int64_t checked_classes(const Args& a, const data::LmdbImageDataset& ds, int64_t fallback) {
+  if (a.classes == 0) return fallback;
+  STOKER_CHECK_HINT(
+      a.classes >= ds.num_classes(),
+      stoker::core::detail::str("leave --classes out (then the dataset's ", ds.num_classes(),
+                                " are used) or give at least ", ds.num_classes()),
+      "--classes ", a.classes, " is below the ", ds.num_classes(), " classes of ",
+      ds.path().string());
+  return a.classes;
+}
+
+namespace {
 
 // Where the synthetic shapes are packed: --cache, $STOKER_CACHE_DIR, $XDG_CACHE_HOME/stoker,
 // ~/.cache/stoker, else the system's temp folder.
@@ -163,33 +166,6 @@ fs::path ensure_synth(const data::SynthOptions& s, const fs::path& out, bool pri
   return out;
 }
 
-std::unique_ptr<nn::Sequential> build_model(const Args& a, int64_t classes, Layout layout,
-                                            Device device) {
-  nn::manual_seed(a.seed);
-  auto m = classifier::make_model(a.arch, {.num_classes = classes,
-                                           .layout = layout,
-                                           .zero_init_residual = a.arch != "small",
-                                           .fuse_bn_relu = a.fuse_bn_relu,
-                                           .fuse_block_tail = a.fuse_bn_relu,
-                                           .small_width = a.width});
-  m->to(device);
-  return m;
-}
-
-// The optimizer of --optimizer, with momentum 0.9: SGD (the peer's), or LARS with MLPerf's
-// settings (--lars-eta; biases and batch-norm gamma/beta excluded: optim::one_dimensional).
-std::unique_ptr<stoker::optim::Optimizer> make_optimizer(const Args& a, nn::Module& model, float lr,
-                                                         float weight_decay) {
-  if (a.optimizer == "lars")
-    return std::make_unique<stoker::optim::LARS>(
-        model.named_parameters(),
-        stoker::optim::LarsOptions{
-            .lr = lr, .momentum = 0.9f, .weight_decay = weight_decay, .eta = a.lars_eta});
-  return std::make_unique<stoker::optim::SGD>(
-      model.named_parameters(),
-      stoker::optim::SgdOptions{.lr = lr, .momentum = 0.9f, .weight_decay = weight_decay});
-}
-
 // What the startup line says of the optimizer: "SGD lr 0.1 (momentum 0.9, weight decay 5e-05"
 // and the like (the caller closes the parenthesis after the schedule).
 std::string describe_optimizer(const Args& a, const stoker::optim::Optimizer& opt, float lr,
@@ -200,29 +176,6 @@ std::string describe_optimizer(const Args& a, const stoker::optim::Optimizer& op
     return str("LARS", common, ", eta ", a.lars_eta, ", ", lars->adapted_count(), " of ",
                lars->trainable_count(), " parameters adapted");
   return "SGD" + common;
-}
-
-data::LoaderOptions loader_options(const Args& a, Device device, Layout layout, DType dtype,
-                                   int rank, int world, bool train_split) {
-  data::LoaderOptions o;
-  o.batch_size = a.batch;
-  o.threads = a.threads;
-  o.stall_timeout_s = a.stall_timeout;
-  o.transform.train = train_split;
-  o.transform.output_size = a.image_size;
-  o.transform.seed = a.seed;
-  o.transform.scale_min = a.crop_scale;
-  o.transform.eval_resize = a.eval_resize;
-  o.shuffle = train_split;
-  o.seed = a.seed;
-  o.rank = rank;
-  o.world_size = world;
-  o.drop_last = train_split;
-  o.device = device;
-  o.dtype = dtype;
-  o.layout = layout;
-  o.on_corrupt = a.run.corrupt_policy();
-  return o;
 }
 
 // The validation set's classes are the training set's, in the same order (a label is an index).
@@ -237,18 +190,6 @@ void check_same_classes(const data::LmdbImageDataset& train, const data::LmdbIma
     STOKER_CHECK_HINT(t[c] == v[c], "pack --val from the same class folders as --data", "class ", c,
                       " is '", t[c], "' in --data ", train.path().string(), " but '", v[c],
                       "' in --val ", val.path().string(), both);
-}
-
-// --classes against the dataset: fewer outputs than its classes leave labels out of range.
-int64_t checked_classes(const Args& a, const data::LmdbImageDataset& ds, int64_t fallback) {
-  if (a.classes == 0) return fallback;
-  STOKER_CHECK_HINT(
-      a.classes >= ds.num_classes(),
-      stoker::core::detail::str("leave --classes out (then the dataset's ", ds.num_classes(),
-                                " are used) or give at least ", ds.num_classes()),
-      "--classes ", a.classes, " is below the ", ds.num_classes(), " classes of ",
-      ds.path().string());
-  return a.classes;
 }
 
 // The cross-flag checks (each flag's own range is checked by CLI11), before any work.
@@ -269,143 +210,6 @@ void check_optimizer_flags(const CLI::App& app, const Args& a) {
   STOKER_CHECK_HINT(app.count("--lars-eta") == 0 || a.optimizer == "lars",
                     "add --optimizer lars, or leave --lars-eta out",
                     "--lars-eta applies to --optimizer lars, not --optimizer ", a.optimizer);
-}
-
-// One optimizer step per call on `batch`, `n` times, between device syncs: seconds.
-double time_steps(train::Trainer& t, const data::Batch& batch, int n, Device device) {
-  stoker::core::synchronize_device(device);
-  const auto t0 = Clock::now();
-  const std::vector<data::Batch> micro{batch};
-  for (int i = 0; i < n; ++i) t.train_step(micro);
-  stoker::core::synchronize_device(device);
-  return since(t0);
-}
-
-// The bench's Trainer: quiet, no gradient norm, the run's checkpointing and graph flags (and
-// STOKER_DIAG*: `stoker doctor` steers it, train/environment.h).
-train::TrainerOptions bench_trainer_options(const Args& a, Precision p, dist::GradSync* sync) {
-  return train::apply_environment({.precision = p,
-                                   .log_grad_norm = false,
-                                   .progress_bar = false,
-                                   .quiet = true,
-                                   .activation_checkpoint_every = a.run.activation_checkpoint_every,
-                                   .grad_sync = sync,
-                                   .cuda_graph = a.cuda_graph});
-}
-
-int run_bench(const Args& a, Device device, dist::DistContext* ctx = nullptr) {
-  // Under a launcher (stoker launch / torchrun) the synthetic bench is data parallel: each rank
-  // its own random batch on cuda:LOCAL_RANK, gradients averaged by a ReplicatedGradSync.
-  const int world = ctx ? ctx->comm->world_size() : 1;
-  const bool root = !ctx || ctx->comm->rank() == 0;
-  const Precision p = parse_precision(a.precision);
-  const Layout layout = parse_layout(a.layout);
-  const DType dtype = stoker::amp::compute_dtype(p);
-  std::unique_ptr<data::LmdbImageDataset> ds;
-  if (!a.data.empty()) ds = std::make_unique<data::LmdbImageDataset>(a.data);
-  const int64_t classes = ds ? checked_classes(a, *ds, 1000) : (a.classes > 0 ? a.classes : 1000);
-  const std::string tag = a.arch + " " + a.precision + " " + std::string(layout_name(layout)) +
-                          " B=" + std::to_string(a.batch) + (a.fuse_bn_relu ? " +fused" : "") +
-                          (a.cuda_graph ? " +graph" : "") +
-                          (a.conv_autotune ? " +conv-autotune" : "");
-  if (root)
-    std::printf(
-        "%s on %s (%s), image %dx%d, %lld classes, %s(momentum 0.9)%s\n", tag.c_str(),
-        device.str().c_str(), stoker::core::describe_device(device).c_str(), a.image_size,
-        a.image_size, static_cast<long long>(classes), a.optimizer == "lars" ? "LARS" : "SGD",
-        world > 1 ? (", data parallel on " + std::to_string(world) + " ranks").c_str() : "");
-  const float lr = a.lr > 0 ? a.lr : 0.1f;
-  // The peer's SGD has no weight decay; LARS keeps its own (its update's work).
-  const float bench_decay = a.optimizer == "lars" ? a.weight_decay : 0.0f;
-
-  // Synthetic: one random batch on the device, in the compute dtype and layout.
-  double syn = 0;
-  {
-    auto model = build_model(a, classes, layout, device);
-    std::unique_ptr<dist::ReplicatedGradSync> grad_sync;
-    if (world > 1) grad_sync = std::make_unique<dist::ReplicatedGradSync>(*ctx->comm, *model);
-    const auto opt = make_optimizer(a, *model, lr, bench_decay);
-    nn::CrossEntropyLoss loss({.label_smoothing = a.label_smoothing});
-    train::Trainer t(*model, loss, *opt, bench_trainer_options(a, p, grad_sync.get()));
-    data::Batch b;
-    const stoker::ops::Dims4 d{a.batch, 3, a.image_size, a.image_size};
-    b.input = Tensor::empty(stoker::ops::shape4(d, layout), dtype, device);
-    stoker::ops::random_normal(b.input, 0.0f, 1.0f, a.seed + 1 + (ctx ? ctx->comm->rank() : 0), 0);
-    std::vector<int64_t> labels(static_cast<size_t>(a.batch));
-    for (int64_t i = 0; i < a.batch; ++i) labels[static_cast<size_t>(i)] = (i * 7919) % classes;
-    b.target = Tensor::from_vector(labels, {a.batch}, device);
-    b.size = a.batch;
-    time_steps(t, b, a.warmup, device);
-    stoker::core::reset_peak_memory(device);
-    const double s = time_steps(t, b, a.steps, device);
-    syn = static_cast<double>(a.steps) * a.batch / s;
-    if (world > 1) {
-      // The job's rate is set by its slowest rank.
-      const Tensor slowest =
-          Tensor::from_floats({static_cast<float>(s)}, {1}, DType::f32, ctx->comm->device());
-      ctx->comm->all_reduce(slowest, dist::ReduceOp::max);
-      const double job_s = slowest.item();
-      if (root)
-        std::printf(
-            "%s x%d ranks: synthetic %.0f img/s per rank, %.0f img/s on %d ranks, peak "
-            "%.2f GiB (%d steps, %.2f ms/step)\n",
-            tag.c_str(), world, syn, static_cast<double>(a.steps) * a.batch * world / job_s, world,
-            gib(stoker::core::memory_stats(device).peak_bytes), a.steps, job_s * 1e3 / a.steps);
-    } else {
-      std::printf("%s: synthetic %.0f img/s, peak %.2f GiB (%d steps, %.2f ms/step)\n", tag.c_str(),
-                  syn, gib(stoker::core::memory_stats(device).peak_bytes), a.steps,
-                  s * 1e3 / a.steps);
-    }
-    std::fflush(stdout);
-  }
-  if (!ds) return 0;
-  STOKER_CHECK(world == 1,
-               "--synthetic --data: the loader-fed bench runs on one GPU; start it "
-               "without a launcher");
-
-  // Fed by the Loader: `bench_epochs` epochs, the first `warmup` steps untimed.
-  auto model = build_model(a, classes, layout, device);
-  const auto opt = make_optimizer(a, *model, lr, bench_decay);
-  nn::CrossEntropyLoss loss({.label_smoothing = a.label_smoothing});
-  train::Trainer t(*model, loss, *opt, bench_trainer_options(a, p, nullptr));
-  Args la = a;
-  if (la.crop_scale < 0) la.crop_scale = 0.08;
-  if (la.eval_resize <= 0) la.eval_resize = la.image_size * 8 / 7;
-  data::Loader loader(*ds, loader_options(la, device, layout, dtype, 0, 1, true));
-  int64_t timed = 0, steps = 0;
-  Clock::time_point t0;
-  data::LoaderCounters c0;
-  std::vector<data::Batch> micro(1);
-  for (int64_t e = 0; e < a.bench_epochs; ++e) {
-    loader.start_epoch(e);
-    while (loader.next(micro[0])) {
-      t.train_step(micro);
-      if (++steps == a.warmup) {
-        stoker::core::synchronize_device(device);
-        stoker::core::reset_peak_memory(device);
-        t0 = Clock::now();
-        c0 = loader.counters();
-      } else if (steps > a.warmup) {
-        timed += micro[0].size;
-      }
-    }
-  }
-  micro.clear();
-  stoker::core::synchronize_device(device);
-  STOKER_CHECK(steps > a.warmup, "--synthetic --data: ", a.data, " gives only ", steps,
-               " batches in --bench-epochs ", a.bench_epochs, "; need more than --warmup ",
-               a.warmup);
-  const double s = since(t0);
-  const double fed = static_cast<double>(timed) / s;
-  const data::LoaderCounters c = loader.counters();
-  std::printf(
-      "%s: fed by the stoker loader (%d threads) %.0f img/s (%.0f %% of synthetic), peak %.2f "
-      "GiB (%lld timed steps; loader wait %.1f %% of the time)\n",
-      tag.c_str(), loader.threads(), fed, 100.0 * fed / syn,
-      gib(stoker::core::memory_stats(device).peak_bytes), static_cast<long long>(steps - a.warmup),
-      100.0 * (c.consumer_wait_s - c0.consumer_wait_s) / s);
-  std::printf("loader: %s\n", loader.summary().c_str());
-  return 0;
 }
 
 int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
@@ -650,10 +454,15 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
 
 }  // namespace
 
+}  // namespace stoker::classifier_program
+
 int main(int argc, char** argv) {
   using stoker::program::at_least;
   using stoker::program::in_range;
   using stoker::program::positive;
+  using namespace stoker::classifier_program;  // Args, the checks and the two runs
+  namespace dist = stoker::dist;
+  using stoker::Device;
   Args a;
   CLI::App app{"stoker_classifier: ResNet-18/50 or a small CNN trained on an LMDB JPEG dataset"};
   app.add_option("--arch", a.arch, "small, resnet18 or resnet50")
