@@ -14,6 +14,7 @@
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/train/checkpoint_files.h"
+#include "stoker/train/environment.h"
 #include "stoker/train/safetensors.h"
 
 namespace stoker::program {
@@ -197,10 +198,21 @@ void RunFlags::check_inputs_and_outputs(const std::vector<Input>& inputs) const 
             "tokens, or held-out images packed with `stoker pack`), or leave --val out");
   core::PathGuard guard;
   for (const Input& in : all) guard.input(in.flag, in.path);
+  // The diagnostics' files that `stoker doctor -- PROGRAM` (or the user) asks for through the
+  // environment (train/environment.h) are outputs too, the baseline to compare with an input.
+  const diag::DiagnosticsOptions env = train::apply_environment({}).diagnostics;
+  if (!env.baseline_compare.empty())
+    guard.input("STOKER_DIAG_BASELINE_COMPARE", env.baseline_compare);
   using Kind = core::PathGuard::Kind;
   guard.output("--checkpoint-dir", checkpoint_dir, Kind::folder, {"--resume"});
   guard.output("--metrics", metrics, Kind::file);
   guard.output("--save", save, Kind::file);
+  const std::pair<const char*, const std::filesystem::path*> diag_outputs[] = {
+      {"STOKER_DIAG_REPORT_JSON", &env.report_json},   {"STOKER_DIAG_TRACE", &env.trace_path},
+      {"STOKER_DIAG_BASELINE_SAVE", &env.baseline_save}, {"STOKER_DIAG_HTML", &env.html_report},
+      {"STOKER_DIAG_TIMELINE_CSV", &env.timeline_csv}, {"STOKER_DIAG_GPU_CSV", &env.gpu_csv}};
+  for (const auto& [name, path] : diag_outputs)
+    if (!path->empty()) guard.output(name, *path, Kind::file);
 }
 
 void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank,

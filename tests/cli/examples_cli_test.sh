@@ -287,6 +287,14 @@ has "$err" "^stoker_gpt: error: --val $dir/tokens-link.u16 is the same as --data
 has "$err" "hint: split off a validation set"
 expect 1 run_classifier --val "$dir/db/"
 has "$err" "^stoker_classifier: error: --val $dir/db/ is the same as --data $dir/db"
+# The diagnostics' files asked for through the environment (what `stoker doctor -- PROGRAM`
+# sets) are outputs as well.
+expect 1 env STOKER_DIAG=1 STOKER_DIAG_HTML="$dir/db/data.mdb" "$classifier" --data "$dir/db" \
+  --device cpu --epochs 1 --batch 16 --image-size 16
+has "$err" "STOKER_DIAG_HTML $dir/db/data.mdb is inside the input folder --data $dir/db"
+expect 1 env STOKER_DIAG=1 STOKER_DIAG_TIMELINE_CSV="$dir/tokens.u16" "$gpt" --device cpu \
+  --data "$dir/tokens.u16" --vocab 256 --steps 2 --sample 0
+has "$err" "STOKER_DIAG_TIMELINE_CSV $dir/tokens.u16 is the input --data $dir/tokens.u16"
 intact "the refusals"
 
 # --- inputs that are not regular files (a FIFO with no writer blocked forever before) are
