@@ -44,7 +44,7 @@
 #include "stoker/data/synth.h"
 #include "stoker/dist/launcher.h"
 
-#include "doctor.h"
+#include "doctor/doctor.h"
 #include "info_safetensors.h"
 #include "pack_text.h"
 #include "info_tokens.h"

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "doctor_parts.h"
+#include "parts.h"
 #include "stoker/core/stream.h"
 #include "stoker/diag/breakdown.h"
 #include "stoker/nn/loss.h"

@@ -3,7 +3,7 @@
 // writes the measurement, in the layout of --json's measurements, for run_ranks to read.
 #include <fstream>
 
-#include "doctor_parts.h"
+#include "parts.h"
 #include "stoker/core/tensor.h"
 #include "stoker/dist/env.h"
 #include "stoker/dist/launcher.h"

@@ -1,12 +1,14 @@
 // Private to `stoker doctor` (doctor.h): what its parts share. One file per job:
-//   doctor.cpp            the options, the `--` split, run_doctor (the order of the parts)
-//   doctor_checks.cpp     the static checks of the machine
-//   doctor_model.cpp      the bundled model, its fixed batches and its diagnosed training run
-//   doctor_measurement.cpp  a Measurement from a report, in JSON and on the terminal
-//   doctor_ablations.cpp  the ablations on the bundled model
-//   doctor_worker.cpp     1 vs N ranks: this program re-run as the ranks (--worker-json)
-//   doctor_program.cpp    the ablations on the user's own program (after `--`)
-//   doctor_overhead.cpp   the cost of diagnostics (--overhead)
+//   doctor.cpp       the options, the `--` split, run_doctor (the order of the parts)
+//   checks.cpp       the static checks of the machine
+//   model.cpp        the bundled model, its fixed batches and its diagnosed training run
+//   measurement.cpp  a Measurement from a report, in JSON and on the terminal
+//   ablations.cpp    the ablations on the bundled model
+//   worker.cpp       1 vs N ranks: this program re-run as the ranks (--worker-json)
+//   program.cpp      the ablations on the user's own program (after `--`)
+//   overhead.cpp     the cost of diagnostics (--overhead)
+// The rules they apply (the static checks, the conclusions) are the diag library's
+// (stoker/diag/doctor.h), which also renders them in its health-check page.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +43,7 @@ struct Setup {
   int64_t width;
 };
 
-// ---- the bundled model (doctor_model.cpp)
+// ---- the bundled model (model.cpp)
 
 // A batch held on the device, handed out `batches` times per epoch: the model without any
 // input pipeline (the sweep, the ranks, the overhead runs).
@@ -86,7 +88,7 @@ diag::Report train(const DoctorOptions& o, const Setup& s, data::BatchSource& so
                    nn::Sequential* model = nullptr, diag::HtmlReport* html = nullptr,
                    bool cuda_graph = false);
 
-// ---- measurements (doctor_measurement.cpp)
+// ---- measurements (measurement.cpp)
 
 // One rank's measurement from its diagnostics report (samples/s: the report's).
 Measurement to_measurement(const std::string& name, const std::string& kind, int64_t batch,
@@ -108,23 +110,23 @@ std::vector<int64_t> sweep_sizes(const DoctorOptions& o);
 // ---- the parts run_doctor calls
 
 // The static checks, printed; their JSON ("static" of --json), and the checks themselves in
-// `checks` when given (the HTML report). doctor_checks.cpp
+// `checks` when given (the HTML report). checks.cpp
 json run_static(const DoctorOptions& o, std::vector<diag::Check>* checks = nullptr);
 // The ablations on the bundled model, printed as they go; `ranks` > 1 adds 1 vs N ranks;
-// scratch files go to `tmp`; `html` gets the real-data run's page. doctor_ablations.cpp
+// scratch files go to `tmp`; `html` gets the real-data run's page. ablations.cpp
 std::vector<Measurement> run_bundled_ablations(const DoctorOptions& o, const Setup& s, int ranks,
                                                const fs::path& tmp,
                                                diag::HtmlReport* html = nullptr);
 // The bundled model under `stoker launch` with `ranks` ranks (each runs run_worker).
-// doctor_worker.cpp
+// worker.cpp
 Measurement run_ranks(const DoctorOptions& o, const Setup& s, int ranks, const fs::path& tmp);
 // One rank of run_ranks: trains, and rank 0 writes the measurement to o.worker_json.
 int run_worker(const DoctorOptions& o);
-// The same ablations on o.program. doctor_program.cpp
+// The same ablations on o.program. program.cpp
 std::vector<Measurement> run_program_ablations(const DoctorOptions& o, int ranks,
                                                const fs::path& tmp);
 // Diagnostics off vs on, interleaved; printed, and its JSON ("overhead" of --json).
-// doctor_overhead.cpp
+// overhead.cpp
 json run_overhead(const DoctorOptions& o, const Setup& s);
 
 }  // namespace stoker::cli::doctor

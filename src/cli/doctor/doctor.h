@@ -1,6 +1,6 @@
 // `stoker doctor`: static checks of the machine and ablations that tell why training is slow
 // (docs/diagnostics.md, "stoker doctor"). Private to the CLI (and benchmarks/diag_overhead.cpp);
-// its parts: doctor_parts.h.
+// its parts: parts.h.
 #pragma once
 
 #include <CLI/CLI.hpp>

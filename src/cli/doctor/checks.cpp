@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "doctor_parts.h"
+#include "parts.h"
 #include "stoker/core/allocator.h"
 #include "stoker/core/stream.h"
 #include "stoker/core/tensor.h"

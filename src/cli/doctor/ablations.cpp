@@ -8,10 +8,10 @@
 //   CUDA graph               the model alone at --batch with the step captured and replayed as
 //                            a CUDA graph (GPU only), against the sweep's eager run at that size
 //   1 vs N GPUs              the model alone under `stoker launch` with 1 and N ranks
-//                            (doctor_worker.cpp)
+//                            (worker.cpp)
 #include <cstdio>
 
-#include "doctor_parts.h"
+#include "parts.h"
 #include "stoker/core/error.h"
 #include "stoker/data/loader.h"
 #include "stoker/data/synth.h"

@@ -2,7 +2,7 @@
 // random batches, and the training run that every ablation on it diagnoses.
 #include <algorithm>
 
-#include "doctor_parts.h"
+#include "parts.h"
 #include "stoker/core/error.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/batchnorm2d.h"

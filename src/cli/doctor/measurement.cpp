@@ -2,7 +2,7 @@
 // --json and by the ranks of the 1-vs-N ablation, read back by run_ranks), its terminal line.
 #include <cstdio>
 
-#include "doctor_parts.h"
+#include "parts.h"
 
 namespace stoker::cli::doctor {
 

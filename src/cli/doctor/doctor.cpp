@@ -1,8 +1,8 @@
-// `stoker doctor`: the static checks (doctor_checks.cpp), then ablations that separate the
-// causes of a slow step, on the bundled model (doctor_ablations.cpp, with the ranks of
-// doctor_worker.cpp) or, after `--`, on the user's own Trainer-based program
-// (doctor_program.cpp), and with --overhead the cost of diagnostics (doctor_overhead.cpp).
-// This file: the options, the `--` split and the order of the parts (doctor_parts.h lists
+// `stoker doctor`: the static checks (checks.cpp), then ablations that separate the
+// causes of a slow step, on the bundled model (ablations.cpp, with the ranks of
+// worker.cpp) or, after `--`, on the user's own Trainer-based program
+// (program.cpp), and with --overhead the cost of diagnostics (overhead.cpp).
+// This file: the options, the `--` split and the order of the parts (parts.h lists
 // them all).
 #include <unistd.h>
 
@@ -10,14 +10,14 @@
 #include <cstdio>
 #include <fstream>
 
-#include "doctor_parts.h"
+#include "parts.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/core/version.h"
 
 namespace stoker::cli {
 
-using namespace doctor;  // the parts (doctor_parts.h)
+using namespace doctor;  // the parts (parts.h)
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "doctor_parts.h"
+#include "parts.h"
 #include "stoker/dist/launcher.h"
 
 namespace stoker::cli::doctor {
