@@ -13,11 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -330,6 +333,17 @@ PackTextSummary pack_text(const std::vector<fs::path>& inputs, const fs::path& o
   std::vector<int64_t> input_documents(inputs.size(), 0);
   const auto encode_start = std::chrono::steady_clock::now();
   bool done = false;
+  // An error inside the pipeline is kept and rethrown after it: an exception thrown through
+  // oneTBB's pipeline leaks the batches in flight, so the stages stop taking work instead and
+  // the pipeline drains.
+  std::atomic<bool> failed{false};
+  std::exception_ptr first_error;
+  std::mutex error_mutex;
+  const auto keep_error = [&] {
+    const std::lock_guard<std::mutex> lock(error_mutex);
+    if (!first_error) first_error = std::current_exception();
+    failed = true;
+  };
   // -j N means N threads, also above the cores (oneTBB would cap the arena and warn).
   tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
                                   static_cast<size_t>(threads));
@@ -340,20 +354,26 @@ PackTextSummary pack_text(const std::vector<fs::path>& inputs, const fs::path& o
         tbb::make_filter<void, std::shared_ptr<Batch>>(
             tbb::filter_mode::serial_in_order,
             [&](tbb::flow_control& fc) -> std::shared_ptr<Batch> {
-              if (done || detail::InterruptGuard::signal() != 0) {
+              if (done || failed || detail::InterruptGuard::signal() != 0) {
                 fc.stop();
                 return nullptr;
               }
               auto batch = std::make_shared<Batch>();
               size_t bytes = 0;
               TextRecord record;
-              while (bytes < kBatchBytes && batch->records.size() < kBatchDocuments) {
-                if (!reader.next(record)) {
-                  done = true;
-                  break;
+              try {
+                while (bytes < kBatchBytes && batch->records.size() < kBatchDocuments) {
+                  if (!reader.next(record)) {
+                    done = true;
+                    break;
+                  }
+                  bytes += record.raw.size();
+                  batch->records.push_back(std::move(record));
                 }
-                bytes += record.raw.size();
-                batch->records.push_back(std::move(record));
+              } catch (...) {
+                keep_error();
+                fc.stop();
+                return nullptr;
               }
               if (batch->records.empty()) {
                 fc.stop();
@@ -364,66 +384,76 @@ PackTextSummary pack_text(const std::vector<fs::path>& inputs, const fs::path& o
             tbb::make_filter<std::shared_ptr<Batch>, std::shared_ptr<Batch>>(
                 tbb::filter_mode::parallel,
                 [&](std::shared_ptr<Batch> batch) {
+                  if (failed) return batch;
                   batch->encoded.resize(batch->records.size());
                   std::string text;
-                  for (size_t i = 0; i < batch->records.size(); ++i) {
-                    if (detail::InterruptGuard::signal() != 0) break;
-                    const TextRecord& r = batch->records[i];
-                    Encoded& e = batch->encoded[i];
-                    if (!detail::document_text(r, reader.format_of(r.input), options.text_key, text,
-                                               e.error, e.line)) {
-                      continue;
+                  try {
+                    for (size_t i = 0; i < batch->records.size(); ++i) {
+                      if (detail::InterruptGuard::signal() != 0) break;
+                      const TextRecord& r = batch->records[i];
+                      Encoded& e = batch->encoded[i];
+                      if (!detail::document_text(r, reader.format_of(r.input), options.text_key,
+                                                 text, e.error, e.line)) {
+                        continue;
+                      }
+                      if (options.bos) e.ids.push_back(bos);
+                      e.error = tokenizer->encode(text, e.ids);
+                      const size_t base = options.bos ? 1 : 0;
+                      if (e.error.empty() && e.ids.size() == base) {
+                        e.empty = true;  // nothing to encode: left out, counted
+                        e.ids.clear();
+                        continue;
+                      }
+                      if (!e.error.empty()) e.error = "SentencePiece cannot encode it: " + e.error;
+                      if (options.eos) e.ids.push_back(eos);
+                      std::string().swap(batch->records[i].raw);
                     }
-                    if (options.bos) e.ids.push_back(bos);
-                    e.error = tokenizer->encode(text, e.ids);
-                    const size_t base = options.bos ? 1 : 0;
-                    if (e.error.empty() && e.ids.size() == base) {
-                      e.empty = true;  // nothing to encode: left out, counted
-                      e.ids.clear();
-                      continue;
-                    }
-                    if (!e.error.empty()) e.error = "SentencePiece cannot encode it: " + e.error;
-                    if (options.eos) e.ids.push_back(eos);
-                    std::string().swap(batch->records[i].raw);
+                  } catch (...) {
+                    keep_error();
                   }
                   return batch;
                 }) &
             tbb::make_filter<std::shared_ptr<Batch>, void>(
                 tbb::filter_mode::serial_in_order, [&](std::shared_ptr<Batch> batch) {
-                  if (detail::InterruptGuard::signal() != 0) return;
-                  for (size_t i = 0; i < batch->records.size(); ++i) {
-                    const TextRecord& r = batch->records[i];
-                    Encoded& e = batch->encoded[i];
-                    if (e.empty) {
-                      ++summary.empty_documents;
-                      continue;
-                    }
-                    if (!e.error.empty()) {
-                      const TextFormat format = reader.format_of(r.input);
-                      const std::string where =
-                          str(reader.inputs()[static_cast<size_t>(r.input)].string(), ":", e.line);
-                      STOKER_CHECK_HINT(options.skip_bad_documents, bad_hint(format, e.error),
-                                        "stoker pack-text: ", where, ": ", e.error);
-                      ++summary.bad_documents;
-                      if (summary.bad.size() < kListedBad) {
-                        summary.bad.push_back(str(where, ": ", e.error));
-                        if (options.report) {
-                          std::fprintf(stderr, "%sskipped %s\n", progress.enabled() ? "\n" : "",
-                                       summary.bad.back().c_str());
-                        }
+                  if (failed || detail::InterruptGuard::signal() != 0) return;
+                  try {
+                    for (size_t i = 0; i < batch->records.size(); ++i) {
+                      const TextRecord& r = batch->records[i];
+                      Encoded& e = batch->encoded[i];
+                      if (e.empty) {
+                        ++summary.empty_documents;
+                        continue;
                       }
-                      continue;
+                      if (!e.error.empty()) {
+                        const TextFormat format = reader.format_of(r.input);
+                        const std::string where = str(
+                            reader.inputs()[static_cast<size_t>(r.input)].string(), ":", e.line);
+                        STOKER_CHECK_HINT(options.skip_bad_documents, bad_hint(format, e.error),
+                                          "stoker pack-text: ", where, ": ", e.error);
+                        ++summary.bad_documents;
+                        if (summary.bad.size() < kListedBad) {
+                          summary.bad.push_back(str(where, ": ", e.error));
+                          if (options.report) {
+                            std::fprintf(stderr, "%sskipped %s\n", progress.enabled() ? "\n" : "",
+                                         summary.bad.back().c_str());
+                          }
+                        }
+                        continue;
+                      }
+                      writer.add_document(e.ids);
+                      ++input_documents[static_cast<size_t>(r.input)];
+                      ++summary.documents;
+                      summary.tokens += static_cast<int64_t>(e.ids.size());
+                      std::vector<int32_t>().swap(e.ids);
+                      if (options.fail_after_documents >= 0 &&
+                          summary.documents >= options.fail_after_documents) {
+                        STOKER_THROW("stoker pack-text: injected failure after ", summary.documents,
+                                     " documents");
+                      }
                     }
-                    writer.add_document(e.ids);
-                    ++input_documents[static_cast<size_t>(r.input)];
-                    ++summary.documents;
-                    summary.tokens += static_cast<int64_t>(e.ids.size());
-                    std::vector<int32_t>().swap(e.ids);
-                    if (options.fail_after_documents >= 0 &&
-                        summary.documents >= options.fail_after_documents) {
-                      STOKER_THROW("stoker pack-text: injected failure after ", summary.documents,
-                                   " documents");
-                    }
+                  } catch (...) {
+                    keep_error();
+                    return;
                   }
                   const double s =
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_start)
@@ -435,6 +465,7 @@ PackTextSummary pack_text(const std::vector<fs::path>& inputs, const fs::path& o
                           static_cast<int64_t>(s > 0 ? summary.tokens / s : 0), " tokens/s"));
                 }));
   });
+  if (first_error) std::rethrow_exception(first_error);
   check_interrupt(out);
   progress.finish();
   STOKER_CHECK_HINT(summary.documents > 0, "pass inputs that hold text",
