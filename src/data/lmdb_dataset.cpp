@@ -44,8 +44,9 @@ void lmdb_check(int rc, const char* call, const std::filesystem::path& path) {
   if (rc == MDB_READERS_FULL)
     hint = "more Readers than reader slots: raise LmdbOptions::max_readers";
   if (rc == EACCES)
-    hint = "the folder is read-only and holds no usable lock.mdb: copy the database to a folder "
-           "you can write, or let its owner run `stoker info` on it once";
+    hint =
+        "the folder is read-only and holds no usable lock.mdb: copy the database to a folder "
+        "you can write, or let its owner run `stoker info` on it once";
   fail(__FILE__, __LINE__, str("LMDB ", call, " failed on ", path.string(), ": ", mdb_strerror(rc)),
        hint);
 }
@@ -93,28 +94,33 @@ bool tree_is_whole(MDB_txn* txn, MDB_dbi dbi, std::string* why) {
   size_t found = 0;
   bool out_of_order = false;  // an empty key, or keys not strictly ascending
   if (rc == 0) {
-    const auto walk = [&] {
-      // C only in here (see lmdb_fault_guard.h): the previous key in a plain buffer.
-      char previous[512];
-      size_t previous_size = 0;
-      MDB_val k{}, v{};
-      int r = mdb_cursor_get(cursor, &k, &v, MDB_FIRST);
-      while (r == 0 && found <= stat.ms_entries) {
-        const size_t common = std::min(previous_size, k.mv_size);
-        const int order = found == 0 ? -1 : std::memcmp(previous, k.mv_data, common);
-        if (k.mv_size == 0 || k.mv_size > sizeof previous || order > 0 ||
-            (order == 0 && previous_size >= k.mv_size)) {
-          out_of_order = true;
-          return 0;
-        }
-        std::memcpy(previous, k.mv_data, k.mv_size);
-        previous_size = k.mv_size;
-        ++found;
-        r = mdb_cursor_get(cursor, &k, &v, MDB_NEXT);
-      }
-      return r;
+    // One guarded call per entry (each is stopped on its own if it loops), the key compared
+    // inside it: a damaged page's key may point outside the file. C only in here (see
+    // lmdb_fault_guard.h): the previous key in a plain buffer.
+    char previous[512];
+    size_t previous_size = 0;
+    const auto step = [&](MDB_cursor_op op) {
+      return guarded(
+          [&] {
+            MDB_val k{}, v{};
+            const int r = mdb_cursor_get(cursor, &k, &v, op);
+            if (r != 0) return r;
+            const size_t common = std::min(previous_size, k.mv_size);
+            const int order = found == 0 ? -1 : std::memcmp(previous, k.mv_data, common);
+            if (k.mv_size == 0 || k.mv_size > sizeof previous || order > 0 ||
+                (order == 0 && previous_size >= k.mv_size)) {
+              out_of_order = true;
+              return 0;
+            }
+            std::memcpy(previous, k.mv_data, k.mv_size);
+            previous_size = k.mv_size;
+            ++found;
+            return 0;
+          },
+          why);
     };
-    rc = guarded(walk, why);
+    rc = step(MDB_FIRST);
+    while (rc == 0 && !out_of_order && found <= stat.ms_entries) rc = step(MDB_NEXT);
     mdb_cursor_close(cursor);
     if (rc == MDB_NOTFOUND) rc = 0;  // the end of the tree
   }

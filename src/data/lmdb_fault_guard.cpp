@@ -30,11 +30,12 @@ thread_local char t_assertion[320];
 
 // A damaged page can also send LMDB round a loop that never ends (a binary search over a node
 // count computed from a damaged header): each guarded call runs under a timer of the thread's
-// CPU time that raises kLoopSignal (a real-time signal of the guard's own) past
-// kLoopCpuSeconds, far more than any lookup takes (microseconds; waiting for the disk is not CPU
-// time).
+// CPU time that raises kLoopSignal (a real-time signal of the guard's own) past kLoopCpuMs,
+// far more than any one LMDB call takes (microseconds, also under a sanitizer; waiting for the
+// disk is not CPU time), and short enough that a database whose every key loops still fails
+// all its keys quickly.
 const int kLoopSignal = SIGRTMIN + 7;
-constexpr int kLoopCpuSeconds = 1;
+constexpr int kLoopCpuMs = 50;
 
 // This thread's CPU-time timer, made on its first guarded call.
 struct LoopTimer {
@@ -44,7 +45,7 @@ struct LoopTimer {
   ~LoopTimer() {
     if (made) timer_delete(id);
   }
-  void arm(int seconds) {
+  void arm(int ms) {
     if (!made && !failed) {
       struct sigevent event {};
       event.sigev_notify = SIGEV_THREAD_ID;
@@ -55,7 +56,8 @@ struct LoopTimer {
     }
     if (!made) return;
     struct itimerspec spec {};
-    spec.it_value.tv_sec = seconds;
+    spec.it_value.tv_sec = ms / 1000;
+    spec.it_value.tv_nsec = static_cast<long>(ms % 1000) * 1000000L;
     timer_settime(id, 0, &spec, nullptr);
   }
 };
@@ -152,8 +154,8 @@ void on_assertion(MDB_env* /*env*/, const char* message) {
 std::string describe_fault() {
   if (t_signal == 0) return core::detail::str("LMDB assertion: ", t_assertion);
   if (t_signal == kLoopSignal) {
-    return core::detail::str("LMDB was stopped after ", kLoopCpuSeconds,
-                             " s of CPU time in one call: a loop");
+    return core::detail::str("LMDB was stopped after ", kLoopCpuMs,
+                             " ms of CPU time in one call: a loop");
   }
   char address[32];
   std::snprintf(address, sizeof address, "%p", t_address);
@@ -177,7 +179,7 @@ bool run_lmdb_guarded(void (*fn)(void*), void* arg, std::string* why) {
     return false;
   }
   t_jump = &jump;
-  if (outer == nullptr) t_loop_timer.arm(kLoopCpuSeconds);
+  if (outer == nullptr) t_loop_timer.arm(kLoopCpuMs);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   fn(arg);
   std::atomic_signal_fence(std::memory_order_seq_cst);

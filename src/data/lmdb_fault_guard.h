@@ -9,7 +9,7 @@
 // SIGSEGV, SIGBUS or SIGFPE raised by the kernel in the calling thread while it is inside a guarded
 // call, or an LMDB assertion there, jumps back out of LMDB and the call reports the fault instead.
 // A damaged page can also make LMDB loop forever (a binary search over a node count computed from a
-// damaged header): a guarded call is stopped the same way after 1 s of the thread's CPU time (a
+// damaged header): a guarded call is stopped the same way after 50 ms of the thread's CPU time (a
 // timer of the thread's CPU clock raising SIGRTMIN + 7), far more than any lookup takes. The caller
 // then treats the database (or the record) as damaged and renews its read transaction.
 //
@@ -29,10 +29,10 @@ struct MDB_env;
 namespace stoker::data::detail {
 
 // Runs fn(arg). Returns true when it returned; false when a SIGSEGV/SIGBUS/SIGFPE or an LMDB
-// assertion interrupted it, or it ran for 1 s of CPU time, with "SIGBUS (bus error) reading address
-// 0x...", "LMDB assertion: ..." or "LMDB was stopped after 1 s of CPU time ..." in *why (when
-// not null). fn must run C code only (LMDB calls): a fault jumps over its frames
-// without running destructors, and leaves whatever it was doing half done.
+// assertion interrupted it, or it ran for 50 ms of CPU time, with "SIGBUS (bus error) reading
+// address 0x...", "LMDB assertion: ..." or "LMDB was stopped after 50 ms of CPU time ..." in *why
+// (when not null). fn must run C code only (LMDB calls): a fault jumps over its frames without
+// running destructors, and leaves whatever it was doing half done.
 bool run_lmdb_guarded(void (*fn)(void*), void* arg, std::string* why);
 
 // run_lmdb_guarded for a callable; the same rules apply to what `fn` runs.

@@ -72,6 +72,11 @@ const Clean& clean() {
 
 }  // namespace
 
+// When the guard jumps out of mdb_env_open (a damaged meta page), what LMDB had allocated for
+// that open (the lock file's name, tens of bytes) is never freed: a bounded leak per refused
+// open, inside LMDB, which LeakSanitizer is told to expect. Any leak of stoker's own still fails.
+extern "C" const char* __lsan_default_suppressions() { return "leak:liblmdb.so\n"; }
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Clean& c = clean();
   const size_t psize = c.live.page_size;
