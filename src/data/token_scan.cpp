@@ -50,8 +50,18 @@ inline void min_max_loop(const T* p, int64_t n, T& mn_out, T& mx_out) {
 }
 
 // One function per id type, compiled for AVX2 too and picked at load time (the baseline x86-64
-// build has SSE2 only, which has no unsigned 16/32-bit min/max): x86-64 with GCC or Clang.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// build has SSE2 only, which has no unsigned 16/32-bit min/max): x86-64 with GCC or Clang, but
+// not under ThreadSanitizer, whose binaries crash at startup in an ifunc resolver.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define STOKER_SCAN_UNDER_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define STOKER_SCAN_UNDER_TSAN 1
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(STOKER_SCAN_UNDER_TSAN)
 #define STOKER_SCAN_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define STOKER_SCAN_CLONES
