@@ -1,7 +1,5 @@
 #include "info_tokens.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +15,7 @@
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/data/token_corpus.h"
+#include "data/token_corpus_internal.h"
 #include "util/checksum.h"
 
 namespace stoker::cli {
@@ -56,27 +55,6 @@ int megatron_code(data::TokenType t) {
   }
 }
 
-// XXH3-64 of a whole file, read through a private read-only mapping.
-uint64_t file_checksum(const fs::path& path, uint64_t& bytes) {
-  core::check_input_file(path, "a file of the manifest");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  STOKER_CHECK(fd >= 0, "cannot open ", path.string());
-  struct stat st {};
-  ::fstat(fd, &st);
-  bytes = static_cast<uint64_t>(st.st_size);
-  if (bytes == 0) {
-    ::close(fd);
-    return util::checksum64(nullptr, 0);
-  }
-  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  STOKER_CHECK(map != MAP_FAILED, "cannot map ", path.string());
-  ::madvise(map, bytes, MADV_SEQUENTIAL);
-  const uint64_t sum = util::checksum64(map, bytes);
-  ::munmap(map, bytes);
-  return sum;
-}
-
 // `stoker pack-text` leaves PREFIX.manifest.json beside the dataset (docs/formats.md): --verify
 // recomputes the size and XXH3-64 of every file it lists. Returns the number of bad files (each
 // named on stderr), or -1 when there is no manifest.
@@ -110,8 +88,9 @@ int verify_manifest(const fs::path& manifest) {
       ++bad;
       continue;
     }
-    uint64_t bytes = 0;
-    const std::string sum = util::checksum_hex(file_checksum(file, bytes));
+    const data::detail::MappedFile mapped(file);  // refuses a FIFO without blocking
+    const uint64_t bytes = mapped.size();
+    const std::string sum = util::checksum_hex(util::checksum64(mapped.data(), bytes));
     const uint64_t want_bytes = entry["bytes"].get<uint64_t>();
     const std::string want = entry["xxh3_64"].get<std::string>();
     if (bytes != want_bytes || sum != want) {
