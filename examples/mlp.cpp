@@ -46,11 +46,11 @@ int main(int argc, char** argv) {
     nn::CrossEntropyLoss loss({.label_smoothing = 0.05f});
     const int64_t steps = epochs * (20000 / 128 + 1);
     // STOKER_DIAG* (train/environment.h): how `stoker doctor -- PROGRAM` steers the run.
-    train::Trainer trainer(model, loss, opt,
-                           train::apply_environment(
-                               {.clip_grad_norm = 1.0f,
-                                .schedule = optim::cosine_with_warmup(1e-3f, 50, steps),
-                                .log_interval = 50}));
+    train::Trainer trainer(
+        model, loss, opt,
+        train::apply_environment({.clip_grad_norm = 1.0f,
+                                  .schedule = optim::cosine_with_warmup(1e-3f, 50, steps),
+                                  .log_interval = 50}));
     data::TensorBatches train_data(x, y, {.batch_size = 128, .seed = 3, .device = device});
     data::TensorBatches test_data(xt, yt, {.batch_size = 1000, .shuffle = false, .device = device});
 

@@ -104,8 +104,8 @@ int run(std::string_view name, CLI::App& app, int argc, char** argv,
   return run(name, app, argc, argv, FlagNames{}, body);
 }
 
-int run(std::string_view name, CLI::App& app, int argc, char** argv,
-        const FlagNames& flag_names, const std::function<int()>& body) {
+int run(std::string_view name, CLI::App& app, int argc, char** argv, const FlagNames& flag_names,
+        const std::function<int()>& body) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -48,8 +48,8 @@ std::string name_flags(std::string text, const FlagNames& names);
 
 int run(std::string_view name, CLI::App& app, int argc, char** argv,
         const std::function<int()>& body);
-int run(std::string_view name, CLI::App& app, int argc, char** argv,
-        const FlagNames& flag_names, const std::function<int()>& body);
+int run(std::string_view name, CLI::App& app, int argc, char** argv, const FlagNames& flag_names,
+        const std::function<int()>& body);
 
 inline constexpr double kUnbounded = std::numeric_limits<double>::infinity();
 

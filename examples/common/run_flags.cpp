@@ -58,8 +58,9 @@ std::string signal_name(int sig) {
 }  // namespace
 
 std::vector<int> parse_signals(std::string_view text) {
-  const std::string forms = "give --stop-signals a comma-separated list of TERM, INT, USR1, USR2, "
-                            "HUP (default TERM,INT,USR1), or none";
+  const std::string forms =
+      "give --stop-signals a comma-separated list of TERM, INT, USR1, USR2, "
+      "HUP (default TERM,INT,USR1), or none";
   std::vector<int> out;
   if (text == "none") return out;
   size_t start = 0;
@@ -208,9 +209,9 @@ void RunFlags::check_inputs_and_outputs(const std::vector<Input>& inputs) const 
   guard.output("--metrics", metrics, Kind::file);
   guard.output("--save", save, Kind::file);
   const std::pair<const char*, const std::filesystem::path*> diag_outputs[] = {
-      {"STOKER_DIAG_REPORT_JSON", &env.report_json},   {"STOKER_DIAG_TRACE", &env.trace_path},
+      {"STOKER_DIAG_REPORT_JSON", &env.report_json},     {"STOKER_DIAG_TRACE", &env.trace_path},
       {"STOKER_DIAG_BASELINE_SAVE", &env.baseline_save}, {"STOKER_DIAG_HTML", &env.html_report},
-      {"STOKER_DIAG_TIMELINE_CSV", &env.timeline_csv}, {"STOKER_DIAG_GPU_CSV", &env.gpu_csv}};
+      {"STOKER_DIAG_TIMELINE_CSV", &env.timeline_csv},   {"STOKER_DIAG_GPU_CSV", &env.gpu_csv}};
   for (const auto& [name, path] : diag_outputs)
     if (!path->empty()) guard.output(name, *path, Kind::file);
 }

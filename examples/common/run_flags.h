@@ -118,7 +118,7 @@ struct RunFlags {
   void check_inputs_and_outputs(const std::vector<Input>& inputs) const;
 
   Interval interval_;
-  std::vector<int> signals_;                     // --stop-signals
+  std::vector<int> signals_;                            // --stop-signals
   std::vector<std::shared_ptr<train::RunLock>> locks_;  // --checkpoint-dir, --metrics (main rank)
   CLI::Option* old_spelling_ = nullptr;
 };

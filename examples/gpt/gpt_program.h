@@ -40,7 +40,7 @@ struct Options {
   bool fused_gelu = true;   // GptConfig::fuse_gelu
   bool cuda_graph = false;  // TrainerOptions::cuda_graph
   std::string data;
-  std::string mix;  // --mix "a.idx:0.7,b:0.3" (token_data.h)
+  std::string mix;       // --mix "a.idx:0.7,b:0.3" (token_data.h)
   double val_split = 0;  // --val-split: a fraction or count of --data's documents
   std::string text = STOKER_GPT_TEXT;
   std::string cache = STOKER_GPT_CACHE;

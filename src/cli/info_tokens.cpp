@@ -11,11 +11,11 @@
 #include <fstream>
 #include <vector>
 
+#include "data/token_corpus_internal.h"
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/data/token_corpus.h"
-#include "data/token_corpus_internal.h"
 #include "util/checksum.h"
 
 namespace stoker::cli {
@@ -210,9 +210,8 @@ int run_info_tokens(const std::string& path, bool verify, const InfoTokenOptions
                                  : 0.0,
                 o.vocab > 0 ? str(", all below --vocab ", o.vocab).c_str()
                             : " (give --vocab N to check them against the vocabulary)");
-    const fs::path manifest = c.format() == TokenFormat::megatron
-                                  ? fs::path(c.name() + ".manifest.json")
-                                  : fs::path();
+    const fs::path manifest =
+        c.format() == TokenFormat::megatron ? fs::path(c.name() + ".manifest.json") : fs::path();
     const int bad = manifest.empty() ? -1 : verify_manifest(manifest);
     if (bad < 0) {
       std::printf("checksums: none: %s\n",

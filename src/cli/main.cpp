@@ -46,8 +46,8 @@
 
 #include "doctor/doctor.h"
 #include "info_safetensors.h"
-#include "pack_text.h"
 #include "info_tokens.h"
+#include "pack_text.h"
 
 namespace {
 
@@ -202,10 +202,11 @@ int main(int argc, char** argv) {
   bool info_verify = false;
   CLI::App* info_cmd = app.add_subcommand(
       "info", "describe a packed database and check every record's header (exit 1: bad records)");
-  info_cmd->add_option("database", info_path,
-                       "database folder, a .safetensors checkpoint or weights file, or a token "
-                       "corpus: a Megatron PREFIX (.idx/.bin), llm.c shards (a quoted glob), raw "
-                       "ids with --token-bytes")
+  info_cmd
+      ->add_option("database", info_path,
+                   "database folder, a .safetensors checkpoint or weights file, or a token "
+                   "corpus: a Megatron PREFIX (.idx/.bin), llm.c shards (a quoted glob), raw "
+                   "ids with --token-bytes")
       ->required();
   info_cmd->add_flag("--verify", info_verify,
                      "also read every payload: checksums (record version 2) and JPEG headers");

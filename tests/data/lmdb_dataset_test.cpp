@@ -519,8 +519,8 @@ TEST(LmdbImageDataset, AReadOnlyFolderOpensWithoutALockFile) {
   namespace fs = std::filesystem;
   fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                   fs::perms::others_read | fs::perms::others_exec);
-  fs::permissions(db / "data.mdb", fs::perms::owner_read | fs::perms::group_read |
-                                       fs::perms::others_read);
+  fs::permissions(db / "data.mdb",
+                  fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   fs::permissions(db, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
                           fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
   int pipe_fds[2];

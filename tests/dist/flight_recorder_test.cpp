@@ -253,8 +253,7 @@ TEST(FlightRecorderTest, TcpRanksNameRankZeroWhenItStops) {
                      "3), which had not answered"),
               std::string::npos)
         << e;
-    EXPECT_NE(e.find("or the network to rank 0 is down (a cut link, a firewall"),
-              std::string::npos)
+    EXPECT_NE(e.find("or the network to rank 0 is down (a cut link, a firewall"), std::string::npos)
         << e;
   }
 }

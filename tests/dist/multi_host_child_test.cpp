@@ -70,11 +70,9 @@ void train(const fs::path& out) {
   dist::ReplicatedGradSync sync(comm, *model, {.first_bucket_bytes = 300});
   stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.3f});
   stoker::nn::CrossEntropyLoss loss;
-  stoker::train::Trainer t(*model, loss, opt,
-                           {.progress_bar = false,
-                            .max_steps = steps,
-                            .quiet = true,
-                            .grad_sync = &sync});
+  stoker::train::Trainer t(
+      *model, loss, opt,
+      {.progress_bar = false, .max_steps = steps, .quiet = true, .grad_sync = &sync});
   Pace pace(out / ("started_rank" + std::to_string(rank)), env_int("STOKER_MH_STEP_SLEEP_MS", 0));
   t.add_observer(pace);
   stoker::data::TensorBatches batches(

@@ -201,10 +201,7 @@ TEST(StepObserverTest, ReplayFirstBatchKeepsTheEpochLength) {
   auto model = make_mlp(4);
   stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.05f});
   nn::CrossEntropyLoss loss;
-  Trainer t(*model, loss, opt,
-            {.progress_bar = false,
-             .quiet = true,
-             .replay_first_batch = true});
+  Trainer t(*model, loss, opt, {.progress_bar = false, .quiet = true, .replay_first_batch = true});
   EXPECT_EQ(t.fit(train, 2).steps, 8);
 }
 
@@ -229,9 +226,7 @@ TEST(StepObserverTest, RequestStopEndsTheFitAfterThatStep) {
   auto model = make_mlp(5);
   stoker::optim::SGD opt(model->named_parameters(), {.lr = 0.05f});
   nn::CrossEntropyLoss loss;
-  Trainer t(
-      *model, loss, opt,
-      {.log_interval = 100, .progress_bar = false, .quiet = true});
+  Trainer t(*model, loss, opt, {.log_interval = 100, .progress_bar = false, .quiet = true});
   StopAt stop(6);
   t.add_observer(stop);
   const FitResult r = t.fit(train, 5);

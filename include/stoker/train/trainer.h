@@ -205,7 +205,7 @@ struct TrainerOptions {
   // `schedule` below) it counts steps of the run's first global batch: the run stops once it
   // has seen the samples of max_steps such steps, as the uninterrupted run would.
   int64_t max_steps = -1;
-  bool quiet = false;            // no log lines on stdout
+  bool quiet = false;  // no log lines on stdout
   // Activation checkpointing for a Sequential model of blocks (a transformer's layers): k > 0
   // wraps children 0, k, 2k, ... in an nn::Checkpoint when the Trainer is built — each wrapped
   // block keeps only its input and re-runs its forward during backward (about one more forward
