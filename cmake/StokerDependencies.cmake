@@ -48,6 +48,8 @@ stoker_require(XXHash_FOUND "xxHash (checksums of records and checkpoints)" "lib
 find_package(SentencePiece)
 stoker_require(SentencePiece_FOUND "SentencePiece (tokenizer of `stoker pack-text`)"
                "libsentencepiece-dev")
+find_package(fmt CONFIG QUIET)
+stoker_require(fmt_FOUND "fmt (string formatting of messages)" "libfmt-dev")
 find_package(CLI11 CONFIG QUIET)
 stoker_require(CLI11_FOUND "CLI11 (command-line parser of the `stoker` tool)" "libcli11-dev")
 if(TARGET TurboJPEG::JPEG)

@@ -44,6 +44,7 @@ PACKAGES=(
   nlohmann-json3-dev     # JSON (reports, configs, safetensors headers)
   libxxhash-dev          # xxHash: checksums of packed records and checkpoint tensors
   libsentencepiece-dev   # SentencePiece: the tokenizer of `stoker pack-text`
+  libfmt-dev             # fmt: string formatting of messages
   python3                # helper scripts, interop tests
 )
 # Test-only tools (--tests): the HTML report test loads the report in a headless browser. Debian
