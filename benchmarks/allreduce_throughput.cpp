@@ -38,10 +38,8 @@
 
 #include "bench_context.h"
 #include "stoker/dist/env.h"
-#include "stoker/dist/grad_compression.h"
-#include "stoker/dist/nccl_communicator.h"
-#include "stoker/dist/replicated_grad_sync.h"
-#include "stoker/dist/sharded_grad_sync.h"
+#include "stoker/dist/grad_sync.h"
+#include "dist/nccl_communicator.h"
 #include "stoker/dist/sharded_optimizer.h"
 #include "stoker/stoker.h"
 

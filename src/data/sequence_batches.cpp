@@ -17,6 +17,7 @@
 
 #include "stoker/core/error.h"
 #include "stoker/core/stream.h"
+#include "core/tensor_copy.h"
 #include "util/checksum.h"
 
 namespace stoker::data {

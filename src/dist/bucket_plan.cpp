@@ -1,4 +1,4 @@
-#include "stoker/dist/bucket_plan.h"
+#include "stoker/dist/grad_sync.h"
 
 #include "stoker/core/error.h"
 

@@ -1,4 +1,4 @@
-#include "stoker/dist/bucketed_grad_sync.h"
+#include "stoker/dist/grad_sync.h"
 
 #include <algorithm>
 #include <unordered_set>

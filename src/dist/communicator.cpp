@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "stoker/core/error.h"
+#include "dist/flight_recorder.h"
 #include "util/atomic_file.h"
 
 namespace stoker::dist {
@@ -25,7 +26,8 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-Communicator::Communicator(int rank, int world_size) : rank_(rank), world_size_(world_size) {
+Communicator::Communicator(int rank, int world_size)
+    : rank_(rank), world_size_(world_size), recorder_(std::make_unique<FlightRecorder>()) {
   STOKER_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "Communicator: rank ", rank,
                " is not in [0, world_size = ", world_size, ")");
 }
@@ -42,8 +44,20 @@ void copy_tag(std::array<char, CollectiveRecord::kTagBytes>& dst, std::string_vi
 
 void Communicator::set_collective_tag(std::string_view tag) { copy_tag(tag_, tag); }
 
+Communicator::~Communicator() = default;
+
+const FlightRecorder& Communicator::flight_recorder() const { return *recorder_; }
+
+void Communicator::mark_collective_started(uint64_t seq, int64_t t_ns) {
+  recorder_->mark_started(seq, t_ns);
+}
+
+void Communicator::mark_collective_ended(uint64_t seq, CollectiveState state, int64_t t_ns) {
+  recorder_->mark_ended(seq, state, t_ns);
+}
+
 void Communicator::configure_flight_recorder(const FlightRecorderOptions& options) {
-  recorder_.reset(options.entries);
+  recorder_->reset(options.entries);
   recorder_options_ = options;
 }
 
@@ -59,7 +73,7 @@ std::string Communicator::dump_flight_recorder(const std::string& reason,
     std::error_code ec;
     std::filesystem::create_directories(target.parent_path(), ec);
   }
-  const std::string json = recorder_.to_json(rank_, world_size_, describe(), reason);
+  const std::string json = recorder_->to_json(rank_, world_size_, describe(), reason);
   util::write_file_atomically(
       target, [&](int fd) { util::write_all(fd, json.data(), json.size(), target); });
   return target.string();
@@ -94,15 +108,15 @@ void Communicator::issue(const char* op, const Tensor* t, const char* reduce_op,
   r.state = sync ? CollectiveState::started : CollectiveState::enqueued;
   r.start_ns = sync ? r.enqueue_ns : 0;
   r.end_ns = 0;
-  recorder_.record(r);
+  recorder_->record(r);
   try {
     f();
   } catch (const std::exception& e) {
-    recorder_.mark_ended(r.seq, CollectiveState::failed, FlightRecorder::now_ns());
+    recorder_->mark_ended(r.seq, CollectiveState::failed, FlightRecorder::now_ns());
     dump_flight_recorder_on_failure(e.what());
     throw;
   }
-  if (sync) recorder_.mark_ended(r.seq, CollectiveState::completed, FlightRecorder::now_ns());
+  if (sync) recorder_->mark_ended(r.seq, CollectiveState::completed, FlightRecorder::now_ns());
 }
 
 CollectiveTag::CollectiveTag(Communicator& comm, std::string_view tag) : comm_(comm) {

@@ -6,10 +6,11 @@
 #include <vector>
 
 #include "stoker/core/error.h"
-#include "stoker/dist/flight_recorder.h"
-#include "stoker/dist/nccl_communicator.h"
-#include "stoker/dist/rendezvous.h"
-#include "stoker/dist/tcp_communicator.h"
+#include "dist/flight_recorder.h"
+#include "dist/nccl_communicator.h"
+#include "dist/peer_watch.h"
+#include "dist/rendezvous.h"
+#include "dist/tcp_communicator.h"
 
 namespace stoker::core::detail {
 // Defined in src/core/error.cpp: the rank that stoker::Error's location names (-1: none).
@@ -163,6 +164,11 @@ DistEnv read_env(const Lookup& lookup) {
 DistEnv read_env() {
   return read_env([](const char* name) { return std::getenv(name); });
 }
+
+DistContext::DistContext() = default;
+DistContext::DistContext(DistContext&&) noexcept = default;
+DistContext& DistContext::operator=(DistContext&&) noexcept = default;
+DistContext::~DistContext() = default;
 
 DistContext init_from_env(InitOptions options) {
   DistContext ctx;

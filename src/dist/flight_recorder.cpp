@@ -1,4 +1,4 @@
-#include "stoker/dist/flight_recorder.h"
+#include "dist/flight_recorder.h"
 
 #include <chrono>
 #include <cmath>

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "stoker/dist/bucketed_grad_sync.h"
+#include "stoker/dist/grad_sync.h"
 
 namespace stoker::dist {
 

@@ -1,4 +1,4 @@
-#include "stoker/dist/local_grad_sync.h"
+#include "dist/local_grad_sync.h"
 
 #include "stoker/core/error.h"
 #include "stoker/ops/reduce.h"

@@ -10,7 +10,7 @@
 // one (at most two answer windows for the last of a burst of asks). The thread polls the
 // connections and a self-pipe (written to stop it or to wake it for a local ask); only a gather
 // in flight gives poll a timeout.
-#include "stoker/dist/peer_watch.h"
+#include "dist/peer_watch.h"
 
 #include <poll.h>
 #include <sys/socket.h>

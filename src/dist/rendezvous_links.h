@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "dist/socket.h"
-#include "stoker/dist/rendezvous.h"
+#include "dist/rendezvous.h"
 
 namespace stoker::dist::detail {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "stoker/dist/rendezvous.h"
+#include "dist/rendezvous.h"
 
 namespace stoker::dist::detail {
 

@@ -1,4 +1,4 @@
-#include "stoker/dist/sharded_grad_sync.h"
+#include "stoker/dist/grad_sync.h"
 
 #include "stoker/core/error.h"
 #include "stoker/ops/reduce.h"

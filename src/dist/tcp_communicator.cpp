@@ -5,7 +5,7 @@
 //   reply, rank 0 -> rank q (24 bytes): magic u32 | seq u32 | status u32 (0 ok, 1 error) |
 //       0 u32 | length u64; then the result for rank q, or the error text
 // seq counts the collectives of this communicator: a rank that skipped one is caught at once.
-#include "stoker/dist/tcp_communicator.h"
+#include "dist/tcp_communicator.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -18,6 +18,7 @@
 
 #include "dist/collective_kind.h"
 #include "dist/host_reduce.h"
+#include "dist/flight_recorder.h"
 #include "dist/rendezvous_links.h"
 #include "stoker/core/error.h"
 

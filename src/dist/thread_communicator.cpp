@@ -2,7 +2,7 @@
 // out): after the second meeting nobody reads another rank's buffers, so a rank may reuse or
 // free its tensors as soon as its call returns, and the shared result buffer is only written
 // after the next collective's first meeting, when every rank has finished copying from it.
-#include "stoker/dist/thread_communicator.h"
+#include "dist/thread_communicator.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "stoker/dist/watchdog_policy.h"
+#include "dist/watchdog_policy.h"
 
 #include <algorithm>
 

@@ -10,7 +10,7 @@
 #include "stoker/core/stream.h"
 #include "stoker/diag/replay_source.h"
 #include "stoker/dist/grad_sync.h"
-#include "stoker/dist/local_grad_sync.h"
+#include "dist/local_grad_sync.h"
 #include "stoker/nn/checkpoint.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/elementwise.h"

@@ -15,7 +15,9 @@ namespace stoker {
 namespace {
 
 namespace fs = std::filesystem;
+#include "stoker/core/stream.h"
 
+#include "stoker/ops/gemm.h"
 TEST(SequenceBatchesGpuTest, GpuBatchesEqualCpuBatches) {
   STOKER_REQUIRE_GPU();
   const fs::path path =

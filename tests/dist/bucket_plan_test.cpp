@@ -1,5 +1,5 @@
 // plan_buckets: the one bucket layout of the replicated and sharded gradient syncs.
-#include "stoker/dist/bucket_plan.h"
+#include "stoker/dist/grad_sync.h"
 
 #include <gtest/gtest.h>
 

@@ -18,10 +18,9 @@
 
 #include "stoker/core/error.h"
 #include "stoker/data/tensor_batches.h"
-#include "stoker/dist/replicated_grad_sync.h"
-#include "stoker/dist/sharded_grad_sync.h"
+#include "stoker/dist/grad_sync.h"
 #include "stoker/dist/sharded_optimizer.h"
-#include "stoker/dist/thread_communicator.h"
+#include "dist/thread_communicator.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "dist_test_util.h"
-#include "stoker/dist/tcp_communicator.h"
+#include "dist/tcp_communicator.h"
 
 namespace dist = stoker::dist;
 using stoker::test::error_of;

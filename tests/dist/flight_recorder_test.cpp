@@ -1,7 +1,7 @@
 // Hangs become errors: sequence numbers, the flight recorder (and its file), the collective
 // timeout naming the ranks that had not reached a collective (thread and TCP backends), the NCCL
 // watchdog's policy on recorded timings, STOKER_COLLECTIVE_TIMEOUT.
-#include "stoker/dist/flight_recorder.h"
+#include "dist/flight_recorder.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,10 +20,10 @@
 #include "dist_test_util.h"
 #include "stoker/dist/env.h"
 #include "stoker/dist/launcher.h"
-#include "stoker/dist/replicated_grad_sync.h"
-#include "stoker/dist/tcp_communicator.h"
-#include "stoker/dist/thread_communicator.h"
-#include "stoker/dist/watchdog_policy.h"
+#include "stoker/dist/grad_sync.h"
+#include "dist/tcp_communicator.h"
+#include "dist/thread_communicator.h"
+#include "dist/watchdog_policy.h"
 #include "test_util.h"
 
 namespace dist = stoker::dist;

@@ -1,6 +1,6 @@
 // The gradient compression strategies on the CPU: what travels, and that bf16/fp16 encode and
 // decode round exactly as the reference scalar conversions (core/half.h) do.
-#include "stoker/dist/grad_compression.h"
+#include "stoker/dist/grad_sync.h"
 
 #include <gtest/gtest.h>
 

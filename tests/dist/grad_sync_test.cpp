@@ -1,7 +1,7 @@
 // ReplicatedGradSync (and the bucket machinery it shares with ShardedGradSync) on the thread
 // backend: buckets, overlap, launch order, accumulation, unused parameters, compression, and
 // training that equals one process on the union of the ranks' batches.
-#include "stoker/dist/replicated_grad_sync.h"
+#include "stoker/dist/grad_sync.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "dist/grad_sync_probe.h"
 #include "dist_test_util.h"
 #include "stoker/data/tensor_batches.h"
-#include "stoker/dist/thread_communicator.h"
+#include "dist/thread_communicator.h"
 #include "stoker/nn/loss.h"
 #include "stoker/ops/copy.h"
 #include "stoker/optim/optimizer.h"

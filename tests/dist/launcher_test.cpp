@@ -15,7 +15,7 @@
 
 #include "dist_test_util.h"
 #include "stoker/dist/env.h"
-#include "stoker/dist/replicated_grad_sync.h"
+#include "stoker/dist/grad_sync.h"
 #include "stoker/nn/loss.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"

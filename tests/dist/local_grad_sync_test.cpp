@@ -1,7 +1,7 @@
 // LocalGradSync: the single-process gradient sync, and the Trainer's default — a fit() with it
 // equals the single-process step written out by hand (what the Trainer did before gradient
 // syncs existed), bit for bit.
-#include "stoker/dist/local_grad_sync.h"
+#include "dist/local_grad_sync.h"
 
 #include <gtest/gtest.h>
 

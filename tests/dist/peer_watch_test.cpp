@@ -4,7 +4,7 @@
 // Progress queries: every rank's answer reaches every asker, never older than the ask; with real
 // processes under dist::launch, a stopped rank is reported as not answering, and a stopped rank
 // 0 gives no table.
-#include "stoker/dist/peer_watch.h"
+#include "dist/peer_watch.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "stoker/dist/rendezvous.h"
+#include "dist/rendezvous.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // TcpCommunicator with its ranks as threads of this process (each with its own sockets, exactly
 // as separate processes would have); the launcher test runs it across real processes.
-#include "stoker/dist/tcp_communicator.h"
+#include "dist/tcp_communicator.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "dist_test_util.h"
-#include "stoker/dist/replicated_grad_sync.h"
+#include "stoker/dist/grad_sync.h"
 #include "stoker/ops/copy.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "stoker/dist/thread_communicator.h"
+#include "dist/thread_communicator.h"
 
 #include <gtest/gtest.h>
 

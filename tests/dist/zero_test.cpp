@@ -19,10 +19,9 @@
 #include <type_traits>
 
 #include "dist_test_util.h"
-#include "stoker/dist/replicated_grad_sync.h"
-#include "stoker/dist/sharded_grad_sync.h"
-#include "stoker/dist/tcp_communicator.h"
-#include "stoker/dist/thread_communicator.h"
+#include "stoker/dist/grad_sync.h"
+#include "dist/tcp_communicator.h"
+#include "dist/thread_communicator.h"
 #include "stoker/nn/loss.h"
 #include "stoker/ops/copy.h"
 #include "stoker/optim/lars.h"

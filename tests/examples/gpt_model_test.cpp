@@ -13,6 +13,7 @@
 
 #include "gpt_block_reference.h"
 #include "gpt_flops.h"
+#include "dist/thread_communicator.h"
 #include "gpt_model.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/nn/linear_cross_entropy.h"

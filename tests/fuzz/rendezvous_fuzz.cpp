@@ -15,7 +15,7 @@
 
 #include "dist/rendezvous_message.h"
 #include "fuzz_util.h"
-#include "stoker/dist/rendezvous.h"
+#include "dist/rendezvous.h"
 
 namespace {
 

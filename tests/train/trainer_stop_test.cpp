@@ -13,8 +13,8 @@
 
 #include "stoker/data/tensor_batches.h"
 #include "stoker/dist/communicator.h"
-#include "stoker/dist/replicated_grad_sync.h"
-#include "stoker/dist/thread_communicator.h"
+#include "stoker/dist/grad_sync.h"
+#include "dist/thread_communicator.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/dropout.h"

@@ -8,7 +8,7 @@
 // that stops answering is an error on the others (ThreadCommunicator and TcpCommunicator check
 // and time out; NCCL's watchdog aborts a collective that does not complete in time).
 //
-// Sequence numbers and the flight recorder (dist/flight_recorder.h): every collective issued
+// Sequence numbers and the flight recorder (docs/distributed.md): every collective issued
 // gets the next sequence number of its communicator (1, 2, ...; the same on every rank for the
 // same call) and an entry in the communicator's flight recorder, which is written to a file per
 // rank when a collective fails or times out (and on request). CollectiveTag names what the
@@ -34,11 +34,44 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "stoker/core/tensor.h"
-#include "stoker/dist/flight_recorder.h"
 
 namespace stoker::dist {
+
+// enqueued: handed to the backend (NCCL: queued on a stream); started: running (NCCL: the one
+// before it completed); completed; failed: threw, timed out or was aborted.
+enum class CollectiveState : uint8_t { enqueued, started, completed, failed };
+const char* collective_state_name(CollectiveState s);
+
+struct CollectiveRecord {
+  static constexpr size_t kTagBytes = 48;
+
+  uint64_t seq = 0;     // 1 for the communicator's first collective
+  const char* op = "";  // "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"
+  DType dtype = DType::u8;
+  int64_t numel = 0;                  // elements of the input (0 for barrier)
+  int64_t bytes = 0;                  // bytes of the input
+  const char* reduce_op = "";         // "sum", ... for all_reduce and reduce_scatter, "" otherwise
+  int root = -1;                      // broadcast's root, -1 otherwise
+  std::array<char, kTagBytes> tag{};  // the caller's tag (truncated), "" when none
+  CollectiveState state = CollectiveState::enqueued;
+  int64_t enqueue_ns = 0, start_ns = 0, end_ns = 0;  // steady clock (now_ns()); 0: not yet
+
+  std::string_view tag_view() const { return std::string_view(tag.data()); }
+  // "collective #5 all_reduce(f32 x 1000, sum, 4000 bytes, tag 'grad_sync bucket 0')"
+  std::string str() const;
+};
+
+struct FlightRecorderOptions {
+  size_t entries = 2048;  // collectives kept (the last ones); >= 1
+  // Where a failing collective (or dump_flight_recorder()) writes rank<r>.json; empty: the
+  // environment variable STOKER_FLIGHT_RECORDER, and no file when that is unset too.
+  std::string dir{};
+};
+
+class FlightRecorder;  // dist/flight_recorder.h (private)
 
 // avg = sum / world_size (integers: truncated); float dtypes reduce in fp32 and round once.
 enum class ReduceOp { sum, avg, max, min };
@@ -46,7 +79,7 @@ const char* reduce_op_name(ReduceOp op);
 
 class Communicator {
  public:
-  virtual ~Communicator() = default;
+  virtual ~Communicator();
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
@@ -78,7 +111,9 @@ class Communicator {
   // The counter last_seq() reads, shared so that a reader may outlive the communicator
   // (PeerWatch answers with it when a rank's watchdog asks which ranks are behind).
   std::shared_ptr<const std::atomic<uint64_t>> seq_counter() const { return seq_; }
-  const FlightRecorder& flight_recorder() const { return recorder_; }
+  // The record of the last collectives (dist/flight_recorder.h, private to the library and its
+  // tests).
+  const FlightRecorder& flight_recorder() const;
   // Writes the flight recorder (with `reason`) to `path`, or, when empty, to <dir>/rank<r>.json
   // of the backend's FlightRecorderOptions (or $STOKER_FLIGHT_RECORDER); returns the path
   // written, "" when no place is configured. Throws when the file cannot be written.
@@ -100,10 +135,8 @@ class Communicator {
   virtual bool completes_on_return() const { return true; }
   // The collective being issued (its sequence number, op, tag), for the backends' messages.
   const CollectiveRecord& current_collective() const { return current_; }
-  void mark_collective_started(uint64_t seq, int64_t t_ns) { recorder_.mark_started(seq, t_ns); }
-  void mark_collective_ended(uint64_t seq, CollectiveState state, int64_t t_ns) {
-    recorder_.mark_ended(seq, state, t_ns);
-  }
+  void mark_collective_started(uint64_t seq, int64_t t_ns);
+  void mark_collective_ended(uint64_t seq, CollectiveState state, int64_t t_ns);
   // Writes the file for a failure (best effort: a write error goes to stderr); no-op without a
   // configured place.
   void dump_flight_recorder_on_failure(const std::string& reason) const noexcept;
@@ -126,7 +159,7 @@ class Communicator {
   std::shared_ptr<std::atomic<uint64_t>> seq_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::array<char, CollectiveRecord::kTagBytes> tag_{};
   CollectiveRecord current_;
-  FlightRecorder recorder_;
+  std::unique_ptr<FlightRecorder> recorder_;
   FlightRecorderOptions recorder_options_;
 };
 

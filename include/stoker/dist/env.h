@@ -29,9 +29,10 @@
 
 #include "stoker/core/device.h"
 #include "stoker/dist/communicator.h"
-#include "stoker/dist/peer_watch.h"
 
 namespace stoker::dist {
+
+class PeerWatch;  // dist/peer_watch.h (private)
 
 struct DistEnv {
   int rank = 0;
@@ -68,12 +69,17 @@ struct InitOptions {
   double collective_timeout_s = 600.0;
   // The communicator's flight recorder (dir empty: STOKER_FLIGHT_RECORDER).
   FlightRecorderOptions flight_recorder{};
-  // NCCL jobs of 2+ ranks: a PeerWatch (dist/peer_watch.h) ends every rank with a clear error
+  // NCCL jobs of 2+ ranks: a PeerWatch ends every rank with a clear error
   // as soon as one process of the job dies, instead of leaving them blocked in a collective.
   bool watch_peers = true;
 };
 
 struct DistContext {
+  DistContext();
+  DistContext(DistContext&&) noexcept;
+  DistContext& operator=(DistContext&&) noexcept;
+  ~DistContext();
+
   DistEnv env;
   Device device;  // where this rank computes: cuda:LOCAL_RANK (nccl) or cpu (tcp)
   std::unique_ptr<Communicator> comm;

@@ -49,7 +49,7 @@
 #include <utility>
 #include <vector>
 
-#include "stoker/dist/sharded_grad_sync.h"
+#include "stoker/dist/grad_sync.h"
 #include "stoker/optim/optimizer.h"
 
 namespace stoker::dist {

@@ -7,7 +7,7 @@
 #include "stoker/core/tensor.h"
 #include "stoker/dist/env.h"
 #include "stoker/dist/launcher.h"
-#include "stoker/dist/replicated_grad_sync.h"
+#include "stoker/dist/grad_sync.h"
 
 namespace stoker::cli::doctor {
 

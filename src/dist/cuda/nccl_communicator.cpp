@@ -25,8 +25,8 @@
 #include "stoker/core/device.h"
 #include "stoker/core/error.h"
 #include "stoker/core/stream.h"
-#include "stoker/dist/nccl_communicator.h"
-#include "stoker/dist/watchdog_policy.h"
+#include "dist/nccl_communicator.h"
+#include "dist/watchdog_policy.h"
 
 namespace stoker::dist {
 

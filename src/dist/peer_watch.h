@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "stoker/dist/rendezvous.h"
+#include "dist/rendezvous.h"
 
 namespace stoker::dist {
 

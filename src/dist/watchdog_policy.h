@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "stoker/dist/flight_recorder.h"
-#include "stoker/dist/peer_watch.h"
+#include "dist/flight_recorder.h"
+#include "dist/peer_watch.h"
 
 namespace stoker::dist {
 

@@ -23,7 +23,7 @@
 #include <string>
 
 #include "stoker/dist/communicator.h"
-#include "stoker/dist/rendezvous.h"
+#include "dist/rendezvous.h"
 
 namespace stoker::dist {
 

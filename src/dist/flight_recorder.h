@@ -29,40 +29,9 @@
 #include <string_view>
 #include <vector>
 
-#include "stoker/core/dtype.h"
+#include "stoker/dist/communicator.h"
 
 namespace stoker::dist {
-
-// enqueued: handed to the backend (NCCL: queued on a stream); started: running (NCCL: the one
-// before it completed); completed; failed: threw, timed out or was aborted.
-enum class CollectiveState : uint8_t { enqueued, started, completed, failed };
-const char* collective_state_name(CollectiveState s);
-
-struct CollectiveRecord {
-  static constexpr size_t kTagBytes = 48;
-
-  uint64_t seq = 0;     // 1 for the communicator's first collective
-  const char* op = "";  // "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"
-  DType dtype = DType::u8;
-  int64_t numel = 0;                  // elements of the input (0 for barrier)
-  int64_t bytes = 0;                  // bytes of the input
-  const char* reduce_op = "";         // "sum", ... for all_reduce and reduce_scatter, "" otherwise
-  int root = -1;                      // broadcast's root, -1 otherwise
-  std::array<char, kTagBytes> tag{};  // the caller's tag (truncated), "" when none
-  CollectiveState state = CollectiveState::enqueued;
-  int64_t enqueue_ns = 0, start_ns = 0, end_ns = 0;  // steady clock (now_ns()); 0: not yet
-
-  std::string_view tag_view() const { return std::string_view(tag.data()); }
-  // "collective #5 all_reduce(f32 x 1000, sum, 4000 bytes, tag 'grad_sync bucket 0')"
-  std::string str() const;
-};
-
-struct FlightRecorderOptions {
-  size_t entries = 2048;  // collectives kept (the last ones); >= 1
-  // Where a failing collective (or dump_flight_recorder()) writes rank<r>.json; empty: the
-  // environment variable STOKER_FLIGHT_RECORDER, and no file when that is unset too.
-  std::string dir{};
-};
 
 class FlightRecorder {
  public:

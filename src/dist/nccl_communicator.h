@@ -30,7 +30,7 @@
 #include <string>
 
 #include "stoker/dist/communicator.h"
-#include "stoker/dist/peer_watch.h"
+#include "dist/peer_watch.h"
 
 namespace stoker::dist {
 
