@@ -7,17 +7,19 @@
 #include "stoker/data/sequence_batches.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <mutex>
 #include <thread>
 
+#include "core/tensor_copy.h"
 #include "stoker/core/error.h"
 #include "stoker/core/stream.h"
-#include "core/tensor_copy.h"
 #include "util/checksum.h"
 
 namespace stoker::data {
@@ -31,20 +33,114 @@ constexpr int kMaxSources = 255;
 
 }  // namespace
 
+// ---- GPU delivery slots ----------------------------------------------------------------------
+
+// The pinned rows the workers fill, the device buffers the copy stream fills from them, and the
+// events: `copied` (copy stream: the copy has run, the pinned rows may be rewritten) and
+// `consumed` (consumer's stream: next() has read the device buffers, the next copy may overwrite
+// them). Why device buffers of its own and a device-to-device copy in next(), not the caller's
+// tensors filled directly: the pool frees a block on the stream that allocated it, so a tensor
+// the copy stream allocated could be handed out again while the compute stream still reads it;
+// fresh tensors of the consumer's stream are freed in its order (as the Loader's normalization).
+struct SequenceBatches::Staging {
+  Batch host, device;
+  Event copied, consumed;
+  std::atomic<bool> copy_queued{false};  // `copied` was recorded at least once
+
+  // Before the pinned rows are rewritten: their last copy must have run. Polled, not
+  // Event::synchronize: this is not a host sync of the step (the copy is long queued).
+  void wait_copied() const {
+    if (!copy_queued.load(std::memory_order_acquire)) return;
+    while (!copied.query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+};
+
+SequenceBatches::Staging* SequenceBatches::acquire_slot() {
+  {
+    std::lock_guard<std::mutex> lock(slot_mu_);
+    if (!free_slots_.empty()) {
+      Staging* slot = free_slots_.front();
+      free_slots_.pop_front();
+      return slot;
+    }
+  }
+  // Allocated on the consumer's stream (freed in its order); `consumed` recorded after the
+  // allocation orders the first copy into the buffers after it.
+  auto slot = std::make_unique<Staging>();
+  slot->host = empty_batch();
+  auto make = [&](const Tensor& like) {
+    return like.defined() ? Tensor::empty(like.shape(), like.dtype(), options_.device) : Tensor();
+  };
+  slot->device.input = make(slot->host.input);
+  slot->device.target = make(slot->host.target);
+  slot->device.positions = make(slot->host.positions);
+  slot->device.documents = make(slot->host.documents);
+  slot->device.size = slot->host.size;
+  slot->copied = Event::create(options_.device);
+  slot->consumed = Event::create(options_.device);
+  slot->consumed.record(core::current_stream(options_.device));
+  std::lock_guard<std::mutex> lock(slot_mu_);
+  slots_.push_back(std::move(slot));
+  return slots_.back().get();
+}
+
+void SequenceBatches::release_slot(Staging* slot) {
+  std::lock_guard<std::mutex> lock(slot_mu_);
+  free_slots_.push_back(slot);
+}
+
+void SequenceBatches::queue_copy(Staging& slot) const {
+  const Stream copy = core::copy_stream(options_.device);
+  const core::StreamGuard guard(copy);
+  slot.consumed.block(copy);  // next()'s read of the device buffers' previous batch
+  for (const auto& [dst, src] : {std::pair{slot.device.input, slot.host.input},
+                                 std::pair{slot.device.target, slot.host.target},
+                                 std::pair{slot.device.positions, slot.host.positions},
+                                 std::pair{slot.device.documents, slot.host.documents}})
+    if (src.defined()) core::detail::copy_bytes_unowned(dst, src);  // the slot outlives it
+  slot.copied.record(copy);
+  slot.copy_queued.store(true, std::memory_order_release);
+}
+
+Batch SequenceBatches::deliver(Staging& slot) const {
+  const Stream stream = core::current_stream(options_.device);
+  slot.copied.block(stream);
+  auto take = [&](const Tensor& staged) {
+    if (!staged.defined()) return Tensor();
+    Tensor out = Tensor::empty(staged.shape(), staged.dtype(), options_.device);
+    core::detail::copy_bytes(out, staged);
+    return out;
+  };
+  Batch batch;
+  batch.input = take(slot.device.input);
+  batch.target = take(slot.device.target);
+  batch.positions = take(slot.device.positions);
+  batch.documents = take(slot.device.documents);
+  batch.size = slot.device.size;
+  slot.consumed.record(stream);
+  return batch;
+}
+
 // ---- the worker ring -------------------------------------------------------------------------
 
 // Jobs are batches in delivery order; workers take rows of the oldest unfinished one. A job is
-// shared with the workers, so one dropped by a reset is finished into buffers nobody reads.
+// shared with the workers, so one dropped by a reset is finished into buffers nobody reads. To a
+// GPU a job fills a slot, and the worker that finishes its last row queues the slot's copy; a
+// dropped job's slot goes back once no worker is inside it (`active`).
 struct SequenceBatches::Ring {
   struct Job {
     int64_t epoch = 0, batch = 0;
     int64_t start = 0, first = 0;  // the epoch's plan (SequenceBatches::fill_row)
-    Batch host;
+    Batch host;                    // CPU: the batch itself
+    Staging* slot = nullptr;       // GPU: where it is assembled (host is then slot->host)
     int64_t next_row = 0, rows_left = 0;
+    int active = 0;          // workers filling a row of it or queueing its copy
+    bool done = false;       // every row filled (and, to a GPU, the copy queued)
+    bool cancelled = false;  // dropped by seek/clear
     std::exception_ptr error;
   };
 
-  explicit Ring(const SequenceBatches& owner) : owner(owner) {
+  explicit Ring(SequenceBatches& owner) : owner(owner) {
     for (int i = 0; i < owner.options_.threads; ++i) workers.emplace_back([this] { work(); });
   }
   ~Ring() {
@@ -72,17 +168,47 @@ struct SequenceBatches::Ring {
       });
       if (stop) return;
       const int64_t row = job->next_row++;
+      ++job->active;
       lock.unlock();
       std::exception_ptr error;
       try {
+        if (job->slot) job->slot->wait_copied();
         owner.fill_row(job->epoch, job->start, job->first, job->batch, row, job->host);
       } catch (...) {
         error = std::current_exception();
       }
       lock.lock();
       if (error && !job->error) job->error = error;
-      if (--job->rows_left == 0) done_cv.notify_all();
+      const bool last = --job->rows_left == 0;
+      if (last && job->slot && !job->error && !job->cancelled) {
+        lock.unlock();
+        try {
+          owner.queue_copy(*job->slot);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        lock.lock();
+        if (error && !job->error) job->error = error;
+      }
+      --job->active;
+      if (last) {
+        job->done = true;
+        done_cv.notify_all();
+      }
+      release_if_idle(*job);
     }
+  }
+
+  // A dropped job's slot, once no worker is inside it (under mu).
+  void release_if_idle(Job& job) {
+    if (job.cancelled && job.active == 0 && job.slot) {
+      owner.release_slot(job.slot);
+      job.slot = nullptr;
+    }
+  }
+  void cancel(const std::shared_ptr<Job>& job) {
+    job->cancelled = true;
+    release_if_idle(*job);
   }
 
   // Opens jobs after the last one (or from (epoch, batch) when empty) up to `depth`.
@@ -103,7 +229,12 @@ struct SequenceBatches::Ring {
       job->batch = b;
       job->start = owner.start_of(e);
       job->first = owner.first_batch(e);
-      job->host = owner.empty_batch();
+      if (owner.options_.device.is_cuda()) {
+        job->slot = owner.acquire_slot();
+        job->host = job->slot->host;  // shares the pinned buffers
+      } else {
+        job->host = owner.empty_batch();
+      }
       job->rows_left = owner.options_.batch_size;
       jobs.push_back(std::move(job));
     }
@@ -113,11 +244,14 @@ struct SequenceBatches::Ring {
   // Drops every job that is not (epoch, batch) or after it.
   void seek(int64_t epoch, int64_t batch) {
     std::lock_guard<std::mutex> lock(mu);
-    while (!jobs.empty() && (jobs.front()->epoch != epoch || jobs.front()->batch != batch))
+    while (!jobs.empty() && (jobs.front()->epoch != epoch || jobs.front()->batch != batch)) {
+      cancel(jobs.front());
       jobs.pop_front();
+    }
   }
   void clear() {
     std::lock_guard<std::mutex> lock(mu);
+    for (auto& job : jobs) cancel(job);
     jobs.clear();
   }
 
@@ -127,12 +261,12 @@ struct SequenceBatches::Ring {
     top_up(epoch, batch);
     std::unique_lock<std::mutex> lock(mu);
     std::shared_ptr<Job> job = jobs.front();
-    done_cv.wait(lock, [&] { return job->rows_left == 0; });
+    done_cv.wait(lock, [&] { return job->done; });
     jobs.pop_front();
     return job;
   }
 
-  const SequenceBatches& owner;
+  SequenceBatches& owner;
   std::mutex mu;
   std::condition_variable work_cv, done_cv;
   std::deque<std::shared_ptr<Job>> jobs;
@@ -229,7 +363,20 @@ SequenceBatches::SequenceBatches(std::vector<SequenceSource> sources,
   if (options_.threads > 0) ring_ = std::make_unique<Ring>(*this);
 }
 
-SequenceBatches::~SequenceBatches() = default;
+SequenceBatches::~SequenceBatches() {
+  ring_.reset();  // no worker queues a copy any more
+  // Copies in flight must end before their slots' buffers are freed. A destructor must not throw
+  // (that ends the process): a device that already failed is reported, not rethrown.
+  for (const auto& slot : slots_) {
+    if (!slot->copy_queued.load()) continue;
+    try {
+      slot->copied.synchronize();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "stoker SequenceBatches: while shutting down: %s\n", e.what());
+      break;
+    }
+  }
+}
 
 // ---- the order -------------------------------------------------------------------------------
 
@@ -325,34 +472,46 @@ Batch SequenceBatches::assemble(int64_t epoch, int64_t b) const {
 bool SequenceBatches::next(Batch& batch) {
   STOKER_CHECK(epoch_ >= 0, "SequenceBatches::next called before start_epoch");
   if (batch_ >= batches_) return false;
+  const bool gpu = options_.device.is_cuda();
   Batch host;
+  Staging* slot = nullptr;
   if (ring_) {
     auto job = ring_->take(epoch_, batch_);
     if (job->error) {
+      if (job->slot) release_slot(job->slot);
       ring_->clear();
       std::rethrow_exception(job->error);
     }
     host = std::move(job->host);
+    slot = job->slot;
     ring_->top_up(epoch_, batch_ + 1);
+  } else if (gpu) {
+    slot = acquire_slot();
+    try {
+      slot->wait_copied();
+      const int64_t start = start_of(epoch_), first = first_batch(epoch_);
+      for (int64_t row = 0; row < options_.batch_size; ++row)
+        fill_row(epoch_, start, first, batch_, row, slot->host);
+      queue_copy(*slot);
+    } catch (...) {
+      release_slot(slot);
+      throw;
+    }
   } else {
     host = assemble(epoch_, batch_);
   }
   ++batch_;
-  if (options_.device.is_cpu()) {
+  if (!gpu) {
     batch = std::move(host);
     return true;
   }
-  // Pinned host buffers copied on the current stream: asynchronous for the host. They are kept
-  // until the copy's event has passed, so the pinned cache cannot hand them out mid-copy.
-  batch.input = host.input.to(options_.device);
-  batch.target = host.target.to(options_.device);
-  if (host.positions.defined()) batch.positions = host.positions.to(options_.device);
-  if (host.documents.defined()) batch.documents = host.documents.to(options_.device);
-  batch.size = host.size;
-  Event copied = Event::create(options_.device);
-  copied.record(core::current_stream(options_.device));
-  in_copy_.emplace_back(std::move(host), copied);
-  while (!in_copy_.empty() && in_copy_.front().second.query()) in_copy_.pop_front();
+  try {
+    batch = deliver(*slot);
+  } catch (...) {
+    release_slot(slot);
+    throw;
+  }
+  release_slot(slot);
   return true;
 }
 

@@ -32,11 +32,16 @@
 // every source's position is a function of the global slot e M + k, the one number the Trainer
 // checkpoints restores the position of every source of a mixture.
 //
-// Delivery: `threads` worker threads fill the next `prefetch` batches' host buffers (pinned when
-// the device is a GPU) ahead of next(), row by row in any order; each row is a pure function of
-// its slot, so the batches are the same bits for any thread count. next() hands the oldest batch
-// over (a host batch, or its asynchronous copy on the current stream to the GPU). threads = 0
-// assembles each batch inside next().
+// Delivery: `threads` worker threads fill the next `prefetch` batches' host buffers ahead of
+// next(), row by row in any order; each row is a pure function of its slot, so the batches are
+// the same bits for any thread count. threads = 0 assembles each batch inside next(). On the CPU
+// next() hands the oldest host batch over. To a GPU, as the image Loader: the batches are
+// assembled in a ring of pinned slots; the worker that finishes a batch queues its host-to-device
+// copy on the device's copy stream into the slot's device buffers (after the consumer's last read
+// of them, an event) and records an event; next() makes the consumer's current stream wait for
+// that event (on the device, no host sync), copies the buffers into fresh tensors of its own
+// stream and records when it read them. A slot's pinned rows are rewritten only after its last
+// copy has run.
 //
 // Batch: input [B, T], target [B * T] (the next tokens, ignore_index at padding), and with
 // `document_masks` positions [B, T] and documents [B, T] (TokenSequences::fill), in `dtype`.
@@ -44,13 +49,16 @@
 // identity(): the batch size, the seed, M as samples, and a fingerprint of every source (tokens,
 // sequences, context and cut, weight quota, XXH3-64 of the first and last 4096 tokens).
 //
-// Ownership: borrows the TokenSequences, which must outlive it. Thread-safety: one consumer thread
-// calls every method; the workers are internal and stopped by the destructor.
+// Ownership: borrows the TokenSequences, which must outlive it; a delivered batch is the caller's
+// (its tensors are never reused by the source). The destructor stops the workers and waits for
+// the copies still in flight. Thread-safety: one consumer thread calls every method; the workers
+// are internal.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -152,9 +160,16 @@ class SequenceBatches : public BatchSource {
   int64_t batch_ = 0;
   int64_t cont_epoch_ = -1;  // the continued epoch (-1: none) and its progress
   int64_t cont_progress_ = 0;
+  // GPU delivery: pinned and device buffers of one batch, with the events ordering their use.
+  struct Staging;
+  Staging* acquire_slot();  // a free slot (the least recently used), or a new one; consumer thread
+  void release_slot(Staging* slot);
+  void queue_copy(Staging& slot) const;  // host -> device on the copy stream
+  Batch deliver(Staging& slot) const;    // device buffers -> fresh tensors on the current stream
   std::unique_ptr<Ring> ring_;
-  // Host batches whose copies to the GPU may still be reading them, with the copy's event.
-  std::deque<std::pair<Batch, Event>> in_copy_;
+  std::mutex slot_mu_;  // guards free_slots_ (the ring's workers release slots)
+  std::vector<std::unique_ptr<Staging>> slots_;
+  std::deque<Staging*> free_slots_;
 };
 
 }  // namespace stoker::data
