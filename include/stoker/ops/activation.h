@@ -1,5 +1,6 @@
 // Activations and dropout, forward and backward. Float tensors (f32, f16, bf16), fp32 math,
-// one rounding to the output dtype; all tensors one device, equal element counts.
+// one rounding to the output dtype; all tensors one device, equal element counts (SwiGLU, at
+// the end, halves the last dimension).
 #pragma once
 
 #include <cstdint>
@@ -24,5 +25,22 @@ void gelu_backward(const Tensor& dx, const Tensor& dy, const Tensor& x);
 // recomputes the same mask from (seed, offset), so recomputation and resume reproduce it.
 void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, uint64_t offset);
 void dropout_backward(const Tensor& dx, const Tensor& dy, float p, uint64_t seed, uint64_t offset);
+
+// SwiGLU, the activation of Llama's MLP, over the output of ONE GEMM with the concatenated
+// gate/up weight [2F, D]: x is [..., 2F], each row the gate half then the up half,
+//   gate = x[..., 0:F]   (rows 0..F-1 of the weight: Hugging Face's gate_proj.weight)
+//   up   = x[..., F:2F]  (rows F..2F-1: up_proj.weight)
+//   y [..., F] = silu(gate) * up,   silu(g) = g / (1 + exp(-g))
+// with transformers' roundings: silu(gate) is rounded to the dtype before the product (the
+// act_fn output is a tensor of the dtype), the product once more. Halves contiguous per row is
+// the layout a GEMM epilogue can later produce directly (a tile computing columns j of both
+// halves). x and y share a float dtype and device; y must not overlap x.
+void swiglu_forward(const Tensor& y, const Tensor& x);
+// dx [..., 2F] (overwritten; it may be x itself: the gate/up activation's buffer reused for its
+// gradient) from dy [..., F] and the forward's x:
+//   d(up)   = dy * silu(gate)                          (silu rounded as in the forward)
+//   d(gate) = (dy * up) * silu'(gate),  silu'(g) = s (1 + g (1 - s)), s = sigmoid(g)
+// each product rounded to the dtype where autograd's would be.
+void swiglu_backward(const Tensor& dx, const Tensor& dy, const Tensor& x);
 
 }  // namespace stoker::ops

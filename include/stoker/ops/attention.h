@@ -1,4 +1,5 @@
-// Causal multi-head self-attention core (GPT-2's), forward and backward, from a packed qkv.
+// Causal multi-head self-attention core (GPT-2's), forward and backward, from a packed qkv; and
+// rotary position embeddings applied to such a qkv (Llama's; at the end).
 //
 //   qkv [B, T, 3C]: per token the q, k and v rows side by side, each split into H heads of
 //   D = C / H (PyTorch's `q, k, v = qkv.split(C, dim=-1)` then `.view(B, T, H, D)`).
@@ -21,6 +22,9 @@
 // Work runs on the current stream of the tensors' device. Thread-safe as the ops are.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "stoker/core/tensor.h"
 
 namespace stoker::ops {
@@ -33,5 +37,43 @@ void attention_forward(const Tensor& out, const Tensor& heads, const Tensor& pro
 // dqkv [B, T, 3C] is overwritten; dout [B, T, C] and the forward's heads and probs are read.
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& heads,
                         const Tensor& probs);
+
+// ---- Rotary position embeddings (Llama's RoPE), applied to a QKV projection's output ----
+//
+// The frequencies of a config.json's rope_theta and rope_scaling (rope_type "default", or
+// "llama3" with factor, low_freq_factor, high_freq_factor, original_max_position_embeddings).
+struct RopeOptions {
+  int64_t head_dim = 64;    // D, even
+  double theta = 500000.0;  // rope_theta
+  bool llama3_scaling = false;
+  double factor = 8.0;  // the llama3 fields (Llama 3.1: 8, 1, 4, 8192; Llama 3.2: factor 32)
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+// The D / 2 inverse frequencies with transformers' float32 arithmetic, step by step, so they
+// equal its _compute_default_rope_parameters / _compute_llama3_parameters (CPU) values:
+// inv_freq[i] = 1 / theta^(2i / D), then, with llama3 scaling, wavelen = 2 pi / inv_freq kept
+// above original_max_position_embeddings / high_freq_factor, divided by factor beyond
+// original_max_position_embeddings / low_freq_factor, and smoothly interpolated between.
+std::vector<float> rope_inverse_frequencies(const RopeOptions& options);
+
+// In place on qkv [..., (H + 2 KV) * D] — per token the H query heads, the KV key heads, the KV
+// value heads (Hugging Face's q_proj, k_proj, v_proj outputs side by side; grouped-query
+// attention when KV < H) — rotates every query and key head by its token's position; the value
+// heads are left alone. Hugging Face Llama's rotate-half convention (not interleaved pairs): with
+// a = x[i], b = x[i + D/2] for i < D/2 and angle = float(position) * inv_freq[i] (fp32),
+//   x[i]       = a * cos - b * sin
+//   x[i + D/2] = b * cos + a * sin
+// where cos and sin are rounded to qkv's dtype first and each product and sum once, as
+// transformers' apply_rotary_pos_emb rounds them. positions: i32 or i64, one per token (qkv's
+// element count / ((H + 2 KV) D)), given explicitly so that packed sequences can restart them at
+// each document; inv_freq: f32 [D / 2] (rope_inverse_frequencies) on qkv's device.
+void rope_qkv_forward(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                      int64_t num_heads, int64_t num_kv_heads);
+// The backward, in place on the gradient dqkv of the rotated qkv: the inverse rotation (sin
+// negated) of its query and key heads, the value heads' gradient left alone.
+void rope_qkv_backward(const Tensor& dqkv, const Tensor& positions, const Tensor& inv_freq,
+                       int64_t num_heads, int64_t num_kv_heads);
 
 }  // namespace stoker::ops
