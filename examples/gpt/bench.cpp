@@ -7,7 +7,7 @@
 
 #include "gpt_flops.h"
 #include "gpt_program.h"
-#include "stoker/diag/op_profile.h"
+#include "stoker/diag/report.h"
 
 namespace stoker::gpt_program {
 

@@ -57,7 +57,7 @@
 #include "gpt_flops.h"
 #include "gpt_program.h"
 #include "stoker/core/output_path.h"
-#include "stoker/diag/op_profile.h"
+#include "stoker/diag/report.h"
 #include "token_data.h"
 
 namespace {

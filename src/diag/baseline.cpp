@@ -1,4 +1,4 @@
-#include "stoker/diag/baseline.h"
+#include "diag/baseline.h"
 
 #include <unistd.h>
 
@@ -12,8 +12,8 @@
 
 #include "stoker/core/error.h"
 #include "stoker/core/version.h"
-#include "stoker/diag/breakdown.h"
-#include "stoker/diag/gpu_info.h"
+#include "diag/breakdown.h"
+#include "diag/gpu_info.h"
 #include "util/atomic_file.h"
 
 namespace stoker::diag {

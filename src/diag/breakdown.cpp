@@ -1,4 +1,4 @@
-#include "stoker/diag/breakdown.h"
+#include "diag/breakdown.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,11 +1,11 @@
-#include "stoker/diag/curves.h"
+#include "diag/curves.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <span>
 
 #include "diag/number_format.h"
-#include "stoker/diag/breakdown.h"
+#include "diag/breakdown.h"
 #include "stoker/diag/report.h"
 
 namespace stoker::diag {

@@ -1,4 +1,4 @@
-#include "stoker/diag/diagnostics.h"
+#include "diag/diagnostics.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,9 +10,10 @@
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
 #include "stoker/data/input_pipeline.h"
-#include "stoker/diag/doctor.h"
-#include "stoker/diag/nvtx.h"
+#include "diag/doctor.h"
+#include "diag/nvtx.h"
 #include "util/atomic_file.h"
+#include "diag/breakdown.h"
 
 namespace stoker::diag {
 

@@ -1,7 +1,7 @@
 // The static checks of `stoker doctor` and of the health-check page: rules on the machine as NVML,
 // the CUDA runtime and the libraries describe it (the ablations' conclusions:
 // doctor_conclusions.cpp).
-#include "stoker/diag/doctor.h"
+#include "diag/doctor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <map>
 
 #include "diag/number_format.h"
-#include "stoker/diag/gpu_monitor.h"
+#include "diag/gpu_monitor.h"
 #include "stoker/diag/report.h"
 
 namespace stoker::diag {

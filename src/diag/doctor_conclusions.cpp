@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "diag/number_format.h"
-#include "stoker/diag/doctor.h"
+#include "diag/doctor.h"
 #include "stoker/diag/report.h"
 
 namespace stoker::diag {

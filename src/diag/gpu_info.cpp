@@ -1,4 +1,4 @@
-#include "stoker/diag/gpu_info.h"
+#include "diag/gpu_info.h"
 
 #include <algorithm>
 #include <cstdio>

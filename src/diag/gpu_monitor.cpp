@@ -1,7 +1,7 @@
 // GpuMonitor: NVML sampling thread. Sampling costs about a dozen NVML calls (tens of
 // microseconds in total) per interval on a thread of its own; the training thread only ever
 // takes the mutex to copy samples out at report time.
-#include "stoker/diag/gpu_monitor.h"
+#include "diag/gpu_monitor.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "diag/nvml_api.h"
 #include "stoker/core/error.h"
 #include "stoker/diag/report.h"
-#include "stoker/diag/step_timer.h"
+#include "diag/step_timer.h"
 
 #if STOKER_WITH_CUDA
 #include <cuda_runtime.h>

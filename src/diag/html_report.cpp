@@ -1,4 +1,4 @@
-#include "stoker/diag/html_report.h"
+#include "diag/html_report.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // NVTX3 is header-only (the CUDA toolkit ships it in include/nvtx3): the first call looks for an
 // injected tool (NVTX_INJECTION64_PATH, set by nsys) and otherwise turns every later call into
 // a no-op. Nothing to link.
-#include "stoker/diag/nvtx.h"
+#include "diag/nvtx.h"
 
 #if STOKER_WITH_CUDA && __has_include(<nvtx3/nvToolsExt.h>)
 #define STOKER_HAVE_NVTX 1

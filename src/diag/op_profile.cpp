@@ -1,4 +1,4 @@
-#include "stoker/diag/op_profile.h"
+#include "diag/op_profile.h"
 
 #include <algorithm>
 #include <cmath>

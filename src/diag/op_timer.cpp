@@ -1,6 +1,6 @@
 #include "diag/op_timer.h"
 
-#include "stoker/diag/step_timer.h"
+#include "diag/step_timer.h"
 
 namespace stoker::diag {
 

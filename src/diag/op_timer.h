@@ -1,5 +1,5 @@
 // Private: OpTimer, the core::OpListener the Diagnostics install for the steps they time op by
-// op (include/stoker/diag/op_profile.h).
+// op (src/diag/op_profile.h).
 //
 // On a GPU each op gets a timing event recorded on the compute stream (the calling thread's
 // current stream of the device) before its launch and one after; the step gets one at its start
@@ -20,7 +20,7 @@
 #include "stoker/core/device.h"
 #include "stoker/core/op_listener.h"
 #include "stoker/core/stream.h"
-#include "stoker/diag/op_profile.h"
+#include "diag/op_profile.h"
 
 namespace stoker::diag {
 

@@ -1,4 +1,4 @@
-#include "stoker/diag/replay_source.h"
+#include "diag/replay_source.h"
 
 #include "stoker/core/error.h"
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "diag/number_format.h"
+#include "diag/op_profile.h"
 
 namespace stoker::diag {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "stoker/core/device.h"
-#include "stoker/diag/doctor.h"
+#include "diag/doctor.h"
 
 namespace stoker::diag {
 

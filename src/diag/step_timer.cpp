@@ -8,7 +8,7 @@
 // enqueued it, so the device was waiting for launches rather than the host for the device. Its
 // whole device span then counts as launch time. A device that runs behind the host (the host
 // enqueues ahead and later blocks) shows lags of whole steps and no launch time.
-#include "stoker/diag/step_timer.h"
+#include "diag/step_timer.h"
 
 #include <algorithm>
 #include <cmath>

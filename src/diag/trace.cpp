@@ -1,4 +1,4 @@
-#include "stoker/diag/trace.h"
+#include "diag/trace.h"
 
 #include <nlohmann/json.hpp>
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "stoker/diag/diagnostics.h"
+#include "diag/diagnostics.h"
 #include "stoker/train/step_observer.h"
 #include "util/progress_bar.h"
 

@@ -8,7 +8,7 @@
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
-#include "stoker/diag/replay_source.h"
+#include "diag/replay_source.h"
 #include "stoker/dist/grad_sync.h"
 #include "dist/local_grad_sync.h"
 #include "stoker/nn/checkpoint.h"

@@ -1,6 +1,6 @@
 // Baseline cards: round trip through JSON, and the comparison flags changes beyond the measured
 // noise only.
-#include "stoker/diag/baseline.h"
+#include "diag/baseline.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "stoker/core/error.h"
+#include "diag/step_timer.h"
+#include "diag/breakdown.h"
 
 namespace diag = stoker::diag;
 using diag::Phase;

@@ -1,6 +1,6 @@
 // Curves (stoker/diag/curves.h): the saw-tooth, slowing-down and evaluation-heavy detectors on
 // made-up runs, the bounded series and the CSV files.
-#include "stoker/diag/curves.h"
+#include "diag/curves.h"
 
 #include <gtest/gtest.h>
 

@@ -12,9 +12,9 @@
 #include "stoker/data/loader.h"
 #include "stoker/data/synth.h"
 #include "stoker/data/tensor_batches.h"
-#include "stoker/diag/diagnostics.h"
-#include "stoker/diag/nvtx.h"
-#include "stoker/diag/replay_source.h"
+#include "diag/diagnostics.h"
+#include "diag/nvtx.h"
+#include "diag/replay_source.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
@@ -26,6 +26,8 @@
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"
+#include "diag/step_timer.h"
+#include "diag/breakdown.h"
 
 namespace fs = std::filesystem;
 namespace diag = stoker::diag;

@@ -1,9 +1,9 @@
 // stoker doctor's rules: static checks on a made-up machine, conclusions of made-up ablations.
-#include "stoker/diag/doctor.h"
+#include "diag/doctor.h"
 
 #include <gtest/gtest.h>
 
-#include "stoker/diag/gpu_monitor.h"
+#include "diag/gpu_monitor.h"
 
 namespace diag = stoker::diag;
 using diag::CheckStatus;

@@ -1,6 +1,6 @@
 // GpuMonitor and query_gpus: absent NVML is a status, not an error; against a fake NVML the
 // dlopen path, the struct layouts and the summaries are checked.
-#include "stoker/diag/gpu_monitor.h"
+#include "diag/gpu_monitor.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "stoker/diag/doctor.h"
-#include "stoker/diag/gpu_info.h"
+#include "diag/doctor.h"
+#include "diag/gpu_info.h"
 
 namespace diag = stoker::diag;
 using stoker::Device;

@@ -7,10 +7,10 @@
 #include <cmath>
 #include <vector>
 
-#include "stoker/diag/baseline.h"
-#include "stoker/diag/breakdown.h"
-#include "stoker/diag/html_report.h"
-#include "stoker/diag/op_profile.h"
+#include "diag/baseline.h"
+#include "diag/breakdown.h"
+#include "diag/html_report.h"
+#include "diag/op_profile.h"
 
 namespace stoker::diag::test_fixture {
 

@@ -14,7 +14,7 @@
 
 #include "html_report_fixture.h"
 #include "stoker/data/tensor_batches.h"
-#include "stoker/diag/diagnostics.h"
+#include "diag/diagnostics.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"

@@ -1,7 +1,7 @@
 // The HTML report (stoker/diag/html_report.h) rendered from recorded runs: its sections, the
 // charts' point counts (and the reduction of long series that keeps spikes), escaping, and the
 // atomic write. tests/diag/html_browser_check.py loads such pages in a real browser.
-#include "stoker/diag/html_report.h"
+#include "diag/html_report.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // The op table on recorded timings (families, modules, achieved rates against the H200's roofs,
 // idle time, the bandwidth-bound finding and its advice), the peaks table, and op timing for
 // real through the Trainer on the CPU: every op of an MLP step is recorded under its module.
-#include "stoker/diag/op_profile.h"
+#include "diag/op_profile.h"
 
 #include <gtest/gtest.h>
 

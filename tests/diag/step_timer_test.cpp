@@ -1,6 +1,6 @@
 // StepTimer on the CPU: phases are wall-clock spans between marks, repeated phases add up,
 // steps come out in order, a cancelled step leaves nothing behind.
-#include "stoker/diag/step_timer.h"
+#include "diag/step_timer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // TraceWriter: Chrome trace-event JSON that parses, with spans in microseconds, counters and
 // track names; the file is written atomically.
-#include "stoker/diag/trace.h"
+#include "diag/trace.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

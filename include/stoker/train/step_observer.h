@@ -28,7 +28,7 @@
 #include <string>
 
 #include "stoker/data/batch_source.h"
-#include "stoker/diag/step_timer.h"
+#include "stoker/diag/report.h"
 
 namespace stoker::dist {
 class Communicator;

@@ -47,7 +47,7 @@
 // than one rank, log lines report this rank's and the job's samples/s (one tiny all-reduce at
 // log time); only rank 0 prints, draws the progress bar and writes checkpoints.
 //
-// Diagnostics (diag/diagnostics.h, docs/diagnostics.md): every log line shows the share of the
+// Diagnostics (docs/diagnostics.md): every log line shows the share of the
 // window's time spent waiting for data (host time in BatchSource::next()). With
 // `diagnostics.enabled` (or STOKER_DIAG=1) each step's phases are timed, the GPU is sampled,
 // and a report with a verdict (input-, compute-, launch-, communication-bound or throttled)
@@ -82,7 +82,8 @@
 #include "stoker/amp/grad_scaler.h"
 #include "stoker/amp/precision.h"
 #include "stoker/data/batch_source.h"
-#include "stoker/diag/diagnostics.h"
+#include "stoker/diag/options.h"
+#include "stoker/diag/report.h"
 #include "stoker/nn/loss.h"
 #include "stoker/nn/module.h"
 #include "stoker/optim/optimizer.h"
@@ -99,6 +100,10 @@ class GradSync;
 namespace stoker::util {
 class ProgressBar;  // util/progress_bar.h (private)
 }  // namespace stoker::util
+
+namespace stoker::diag {
+class Diagnostics;  // diag/diagnostics.h (private)
+}  // namespace stoker::diag
 
 namespace stoker::train {
 

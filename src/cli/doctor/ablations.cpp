@@ -15,7 +15,7 @@
 #include "stoker/core/error.h"
 #include "stoker/data/loader.h"
 #include "stoker/data/synth.h"
-#include "stoker/diag/replay_source.h"
+#include "diag/replay_source.h"
 
 namespace stoker::cli::doctor {
 

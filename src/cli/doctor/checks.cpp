@@ -12,7 +12,7 @@
 #include "stoker/core/stream.h"
 #include "stoker/core/tensor.h"
 #include "stoker/core/version.h"
-#include "stoker/diag/gpu_info.h"
+#include "diag/gpu_info.h"
 
 namespace stoker::cli::doctor {
 

@@ -6,7 +6,7 @@
 
 #include "parts.h"
 #include "stoker/core/stream.h"
-#include "stoker/diag/breakdown.h"
+#include "diag/breakdown.h"
 #include "stoker/nn/loss.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"

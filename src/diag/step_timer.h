@@ -33,16 +33,12 @@
 #include <string>
 #include <vector>
 
+#include "stoker/diag/report.h"
 #include "stoker/core/device.h"
 #include "stoker/core/stream.h"
 #include "stoker/diag/options.h"
 
 namespace stoker::diag {
-
-enum class Phase : uint8_t { data, forward, backward, comm, optimizer };
-inline constexpr int kPhaseCount = 5;
-// "data", "forward", "backward", "comm", "optimizer".
-const char* phase_name(Phase p);
 
 // Milliseconds on the process-wide diagnostics clock (steady_clock, zero at first use): the
 // time line of traces and marks.

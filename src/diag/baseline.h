@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "stoker/core/device.h"
-#include "stoker/diag/step_timer.h"
+#include "diag/step_timer.h"
 
 namespace stoker::diag {
 

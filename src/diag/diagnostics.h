@@ -28,15 +28,15 @@
 
 #include "stoker/core/device.h"
 #include "stoker/data/batch_source.h"
-#include "stoker/diag/baseline.h"
-#include "stoker/diag/curves.h"
-#include "stoker/diag/gpu_monitor.h"
-#include "stoker/diag/html_report.h"
-#include "stoker/diag/op_profile.h"
+#include "diag/baseline.h"
+#include "diag/curves.h"
+#include "diag/gpu_monitor.h"
+#include "diag/html_report.h"
+#include "diag/op_profile.h"
 #include "stoker/diag/options.h"
 #include "stoker/diag/report.h"
-#include "stoker/diag/step_timer.h"
-#include "stoker/diag/trace.h"
+#include "diag/step_timer.h"
+#include "diag/trace.h"
 
 namespace stoker::data {
 struct LoaderCounters;

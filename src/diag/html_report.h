@@ -24,9 +24,9 @@
 #include <utility>
 #include <vector>
 
-#include "stoker/diag/baseline.h"
-#include "stoker/diag/curves.h"
-#include "stoker/diag/doctor.h"
+#include "diag/baseline.h"
+#include "diag/curves.h"
+#include "diag/doctor.h"
 #include "stoker/diag/report.h"
 
 namespace stoker::diag {

@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "stoker/diag/gpu_monitor.h"
+#include "stoker/diag/report.h"
+#include "diag/gpu_monitor.h"
 #include "stoker/diag/options.h"
 
 namespace stoker::diag {
 
-enum class Level;  // report.h
 
 // One optimizer step on the run's time line.
 struct TimelinePoint {
@@ -81,71 +81,13 @@ class SeriesBuffer {
   int64_t seen_ = 0;
 };
 
-// Saw-tooth detection on a utilization series (percent, 0..100): samples below
-// `sawtooth_low_util` are gaps, samples at or above `sawtooth_high_util` bursts; a cycle is a
-// burst followed by a gap followed by a burst (hysteresis: values in between keep the state).
-struct SawtoothStats {
-  std::string source;  // "GPU utilization (NVML)" or "step timeline (100 % - data wait)"
-  int samples = 0;
-  double mean_util = -1;  // percent
-  double low_share = 0;   // share of samples that are gaps
-  int cycles = 0;         // burst -> gap -> burst
-  double period_s = -1;   // mean time between the starts of consecutive gaps (-1: < 2 gaps)
-};
 // `time_s` and `util` of equal length, time ascending.
 SawtoothStats detect_sawtooth(const std::vector<double>& time_s, const std::vector<double>& util,
                               const Thresholds& t, std::string source);
 
-// Slowing down: medians per epoch (or, for a run of one epoch, per quarter of its steps).
-struct TrendSegment {
-  std::string label;  // "epoch 3" / "steps 251..500"
-  int64_t epoch = 0;  // the epoch (-1 for quarters)
-  int64_t first_step = 0, last_step = 0;
-  int64_t steps = 0;
-  double step_ms = 0;       // median
-  double step_p90_ms = 0;   // p90
-  double data_wait_ms = 0;  // median
-};
-struct SlowdownStats {
-  std::vector<TrendSegment> segments;
-  bool by_epoch = false;
-  // Rise of the last segment against the first: step time relative to the first segment's step
-  // time; data wait as the added wait relative to the first segment's step time (a wait that
-  // grows from 0.01 to 0.1 ms in a 100 ms step is no slowdown).
-  double step_rise = 0;
-  double data_rise = 0;
-  // The first segment's own spread, p90 / median - 1 of its step times: a rise below it is the
-  // step's jitter (a 2 ms step of a small model moves by half its length), not a trend.
-  double jitter = 0;
-  // The first segment whose step-time or data-wait rise reaches Thresholds::slowdown_moderate
-  // and the jitter, as every later one does (-1: none).
-  int first_slow = -1;
-};
 // Points in step order; segments with fewer than Thresholds::slowdown_min_steps steps are left
 // out (a short last epoch of a max_steps run).
 SlowdownStats detect_slowdown(const std::vector<TimelinePoint>& points, const Thresholds& t);
-
-// One finding of the curves, with the numbers that back it and what to do.
-struct CurveFinding {
-  std::string what;  // "saw-tooth utilization", "slowing down", "evaluation-heavy"
-  Level level{};     // moderate or high
-  double value = 0;  // the number the level comes from (low share, rise, eval share)
-  std::string evidence;
-  std::string advice;
-};
-
-// Everything the curves say about a fit.
-struct CurveAnalysis {
-  SawtoothStats sawtooth;
-  SlowdownStats slowdown;
-  double wall_s = 0;      // the fit's wall time so far
-  double eval_s = 0;      // evaluation's wall time
-  double eval_share = 0;  // eval_s / wall_s
-  int evaluations = 0;
-  std::vector<CurveFinding> findings;  // the moderate and high ones, strongest first
-  // One line per detector ("diag  curves  ..."), printed in the report.
-  std::string text() const;
-};
 
 // `gpu`: the monitor's samples of the fit (empty on the CPU or without NVML: the saw-tooth is
 // then looked for in the step timeline, as 100 % minus each step's data-wait share).

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "stoker/core/version.h"
-#include "stoker/diag/gpu_info.h"
+#include "diag/gpu_info.h"
 
 namespace stoker::diag {
 

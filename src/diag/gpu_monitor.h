@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "stoker/diag/report.h"
 #include "stoker/core/device.h"
 
 namespace stoker::diag {
@@ -58,27 +59,6 @@ struct GpuSample {
   int64_t clock_events = -1;            // reasons bitmask (-1: not readable)
   double pcie_tx_mb_s = -1, pcie_rx_mb_s = -1;
   double memory_used_mib = -1;  // device memory in use, all processes (NVML)
-};
-
-// The samples of a window reduced (fields -1 when never readable).
-struct GpuHealth {
-  bool available = false;
-  std::string status;  // "ok", or why the monitor is unavailable
-  std::string name;    // "NVIDIA H200"
-  int samples = 0;
-  int busy_samples = 0;      // samples without the GpuIdle reason and with utilization > 0
-  double sm_clock_mhz = -1;  // mean over busy samples (all samples when none is busy)
-  double sm_clock_max_mhz = -1;
-  double mem_clock_mhz = -1, mem_clock_max_mhz = -1;
-  double power_w = -1, power_max_w = -1, power_limit_w = -1;  // mean and highest draw
-  double temperature_c = -1, temperature_max_c = -1;
-  double util_gpu = -1, util_memory = -1;  // mean percent
-  double pcie_tx_mb_s = -1, pcie_rx_mb_s = -1;
-  // Share of busy samples with each reason, and any slowdown reason (clock_event::kSlowdown).
-  double power_cap_share = 0, thermal_share = 0, hw_slowdown_share = 0, power_brake_share = 0;
-  double slowdown_share = 0;
-  // Summary of the above, one line ("SM 1,755/1,980 MHz (89 %), power 512/700 W, ...").
-  std::string line() const;
 };
 
 // Reduces samples (GpuMonitor::health does this over its window; tests feed made-up samples).
