@@ -3,6 +3,7 @@
 // tensor passed as NCHW fails here ("expected f32[C]") instead of normalizing the wrong axis.
 #include "stoker/ops/batchnorm.h"
 
+#include <fmt/format.h>
 #include <cmath>
 #include <initializer_list>
 
@@ -27,7 +28,7 @@ void check_like_x(std::string_view op, std::string_view name, const Tensor& t, c
   detail::check_image(op, name, t, layout);
   detail::check_same_device(op, name, t, "x", x);
   detail::check_same_dtype(op, name, t, "x", x);
-  detail::check_shape(op, name, t, x.shape(), core::detail::str("the shape of x ", x.str()));
+  detail::check_shape(op, name, t, x.shape(), fmt::format("the shape of x {}", x.str()));
 }
 
 // Every pass: valid parameters and a float rank-4 x on a device this build can use.

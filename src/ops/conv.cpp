@@ -6,6 +6,7 @@
 // shape or a tensor in the other layout is caught here with both shapes in the message.
 #include "stoker/ops/conv.h"
 
+#include <fmt/format.h>
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -22,9 +23,9 @@ namespace {
 std::atomic<int> g_conv_autotune{-1};  // -1: not decided yet (reads STOKER_CONV_AUTOTUNE)
 
 std::string describe(const Conv2dParams& p) {
-  return core::detail::str(layout_name(p.layout), ", stride (", p.stride[0], ", ", p.stride[1],
-                           "), padding (", p.padding[0], ", ", p.padding[1], "), dilation (",
-                           p.dilation[0], ", ", p.dilation[1], "), groups ", p.groups);
+  return fmt::format("{}, stride ({}, {}), padding ({}, {}), dilation ({}, {}), groups {}",
+                     layout_name(p.layout), p.stride[0], p.stride[1], p.padding[0], p.padding[1],
+                     p.dilation[0], p.dilation[1], p.groups);
 }
 
 // The output extents of a convolution of input `x` (named x_name) with filter `w` (w_name).
@@ -89,7 +90,7 @@ void conv2d_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Con
   const Dims4 out = conv_out_dims(op, "x", x.str(), x.shape(), "w", w.str(), w.shape(), p);
   detail::check_shape(
       op, "y", y, shape4(out, p.layout),
-      core::detail::str("the output of x ", x.str(), " and w ", w.str(), ", ", describe(p)));
+      fmt::format("the output of x {} and w {}, {}", x.str(), w.str(), describe(p)));
   if (y.numel() == 0) return;
   conv2d_forward_stub(y.device(), y, x, w, p);
 }
@@ -101,8 +102,8 @@ void conv2d_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w,
   detail::check_same_dtype(op, "dx", dx, "dy", dy);
   const Dims4 out = conv_out_dims(op, "dx", dx.str(), dx.shape(), "w", w.str(), w.shape(), p);
   detail::check_shape(op, "dy", dy, shape4(out, p.layout),
-                      core::detail::str("the forward output for input dx ", dx.str(), " and w ",
-                                        w.str(), ", ", describe(p)));
+                      fmt::format("the forward output for input dx {} and w {}, {}", dx.str(),
+                                  w.str(), describe(p)));
   if (dx.numel() == 0) return;
   conv2d_backward_data_stub(dx.device(), dx, dy, w, p, accumulate);
 }
@@ -129,7 +130,7 @@ void conv2d_forward_stats(const Tensor& y, const Tensor& sum, const Tensor& sum_
   const Dims4 out = conv_out_dims(op, "x", x.str(), x.shape(), "w", w.str(), w.shape(), p);
   detail::check_shape(
       op, "y", y, shape4(out, p.layout),
-      core::detail::str("the output of x ", x.str(), " and w ", w.str(), ", ", describe(p)));
+      fmt::format("the output of x {} and w {}, {}", x.str(), w.str(), describe(p)));
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"sum", &sum},
                                 std::pair<const char*, const Tensor*>{"sum_sq", &sum_sq}}) {
     STOKER_CHECK(t->defined() && t->dtype() == DType::f32 && t->shape() == Shape{out.c} &&
@@ -156,8 +157,8 @@ void conv2d_backward_filter(const Tensor& dw, const Tensor& dy, const Tensor& x,
                " or f32");
   const Dims4 out = conv_out_dims(op, "x", x.str(), x.shape(), "dw", dw.str(), dw.shape(), p);
   detail::check_shape(op, "dy", dy, shape4(out, p.layout),
-                      core::detail::str("the forward output for x ", x.str(), " and a filter ",
-                                        dw.shape(), ", ", describe(p)));
+                      fmt::format("the forward output for x {} and a filter {}, {}", x.str(),
+                                  dw.shape().str(), describe(p)));
   if (dy.numel() == 0) {  // no images: nothing to add, a zero gradient to write
     if (!accumulate) fill(dw, 0.0);
     return;

@@ -3,6 +3,8 @@
 // other layout: its shape is valid, only the channel extent lands in the wrong place.
 #include "stoker/ops/layout.h"
 
+#include <fmt/format.h>
+
 #include "ops/geometry.h"
 #include "ops/layout_stubs.h"
 #include "ops/validate.h"
@@ -26,10 +28,9 @@ void convert_layout(const Tensor& dst, const Tensor& src, Layout from, Layout to
   detail::check_backend(op, dst);
   detail::check_same_device(op, "dst", dst, "src", src);
   const Dims4 d = dims4(src.shape(), from);
-  detail::check_shape(
-      op, "dst", dst, shape4(d, to),
-      core::detail::str("src ", src.str(), " in ", layout_name(from), " holds N=", d.n, ", C=", d.c,
-                        ", H=", d.h, ", W=", d.w, "; dst is ", layout_name(to)));
+  detail::check_shape(op, "dst", dst, shape4(d, to),
+                      fmt::format("src {} in {} holds N={}, C={}, H={}, W={}; dst is {}", src.str(),
+                                  layout_name(from), d.n, d.c, d.h, d.w, layout_name(to)));
   STOKER_CHECK(!dst.same_storage(src) || dst.numel() == 0, "ops::", op,
                ": dst and src share storage; expected distinct tensors");
   if (dst.numel() == 0) return;

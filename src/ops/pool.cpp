@@ -4,6 +4,8 @@
 // average pooling divide every window by kh * kw without special cases on either backend.
 #include "stoker/ops/pool.h"
 
+#include <fmt/format.h>
+
 #include "ops/geometry.h"
 #include "ops/pool_stubs.h"
 #include "ops/validate.h"
@@ -13,9 +15,9 @@ namespace stoker::ops {
 namespace {
 
 std::string describe(const Pool2dParams& p) {
-  return core::detail::str(layout_name(p.layout), ", kernel (", p.kernel[0], ", ", p.kernel[1],
-                           "), stride (", p.stride[0], ", ", p.stride[1], "), padding (",
-                           p.padding[0], ", ", p.padding[1], ")");
+  return fmt::format("{}, kernel ({}, {}), stride ({}, {}), padding ({}, {})",
+                     layout_name(p.layout), p.kernel[0], p.kernel[1], p.stride[0], p.stride[1],
+                     p.padding[0], p.padding[1]);
 }
 
 Dims4 pool_out_dims(std::string_view op, std::string_view x_name, const std::string& x_desc,
@@ -48,7 +50,7 @@ void check_pool(std::string_view op, std::string_view x_name, const Tensor& x,
   detail::check_same_dtype(op, x_name, x, y_name, y);
   const Dims4 out = pool_out_dims(op, x_name, x.str(), x.shape(), p);
   detail::check_shape(op, y_name, y, shape4(out, p.layout),
-                      core::detail::str("pooled ", x_name, " ", x.str(), ", ", describe(p)));
+                      fmt::format("pooled {} {}, {}", x_name, x.str(), describe(p)));
 }
 
 void check_global(std::string_view op, std::string_view x_name, const Tensor& x,
@@ -59,9 +61,8 @@ void check_global(std::string_view op, std::string_view x_name, const Tensor& x,
   detail::check_same_device(op, x_name, x, y_name, y);
   detail::check_same_dtype(op, x_name, x, y_name, y);
   const Dims4 d = dims4(x.shape(), layout);
-  detail::check_shape(
-      op, y_name, y, Shape{d.n, d.c},
-      core::detail::str("[N, C] of ", x_name, " ", x.str(), " in ", layout_name(layout)));
+  detail::check_shape(op, y_name, y, Shape{d.n, d.c},
+                      fmt::format("[N, C] of {} {} in {}", x_name, x.str(), layout_name(layout)));
   STOKER_CHECK(d.h > 0 && d.w > 0, "ops::", op, ": ", x_name, " ", x.str(),
                " has no pixels; expected H, W >= 1");
 }
@@ -85,7 +86,7 @@ void maxpool2d_backward(const Tensor& dx, const Tensor& dy, const Tensor& x, con
   check_pool(op, "dx", dx, "dy", dy, p);
   detail::check_same_device(op, "x", x, "dx", dx);
   detail::check_same_dtype(op, "x", x, "dx", dx);
-  detail::check_shape(op, "dx", dx, x.shape(), core::detail::str("the shape of x ", x.str()));
+  detail::check_shape(op, "dx", dx, x.shape(), fmt::format("the shape of x {}", x.str()));
   if (dx.numel() == 0) return;
   maxpool2d_backward_stub(dx.device(), dx, dy, x, y, p);
 }
@@ -107,7 +108,7 @@ void check_argmax(std::string_view op, const Tensor& x, std::string_view y_name,
                "; expected u8 (one byte per output: the maximum's position in its window)");
   detail::check_same_device(op, y_name, y, "argmax", argmax);
   detail::check_shape(op, "argmax", argmax, y.shape(),
-                      core::detail::str("the shape of ", y_name, " ", y.str()));
+                      fmt::format("the shape of {} {}", y_name, y.str()));
   STOKER_CHECK(p.kernel[0] * p.kernel[1] <= 256, "ops::", op, ": a ", p.kernel[0], "x", p.kernel[1],
                " window has more than 256 positions, more than a byte holds; use ",
                "maxpool2d_forward / maxpool2d_backward");

@@ -4,6 +4,7 @@
 // f32 and half inputs. BatchNormNhwcGpu: stoker's own NHWC training kernels
 // (kernels/batchnorm_nhwc.cu) on large and odd-channel shapes, misaligned tensors (scalar path),
 // aliasing and bit-identical reruns.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ops/batchnorm_test_util.h"
@@ -66,8 +67,8 @@ TEST_P(BatchNormGpu, TrainEvalAndBackwardMatchCpu) {
   const Tensor ye_g = poisoned(shape4(d, l), dtype(), kGpu);
   ops::batchnorm_forward_eval(ye_g, x_g, gamma_g, beta_g, rm_g, rv_g, p);
 
-  const std::string what = core::detail::str(d.n, "x", d.c, "x", d.h, "x", d.w, " ",
-                                             ops::layout_name(l), " ", dtype_name(dtype()));
+  const std::string what = fmt::format("{}x{}x{}x{} {} {}", d.n, d.c, d.h, d.w, ops::layout_name(l),
+                                       dtype_name(dtype()));
   const double r = rtol();
   EXPECT_TRUE(all_close(y_g, y_c, r, r)) << what << ": y";
   EXPECT_TRUE(all_close(mean_g, mean_c, 1e-5, 1e-5)) << what << ": save_mean";
@@ -149,8 +150,8 @@ TEST_P(BatchNormNhwcGpu, MatchesCpuAndIsDeterministic) {
   const auto [d, dtype, offset] = GetParam();
   const BnOutputs c = run_nhwc(d, dtype, Device::cpu());
   const BnOutputs g = run_nhwc(d, dtype, kGpu, offset);
-  const std::string what = core::detail::str("NHWC ", d.n, "x", d.h, "x", d.w, "x", d.c, " ",
-                                             dtype_name(dtype), " offset ", offset);
+  const std::string what =
+      fmt::format("NHWC {}x{}x{}x{} {} offset {}", d.n, d.h, d.w, d.c, dtype_name(dtype), offset);
   expect_bn_outputs_close(g, c, dtype, static_cast<double>(d.n * d.h * d.w), what);
   // Fixed reduction order, no atomics: a rerun has the same bits.
   const BnOutputs g2 = run_nhwc(d, dtype, kGpu, offset);

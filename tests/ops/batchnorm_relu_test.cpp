@@ -4,6 +4,7 @@
 // dgamma and dbeta, in both layouts, f32 and bf16; the mask is shown to matter (the fused
 // backward differs from the plain one of the unmasked dy); aliasing; the backward's optional beta
 // (ignored here); the argument checks.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ops/batchnorm_test_util.h"
@@ -27,8 +28,8 @@ TEST_P(BatchNormReluCpu, FusedEqualsTheCompositionBitForBit) {
   const BnInputs in = make_bn_inputs(d, l, dt, 50);
   const BnRun f = run_batchnorm(in, Tensor(), d, l, /*relu=*/true, /*fused=*/true);
   const BnRun u = run_batchnorm(in, Tensor(), d, l, /*relu=*/true, /*fused=*/false);
-  const std::string what = core::detail::str(d.n, "x", d.c, "x", d.h, "x", d.w, " ",
-                                             ops::layout_name(l), " ", dtype_name(dt));
+  const std::string what =
+      fmt::format("{}x{}x{}x{} {} {}", d.n, d.c, d.h, d.w, ops::layout_name(l), dtype_name(dt));
   expect_bn_runs_identical(f, u, what);
 
   // Not vacuous: the ReLU zeroed part of y (and not all of it) ...
@@ -102,7 +103,7 @@ TEST(BatchNormReluCpuBeta, AcceptedAndIgnored) {
       const Tensor dg = in.dgamma.clone(), db = in.dbeta.clone();
       ops::batchnorm_backward(dx, dg, db, in.dy, in.x, in.gamma, f.mean, f.invstd, p,
                               relu ? f.y : Tensor(), Tensor(), in.beta);
-      const std::string what = core::detail::str(ops::layout_name(l), relu ? " relu" : "");
+      const std::string what = fmt::format("{}{}", ops::layout_name(l), relu ? " relu" : "");
       EXPECT_TRUE(bit_identical(dx, f.dx)) << what;
       EXPECT_TRUE(bit_identical(dg, f.dgamma)) << what;
       EXPECT_TRUE(bit_identical(db, f.dbeta)) << what;

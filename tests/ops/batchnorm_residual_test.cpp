@@ -4,6 +4,7 @@
 // batchnorm_backward of dz, with dz the residual's gradient. Same bits for y, the statistics,
 // dx, dgamma, dbeta and dresidual, both layouts, f32 and bf16, with and without the ReLU; the
 // residual and the mask are shown to matter; aliasing; the argument checks.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ops/batchnorm_test_util.h"
@@ -36,9 +37,8 @@ TEST_P(BatchNormResidualCpu, FusedEqualsTheCompositionBitForBit) {
   const Tensor res = make_residual(d, l, dt, 90);
   const BnRun f = run_batchnorm(in, res, d, l, relu, /*fused=*/true);
   const BnRun u = run_batchnorm(in, res, d, l, relu, /*fused=*/false);
-  const std::string what =
-      core::detail::str(d.n, "x", d.c, "x", d.h, "x", d.w, " ", ops::layout_name(l), " ",
-                        dtype_name(dt), relu ? " relu" : "");
+  const std::string what = fmt::format("{}x{}x{}x{} {} {}{}", d.n, d.c, d.h, d.w,
+                                       ops::layout_name(l), dtype_name(dt), relu ? " relu" : "");
   expect_bn_runs_identical(f, u, what);
 
   // Not vacuous: the residual changed y (against the op without it) ...

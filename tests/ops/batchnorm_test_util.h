@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -57,8 +58,8 @@ inline void channel_sums(const Tensor& x, ops::Layout l, Tensor& sum, Tensor& su
 
 // "nhwc N4 C8 H5 W5 bf16 offset 1": a case in messages.
 inline std::string describe_bn_case(ops::Layout l, const Dims4& d, DType dtype, int64_t offset) {
-  return core::detail::str(ops::layout_name(l), " N", d.n, " C", d.c, " H", d.h, " W", d.w, " ",
-                           dtype_name(dtype), " offset ", offset);
+  return fmt::format("{} N{} C{} H{} W{} {} offset {}", ops::layout_name(l), d.n, d.c, d.h, d.w,
+                     dtype_name(dtype), offset);
 }
 
 // What one training forward + backward produced.

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -109,9 +110,8 @@ struct ConvCase {
   Dims4 w_dims() const { return {k, c / groups, r, s}; }
   Dims4 y_dims() const { return {n, k, oh(), ow()}; }
   std::string str() const {
-    return core::detail::str("N", n, " C", c, " H", h, " W", w, " K", k, " R", r, " S", s,
-                             " stride ", sh, "x", sw, " pad ", ph, "x", pw, " dil ", dh, "x", dw,
-                             " groups ", groups);
+    return fmt::format("N{} C{} H{} W{} K{} R{} S{} stride {}x{} pad {}x{} dil {}x{} groups {}", n,
+                       c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, groups);
   }
 };
 
@@ -191,8 +191,8 @@ struct PoolCase {
   Dims4 x_dims() const { return {n, c, h, w}; }
   Dims4 y_dims() const { return {n, c, oh(), ow()}; }
   std::string str() const {
-    return core::detail::str("N", n, " C", c, " H", h, " W", w, " kernel ", kh, "x", kw, " stride ",
-                             sh, "x", sw, " pad ", ph, "x", pw);
+    return fmt::format("N{} C{} H{} W{} kernel {}x{} stride {}x{} pad {}x{}", n, c, h, w, kh, kw,
+                       sh, sw, ph, pw);
   }
 };
 

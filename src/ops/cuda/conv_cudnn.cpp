@@ -20,6 +20,7 @@
 // run with CUDNN_TENSOR_OP_MATH and fp32 accumulation (compute type float).
 #include <cudnn.h>
 
+#include <fmt/format.h>
 #include <compare>
 #include <map>
 #include <memory>
@@ -100,12 +101,12 @@ std::unique_ptr<ConvPlan> make_plan(const ConvKey& key, DType t, const ConvGeome
   plan->math = static_cast<cudnnMathType_t>(key.math);
   plan->measure = key.measure != 0;
   STOKER_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, plan->math));
-  plan->what =
-      core::detail::str(dtype_name(t), " ", layout_name(g.layout), " x [N=", g.n, ", C=", g.c,
-                        ", H=", g.h, ", W=", g.w, "], filter [K=", g.k, ", C/g=", g.cg, ", R=", g.r,
-                        ", S=", g.s, "], stride (", g.sh, ", ", g.sw, "), padding (", g.ph, ", ",
-                        g.pw, "), dilation (", g.dh, ", ", g.dw, "), groups ", g.groups, ", math ",
-                        math_name(plan->math), plan->measure ? ", algorithms timed" : "");
+  plan->what = fmt::format(
+      "{} {} x [N={}, C={}, H={}, W={}], filter [K={}, C/g={}, R={}, S={}], stride ({}, {}), "
+      "padding ({}, {}), dilation ({}, {}), groups {}, math {}{}",
+      dtype_name(t), layout_name(g.layout), g.n, g.c, g.h, g.w, g.k, g.cg, g.r, g.s, g.sh, g.sw,
+      g.ph, g.pw, g.dh, g.dw, g.groups, math_name(plan->math),
+      plan->measure ? ", algorithms timed" : "");
   return plan;
 }
 
