@@ -1,5 +1,6 @@
 #include "stoker/nn/attention.h"
 
+#include <fmt/format.h>
 #include <cstdlib>
 #include <string_view>
 
@@ -98,7 +99,7 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
 }
 
 std::string CausalSelfAttention::describe() const {
-  return core::detail::str("CausalSelfAttention(d_model=", d_model_, ", heads=", heads_, ")");
+  return fmt::format("CausalSelfAttention(d_model={}, heads={})", d_model_, heads_);
 }
 
 }  // namespace stoker::nn

@@ -13,6 +13,7 @@
 // from dz as above.
 #include "stoker/nn/batchnorm2d.h"
 
+#include <fmt/format.h>
 #include <cmath>
 
 #include "stoker/core/error.h"
@@ -201,10 +202,9 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
 }
 
 std::string BatchNorm2d::describe() const {
-  return core::detail::str("BatchNorm2d(", channels_, ", eps=", params_.eps,
-                           ", momentum=", params_.momentum,
-                           params_.layout == ops::Layout::nhwc ? ", NHWC" : "",
-                           residual_tail_ ? ", +residual" : "", params_.relu ? ", relu)" : ")");
+  return fmt::format("BatchNorm2d({}, eps={:g}, momentum={:g}{}{}{}", channels_, params_.eps,
+                     params_.momentum, params_.layout == ops::Layout::nhwc ? ", NHWC" : "",
+                     residual_tail_ ? ", +residual" : "", params_.relu ? ", relu)" : ")");
 }
 
 Module::OutputRecompute BatchNorm2d::output_recompute() const {

@@ -5,6 +5,7 @@
 // gradient (accumulated, like every gradient).
 #include "stoker/nn/conv2d.h"
 
+#include <fmt/format.h>
 #include <cmath>
 
 #include "stoker/core/error.h"
@@ -157,11 +158,11 @@ void Conv2d::parameter_grads(const Tensor& dy) {
 }
 
 std::string Conv2d::describe() const {
-  std::string s = core::detail::str("Conv2d(", in_, ", ", out_, ", kernel ", kernel_);
-  if (params_.stride[0] != 1) s += core::detail::str(", stride ", params_.stride[0]);
-  if (params_.padding[0] != 0) s += core::detail::str(", padding ", params_.padding[0]);
-  if (params_.dilation[0] != 1) s += core::detail::str(", dilation ", params_.dilation[0]);
-  if (params_.groups != 1) s += core::detail::str(", groups ", params_.groups);
+  std::string s = fmt::format("Conv2d({}, {}, kernel {}", in_, out_, kernel_);
+  if (params_.stride[0] != 1) s += fmt::format(", stride {}", params_.stride[0]);
+  if (params_.padding[0] != 0) s += fmt::format(", padding {}", params_.padding[0]);
+  if (params_.dilation[0] != 1) s += fmt::format(", dilation {}", params_.dilation[0]);
+  if (params_.groups != 1) s += fmt::format(", groups {}", params_.groups);
   if (!has_bias_) s += ", no bias";
   if (params_.layout != ops::Layout::nchw) s += ", NHWC";
   return s + ")";

@@ -1,5 +1,7 @@
 #include "stoker/nn/dropout.h"
 
+#include <fmt/format.h>
+
 #include "stoker/core/error.h"
 #include "stoker/ops/activation.h"
 #include "stoker/ops/copy.h"
@@ -43,6 +45,6 @@ Tensor Dropout::recompute_output(const Tensor& x) {
   return y;
 }
 
-std::string Dropout::describe() const { return core::detail::str("Dropout(p=", p_, ")"); }
+std::string Dropout::describe() const { return fmt::format("Dropout(p={:g})", p_); }
 
 }  // namespace stoker::nn

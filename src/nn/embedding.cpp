@@ -1,5 +1,7 @@
 #include "stoker/nn/embedding.h"
 
+#include <fmt/format.h>
+
 #include "stoker/core/error.h"
 #include "stoker/ops/embedding.h"
 #include "stoker/ops/random.h"
@@ -34,8 +36,6 @@ Tensor Embedding::backward(const Tensor& dy) {
   return Tensor();
 }
 
-std::string Embedding::describe() const {
-  return core::detail::str("Embedding(", num_, ", ", dim_, ")");
-}
+std::string Embedding::describe() const { return fmt::format("Embedding({}, {})", num_, dim_); }
 
 }  // namespace stoker::nn

@@ -1,5 +1,7 @@
 #include "stoker/nn/layernorm.h"
 
+#include <fmt/format.h>
+
 #include "stoker/core/error.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/layernorm.h"
@@ -111,7 +113,7 @@ Tensor LayerNorm::recompute_output(const Tensor& x) {
 }
 
 std::string LayerNorm::describe() const {
-  return core::detail::str("LayerNorm(", features_, ", eps=", eps_, ")");
+  return fmt::format("LayerNorm({}, eps={:g})", features_, eps_);
 }
 
 }  // namespace stoker::nn

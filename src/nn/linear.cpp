@@ -1,5 +1,6 @@
 #include "stoker/nn/linear.h"
 
+#include <fmt/format.h>
 #include <cmath>
 
 #include "stoker/core/error.h"
@@ -279,9 +280,8 @@ Tensor Linear::recompute_output(const Tensor&) {
 }
 
 std::string Linear::describe() const {
-  return core::detail::str("Linear(in=", in_, ", out=", out_, has_bias_ ? ", bias" : "",
-                           activation_ == Activation::gelu ? ", gelu" : "", fp8_ ? ", fp8" : "",
-                           ")");
+  return fmt::format("Linear(in={}, out={}{}{}{})", in_, out_, has_bias_ ? ", bias" : "",
+                     activation_ == Activation::gelu ? ", gelu" : "", fp8_ ? ", fp8" : "");
 }
 
 }  // namespace stoker::nn

@@ -1,5 +1,6 @@
 #include "stoker/nn/linear_cross_entropy.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <limits>
 
@@ -129,10 +130,11 @@ Loss::ForwardBackward LinearCrossEntropyLoss::forward_backward(const Tensor& x,
 }
 
 std::string LinearCrossEntropyLoss::describe() const {
-  return core::detail::str(
-      "LinearCrossEntropyLoss(classes=", weight_.value().size(0),
-      ", features=", weight_.value().size(1), ", ignore_index=", options_.ignore_index,
-      ", label_smoothing=", options_.label_smoothing, ", chunk_rows=", options_.chunk_rows, ")");
+  return fmt::format(
+      "LinearCrossEntropyLoss(classes={}, features={}, ignore_index={}, label_smoothing={:g}, "
+      "chunk_rows={})",
+      weight_.value().size(0), weight_.value().size(1), options_.ignore_index,
+      options_.label_smoothing, options_.chunk_rows);
 }
 
 }  // namespace stoker::nn

@@ -1,5 +1,7 @@
 #include "stoker/nn/loss.h"
 
+#include <fmt/format.h>
+
 #include "stoker/core/error.h"
 #include "stoker/ops/copy.h"
 #include "stoker/ops/loss.h"
@@ -39,8 +41,8 @@ Tensor CrossEntropyLoss::backward(float scale) {
 }
 
 std::string CrossEntropyLoss::describe() const {
-  return core::detail::str("CrossEntropyLoss(ignore_index=", options_.ignore_index,
-                           ", label_smoothing=", options_.label_smoothing, ")");
+  return fmt::format("CrossEntropyLoss(ignore_index={}, label_smoothing={:g})",
+                     options_.ignore_index, options_.label_smoothing);
 }
 
 Tensor MSELoss::forward(const Tensor& pred, const Tensor& target) {

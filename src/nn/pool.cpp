@@ -4,6 +4,8 @@
 // needs neither, only the input's shape.
 #include "stoker/nn/pool.h"
 
+#include <fmt/format.h>
+
 #include "stoker/core/error.h"
 
 namespace stoker::nn {
@@ -23,8 +25,8 @@ ops::Pool2dParams make_params(const char* name, int64_t kernel, int64_t stride, 
 }
 
 std::string describe_pool(const char* name, const ops::Pool2dParams& p) {
-  return core::detail::str(name, "(", p.kernel[0], ", stride ", p.stride[0], ", padding ",
-                           p.padding[0], p.layout == ops::Layout::nhwc ? ", NHWC)" : ")");
+  return fmt::format("{}({}, stride {}, padding {}{}", name, p.kernel[0], p.stride[0], p.padding[0],
+                     p.layout == ops::Layout::nhwc ? ", NHWC)" : ")");
 }
 
 void check_input(const Module& m, const Tensor& x) {

@@ -6,6 +6,7 @@
 // the block's backward, and the shortcut's ops keep their own module path.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,7 +58,7 @@ void expect_accumulate_is_backward_plus_add(Make make, const Shape& x_shape, DTy
 TEST(BackwardAccumulate, ConvLinearAndSequentialGiveBackwardPlusAdd) {
   for (const DType dtype : {DType::f32, DType::bf16}) {
     for (const Layout l : {Layout::nchw, Layout::nhwc}) {
-      const std::string what = core::detail::str(dtype_name(dtype), " ", ops::layout_name(l));
+      const std::string what = fmt::format("{} {}", dtype_name(dtype), ops::layout_name(l));
       const auto conv = [&] {
         nn::manual_seed(7);
         return nn::make<nn::Conv2d>(

@@ -3,6 +3,7 @@
 // parameter gradients and the running statistics, in training and evaluation mode, both
 // layouts, f32 and bf16; the same parameter names; the output handed back for selective
 // recomputation; the refused activations.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "nn/same_state_bits.h"
@@ -48,8 +49,8 @@ TEST(BatchNorm2dRelu, SameBitsAsBatchNormThenReLU) {
   for (const DType dtype : {DType::f32, DType::bf16}) {
     for (const Layout l : {Layout::nchw, Layout::nhwc}) {
       for (const bool training : {true, false}) {
-        const std::string what = core::detail::str(dtype_name(dtype), " ", ops::layout_name(l),
-                                                   training ? " train" : " eval");
+        const std::string what = fmt::format("{} {}{}", dtype_name(dtype), ops::layout_name(l),
+                                             training ? " train" : " eval");
         auto fused = make_bn(6, l, true);
         nn::Sequential unfused(make_bn(6, l, false), nn::make<nn::ReLU>());
         fused->set_training(training);

@@ -6,6 +6,7 @@
 // works and checkpointing the tail BatchNorm2d alone is refused; the refused bodies.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 
 #include "nn/same_state_bits.h"
@@ -98,8 +99,8 @@ TEST(ResidualTail, SameBitsAsResidualThenReLU) {
       for (const bool training : {true, false}) {
         for (const bool downsample : {false, true}) {
           const std::string what =
-              core::detail::str(dtype_name(dtype), " ", ops::layout_name(l),
-                                training ? " train" : " eval", downsample ? " downsample" : "");
+              fmt::format("{} {}{}{}", dtype_name(dtype), ops::layout_name(l),
+                          training ? " train" : " eval", downsample ? " downsample" : "");
           const int64_t in = downsample ? 4 : 6, stride = downsample ? 2 : 1;
           auto fused = make_block(in, 6, stride, l, dtype, true);
           auto unfused = make_block(in, 6, stride, l, dtype, false);
