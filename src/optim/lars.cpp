@@ -1,5 +1,6 @@
 #include "stoker/optim/lars.h"
 
+#include <fmt/format.h>
 #include <cmath>
 
 #include "stoker/core/error.h"
@@ -65,10 +66,11 @@ int64_t LARS::adapted_count() const {
 }
 
 std::string LARS::describe() const {
-  return core::detail::str("LARS(lr=", lr_, ", momentum=", options_.momentum,
-                           ", weight_decay=", options_.weight_decay, ", eta=", options_.eta,
-                           ", epsilon=", options_.epsilon, "; ", adapted_count(), " of ",
-                           trainable_count(), " parameters adapted)");
+  return fmt::format(
+      "LARS(lr={:g}, momentum={:g}, weight_decay={:g}, eta={:g}, epsilon={:g}; {} of {} parameters "
+      "adapted)",
+      lr_, options_.momentum, options_.weight_decay, options_.eta, options_.epsilon,
+      adapted_count(), trainable_count());
 }
 
 }  // namespace stoker::optim

@@ -2,6 +2,7 @@
 
 #include <oneapi/tbb/task_arena.h>
 
+#include <fmt/format.h>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -194,11 +195,11 @@ OffloadedOptimizer::OffloadedOptimizer(NamedParameters params, const Factory& ma
 }
 
 std::string OffloadedOptimizer::describe() const {
-  return core::detail::str(
-      "Offloaded(", groups_[0].inner->describe(), ", state and update on the CPU, ", groups_.size(),
-      groups_.size() == 1 ? " group" : " groups",
-      " of <= ", core::format_bytes(static_cast<size_t>(options_.group_bytes)),
-      options_.delayed_update ? ", delayed update: weights one step stale" : "", ")");
+  return fmt::format("Offloaded({}, state and update on the CPU, {}{} of <= {}{})",
+                     groups_[0].inner->describe(), groups_.size(),
+                     groups_.size() == 1 ? " group" : " groups",
+                     core::format_bytes(static_cast<size_t>(options_.group_bytes)),
+                     options_.delayed_update ? ", delayed update: weights one step stale" : "");
 }
 
 std::vector<std::pair<std::string, Tensor>> OffloadedOptimizer::state() {

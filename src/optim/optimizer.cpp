@@ -1,5 +1,6 @@
 #include "stoker/optim/optimizer.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <map>
 
@@ -17,8 +18,8 @@ std::string describe_state(const StateFormat& f) {
     case StateDType::bf16:
       return f.stochastic_rounding ? ", state=bf16(stochastic rounding)" : ", state=bf16";
     case StateDType::int8_blockwise:
-      return core::detail::str(", state=int8_blockwise(block=", f.block, ", f32 below ",
-                               f.min_quantized_numel, " elements)");
+      return fmt::format(", state=int8_blockwise(block={}, f32 below {} elements)", f.block,
+                         f.min_quantized_numel);
     default:
       return "";
   }
@@ -212,9 +213,9 @@ void SGD::update() {
 }
 
 std::string SGD::describe() const {
-  return core::detail::str(
-      "SGD(lr=", lr_, ", momentum=", options_.momentum, options_.nesterov ? ", nesterov" : "",
-      ", weight_decay=", options_.weight_decay, describe_state(options_.state), ")");
+  return fmt::format("SGD(lr={:g}, momentum={:g}{}, weight_decay={:g}{})", lr_, options_.momentum,
+                     options_.nesterov ? ", nesterov" : "", options_.weight_decay,
+                     describe_state(options_.state));
 }
 
 AdamW::AdamW(NamedParameters params, AdamWOptions options)
@@ -253,9 +254,9 @@ void AdamW::update() {
 }
 
 std::string AdamW::describe() const {
-  return core::detail::str("AdamW(lr=", lr_, ", betas=(", options_.beta1, ", ", options_.beta2,
-                           "), eps=", options_.eps, ", weight_decay=", options_.weight_decay,
-                           describe_state(options_.state), ")");
+  return fmt::format("AdamW(lr={:g}, betas=({:g}, {:g}), eps={:g}, weight_decay={:g}{})", lr_,
+                     options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
+                     describe_state(options_.state));
 }
 
 }  // namespace stoker::optim

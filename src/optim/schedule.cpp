@@ -1,5 +1,6 @@
 #include "stoker/optim/schedule.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -8,10 +9,9 @@
 
 namespace stoker::optim {
 
-using core::detail::str;
 
 LrSchedule constant_lr(float lr) {
-  return {[lr](int64_t) { return lr; }, str("constant(", lr, ")")};
+  return {[lr](int64_t) { return lr; }, fmt::format("constant({:g})", lr)};
 }
 
 LrSchedule step_lr(float lr, int64_t step_size, float gamma) {
@@ -19,7 +19,7 @@ LrSchedule step_lr(float lr, int64_t step_size, float gamma) {
   return {[=](int64_t s) {
             return static_cast<float>(lr * std::pow(static_cast<double>(gamma), s / step_size));
           },
-          str("step(", lr, ", every ", step_size, " x", gamma, ")")};
+          fmt::format("step({:g}, every {} x{:g})", lr, step_size, gamma)};
 }
 
 LrSchedule linear_warmup(float lr, int64_t warmup_steps) {
@@ -28,7 +28,7 @@ LrSchedule linear_warmup(float lr, int64_t warmup_steps) {
             if (warmup_steps == 0 || s >= warmup_steps) return lr;
             return static_cast<float>(lr * static_cast<double>(s + 1) / warmup_steps);
           },
-          str("linear warmup(", lr, ", ", warmup_steps, " steps)")};
+          fmt::format("linear warmup({:g}, {} steps)", lr, warmup_steps)};
 }
 
 LrSchedule cosine_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps, float min_lr) {
@@ -45,7 +45,8 @@ LrSchedule cosine_with_warmup(float lr, int64_t warmup_steps, int64_t total_step
         return static_cast<float>(min_lr +
                                   0.5 * (lr - min_lr) * (1.0 + std::cos(std::numbers::pi * t)));
       },
-      str("cosine(", lr, " -> ", min_lr, ", warmup ", warmup_steps, ", total ", total_steps, ")"),
+      fmt::format("cosine({:g} -> {:g}, warmup {}, total {})", lr, min_lr, warmup_steps,
+                  total_steps),
       total_steps};
 }
 
@@ -74,8 +75,8 @@ LrSchedule polynomial_with_warmup(float lr, int64_t warmup_steps, int64_t total_
             return static_cast<float>(end_lr + (static_cast<double>(lr) - end_lr) *
                                                    std::pow(1.0 - t, static_cast<double>(power)));
           },
-          str("poly(", lr, " -> ", end_lr, ", power ", power, ", warmup ", warmup_steps, ", total ",
-              total_steps, ")"),
+          fmt::format("poly({:g} -> {:g}, power {:g}, warmup {}, total {})", lr, end_lr, power,
+                      warmup_steps, total_steps),
           total_steps};
 }
 
