@@ -1,6 +1,8 @@
 // scan_dataset: one Reader walks the sample keys in order (the file's order: pack appends them).
 #include "stoker/data/dataset_scan.h"
 
+#include <fmt/format.h>
+
 #include "stoker/core/error.h"
 #include "stoker/data/decode.h"
 #include "stoker/data/record.h"
@@ -52,11 +54,10 @@ DatasetScan scan_dataset(const LmdbImageDataset& dataset, const ScanOptions& opt
       ++scan.bad;
       if (scan.listed.size() < options.max_listed) scan.listed.push_back({i, key, std::move(why)});
     }
-    if (bar.enabled())
-      bar.draw(label, i + 1, dataset.size(), core::detail::str(", ", scan.bad, " bad"));
+    if (bar.enabled()) bar.draw(label, i + 1, dataset.size(), fmt::format(", {} bad", scan.bad));
   }
   if (bar.enabled()) {
-    bar.draw(label, dataset.size(), dataset.size(), core::detail::str(", ", scan.bad, " bad"),
+    bar.draw(label, dataset.size(), dataset.size(), fmt::format(", {} bad", scan.bad),
              /*force=*/true);
     bar.finish();
   }

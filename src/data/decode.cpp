@@ -16,6 +16,7 @@
 #include <jerror.h>
 // clang-format on
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -224,8 +225,8 @@ struct JpegDecoder::Impl {
     if (pixels_claimed > options.max_pixels || cinfo.image_width == 0 || cinfo.image_height == 0) {
       jpeg_abort_decompress(&cinfo);
       fail(key,
-           core::detail::str("header claims ", cinfo.image_width, "x", cinfo.image_height, " = ",
-                             pixels_claimed, " pixels, over the budget of ", options.max_pixels),
+           fmt::format("header claims {}x{} = {} pixels, over the budget of {}", cinfo.image_width,
+                       cinfo.image_height, pixels_claimed, options.max_pixels),
            __LINE__,
            "the header is corrupt or the image is huge: raise DecoderOptions::max_pixels if such "
            "images are expected");
@@ -242,9 +243,9 @@ struct JpegDecoder::Impl {
       if (t == nullptr || t->quantval[0] == 0) {
         jpeg_abort_decompress(&cinfo);
         fail(key,
-             core::detail::str("component ", c, " uses quantization table ", q,
-                               ", which this JPEG does not define (or defines with a DC value "
-                               "of 0)"),
+             fmt::format("component {} uses quantization table {}, which this JPEG does not define "
+                         "(or defines with a DC value of 0)",
+                         c, q),
              __LINE__);
       }
     }

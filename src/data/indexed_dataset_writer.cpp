@@ -16,7 +16,6 @@
 namespace stoker::data::detail {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 
 namespace {
 

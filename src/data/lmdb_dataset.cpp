@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -26,7 +27,6 @@ namespace stoker::data {
 
 namespace {
 
-using core::detail::str;
 
 constexpr const char* kRepackHint =
     "build the database with `stoker pack SOURCE --out DIR` (or `stoker pack synth --out DIR`)";
@@ -47,8 +47,8 @@ void lmdb_check(int rc, const char* call, const std::filesystem::path& path) {
     hint =
         "the folder is read-only and holds no usable lock.mdb: copy the database to a folder "
         "you can write, or let its owner run `stoker info` on it once";
-  fail(__FILE__, __LINE__, str("LMDB ", call, " failed on ", path.string(), ": ", mdb_strerror(rc)),
-       hint);
+  fail(__FILE__, __LINE__,
+       fmt::format("LMDB {} failed on {}: {}", call, path.string(), mdb_strerror(rc)), hint);
 }
 
 // What mdb_env_open says of a data file it cannot use as an environment: too small to hold
@@ -76,8 +76,8 @@ void guarded_check(int rc, const std::string& why, const char* call,
                    const std::filesystem::path& data_file) {
   if (rc == kDamaged) {
     fail(__FILE__, __LINE__,
-         str(data_file.string(), " is damaged: a damaged page stopped LMDB's ", call, " (", why,
-             ")"),
+         fmt::format("{} is damaged: a damaged page stopped LMDB's {} ({})", data_file.string(),
+                     call, why),
          kDamagedHint);
   }
   lmdb_check(rc, call, data_file);
@@ -126,18 +126,19 @@ bool tree_is_whole(MDB_txn* txn, MDB_dbi dbi, std::string* why) {
   }
   if (rc == kDamaged) return false;
   if (rc != 0) {
-    *why = str("LMDB: ", mdb_strerror(rc));
+    *why = fmt::format("LMDB: {}", mdb_strerror(rc));
     return false;
   }
   if (out_of_order) {
-    *why = str("after ", found, " entries, the tree yields a key out of order");
+    *why = fmt::format("after {} entries, the tree yields a key out of order", found);
     return false;
   }
   if (found != stat.ms_entries) {
-    *why = found > stat.ms_entries ? str("the tree yields more entries than the ", stat.ms_entries,
-                                         " its meta page records")
-                                   : str("the tree yields ", found, " of the ", stat.ms_entries,
-                                         " entries its meta page records");
+    *why = found > stat.ms_entries
+               ? fmt::format("the tree yields more entries than the {} its meta page records",
+                             stat.ms_entries)
+               : fmt::format("the tree yields {} of the {} entries its meta page records", found,
+                             stat.ms_entries);
     return false;
   }
   return true;
@@ -159,15 +160,16 @@ void check_pages_present(MDB_env* env, const std::filesystem::path& data_file,
   const uint64_t needed = pages * stat.ms_psize;
   if (stat.ms_psize == 0 || file_bytes < needed) {
     fail(__FILE__, __LINE__,
-         str(data_file.string(), " is truncated: the file has ", file_bytes,
-             " bytes but the database uses ", needed, " (", pages, " pages of ", stat.ms_psize,
-             " bytes); ", needed - std::min(needed, file_bytes), " bytes are missing"),
+         fmt::format("{} is truncated: the file has {} bytes but the database uses {} ({} pages of "
+                     "{} bytes); {} bytes are missing",
+                     data_file.string(), file_bytes, needed, pages, stat.ms_psize,
+                     needed - std::min(needed, file_bytes)),
          kDamagedHint);
   }
   if (info.me_mapsize < needed) {
     fail(__FILE__, __LINE__,
-         str(data_file.string(), ": LMDB's map of ", info.me_mapsize, " bytes does not cover the ",
-             needed, " bytes in use"),
+         fmt::format("{}: LMDB's map of {} bytes does not cover the {} bytes in use",
+                     data_file.string(), info.me_mapsize, needed),
          kDamagedHint);
   }
 }
@@ -217,7 +219,7 @@ int guarded_get(MDB_txn* txn, MDB_dbi dbi, std::string_view key, const uint8_t* 
   const int rc = guarded([&] { return mdb_get(txn, dbi, &k, value); }, why);
   if (rc == MDB_NOTFOUND || rc == kDamaged) return rc;
   if (rc != 0) {
-    *why = str("LMDB: ", mdb_strerror(rc));
+    *why = fmt::format("LMDB: {}", mdb_strerror(rc));
     return kDamaged;
   }
   const auto at = reinterpret_cast<uintptr_t>(value->mv_data);
@@ -226,13 +228,14 @@ int guarded_get(MDB_txn* txn, MDB_dbi dbi, std::string_view key, const uint8_t* 
     const auto begin = reinterpret_cast<uintptr_t>(map);
     if (at < begin || at - begin > file_bytes || size > file_bytes - (at - begin)) {
       *why = at < begin || at - begin > file_bytes
-                 ? str("its value of ", size, " bytes lies outside the file")
-                 : str("its value of ", size, " bytes at byte ", at - begin,
-                       " runs past the end of the file (", file_bytes, " bytes)");
+                 ? fmt::format("its value of {} bytes lies outside the file", size)
+                 : fmt::format(
+                       "its value of {} bytes at byte {} runs past the end of the file ({} bytes)",
+                       size, at - begin, file_bytes);
       return kDamaged;
     }
   } else if (size > file_bytes) {
-    *why = str("its value claims ", size, " bytes, more than the file's ", file_bytes);
+    *why = fmt::format("its value claims {} bytes, more than the file's {}", size, file_bytes);
     return kDamaged;
   }
   return 0;
@@ -244,18 +247,21 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
     : path_(std::move(path)), options_(options) {
   std::error_code ec;
   if (!std::filesystem::exists(path_, ec)) {
-    fail(__FILE__, __LINE__, str("LMDB dataset ", path_.string(), " does not exist"), kRepackHint);
+    fail(__FILE__, __LINE__, fmt::format("LMDB dataset {} does not exist", path_.string()),
+         kRepackHint);
   }
   if (!std::filesystem::is_directory(path_, ec) ||
       !std::filesystem::exists(path_ / "data.mdb", ec)) {
     fail(__FILE__, __LINE__,
-         str(path_.string(), " is not an LMDB database folder (no data.mdb inside)"), kRepackHint);
+         fmt::format("{} is not an LMDB database folder (no data.mdb inside)", path_.string()),
+         kRepackHint);
   }
   const std::filesystem::path data_file = path_ / "data.mdb";
   file_bytes_ = std::filesystem::file_size(data_file, ec);
   if (ec) {
     fail(__FILE__, __LINE__,
-         str("cannot read the size of ", data_file.string(), ": ", ec.message()), kDamagedHint);
+         fmt::format("cannot read the size of {}: {}", data_file.string(), ec.message()),
+         kDamagedHint);
   }
   int max_readers = options_.max_readers;
   if (max_readers <= 0) {
@@ -281,8 +287,8 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
     // An empty data file reads as a new environment, which a read-only open cannot create.
     if (is_damaged_file_error(rc) || file_bytes_ == 0) {
       fail(__FILE__, __LINE__,
-           str(data_file.string(), " (", file_bytes_,
-               " bytes) is truncated or damaged: LMDB cannot open it (", mdb_strerror(rc), ")"),
+           fmt::format("{} ({} bytes) is truncated or damaged: LMDB cannot open it ({})",
+                       data_file.string(), file_bytes_, mdb_strerror(rc)),
            kDamagedHint);
     }
     // A read-only folder (a shared dataset mount, EROFS; another user's files, EACCES) has no
@@ -329,8 +335,8 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
     };
     auto damaged = [&](const std::string& key) {
       fail(__FILE__, __LINE__,
-           str(path_.string(), ": damaged page: data.mdb cannot be read at key ", key, " (", why,
-               ")"),
+           fmt::format("{}: damaged page: data.mdb cannot be read at key {} ({})", path_.string(),
+                       key, why),
            kDamagedHint);
     };
     std::string format, classes, samples;
@@ -342,15 +348,15 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
       // its meta page records.
       if (!tree_is_whole(txn, dbi, &why)) damaged(kMetaFormatKey);
       fail(__FILE__, __LINE__,
-           str(path_.string(),
-               " was not written by `stoker pack` (or its pack was interrupted): no ",
-               kMetaFormatKey, " key"),
+           fmt::format(
+               "{} was not written by `stoker pack` (or its pack was interrupted): no {} key",
+               path_.string(), kMetaFormatKey),
            kRepackHint);
     }
     if (format != kImageFormatTag) {
       fail(__FILE__, __LINE__,
-           str(path_.string(), " has unknown format '", format, "' (this build reads '",
-               kImageFormatTag, "')"),
+           fmt::format("{} has unknown format '{}' (this build reads '{}')", path_.string(), format,
+                       kImageFormatTag),
            "repack it with this version of `stoker pack`, or use the stoker that wrote it");
     }
     const int classes_rc = get(kMetaClassesKey, classes);
@@ -366,8 +372,8 @@ LmdbImageDataset::LmdbImageDataset(std::filesystem::path path, LmdbOptions optio
     }
     if (n < 0 || classes_rc != 0 || classes.empty()) {
       fail(__FILE__, __LINE__,
-           str(path_.string(), ": metadata ", kMetaSamplesKey, " / ", kMetaClassesKey,
-               " missing or malformed"),
+           fmt::format("{}: metadata {} / {} missing or malformed", path_.string(), kMetaSamplesKey,
+                       kMetaClassesKey),
            kRepackHint);
     }
     size_ = n;
@@ -425,13 +431,13 @@ std::optional<std::span<const uint8_t>> LmdbImageDataset::Reader::try_value(int6
                                                                             std::string* error) {
   auto bad = [&](std::string why) -> std::optional<std::span<const uint8_t>> {
     if (error != nullptr) {
-      *error = str(dataset_->path_.string(), " key ", sample_key(index), ": ", why);
+      *error = fmt::format("{} key {}: {}", dataset_->path_.string(), sample_key(index), why);
     }
     return std::nullopt;
   };
   if (txn_ == nullptr || !active_) return bad("Reader is reset or moved-from (call renew())");
   if (index < 0 || index >= dataset_->size_) {
-    return bad(str("index ", index, " is not in [0, ", dataset_->size_, ")"));
+    return bad(fmt::format("index {} is not in [0, {})", index, dataset_->size_));
   }
   MDB_val mv{};
   std::string why;
@@ -450,7 +456,7 @@ std::optional<std::span<const uint8_t>> LmdbImageDataset::Reader::try_value(int6
       return mdb_txn_renew(txn_);
     };
     active_ = guarded(renew, &ignored) == 0;
-    return bad(str("damaged page in data.mdb (", why, ")"));
+    return bad(fmt::format("damaged page in data.mdb ({})", why));
   }
   return std::span<const uint8_t>(static_cast<const uint8_t*>(mv.mv_data), mv.mv_size);
 }
@@ -462,7 +468,7 @@ std::optional<SampleView> LmdbImageDataset::Reader::try_read(int64_t index, std:
   std::string why = parse_record(*value, dataset_->num_classes(), view);
   if (!why.empty()) {
     if (error != nullptr) {
-      *error = str(dataset_->path_.string(), " key ", sample_key(index), ": ", why);
+      *error = fmt::format("{} key {}: {}", dataset_->path_.string(), sample_key(index), why);
     }
     return std::nullopt;
   }

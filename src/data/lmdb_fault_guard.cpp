@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <atomic>
 #include <cstdio>
 #include <iterator>
@@ -152,17 +153,16 @@ void on_assertion(MDB_env* /*env*/, const char* message) {
 }
 
 std::string describe_fault() {
-  if (t_signal == 0) return core::detail::str("LMDB assertion: ", t_assertion);
+  if (t_signal == 0) return fmt::format("LMDB assertion: {}", t_assertion);
   if (t_signal == kLoopSignal) {
-    return core::detail::str("LMDB was stopped after ", kLoopCpuMs,
-                             " ms of CPU time in one call: a loop");
+    return fmt::format("LMDB was stopped after {} ms of CPU time in one call: a loop", kLoopCpuMs);
   }
   char address[32];
   std::snprintf(address, sizeof address, "%p", t_address);
   if (t_signal == SIGFPE) return "SIGFPE (arithmetic exception: a division by zero)";
-  return core::detail::str(
-      t_signal == SIGBUS ? "SIGBUS (bus error)" : "SIGSEGV (segmentation fault)",
-      " reading address ", address);
+  return fmt::format("{} reading address {}",
+                     t_signal == SIGBUS ? "SIGBUS (bus error)" : "SIGSEGV (segmentation fault)",
+                     address);
 }
 
 }  // namespace

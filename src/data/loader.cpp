@@ -11,6 +11,7 @@
 //    goes back to free_ once no thread works on it any more (release_if_idle_locked).
 #include "stoker/data/loader.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -149,10 +150,10 @@ SamplerOptions checked_sampler_options(const LmdbImageDataset& dataset, const Lo
   // Every decode thread holds an LMDB read transaction, hence a reader slot: more threads than
   // slots would fail later (MDB_READERS_FULL), from a worker thread.
   const int slots = dataset.reader_slots();
-  const std::string fix =
-      core::detail::str("use at most ", slots,
-                        " threads (0 = autotuned), or open the dataset with more reader "
-                        "slots (LmdbOptions::max_readers)");
+  const std::string fix = fmt::format(
+      "use at most {} threads (0 = autotuned), or open the dataset with more reader slots "
+      "(LmdbOptions::max_readers)",
+      slots);
   STOKER_CHECK_HINT(o.threads >= 0 && o.threads <= slots, fix,
                     "Loader: LoaderOptions::threads (`--threads`) is ", o.threads,
                     "; it must be in [0, ", slots, "]: ", dataset.path().string(), " has ", slots,
@@ -277,10 +278,11 @@ SourceIdentity Loader::compute_identity() const {
   id.batch_size = options_.batch_size;
   if (options_.shuffle || options_.transform.train) id.seed = options_.seed;
   id.samples = dataset_.size();
-  id.fingerprint =
-      core::detail::str("image database of ", dataset_.size(), " samples, ", dataset_.num_classes(),
-                        " classes, xxh3 of the class names ", util::checksum_hex(names.value()),
-                        " and of the first and last records ", util::checksum_hex(records.value()));
+  id.fingerprint = fmt::format(
+      "image database of {} samples, {} classes, xxh3 of the class names {} and of the first and "
+      "last records {}",
+      dataset_.size(), dataset_.num_classes(), util::checksum_hex(names.value()),
+      util::checksum_hex(records.value()));
   id.location = dataset_.path().string();
   return id;
 }
@@ -593,10 +595,9 @@ void Loader::process_sample(Slot& slot, int64_t i, WorkerState& st) {
         st.worker_s += since(t0);
         return;
       } catch (const Error& e) {
-        err = core::detail::str(dataset_.path().string(), " key ", sample_key(idx), ": ",
-                                e.message());
+        err = fmt::format("{} key {}: {}", dataset_.path().string(), sample_key(idx), e.message());
       } catch (const std::exception& e) {
-        err = core::detail::str(dataset_.path().string(), " key ", sample_key(idx), ": ", e.what());
+        err = fmt::format("{} key {}: {}", dataset_.path().string(), sample_key(idx), e.what());
       }
     }
     // Reasons are kept only for the first few of a walk (only the first few are printed):
@@ -605,9 +606,9 @@ void Loader::process_sample(Slot& slot, int64_t i, WorkerState& st) {
     if (reason.empty()) reason = std::move(err);
   }
   st.worker_s += since(t0);
-  st.error = core::detail::str(
-      "Loader (", dataset_.path().string(), ", epoch ", slot.epoch, ", batch ", slot.batch,
-      "): ", skip ? "no valid sample left to replace a bad one: " : "", reason);
+  st.error =
+      fmt::format("Loader ({}, epoch {}, batch {}): {}{}", dataset_.path().string(), slot.epoch,
+                  slot.batch, skip ? "no valid sample left to replace a bad one: " : "", reason);
 }
 
 void Loader::finish_batch(Slot& slot) {
@@ -719,7 +720,7 @@ void Loader::count_skipped_locked(const Slot& slot) {
   if (it == bad_seen_.end()) it = bad_seen_.emplace(slot.epoch, std::set<int64_t>()).first;
   std::set<int64_t>& seen = it->second;
   const std::string who =
-      options_.world_size > 1 ? core::detail::str(" [rank ", options_.rank, "]") : std::string();
+      options_.world_size > 1 ? fmt::format(" [rank {}]", options_.rank) : std::string();
   for (const auto& [index, why] : slot.bad) {
     if (!seen.insert(index).second) continue;
     counters_.skipped += 1;
@@ -805,13 +806,13 @@ std::string Loader::summary() const {
 }
 
 std::string Loader::summary_locked() const {
-  return core::detail::str(tuning_.threads, " threads (", limits_.tune_threads ? "auto" : "fixed",
-                           ", at most ", max_threads_, "), prefetch ", tuning_.prefetch,
-                           " batches (", limits_.tune_prefetch ? "auto" : "fixed", ", at most ",
-                           max_prefetch_, ", ", mib(static_cast<double>(batch_bytes_)),
-                           " pinned each); ", tune_windows_, " tuning windows, ", tune_changes_,
-                           " changes",
-                           last_decision_.empty() ? std::string() : "; last: " + last_decision_);
+  return fmt::format(
+      "{} threads ({}, at most {}), prefetch {} batches ({}, at most {}, {} pinned each); {} "
+      "tuning windows, {} changes{}",
+      tuning_.threads, limits_.tune_threads ? "auto" : "fixed", max_threads_, tuning_.prefetch,
+      limits_.tune_prefetch ? "auto" : "fixed", max_prefetch_,
+      mib(static_cast<double>(batch_bytes_)), tune_windows_, tune_changes_,
+      last_decision_.empty() ? std::string() : "; last: " + last_decision_);
 }
 
 }  // namespace stoker::data

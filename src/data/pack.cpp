@@ -22,6 +22,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -47,7 +48,6 @@
 namespace stoker::data {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 
 namespace {
 
@@ -56,7 +56,8 @@ constexpr uint64_t kPackShuffleStream = 0x7061636B00000000ull;  // "pack"
 void lmdb_check(int rc, const char* call, const fs::path& path) {
   if (rc == 0) return;
   core::detail::throw_error(
-      __FILE__, __LINE__, str("LMDB ", call, " failed on ", path.string(), ": ", mdb_strerror(rc)),
+      __FILE__, __LINE__,
+      fmt::format("LMDB {} failed on {}: {}", call, path.string(), mdb_strerror(rc)),
       rc == MDB_MAP_FULL ? "the LMDB map is full: pack with a larger --map-size"
                          : "check free disk space and permissions of the output folder");
 }
@@ -209,8 +210,9 @@ using RecordMaker = std::function<void(int64_t i, Made& made)>;
 [[noreturn]] void throw_interrupted(int signal, const fs::path& out) {
   const std::string name = detail::signal_name(signal);
   throw PackInterrupted(signal,
-                        str("stoker pack: interrupted by ", name, ": nothing written to ",
-                            out.string(), " (its temporary folder was removed)"),
+                        fmt::format("stoker pack: interrupted by {}: nothing written to {} (its "
+                                    "temporary folder was removed)",
+                                    name, out.string()),
                         core::detail::where(__FILE__, __LINE__));
 }
 
@@ -285,10 +287,11 @@ PackSummary run_pack(int64_t count, const RecordMaker& make,
       try {
         db.put(sample_key(summary.samples), m.record, MDB_APPEND);
       } catch (const Error& e) {
-        core::detail::throw_error(__FILE__, __LINE__,
-                                  str(e.message(), " (writing sample ", summary.samples, ", ",
-                                      input_name(begin + static_cast<int64_t>(k)), ")"),
-                                  e.hint());
+        core::detail::throw_error(
+            __FILE__, __LINE__,
+            fmt::format("{} (writing sample {}, {})", e.message(), summary.samples,
+                        input_name(begin + static_cast<int64_t>(k))),
+            e.hint());
       }
       ++summary.samples;
       summary.bytes += m.payload;
@@ -301,8 +304,8 @@ PackSummary run_pack(int64_t count, const RecordMaker& make,
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - progress_start).count();
     progress.draw("packing", end, count,
-                  core::detail::str(" ", count > 0 ? 100 * end / count : 100, "% ",
-                                    static_cast<int64_t>(s > 0 ? end / s : 0.0), " img/s"),
+                  fmt::format(" {}% {} img/s", count > 0 ? 100 * end / count : 100,
+                              static_cast<int64_t>(s > 0 ? end / s : 0.0)),
                   end == count);
   }
   progress.finish();
@@ -397,7 +400,9 @@ void walk_class_folder(const fs::path& dir, std::vector<std::string>& files,
         files.push_back(path.string());
       }
     }
-    if (ec) skipped.push_back(str(folder.string(), ": cannot list the folder: ", ec.message()));
+    if (ec)
+      skipped.push_back(
+          fmt::format("{}: cannot list the folder: {}", folder.string(), ec.message()));
   }
   std::sort(files.begin(), files.end());
 }
@@ -509,8 +514,8 @@ PackSummary pack_generated(int64_t count, const SampleProducer& produce,
     made.record = encode_record(label, PayloadKind::jpeg, payload_bytes);
     made.payload = static_cast<int64_t>(payload_bytes.size());
   };
-  return run_pack(count, make, [](int64_t i) { return str("sample ", i); }, std::move(class_names),
-                  out, options, {});
+  return run_pack(count, make, [](int64_t i) { return fmt::format("sample {}", i); },
+                  std::move(class_names), out, options, {});
 }
 
 PackSummary pack_folder(const fs::path& root, const fs::path& out, const PackOptions& options) {
@@ -531,10 +536,10 @@ PackSummary pack_folder(const fs::path& root, const fs::path& out, const PackOpt
     if (fs::is_directory(status)) {
       class_dirs.push_back(it->path());
     } else if (type_ec) {  // a dangling link or a link loop where a class folder could be
-      prelude.skipped.push_back(str(it->path().string(), ": not a class folder: ",
-                                    type_ec == std::errc::too_many_symbolic_link_levels
-                                        ? "symbolic link loop"
-                                        : type_ec.message()));
+      prelude.skipped.push_back(fmt::format("{}: not a class folder: {}", it->path().string(),
+                                            type_ec == std::errc::too_many_symbolic_link_levels
+                                                ? "symbolic link loop"
+                                                : type_ec.message()));
     }
   }
   STOKER_CHECK_HINT(!ec, "check the folder's permissions", "stoker pack: cannot list ",
@@ -569,8 +574,9 @@ std::string format_summary(const PackSummary& s) {
                 s.seconds > 0 ? (s.samples + s.skipped) / s.seconds : 0.0);
   std::string text = buf;
   if (s.exif_rotated > 0 || s.exif_unreadable > 0) {
-    text += str("  Exif orientation: ", s.exif_rotated, " re-encoded upright, ", s.exif_unreadable,
-                " unreadable (packed unrotated)\n");
+    text +=
+        fmt::format("  Exif orientation: {} re-encoded upright, {} unreadable (packed unrotated)\n",
+                    s.exif_rotated, s.exif_unreadable);
   }
   return text;
 }

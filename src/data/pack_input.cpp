@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -12,7 +13,6 @@
 
 namespace stoker::data::detail {
 
-using core::detail::str;
 
 namespace {
 
@@ -24,16 +24,16 @@ std::string stat_failure(const std::string& path, int error) {
     char target[4096];
     const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
     const std::string to = n > 0 ? std::string(target, static_cast<size_t>(n)) : "?";
-    return str("dangling symbolic link to '", to, "' (its target does not exist)");
+    return fmt::format("dangling symbolic link to '{}' (its target does not exist)", to);
   }
-  return str("cannot open: ", std::strerror(error));
+  return fmt::format("cannot open: {}", std::strerror(error));
 }
 
 std::string not_regular(const std::string& path, mode_t mode) {
   struct stat link {};
   const bool through_link = ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
-  return str("not a regular file (", through_link ? "a symbolic link to " : "",
-             file_type_name(mode), ")");
+  return fmt::format("not a regular file ({}{})", through_link ? "a symbolic link to " : "",
+                     file_type_name(mode));
 }
 
 class Fd {
@@ -76,15 +76,16 @@ std::string read_input_file(const std::string& path, std::vector<uint8_t>& bytes
   if (fd.get() < 0) {
     const int error = errno;
     return error == ELOOP || error == ENOENT ? stat_failure(path, error)
-                                             : str("cannot open: ", std::strerror(error));
+                                             : fmt::format("cannot open: {}", std::strerror(error));
   }
-  if (::fstat(fd.get(), &st) != 0) return str("cannot stat: ", std::strerror(errno));
+  if (::fstat(fd.get(), &st) != 0) return fmt::format("cannot stat: {}", std::strerror(errno));
   if (!S_ISREG(st.st_mode)) {
-    return str("not a regular file (", file_type_name(st.st_mode), ", replaced while opened)");
+    return fmt::format("not a regular file ({}, replaced while opened)",
+                       file_type_name(st.st_mode));
   }
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size > kMaxInputBytes) {
-    return str("file of ", size, " bytes is larger than a record holds (4 GiB)");
+    return fmt::format("file of {} bytes is larger than a record holds (4 GiB)", size);
   }
   // The head first, so that check_head judges the file before the rest is read.
   bytes.resize(static_cast<size_t>(check_head ? std::min<uint64_t>(size, kInputHeadBytes) : size));
@@ -93,7 +94,7 @@ std::string read_input_file(const std::string& path, std::vector<uint8_t>& bytes
     while (done < bytes.size()) {
       const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return str("read error: ", std::strerror(errno));
+      if (n < 0) return fmt::format("read error: {}", std::strerror(errno));
       if (n == 0) break;  // it shrank since fstat: keep what is there (validation judges it)
       done += static_cast<size_t>(n);
     }

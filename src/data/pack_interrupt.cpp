@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -16,7 +17,6 @@
 namespace stoker::data::detail {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 
 namespace {
 
@@ -68,7 +68,7 @@ int InterruptGuard::signal() { return g_signal.load(std::memory_order_relaxed); 
 std::string signal_name(int signal) {
   if (signal == SIGINT) return "SIGINT";
   if (signal == SIGTERM) return "SIGTERM";
-  return str("signal ", signal);
+  return fmt::format("signal {}", signal);
 }
 
 std::string host_name() {
@@ -101,22 +101,26 @@ std::vector<std::string> remove_stale_leftovers(const fs::path& out) {
     std::string host;
     std::ifstream(path / kPackOwnerFile) >> host;
     if (!host.empty() && host != me) {
-      lines.push_back(str(path.string(), ": a pack's temporary folder made on host ", host,
-                          " (process ", pid,
-                          "), left alone: remove it by hand if that pack "
-                          "is not running"));
+      lines.push_back(
+          fmt::format("{}: a pack's temporary folder made on host {} (process {}), left alone: "
+                      "remove it by hand if that pack is not running",
+                      path.string(), host, pid));
       continue;
     }
     if (::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH) {
       std::error_code rm_ec;
       fs::remove_all(path, rm_ec);
-      lines.push_back(rm_ec ? str("could not remove the leftover of an interrupted pack ",
-                                  path.string(), ": ", rm_ec.message())
-                            : str("removed a leftover of an interrupted pack: ", path.string(),
-                                  " (its process ", pid, " is gone)"));
+      lines.push_back(
+          rm_ec ? fmt::format("could not remove the leftover of an interrupted pack {}: {}",
+                              path.string(), rm_ec.message())
+                : fmt::format(
+                      "removed a leftover of an interrupted pack: {} (its process {} is gone)",
+                      path.string(), pid));
     } else {
-      lines.push_back(str(path.string(), " belongs to process ", pid,
-                          ", which is running (another pack to the same output?): left alone"));
+      lines.push_back(
+          fmt::format("{} belongs to process {}, which is running (another pack to the same "
+                      "output?): left alone",
+                      path.string(), pid));
     }
   }
   return lines;

@@ -4,6 +4,7 @@
 
 #include <turbojpeg.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -151,18 +152,20 @@ std::string check_jpeg_head(uint64_t size, std::span<const uint8_t> head, int64_
         static_cast<uint64_t>(w) * static_cast<uint64_t>(h) * kMaxJpegBytesPerPixel +
         kJpegMetadataBytes;
     if (size > most) {
-      return core::detail::str("file of ", size, " bytes is larger than a ", w, "x", h,
-                               " JPEG can be (at most ", most,
-                               " bytes): it holds something else after the image, or is damaged");
+      return fmt::format(
+          "file of {} bytes is larger than a {}x{} JPEG can be (at most {} bytes): it holds "
+          "something else after the image, or is damaged",
+          size, w, h, most);
     }
     return {};
   }
   const uint64_t most =
       static_cast<uint64_t>(max_pixels) * kMaxJpegBytesPerPixel + kJpegMetadataBytes;
   if (size > most) {
-    return core::detail::str(
-        "file of ", size, " bytes is larger than a JPEG within the pixel budget of ", max_pixels,
-        " pixels can be (at most ", most, " bytes); raise --max-pixels if such images are real");
+    return fmt::format(
+        "file of {} bytes is larger than a JPEG within the pixel budget of {} pixels can be (at "
+        "most {} bytes); raise --max-pixels if such images are real",
+        size, max_pixels, most);
   }
   return {};
 }
@@ -172,10 +175,11 @@ std::string check_pixel_budget(std::span<const uint8_t> jpeg, int64_t max_pixels
   if (!frame_size(jpeg, w, h)) return {};
   const int64_t pixels = int64_t{w} * h;
   if (pixels <= max_pixels) return {};
-  return core::detail::str("header claims ", w, "x", h, " = ", short_count(pixels),
-                           " pixels, over the budget of ", max_pixels,
-                           max_pixels >= 1000000 ? " (" + short_count(max_pixels) + ")" : "",
-                           " pixels; raise --max-pixels if such images are real");
+  return fmt::format(
+      "header claims {}x{} = {} pixels, over the budget of {}{} pixels; raise --max-pixels if such "
+      "images are real",
+      w, h, short_count(pixels), max_pixels,
+      max_pixels >= 1000000 ? " (" + short_count(max_pixels) + ")" : "");
 }
 
 std::string decode_rgb(std::span<const uint8_t> jpeg, int64_t max_pixels, Image& out) {

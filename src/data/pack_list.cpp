@@ -1,5 +1,6 @@
 // List files: parsing (a pure function of the text, safe on any bytes) and the class count, given
 // (--classes) or inferred from the labels with a check for the sparse label sets a typo makes.
+#include <fmt/format.h>
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -13,7 +14,6 @@
 namespace stoker::data {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 
 namespace {
 
@@ -32,7 +32,7 @@ std::string printable(std::string_view line, size_t limit = 120) {
       out += static_cast<char>(c);
     }
   }
-  if (line.size() > limit) out += str("... (", line.size(), " bytes)");
+  if (line.size() > limit) out += fmt::format("... ({} bytes)", line.size());
   return out;
 }
 
@@ -53,8 +53,9 @@ std::vector<ListEntry> parse_lines(std::string_view text, const fs::path& base,
     std::string_view line = text.substr(0, eol);
     text.remove_prefix(eol == std::string_view::npos ? text.size() : eol + 1);
     auto fail = [&](const std::string& what) {
-      core::detail::throw_error(
-          __FILE__, __LINE__, str("stoker pack: ", list_name, ":", line_no, ": ", what), kLineHint);
+      core::detail::throw_error(__FILE__, __LINE__,
+                                fmt::format("stoker pack: {}:{}: {}", list_name, line_no, what),
+                                kLineHint);
     };
     if (line.find('\0') != std::string_view::npos) {
       fail("the line contains a NUL byte (is this a text file?): '" + printable(line) + "'");
@@ -73,8 +74,9 @@ std::vector<ListEntry> parse_lines(std::string_view text, const fs::path& base,
     const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), label);
     const bool digits = !token.empty() && token[0] >= '0' && token[0] <= '9';
     if (ec == std::errc::result_out_of_range || (ec == std::errc() && label > INT32_MAX)) {
-      fail(str("label ", printable(token, 24), " is too large (the largest is ", INT32_MAX,
-               ", and a dataset holds at most ", kPackMaxClasses, " classes)"));
+      fail(fmt::format(
+          "label {} is too large (the largest is {}, and a dataset holds at most {} classes)",
+          printable(token, 24), INT32_MAX, kPackMaxClasses));
     }
     if (!digits || ec != std::errc() || end != token.data() + token.size()) {
       fail("the label (the last field) is not an integer >= 0: '" + printable(line) + "'");
@@ -98,10 +100,10 @@ std::string largest_labels(const std::map<int32_t, LabelUse>& uses, int how_many
   int shown = 0;
   for (auto it = uses.rbegin(); it != uses.rend() && shown < how_many; ++it, ++shown) {
     if (shown > 0) s += ", ";
-    s += str(it->first, " (", it->second.count,
-             it->second.count == 1 ? " sample: line" : " samples: lines");
+    s += fmt::format("{} ({}{}", it->first, it->second.count,
+                     it->second.count == 1 ? " sample: line" : " samples: lines");
     for (size_t k = 0; k < it->second.lines.size(); ++k)
-      s += str(k > 0 ? ", " : " ", it->second.lines[k]);
+      s += fmt::format("{}{}", k > 0 ? ", " : " ", it->second.lines[k]);
     if (it->second.count > static_cast<int64_t>(it->second.lines.size())) s += ", ...";
     s += ")";
   }
@@ -148,20 +150,21 @@ PackSummary pack_list(const fs::path& list, const fs::path& out, const PackOptio
     }
     classes = int64_t{uses.rbegin()->first} + 1;
     const auto distinct = static_cast<int64_t>(uses.size());
-    const std::string extremes =
-        str(distinct, " distinct labels in [0, ", classes - 1, "] make ", classes, " classes, ",
-            classes - distinct,
-            " of them without a sample; the largest labels: ", largest_labels(uses, 3));
+    const std::string extremes = fmt::format(
+        "{} distinct labels in [0, {}] make {} classes, {} of them without a sample; the largest "
+        "labels: {}",
+        distinct, classes - 1, classes, classes - distinct, largest_labels(uses, 3));
     // A typo (1000000 among labels 0..999) must not silently make a million-class dataset.
     STOKER_CHECK_HINT(classes <= kPackMaxClasses && !(classes > 1000 && classes > 10 * distinct),
-                      str("fix the label typo, or pass the real class count with --classes N "
-                          "(labels must be below N) if these labels are right"),
+                      "fix the label typo, or pass the real class count with --classes N (labels "
+                      "must be below N) if these labels are right",
                       "stoker pack: ", list.string(),
                       ": the labels are grossly sparse: ", extremes);
     if (2 * distinct < classes) {
-      prelude.warnings.push_back(str(list.string(), ": the labels are sparse: ", extremes,
-                                     "; if that is not right, fix the labels; pass --classes N "
-                                     "to state the class count"));
+      prelude.warnings.push_back(
+          fmt::format("{}: the labels are sparse: {}; if that is not right, fix the labels; pass "
+                      "--classes N to state the class count",
+                      list.string(), extremes));
     }
   }
   std::vector<std::string> class_names;

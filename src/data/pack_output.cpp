@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -14,7 +15,6 @@
 namespace stoker::data::detail {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 
 namespace {
 
@@ -80,15 +80,15 @@ std::string why_not_a_stoker_database(const fs::path& out, const struct stat& st
       has_data = has_data || name == "data.mdb";
       continue;
     }
-    return str("a folder holding ", name, " (a database holds data.mdb and lock.mdb only)");
+    return fmt::format("a folder holding {} (a database holds data.mdb and lock.mdb only)", name);
   }
-  if (ec) return str("a folder that cannot be listed (", ec.message(), ")");
+  if (ec) return fmt::format("a folder that cannot be listed ({})", ec.message());
   if (!has_data) return "a folder without data.mdb";
   try {
     // no_lock: looking creates no lock.mdb.
     const LmdbImageDataset ds(out, {.no_lock = true});
   } catch (const Error& e) {
-    return str("an LMDB folder that is not a readable stoker database (", e.message(), ")");
+    return fmt::format("an LMDB folder that is not a readable stoker database ({})", e.message());
   }
   return {};
 }
@@ -104,22 +104,24 @@ void check_output_apart_from_inputs(const fs::path& out, const std::vector<PackI
     const std::optional<FileId> in_id = file_id(in_c);
     const bool same = out_c == in_c || (out_id && in_id && *out_id == *in_id);
     if (same) {
-      core::detail::throw_error(__FILE__, __LINE__,
-                                str("stoker pack: --out ", out.string(), " is ", input.what, " ",
-                                    input.path.string(), ": the pack would replace it"),
-                                kApartHint);
+      core::detail::throw_error(
+          __FILE__, __LINE__,
+          fmt::format("stoker pack: --out {} is {} {}: the pack would replace it", out.string(),
+                      input.what, input.path.string()),
+          kApartHint);
     }
     if (!input.may_hold_output && (lexically_within(out_c, in_c) || contains(out_chain, in_id))) {
       core::detail::throw_error(__FILE__, __LINE__,
-                                str("stoker pack: --out ", out.string(), " is inside ", input.what,
-                                    " ", input.path.string()),
+                                fmt::format("stoker pack: --out {} is inside {} {}", out.string(),
+                                            input.what, input.path.string()),
                                 kApartHint);
     }
     if (lexically_within(in_c, out_c) || (out_id && contains(ids_up_from(in_c), out_id))) {
-      core::detail::throw_error(__FILE__, __LINE__,
-                                str("stoker pack: --out ", out.string(), " contains ", input.what,
-                                    " ", input.path.string(), ": the pack would replace it"),
-                                kApartHint);
+      core::detail::throw_error(
+          __FILE__, __LINE__,
+          fmt::format("stoker pack: --out {} contains {} {}: the pack would replace it",
+                      out.string(), input.what, input.path.string()),
+          kApartHint);
     }
   }
 }
@@ -128,14 +130,14 @@ void check_output_replaceable(const fs::path& out, bool overwrite) {
   struct stat st {};
   if (::lstat(out.c_str(), &st) != 0) {
     if (errno == ENOENT) return;
-    core::detail::throw_error(
-        __FILE__, __LINE__,
-        str("stoker pack: cannot check the output ", out.string(), ": ", std::strerror(errno)),
-        "choose an --out inside a folder you can read and write");
+    core::detail::throw_error(__FILE__, __LINE__,
+                              fmt::format("stoker pack: cannot check the output {}: {}",
+                                          out.string(), std::strerror(errno)),
+                              "choose an --out inside a folder you can read and write");
   }
   if (!overwrite) {
     core::detail::throw_error(
-        __FILE__, __LINE__, str("stoker pack: output ", out.string(), " already exists"),
+        __FILE__, __LINE__, fmt::format("stoker pack: output {} already exists", out.string()),
         "pass --overwrite to replace it (only a database written by `stoker pack`), or choose "
         "another --out");
   }
@@ -143,10 +145,11 @@ void check_output_replaceable(const fs::path& out, bool overwrite) {
   if (!why.empty()) {
     core::detail::throw_error(
         __FILE__, __LINE__,
-        str("stoker pack: --overwrite replaces only a database written by `stoker pack`, and "
-            "--out ",
-            out.string(), " is ", why),
-        str("choose another --out, or remove ", out.string(), " yourself if it is meant to go"));
+        fmt::format("stoker pack: --overwrite replaces only a database written by `stoker pack`, "
+                    "and --out {} is {}",
+                    out.string(), why),
+        fmt::format("choose another --out, or remove {} yourself if it is meant to go",
+                    out.string()));
   }
 }
 

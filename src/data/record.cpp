@@ -2,6 +2,7 @@
 // depend on the host's struct layout or endianness.
 #include "stoker/data/record.h"
 
+#include <fmt/format.h>
 #include <cstdio>
 #include <cstring>
 
@@ -64,41 +65,41 @@ std::string encode_record(int32_t label, PayloadKind kind, std::span<const uint8
 
 std::string parse_record_header(std::span<const uint8_t> value, int num_classes,
                                 RecordHeader& out) {
-  using core::detail::str;
   if (value.empty()) return "zero-length value";
   if (value.size() < kRecordHeaderBytesV1) {
-    return str("value of ", value.size(), " bytes is shorter than the ", kRecordHeaderBytesV1,
-               "-byte record header");
+    return fmt::format("value of {} bytes is shorter than the {}-byte record header", value.size(),
+                       kRecordHeaderBytesV1);
   }
   const uint8_t* p = value.data();
   if (std::memcmp(p, kRecordMagic, 4) != 0) return "bad magic (not a stoker record)";
   const auto version = static_cast<uint16_t>(get_le(p + 4, 2));
   if (version != kRecordVersionV1 && version != kRecordVersion) {
-    return str("unknown record version ", version, " (this build reads versions ", kRecordVersionV1,
-               " and ", kRecordVersion,
-               "; a newer stoker wrote it, or the record is damaged: use that stoker or repack "
-               "with this one)");
+    return fmt::format(
+        "unknown record version {} (this build reads versions {} and {}; a newer stoker wrote it, "
+        "or the record is damaged: use that stoker or repack with this one)",
+        version, kRecordVersionV1, kRecordVersion);
   }
   const size_t header_bytes =
       version == kRecordVersionV1 ? kRecordHeaderBytesV1 : kRecordHeaderBytes;
   if (value.size() < header_bytes) {
-    return str("value of ", value.size(), " bytes is shorter than the ", header_bytes,
-               "-byte version ", version, " record header");
+    return fmt::format("value of {} bytes is shorter than the {}-byte version {} record header",
+                       value.size(), header_bytes, version);
   }
   const auto kind = static_cast<PayloadKind>(p[6]);
-  if (kind != PayloadKind::jpeg) return str("unknown payload kind ", static_cast<int>(p[6]));
+  if (kind != PayloadKind::jpeg)
+    return fmt::format("unknown payload kind {}", static_cast<int>(p[6]));
   const auto label = static_cast<int32_t>(static_cast<uint32_t>(get_le(p + 8, 4)));
   const uint64_t count = get_le(p + 12, 4);
   const uint64_t available = value.size() - header_bytes;
   if (count > available) {
-    return str("truncated payload: header says ", count, " bytes, value holds ", available);
+    return fmt::format("truncated payload: header says {} bytes, value holds {}", count, available);
   }
   if (count < available) {
-    return str("payload of ", count, " bytes followed by ", available - count, " stray bytes");
+    return fmt::format("payload of {} bytes followed by {} stray bytes", count, available - count);
   }
   if (count == 0) return "empty payload";
   if (label < 0 || (num_classes > 0 && label >= num_classes)) {
-    return str("label ", label, " out of range [0, ", num_classes, ")");
+    return fmt::format("label {} out of range [0, {})", label, num_classes);
   }
   out.version = version;
   out.kind = kind;
@@ -118,9 +119,8 @@ std::string parse_record(std::span<const uint8_t> value, int num_classes, Sample
   if (header.has_checksum) {
     const uint64_t computed = record_checksum(value.first(kRecordHeaderBytesV1), payload);
     if (computed != header.checksum) {
-      return core::detail::str("record checksum mismatch (stored ",
-                               util::checksum_hex(header.checksum), ", computed ",
-                               util::checksum_hex(computed), "): the record is damaged");
+      return fmt::format("record checksum mismatch (stored {}, computed {}): the record is damaged",
+                         util::checksum_hex(header.checksum), util::checksum_hex(computed));
     }
   }
   out.label = header.label;

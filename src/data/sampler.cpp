@@ -3,6 +3,7 @@
 // continued epoch shards what is left of the permutation the same way.
 #include "stoker/data/sampler.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -138,9 +139,9 @@ std::span<const int64_t> Sampler::batch(int64_t b) const {
   const int64_t nb = num_batches();
   if (b < first_ || b >= nb) {
     const std::string why =
-        first_ == 0 ? std::string()
-                    : core::detail::str(" (epoch ", epoch_,
-                                        " is continued: its batches are the last ones)");
+        first_ == 0
+            ? std::string()
+            : fmt::format(" (epoch {} is continued: its batches are the last ones)", epoch_);
     STOKER_THROW("Sampler::batch: batch ", b, " is not in [", first_, ", ", nb, ")", why);
   }
   const int64_t begin = (b - first_) * options_.batch_size;

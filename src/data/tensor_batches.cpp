@@ -1,5 +1,6 @@
 #include "stoker/data/tensor_batches.h"
 
+#include <fmt/format.h>
 #include <cstring>
 
 #include "stoker/core/error.h"
@@ -97,7 +98,7 @@ SourceIdentity TensorBatches::identity() const {
     util::Checksum64 sum;
     std::string text = "tensors";
     for (const Tensor* t : {&inputs_, &targets_}) {
-      const std::string desc = core::detail::str(dtype_name(t->dtype()), t->shape().str());
+      const std::string desc = fmt::format("{}{}", dtype_name(t->dtype()), t->shape().str());
       sum.update(desc.data(), desc.size());
       sum.update(t->data(), t->nbytes());
       text += " " + desc;

@@ -1,6 +1,7 @@
 // TokenBatches: windows gathered into one host batch, then one copy per tensor to the device.
 #include "stoker/data/token_batches.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -154,9 +155,9 @@ SourceIdentity TokenBatches::identity() const {
   id.batch_size = options_.batch_size;
   id.seed = dataset_.options().seed;
   id.samples = dataset_.size();
-  id.fingerprint = core::detail::str(
-      "token file of ", n, " tokens of ", dataset_.options().token_bytes, " bytes, windows of ",
-      dataset_.options().context + 1, ", xxh3 of the first and last ", kEdgeTokens, " tokens ",
+  id.fingerprint = fmt::format(
+      "token file of {} tokens of {} bytes, windows of {}, xxh3 of the first and last {} tokens {}",
+      n, dataset_.options().token_bytes, dataset_.options().context + 1, kEdgeTokens,
       util::checksum_hex(util::checksum64(edges.data(), edges.size() * sizeof(uint32_t))));
   id.location = dataset_.path().string();
   return id;

@@ -6,6 +6,7 @@
 #include <glob.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -24,7 +25,6 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 using core::detail::throw_error;
 
 bool ends_with(const std::string& s, std::string_view tail) {
@@ -58,10 +58,12 @@ std::vector<fs::path> expand(const std::string& source) {
     for (size_t i = 0; i < g.gl_pathc; ++i) names.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
   if (rc == GLOB_NOMATCH || (rc == 0 && names.empty()))
-    throw_error(__FILE__, __LINE__, str("token corpus: no file matches the pattern ", source),
+    throw_error(__FILE__, __LINE__,
+                fmt::format("token corpus: no file matches the pattern {}", source),
                 "check the pattern (quote it so that the shell does not expand it)");
   if (rc != 0)
-    throw_error(__FILE__, __LINE__, str("token corpus: cannot expand the pattern ", source),
+    throw_error(__FILE__, __LINE__,
+                fmt::format("token corpus: cannot expand the pattern {}", source),
                 "check the pattern and the folder's permissions");
   std::sort(names.begin(), names.end());
   return {names.begin(), names.end()};
@@ -184,8 +186,9 @@ int token_type_bytes(TokenType type) {
 }
 
 std::string TokenPosition::describe() const {
-  return str(file.string(), " token ", file_token, " (byte ", file_byte, "), document ", document,
-             " token ", document_offset, sequence >= 0 ? str(", sequence ", sequence) : "");
+  return fmt::format("{} token {} (byte {}), document {} token {}{}", file.string(), file_token,
+                     file_byte, document, document_offset,
+                     sequence >= 0 ? fmt::format(", sequence {}", sequence) : "");
 }
 
 TokenCorpus::TokenCorpus(const std::string& source, TokenCorpusOptions options)
@@ -216,7 +219,7 @@ TokenCorpus::TokenCorpus(const std::vector<std::string>& sources, TokenCorpusOpt
     for (const std::string& s : sources) {
       if (sources.size() > 1 && megatron_prefix(s))
         throw_error(__FILE__, __LINE__,
-                    str("token corpus: ", s, " is a Megatron dataset among other sources"),
+                    fmt::format("token corpus: {} is a Megatron dataset among other sources", s),
                     "give one Megatron prefix per corpus (several datasets form a mixture)");
       for (fs::path& p : expand(s)) paths.push_back(std::move(p));
     }
@@ -228,13 +231,12 @@ TokenCorpus::TokenCorpus(const std::vector<std::string>& sources, TokenCorpusOpt
       } else {
         const std::string p = paths.front().string();
         throw_error(__FILE__, __LINE__,
-                    str("token corpus ", p, ": not a Megatron dataset (no ",
-                        ends_with(p, ".bin") ? p.substr(0, p.size() - 4) : p,
-                        ".idx beside it) and not an llm.c shard (",
-                        w ? str("it starts with ", *w, ", not the magic ", detail::kLlmcMagicGpt2,
-                                " or ", detail::kLlmcMagicLlama3)
-                          : std::string("shorter than 4 bytes"),
-                        ")"),
+                    fmt::format("token corpus {}: not a Megatron dataset (no {}.idx beside it) and "
+                                "not an llm.c shard ({})",
+                                p, ends_with(p, ".bin") ? p.substr(0, p.size() - 4) : p,
+                                w ? fmt::format("it starts with {}, not the magic {} or {}", *w,
+                                                detail::kLlmcMagicGpt2, detail::kLlmcMagicLlama3)
+                                  : std::string("shorter than 4 bytes")),
                     "if it holds raw token ids, give their width: --token-bytes 2 (uint16) or 4 "
                     "(uint32)");
       }
@@ -350,9 +352,10 @@ TokenScanResult TokenCorpus::scan(int64_t vocab_size) const {
     const int64_t id = token(r.first_bad);
     throw_error(
         __FILE__, __LINE__,
-        str("token corpus ", impl_->c.name, ": token id ", id, " at ",
-            locate(r.first_bad).describe(),
-            id < 0 ? str(" is negative") : str(" is not below the vocabulary size ", vocab_size)),
+        fmt::format("token corpus {}: token id {} at {}{}", impl_->c.name, id,
+                    locate(r.first_bad).describe(),
+                    id < 0 ? std::string(" is negative")
+                           : fmt::format(" is not below the vocabulary size {}", vocab_size)),
         "give the vocabulary size of the tokenizer that wrote the corpus (--vocab), or "
         "tokenize it again with the model's tokenizer");
   }

@@ -9,12 +9,13 @@
 #include "stoker/core/error.h"
 #include "token_corpus_internal.h"
 
+#include <fmt/format.h>
+
 namespace stoker::data::detail {
 
 namespace {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 using core::detail::throw_error;
 
 constexpr const char* kShardHint =
@@ -34,12 +35,13 @@ CorpusContent open_llmc_shards(const std::vector<fs::path>& paths, int64_t delim
     const MappedFile& m = c.maps.back();
     const std::string P = path.string();
     if (m.size() < kLlmcHeaderBytes)
-      throw_error(
-          __FILE__, __LINE__,
-          str("llm.c shard ", P, ": ",
-              m.size() == 0 ? std::string("empty (0 bytes)") : str("only ", m.size(), " bytes"),
-              ", shorter than the 1024-byte header (256 int32) of a shard (truncated?)"),
-          kShardHint);
+      throw_error(__FILE__, __LINE__,
+                  fmt::format("llm.c shard {}: {}, shorter than the 1024-byte header (256 int32) "
+                              "of a shard (truncated?)",
+                              P,
+                              m.size() == 0 ? std::string("empty (0 bytes)")
+                                            : fmt::format("only {} bytes", m.size())),
+                  kShardHint);
     const int32_t magic = m.load<int32_t>(0);
     const int32_t version = m.load<int32_t>(4);
     const int32_t count = m.load<int32_t>(8);
@@ -48,52 +50,60 @@ CorpusContent open_llmc_shards(const std::vector<fs::path>& paths, int64_t delim
       type = TokenType::u16;
       if (version != 1)
         throw_error(__FILE__, __LINE__,
-                    str("llm.c shard ", P, ": version ", version, " with the GPT-2 magic ", magic,
-                        "; llm.c writes version 1 (uint16 ids) with it"),
+                    fmt::format("llm.c shard {}: version {} with the GPT-2 magic {}; llm.c writes "
+                                "version 1 (uint16 ids) with it",
+                                P, version, magic),
                     kShardHint);
     } else if (magic == kLlmcMagicLlama3) {
       type = TokenType::u32;
       if (version != 7)
         throw_error(__FILE__, __LINE__,
-                    str("llm.c shard ", P, ": version ", version, " with the Llama 3 magic ", magic,
-                        "; llm.c writes version 7 (uint32 ids) with it"),
+                    fmt::format("llm.c shard {}: version {} with the Llama 3 magic {}; llm.c "
+                                "writes version 7 (uint32 ids) with it",
+                                P, version, magic),
                     kShardHint);
     } else if (magic == kLlmcMagicEval) {
       throw_error(__FILE__, __LINE__,
-                  str("llm.c shard ", P, ": magic ", magic,
-                      " is llm.c's multiple-choice evaluation file (HellaSwag, MMLU), not a "
-                      "token shard"),
+                  fmt::format("llm.c shard {}: magic {} is llm.c's multiple-choice evaluation file "
+                              "(HellaSwag, MMLU), not a token shard",
+                              P, magic),
                   "give the token shards (fineweb_train_*.bin), not the evaluation file");
     } else {
-      throw_error(__FILE__, __LINE__,
-                  str("llm.c shard ", P, ": bad magic ", magic, " (shards start with ",
-                      kLlmcMagicGpt2, " for GPT-2 or ", kLlmcMagicLlama3, " for Llama 3)"),
-                  kShardHint);
+      throw_error(
+          __FILE__, __LINE__,
+          fmt::format(
+              "llm.c shard {}: bad magic {} (shards start with {} for GPT-2 or {} for Llama 3)", P,
+              magic, kLlmcMagicGpt2, kLlmcMagicLlama3),
+          kShardHint);
     }
     if (c.maps.size() == 1) {
       first_magic = magic;
       c.type = type;
     } else if (magic != first_magic) {
       throw_error(__FILE__, __LINE__,
-                  str("llm.c shards: ", P, " has magic ", magic, " (", token_type_name(type),
-                      " ids), ", paths.front().string(), " has ", first_magic, " (",
-                      token_type_name(c.type), " ids): one corpus has one tokenizer"),
+                  fmt::format("llm.c shards: {} has magic {} ({} ids), {} has {} ({} ids): one "
+                              "corpus has one tokenizer",
+                              P, magic, token_type_name(type), paths.front().string(), first_magic,
+                              token_type_name(c.type)),
                   "give the shards of one tokenizer (GPT-2 or Llama 3) together");
     }
     const uint64_t width = uint64_t(token_type_bytes(type));
     const uint64_t body = m.size() - kLlmcHeaderBytes;
     if (count <= 0)
-      throw_error(__FILE__, __LINE__,
-                  str("llm.c shard ", P, ": its header counts ", count,
-                      " tokens (llm.c's shards hold at least one)"),
-                  kShardHint);
+      throw_error(
+          __FILE__, __LINE__,
+          fmt::format(
+              "llm.c shard {}: its header counts {} tokens (llm.c's shards hold at least one)", P,
+              count),
+          kShardHint);
     if (body != uint64_t(count) * width)
-      throw_error(__FILE__, __LINE__,
-                  str("llm.c shard ", P, ": its header counts ", count, " tokens (",
-                      uint64_t(count) * width, " bytes of ", token_type_name(type),
-                      "), but the file has ", body, " bytes after the header (",
-                      body < uint64_t(count) * width ? "truncated" : "extra bytes at the end", ")"),
-                  kShardHint);
+      throw_error(
+          __FILE__, __LINE__,
+          fmt::format("llm.c shard {}: its header counts {} tokens ({} bytes of {}), but the file "
+                      "has {} bytes after the header ({})",
+                      P, count, uint64_t(count) * width, token_type_name(type), body,
+                      body < uint64_t(count) * width ? "truncated" : "extra bytes at the end"),
+          kShardHint);
     TokenFile f;
     f.path = path;
     f.data = m.data() + kLlmcHeaderBytes;
@@ -106,8 +116,8 @@ CorpusContent open_llmc_shards(const std::vector<fs::path>& paths, int64_t delim
   c.delimiter = delimiter >= 0 ? delimiter : (c.type == TokenType::u16 ? 50256 : 128000);
   c.delimiter_begins_document = true;
   c.name = paths.size() == 1 ? paths.front().string()
-                             : str(paths.size(), " shards (", paths.front().string(), " .. ",
-                                   paths.back().string(), ")");
+                             : fmt::format("{} shards ({} .. {})", paths.size(),
+                                           paths.front().string(), paths.back().string());
   return c;
 }
 

@@ -16,6 +16,7 @@
 // times the dtype's size, also after add_index merges), so the ids of PREFIX.bin are exactly
 // the concatenation of the documents: that is what is required here, and what lets the corpus be
 // one zero-copy array of ids.
+#include <fmt/format.h>
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -28,7 +29,6 @@ namespace stoker::data::detail {
 namespace {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 using core::detail::throw_error;
 
 constexpr std::array<uint8_t, 9> kMagic = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
@@ -128,34 +128,37 @@ CorpusContent open_megatron(const fs::path& prefix) {
 
   if (isize < kHeaderBytes)
     throw_error(__FILE__, __LINE__,
-                str("Megatron index ", I, ": ", isize == 0 ? "empty (0 bytes)" : "only ",
-                    isize == 0 ? "" : str(isize, " bytes"), ", shorter than the ", kHeaderBytes,
-                    "-byte header (truncated?)"),
+                fmt::format("Megatron index {}: {}{}, shorter than the {}-byte header (truncated?)",
+                            I, isize == 0 ? "empty (0 bytes)" : "only ",
+                            isize == 0 ? "" : fmt::format("{} bytes", isize), kHeaderBytes),
                 kRebuildHint);
   if (!std::equal(kMagic.begin(), kMagic.end(), idx.data()))
     throw_error(__FILE__, __LINE__,
-                str("Megatron index ", I, ": bad magic (starts with ", hex_bytes(idx.data(), 9),
-                    ", a Megatron index starts with \"MMIDIDX\\0\\0\")"),
+                fmt::format("Megatron index {}: bad magic (starts with {}, a Megatron index starts "
+                            "with \"MMIDIDX\\0\\0\")",
+                            I, hex_bytes(idx.data(), 9)),
                 "give the .idx written with the .bin by Megatron's preprocess_data.py (older "
                 "\"TNTIDX\" indexes of the lazy/cached formats are not read)");
   const uint64_t version = idx.load<uint64_t>(9);
   if (version != 1)
-    throw_error(__FILE__, __LINE__,
-                str("Megatron index ", I, ": version ", version,
-                    ", Megatron's indexed dataset has version 1"),
-                kRebuildHint);
+    throw_error(
+        __FILE__, __LINE__,
+        fmt::format("Megatron index {}: version {}, Megatron's indexed dataset has version 1", I,
+                    version),
+        kRebuildHint);
   const uint8_t code = idx.load<uint8_t>(17);
   const DtypeCode dtype = dtype_of(code);
   if (dtype.name == nullptr)
     throw_error(__FILE__, __LINE__,
-                str("Megatron index ", I, ": unknown dtype code ", int(code),
-                    " (Megatron's codes: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, "
-                    "7 float32, 8 uint16)"),
+                fmt::format("Megatron index {}: unknown dtype code {} (Megatron's codes: 1 uint8, "
+                            "2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16)",
+                            I, int(code)),
                 kRebuildHint);
   if (!dtype.integer)
     throw_error(__FILE__, __LINE__,
-                str("Megatron index ", I, ": dtype code ", int(code), " (", dtype.name,
-                    "): the dataset holds floating-point values, not token ids"),
+                fmt::format("Megatron index {}: dtype code {} ({}): the dataset holds "
+                            "floating-point values, not token ids",
+                            I, int(code), dtype.name),
                 "give a dataset of token ids (integer dtypes)");
   c.type = dtype.type;
   const int width = token_type_bytes(c.type);
@@ -165,33 +168,37 @@ CorpusContent open_megatron(const fs::path& prefix) {
   // Sizes implied by the counts, without overflow: each count fits in the file first.
   const uint64_t room = isize - kHeaderBytes;
   if (sequences > room / 12 || documents > room / 8 || sequences * 12 + documents * 8 > room)
-    throw_error(__FILE__, __LINE__,
-                str("Megatron index ", I, ": the header counts ", sequences, " sequences and ",
-                    documents, " document indices, which need ",
+    throw_error(
+        __FILE__, __LINE__,
+        fmt::format("Megatron index {}: the header counts {} sequences and {} document indices, "
+                    "which need {}; the file has {} bytes (truncated, or a damaged header)",
+                    I, sequences, documents,
                     sequences > room / 12 || documents > room / 8
                         ? std::string("more bytes than the file has")
-                        : str(kHeaderBytes + sequences * 12 + documents * 8, " bytes"),
-                    "; the file has ", isize, " bytes (truncated, or a damaged header)"),
-                kRebuildHint);
+                        : fmt::format("{} bytes", kHeaderBytes + sequences * 12 + documents * 8),
+                    isize),
+        kRebuildHint);
   const uint64_t expected = kHeaderBytes + sequences * 12 + documents * 8;
   if (isize != expected) {
     if (isize == expected + sequences && sequences > 0)
-      throw_error(__FILE__, __LINE__,
-                  str("Megatron index ", I, ": it holds a sequence mode per sequence (", sequences,
-                      " bytes after the document indices): a multimodal dataset, which is not "
-                      "read as token ids"),
-                  "give a text-only dataset (built without --multimodal)");
+      throw_error(
+          __FILE__, __LINE__,
+          fmt::format("Megatron index {}: it holds a sequence mode per sequence ({} bytes after "
+                      "the document indices): a multimodal dataset, which is not read as token ids",
+                      I, sequences),
+          "give a text-only dataset (built without --multimodal)");
     throw_error(__FILE__, __LINE__,
-                str("Megatron index ", I, ": ", isize, " bytes, but its header's counts (",
-                    sequences, " sequences, ", documents, " document indices) make ", expected,
-                    " bytes (", isize > expected ? "extra bytes at the end" : "truncated", ")"),
+                fmt::format("Megatron index {}: {} bytes, but its header's counts ({} sequences, "
+                            "{} document indices) make {} bytes ({})",
+                            I, isize, sequences, documents, expected,
+                            isize > expected ? "extra bytes at the end" : "truncated"),
                 kRebuildHint);
   }
   if (documents < 1)
     throw_error(__FILE__, __LINE__,
-                str("Megatron index ", I,
-                    ": no document indices (Megatron's start with 0 and end with the sequence "
-                    "count)"),
+                fmt::format("Megatron index {}: no document indices (Megatron's start with 0 and "
+                            "end with the sequence count)",
+                            I),
                 kRebuildHint);
 
   c.maps.emplace_back(bin_path);
@@ -204,23 +211,24 @@ CorpusContent open_megatron(const fs::path& prefix) {
   const int64_t S = static_cast<int64_t>(sequences);
   const int64_t D = static_cast<int64_t>(documents);
   if (index->doc(0) != 0)
-    throw_error(
-        __FILE__, __LINE__,
-        str("Megatron index ", I, ": the document indices start with ", index->doc(0), ", not 0"),
-        kRebuildHint);
+    throw_error(__FILE__, __LINE__,
+                fmt::format("Megatron index {}: the document indices start with {}, not 0", I,
+                            index->doc(0)),
+                kRebuildHint);
   for (int64_t d = 1; d < D; ++d) {
     const int64_t a = index->doc(d - 1), b = index->doc(d);
     if (b < a || b > S)
       throw_error(__FILE__, __LINE__,
-                  str("Megatron index ", I, ": document index ", d, " is ", b,
-                      b < a ? str(", below the one before it (", a, ")")
-                            : str(", past the ", S, " sequences")),
+                  fmt::format("Megatron index {}: document index {} is {}{}", I, d, b,
+                              b < a ? fmt::format(", below the one before it ({})", a)
+                                    : fmt::format(", past the {} sequences", S)),
                   kRebuildHint);
   }
   if (index->doc(D - 1) != S)
     throw_error(__FILE__, __LINE__,
-                str("Megatron index ", I, ": the last document index is ", index->doc(D - 1),
-                    ", not the sequence count ", S, " (sequences after the last document)"),
+                fmt::format("Megatron index {}: the last document index is {}, not the sequence "
+                            "count {} (sequences after the last document)",
+                            I, index->doc(D - 1), S),
                 kRebuildHint);
 
   // Sequences: lengths >= 0, each inside PREFIX.bin, back to back from byte 0 to its end.
@@ -231,31 +239,34 @@ CorpusContent open_megatron(const fs::path& prefix) {
     const int64_t ptr = index->pointer(s);
     if (len < 0)
       throw_error(__FILE__, __LINE__,
-                  str("Megatron index ", I, ": sequence ", s, " has a negative length ", len),
+                  fmt::format("Megatron index {}: sequence {} has a negative length {}", I, s, len),
                   kRebuildHint);
     const uint64_t bytes = static_cast<uint64_t>(len) * uint64_t(width);
     if (ptr < 0 || static_cast<uint64_t>(ptr) > bsize || bytes > bsize - uint64_t(ptr))
-      throw_error(__FILE__, __LINE__,
-                  str("Megatron index ", I, ": sequence ", s, " (", len, " tokens at byte ", ptr,
-                      ") points outside ", B, " (", bsize,
-                      " bytes): the .bin is truncated or belongs to another index"),
-                  kRebuildHint);
+      throw_error(
+          __FILE__, __LINE__,
+          fmt::format("Megatron index {}: sequence {} ({} tokens at byte {}) points outside {} ({} "
+                      "bytes): the .bin is truncated or belongs to another index",
+                      I, s, len, ptr, B, bsize),
+          kRebuildHint);
     if (static_cast<uint64_t>(ptr) != next)
       throw_error(__FILE__, __LINE__,
-                  str("Megatron index ", I, ": sequence ", s, " starts at byte ", ptr, " of ", B,
-                      ", but the sequences before it end at byte ", next,
-                      " (Megatron writes them back to back: the index is damaged or not "
-                      "Megatron's)"),
+                  fmt::format("Megatron index {}: sequence {} starts at byte {} of {}, but the "
+                              "sequences before it end at byte {} (Megatron writes them back to "
+                              "back: the index is damaged or not Megatron's)",
+                              I, s, ptr, B, next),
                   kRebuildHint);
     next += bytes;
   }
   if (next != bsize)
-    throw_error(__FILE__, __LINE__,
-                str("Megatron dataset ", c.name, ": ", B, " has ", bsize, " bytes, but the ", S,
-                    " sequences of ", I, " cover ", next, " (",
-                    bsize % width != 0 ? str("not a whole number of ", width, "-byte ids; ") : "",
-                    "the .bin and .idx do not belong together)"),
-                kRebuildHint);
+    throw_error(
+        __FILE__, __LINE__,
+        fmt::format(
+            "Megatron dataset {}: {} has {} bytes, but the {} sequences of {} cover {} ({}the .bin "
+            "and .idx do not belong together)",
+            c.name, B, bsize, S, I, next,
+            bsize % width != 0 ? fmt::format("not a whole number of {}-byte ids; ", width) : ""),
+        kRebuildHint);
 
   TokenFile f;
   f.path = bin_path;

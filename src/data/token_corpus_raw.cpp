@@ -5,19 +5,21 @@
 #include "stoker/core/error.h"
 #include "token_corpus_internal.h"
 
+#include <fmt/format.h>
+
 namespace stoker::data::detail {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 using core::detail::throw_error;
 
 CorpusContent open_raw_files(const std::vector<fs::path>& paths, int token_bytes,
                              int64_t delimiter) {
   if (token_bytes != 2 && token_bytes != 4)
-    throw_error(__FILE__, __LINE__,
-                str("raw token files: token width ", token_bytes, " bytes; raw ids are uint16 (2) ",
-                    "or uint32 (4)"),
-                "give --token-bytes 2 or 4");
+    throw_error(
+        __FILE__, __LINE__,
+        fmt::format("raw token files: token width {} bytes; raw ids are uint16 (2) or uint32 (4)",
+                    token_bytes),
+        "give --token-bytes 2 or 4");
   CorpusContent c;
   c.format = TokenFormat::raw;
   c.type = token_bytes == 2 ? TokenType::u16 : TokenType::u32;
@@ -28,15 +30,15 @@ CorpusContent open_raw_files(const std::vector<fs::path>& paths, int token_bytes
     const MappedFile& m = c.maps.back();
     if (m.size() == 0)
       throw_error(__FILE__, __LINE__,
-                  str("raw token file ", path.string(), ": empty (0 bytes), no tokens"),
+                  fmt::format("raw token file {}: empty (0 bytes), no tokens", path.string()),
                   "give files that hold token ids");
     if (m.size() % uint64_t(token_bytes) != 0)
-      throw_error(
-          __FILE__, __LINE__,
-          str("raw token file ", path.string(), ": ", m.size(), " bytes, not a whole number of ",
-              token_bytes, "-byte ids (truncated, or ", "another width)"),
-          "give the width the file was written with (--token-bytes 2 for uint16, 4 "
-          "for uint32 ids), or copy the file again");
+      throw_error(__FILE__, __LINE__,
+                  fmt::format("raw token file {}: {} bytes, not a whole number of {}-byte ids "
+                              "(truncated, or another width)",
+                              path.string(), m.size(), token_bytes),
+                  "give the width the file was written with (--token-bytes 2 for uint16, 4 "
+                  "for uint32 ids), or copy the file again");
     TokenFile f;
     f.path = path;
     f.data = m.data();
@@ -48,8 +50,8 @@ CorpusContent open_raw_files(const std::vector<fs::path>& paths, int token_bytes
   c.delimiter = delimiter;
   c.delimiter_begins_document = false;
   c.name = paths.size() == 1 ? paths.front().string()
-                             : str(paths.size(), " files (", paths.front().string(), " .. ",
-                                   paths.back().string(), ")");
+                             : fmt::format("{} files ({} .. {})", paths.size(),
+                                           paths.front().string(), paths.back().string());
   return c;
 }
 

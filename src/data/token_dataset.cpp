@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <cerrno>
 #include <cstring>
 
@@ -41,9 +42,9 @@ TokenDataset::TokenDataset(std::filesystem::path path, TokenDatasetOptions optio
     ::close(fd);
     core::detail::throw_error(
         __FILE__, __LINE__,
-        core::detail::str("TokenDataset: ", path_.string(),
-                          " is not a regular file (a folder, FIFO, socket or device): token "
-                          "files are read from regular files only"),
+        fmt::format("TokenDataset: {} is not a regular file (a folder, FIFO, socket or device): "
+                    "token files are read from regular files only",
+                    path_.string()),
         "give the path of a file of raw uint16/uint32 token ids");
   }
   bytes_ = static_cast<size_t>(st.st_size);
@@ -51,8 +52,8 @@ TokenDataset::TokenDataset(std::filesystem::path path, TokenDatasetOptions optio
     ::close(fd);
     core::detail::throw_error(
         __FILE__, __LINE__,
-        core::detail::str("TokenDataset: ", path_.string(), " has ", bytes_,
-                          " bytes, not a multiple of token_bytes = ", options_.token_bytes),
+        fmt::format("TokenDataset: {} has {} bytes, not a multiple of token_bytes = {}",
+                    path_.string(), bytes_, options_.token_bytes),
         "set token_bytes to the width the file was written with (2 for uint16, 4 for uint32)");
   }
   num_tokens_ = static_cast<int64_t>(bytes_ / static_cast<size_t>(options_.token_bytes));

@@ -2,6 +2,7 @@
 // into sequences, document splits, and the Feistel permutation that shuffles them.
 #include "stoker/data/token_sequences.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,7 +14,6 @@ namespace stoker::data {
 
 namespace {
 
-using core::detail::str;
 
 template <typename T>
 void store(void* out, int64_t j, int64_t v) {
@@ -165,7 +165,7 @@ int64_t TokenSequences::num_documents() const {
 }
 
 std::string TokenSequences::name() const {
-  return part_.empty() ? corpus_.name() : str(corpus_.name(), " (", part_, ")");
+  return part_.empty() ? corpus_.name() : fmt::format("{} ({})", corpus_.name(), part_);
 }
 
 int64_t TokenSequences::corpus_position(int64_t p) const {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <thread>
 
@@ -18,7 +19,6 @@
 namespace stoker::data {
 namespace {
 
-using core::detail::str;
 
 const PackOptions kQuiet{.threads = 2, .progress = false, .report_skipped = false};
 
@@ -335,7 +335,7 @@ std::vector<PageDamage> header_damages(const test::LmdbPage& page, const std::st
       {10, 0x00}, {10, 0xff}, {12, 0x00}, {12, 0xff}, {13, 0xff},
       {13, 0x80}, {14, 0x00}, {15, 0xff}, {16, 0xff}, {17, 0xff}};
   for (const auto& [at, value] : fields) {
-    out.push_back({str(name, " page ", page.pgno, ": byte ", at, " = ", int{value}),
+    out.push_back({fmt::format("{} page {}: byte {} = {}", name, page.pgno, at, int{value}),
                    page.offset + at,
                    {value}});
   }
@@ -540,9 +540,10 @@ TEST(LmdbImageDataset, AReadOnlyFolderOpensWithoutALockFile) {
       LmdbImageDataset ds(db);
       LmdbImageDataset::Reader reader(ds);
       const SampleView v = reader.read(5);
-      report(str("opened: ", ds.size(), " samples, label ", v.label), ds.size() == 24 ? 0 : 2);
+      report(fmt::format("opened: {} samples, label {}", ds.size(), v.label),
+             ds.size() == 24 ? 0 : 2);
     } catch (const Error& e) {
-      report(str(e.message(), " | hint: ", e.hint()), 1);
+      report(fmt::format("{} | hint: {}", e.message(), e.hint()), 1);
     }
     report("unexpected exception", 3);
   }

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -38,7 +39,6 @@
 namespace stoker::data {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 using detail::TextFormat;
 using detail::TextRecord;
 using detail::TextSplit;
@@ -54,11 +54,11 @@ constexpr size_t kBatchBytes = size_t{1} << 20;
 constexpr size_t kBatchDocuments = 4096;
 
 [[noreturn]] void throw_interrupted(int signal, const fs::path& out) {
-  throw PackInterrupted(
-      signal,
-      str("stoker pack-text: interrupted by ", detail::signal_name(signal), ": nothing written to ",
-          out.string(), " (its temporary folder was removed)"),
-      core::detail::where(__FILE__, __LINE__));
+  throw PackInterrupted(signal,
+                        fmt::format("stoker pack-text: interrupted by {}: nothing written to {} "
+                                    "(its temporary folder was removed)",
+                                    detail::signal_name(signal), out.string()),
+                        core::detail::where(__FILE__, __LINE__));
 }
 
 void check_interrupt(const fs::path& out) {
@@ -140,8 +140,8 @@ class TempOutput {
       std::error_code back;
       if (!replaced.empty()) fs::rename(replaced, out_, back);
       core::detail::throw_error(__FILE__, __LINE__,
-                                str("stoker pack-text: cannot rename ", tmp_.string(), " to ",
-                                    out_.string(), ": ", ec.message()),
+                                fmt::format("stoker pack-text: cannot rename {} to {}: {}",
+                                            tmp_.string(), out_.string(), ec.message()),
                                 "remove the existing output or choose another --out");
     }
     tmp_.clear();
@@ -426,13 +426,14 @@ PackTextSummary pack_text(const std::vector<fs::path>& inputs, const fs::path& o
                       }
                       if (!e.error.empty()) {
                         const TextFormat format = reader.format_of(r.input);
-                        const std::string where = str(
-                            reader.inputs()[static_cast<size_t>(r.input)].string(), ":", e.line);
+                        const std::string where = fmt::format(
+                            "{}:{}", reader.inputs()[static_cast<size_t>(r.input)].string(),
+                            e.line);
                         STOKER_CHECK_HINT(options.skip_bad_documents, bad_hint(format, e.error),
                                           "stoker pack-text: ", where, ": ", e.error);
                         ++summary.bad_documents;
                         if (summary.bad.size() < kListedBad) {
-                          summary.bad.push_back(str(where, ": ", e.error));
+                          summary.bad.push_back(fmt::format("{}: {}", where, e.error));
                           if (options.report) {
                             std::fprintf(stderr, "%sskipped %s\n", progress.enabled() ? "\n" : "",
                                          summary.bad.back().c_str());
@@ -458,11 +459,10 @@ PackTextSummary pack_text(const std::vector<fs::path>& inputs, const fs::path& o
                   const double s =
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_start)
                           .count();
-                  progress.draw(
-                      "tokenizing", static_cast<int64_t>(reader.bytes_read()),
-                      static_cast<int64_t>(reader.total_bytes()),
-                      str(" ", summary.documents, " documents ",
-                          static_cast<int64_t>(s > 0 ? summary.tokens / s : 0), " tokens/s"));
+                  progress.draw("tokenizing", static_cast<int64_t>(reader.bytes_read()),
+                                static_cast<int64_t>(reader.total_bytes()),
+                                fmt::format(" {} documents {} tokens/s", summary.documents,
+                                            static_cast<int64_t>(s > 0 ? summary.tokens / s : 0)));
                 }));
   });
   if (first_error) std::rethrow_exception(first_error);
@@ -551,14 +551,15 @@ std::string format_summary(const PackTextSummary& s) {
       s.bin.filename().string().c_str(), s.idx.filename().string().c_str(),
       static_cast<double>(s.input_bytes) / 1048576.0, s.seconds,
       encode_s > 0 ? static_cast<double>(s.tokens) / encode_s : 0.0, s.tokenizer.string().c_str(),
-      s.trained ? str("trained in ", static_cast<int64_t>(s.train_seconds * 1000), " ms").c_str()
-                : "given");
+      s.trained
+          ? fmt::format("trained in {} ms", static_cast<int64_t>(s.train_seconds * 1000)).c_str()
+          : "given");
   std::string text = buf;
   if (s.empty_documents > 0 || s.bad_documents > 0) {
-    text += str("  left out: ", s.empty_documents, " empty documents, ", s.bad_documents,
-                " bad documents\n");
+    text += fmt::format("  left out: {} empty documents, {} bad documents\n", s.empty_documents,
+                        s.bad_documents);
   }
-  text += str("  checksums: ", s.manifest.string(), "\n");
+  text += fmt::format("  checksums: {}\n", s.manifest.string());
   return text;
 }
 

@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <random>
 #include <unordered_map>
@@ -17,7 +18,6 @@ void SetMinLogLevel(int v);
 
 namespace stoker::data::detail {
 
-using core::detail::str;
 
 namespace {
 
@@ -48,14 +48,15 @@ SentencePieceTokenizer& SentencePieceTokenizer::operator=(SentencePieceTokenizer
     default;
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
-SentencePieceTokenizer SentencePieceTokenizer::load(const std::string& path) {
+SentencePieceTokenizer SentencePieceTokenizer::load(const std::string& path,
+                                                    const std::string& flag) {
   SentencePieceTokenizer t;
   const auto status = t.sp_->Load(path);
   STOKER_CHECK_HINT(status.ok(),
                     "pass a SentencePiece .model file (spm_train's output, or the tokenizer.model "
                     "of a Llama-style checkpoint), or train one with --train-tokenizer "
                     "--vocab-size N",
-                    "stoker pack-text: --tokenizer ", path,
+                    flag, " ", path,
                     " is not a SentencePiece model: ", status.ToString());
   t.serialized_ = t.sp_->serialized_model_proto();
   return t;
@@ -119,8 +120,9 @@ SentencePieceTokenizer SentencePieceTokenizer::train(
     const bool too_small = why.find("smaller than required") != std::string::npos;
     core::detail::throw_error(
         __FILE__, __LINE__,
-        str("stoker pack-text: training the tokenizer (", o.model_type, ", --vocab-size ",
-            o.vocab_size, ") on ", sample.size(), " sentences failed: ", why),
+        fmt::format("stoker pack-text: training the tokenizer ({}, --vocab-size {}) on {} "
+                    "sentences failed: {}",
+                    o.model_type, o.vocab_size, sample.size(), why),
         too_high    ? "the text is too small for this vocabulary: pass a smaller --vocab-size "
                       "(the largest one SentencePiece accepts is in the message) or more text"
         : too_small ? "the vocabulary must hold the 256 byte pieces, <unk>, <s>, </s> and every "
@@ -142,6 +144,29 @@ std::string SentencePieceTokenizer::encode(std::string_view text, std::vector<in
   if (!status.ok()) return status.ToString();
   ids.insert(ids.end(), out.begin(), out.end());
   return {};
+}
+
+std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids) const {
+  const int64_t n = vocab_size();
+  std::string text;
+  std::vector<int> run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    std::string piece;
+    const auto status = sp_->Decode(run, &piece);
+    text += status.ok() ? piece : "[" + status.ToString() + "]";
+    run.clear();
+  };
+  for (const int64_t id : ids) {
+    if (id >= 0 && id < n) {
+      run.push_back(static_cast<int>(id));
+    } else {
+      flush();
+      text += fmt::format("[{}]", id);
+    }
+  }
+  flush();
+  return text;
 }
 
 int SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -15,7 +16,6 @@
 namespace stoker::data::detail {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 
 namespace {
 
@@ -44,7 +44,7 @@ const char* compression_of(std::string_view head) {
 
 std::string byte_hex(unsigned char c) {
   static const char* digits = "0123456789ABCDEF";
-  return str("0x", digits[c >> 4], digits[c & 15]);
+  return fmt::format("0x{}{}", digits[c >> 4], digits[c & 15]);
 }
 
 }  // namespace
@@ -80,16 +80,17 @@ std::string check_utf8(std::string_view s, size_t* offset) {
       len = 4, cp = c & 0x07;
     } else {
       *offset = i;
-      return str("invalid UTF-8: byte ", byte_hex(c), " cannot begin a character");
+      return fmt::format("invalid UTF-8: byte {} cannot begin a character", byte_hex(c));
     }
     if (i + len > n) {
       *offset = i;
-      return str("invalid UTF-8: byte ", byte_hex(c), " begins a character cut short");
+      return fmt::format("invalid UTF-8: byte {} begins a character cut short", byte_hex(c));
     }
     for (size_t k = 1; k < len; ++k) {
       if ((p[i + k] & 0xC0) != 0x80) {
         *offset = i;
-        return str("invalid UTF-8: byte ", byte_hex(c), " followed by ", byte_hex(p[i + k]));
+        return fmt::format("invalid UTF-8: byte {} followed by {}", byte_hex(c),
+                           byte_hex(p[i + k]));
       }
       cp = (cp << 6) | (p[i + k] & 0x3F);
     }
@@ -115,7 +116,7 @@ bool document_text(const TextRecord& record, TextFormat format, const std::strin
     const size_t newline = before.rfind('\n');
     error_line = record.line + static_cast<int64_t>(std::count(before.begin(), before.end(), '\n'));
     const size_t column = newline == std::string_view::npos ? offset + 1 : offset - newline;
-    error += str(" (column ", column, ")");
+    error += fmt::format(" (column {})", column);
     return false;
   }
   error_line = record.line;
@@ -133,12 +134,13 @@ bool document_text(const TextRecord& record, TextFormat format, const std::strin
     } catch (const nlohmann::json::parse_error& e) {
       const std::string what = e.what();
       const size_t colon = what.find("]: ");  // "[json.exception.parse_error.101] parse error..."
-      error = str("not JSON: ", colon == std::string::npos ? what : what.substr(colon + 3));
+      error =
+          fmt::format("not JSON: {}", colon == std::string::npos ? what : what.substr(colon + 3));
     }
     return false;
   }
   if (!json.is_object()) {
-    error = str("not a JSON object but ", json.type_name());
+    error = fmt::format("not a JSON object but {}", json.type_name());
     return false;
   }
   const auto it = json.find(text_key);
@@ -150,13 +152,14 @@ bool document_text(const TextRecord& record, TextFormat format, const std::strin
         keys += ", ...";
         break;
       }
-      keys += str(keys.empty() ? "" : ", ", "\"", item.key(), "\"");
+      keys += fmt::format("{}\"{}\"", keys.empty() ? "" : ", ", item.key());
     }
-    error = str("has no \"", text_key, "\" field (its fields: ", keys.empty() ? "none" : keys, ")");
+    error =
+        fmt::format("has no \"{}\" field (its fields: {})", text_key, keys.empty() ? "none" : keys);
     return false;
   }
   if (!it->is_string()) {
-    error = str("its \"", text_key, "\" field is ", it->type_name(), ", not a string");
+    error = fmt::format("its \"{}\" field is {}, not a string", text_key, it->type_name());
     return false;
   }
   text = it->get<std::string>();
@@ -183,9 +186,8 @@ TextReader::TextReader(std::vector<fs::path> inputs, Options options)
                       input.string(), " is empty: it holds no document");
     const char* packed = compression_of(std::string_view(head, static_cast<size_t>(got)));
     STOKER_CHECK_HINT(*packed == 0,
-                      str("decompress it first (e.g. `",
-                          packed == std::string_view("gzip") ? "gunzip -k" : "zstd -d",
-                          " FILE`) and pass the plain file"),
+                      fmt::format("decompress it first (e.g. `{} FILE`) and pass the plain file",
+                                  packed == std::string_view("gzip") ? "gunzip -k" : "zstd -d"),
                       "stoker pack-text: INPUT ", input.string(), " is ", packed,
                       "-compressed, not text");
     formats_.push_back(text_format_of(input, options_.format));
@@ -227,8 +229,8 @@ bool TextReader::next_line(std::string& line) {
     if (line.size() + take > static_cast<size_t>(options_.max_document_bytes)) {
       core::detail::throw_error(
           __FILE__, __LINE__,
-          str("stoker pack-text: ", path.string(), ":", line_ + 1, ": a line longer than ",
-              options_.max_document_bytes, " bytes (--max-document-bytes)"),
+          fmt::format("stoker pack-text: {}:{}: a line longer than {} bytes (--max-document-bytes)",
+                      path.string(), line_ + 1, options_.max_document_bytes),
           "split the text into shorter documents, or raise --max-document-bytes");
     }
     line.append(start, take);
@@ -287,8 +289,9 @@ bool TextReader::next(TextRecord& record) {
       if (record.raw.size() + line.size() > static_cast<size_t>(options_.max_document_bytes)) {
         core::detail::throw_error(
             __FILE__, __LINE__,
-            str("stoker pack-text: ", path.string(), ":", record.line, ": a document longer than ",
-                options_.max_document_bytes, " bytes (--max-document-bytes)"),
+            fmt::format(
+                "stoker pack-text: {}:{}: a document longer than {} bytes (--max-document-bytes)",
+                path.string(), record.line, options_.max_document_bytes),
             options_.split == TextSplit::file
                 ? "split the file into documents (--split paragraph or line), or raise "
                   "--max-document-bytes"
