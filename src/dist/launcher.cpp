@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -313,7 +314,7 @@ LaunchResult launch(const LaunchOptions& o) {
       const int sig = g_signal;
       g_signal = 0;
       if (!interrupted_by) interrupted_by = sig;
-      report(o, core::detail::str("received signal ", sig, ", forwarding it to every rank"));
+      report(o, fmt::format("received signal {}, forwarding it to every rank", sig));
       signal_all(children, sig);
       if (!stopping) {
         stopping = true;
@@ -336,8 +337,8 @@ LaunchResult launch(const LaunchOptions& o) {
         result.exit_code = exit_code_of(status);
         char after[32];
         std::snprintf(after, sizeof(after), " after %.2f s", elapsed());
-        result.failure = core::detail::str("rank ", c.rank, " (local ", c.local_rank, ", pid ",
-                                           c.pid, ") ", describe_status(status), after);
+        result.failure = fmt::format("rank {} (local {}, pid {}) {}{}", c.rank, c.local_rank, c.pid,
+                                     describe_status(status), after);
         if (running > 0) {
           report(o, result.failure + "; stopping the other ranks");
           signal_all(children, SIGTERM);
@@ -348,8 +349,8 @@ LaunchResult launch(const LaunchOptions& o) {
       }
     }
     if (stopping && !killed && running > 0 && Clock::now() >= kill_at) {
-      report(o, core::detail::str("ranks still running ", o.kill_grace_s,
-                                  " s after SIGTERM: sending SIGKILL"));
+      report(o, fmt::format("ranks still running {:g} s after SIGTERM: sending SIGKILL",
+                            o.kill_grace_s));
       signal_all(children, SIGKILL);
       killed = true;
     }
@@ -383,7 +384,7 @@ LaunchResult launch(const LaunchOptions& o) {
   }
   if (interrupted_by && result.failed_rank < 0) {
     result.exit_code = 128 + interrupted_by;
-    result.failure = core::detail::str("interrupted by signal ", interrupted_by);
+    result.failure = fmt::format("interrupted by signal {}", interrupted_by);
   }
   if (result.failed_rank >= 0) {
     const Child& f =
@@ -391,8 +392,8 @@ LaunchResult launch(const LaunchOptions& o) {
     result.failed_stderr_tail.assign(f.tail.begin(), f.tail.end());
     std::string text = result.failure;
     if (!f.tail.empty()) {
-      text += core::detail::str("; its last ", f.tail.size(), " stderr line",
-                                f.tail.size() == 1 ? "" : "s", ":");
+      text +=
+          fmt::format("; its last {} stderr line{}:", f.tail.size(), f.tail.size() == 1 ? "" : "s");
       for (const std::string& l : f.tail) text += "\n  " + l;
     } else {
       text += "; it wrote nothing to stderr";

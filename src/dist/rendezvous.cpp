@@ -2,6 +2,7 @@
 // dist/rendezvous_message.h.
 #include <poll.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -99,23 +100,24 @@ std::string refusal(const RendezvousMessage& m, const Socket& s, RendezvousPurpo
                     int world_size, const std::vector<Socket>& peers) {
   const int rank = m.rank;
   if (m.version != kRendezvousVersion)
-    return core::detail::str("rank ", rank, " speaks rendezvous protocol version ", m.version,
-                             " but rank 0 speaks version ", kRendezvousVersion,
-                             ": run the same stoker build on every rank");
+    return fmt::format(
+        "rank {} speaks rendezvous protocol version {} but rank 0 speaks version {}: run the same "
+        "stoker build on every rank",
+        rank, m.version, kRendezvousVersion);
   if (m.purpose != static_cast<uint16_t>(purpose))
-    return core::detail::str("rank ", rank, " joins for backend ", purpose_text(m.purpose),
-                             " but rank 0 for ", rendezvous_purpose_name(purpose),
-                             ": every rank must use the same backend");
+    return fmt::format(
+        "rank {} joins for backend {} but rank 0 for {}: every rank must use the same backend",
+        rank, purpose_text(m.purpose), rendezvous_purpose_name(purpose));
   if (m.world_size != world_size)
-    return core::detail::str("rank ", rank, " was told WORLD_SIZE=", m.world_size,
-                             " but rank 0 WORLD_SIZE=", world_size);
+    return fmt::format("rank {} was told WORLD_SIZE={} but rank 0 WORLD_SIZE={}", rank,
+                       m.world_size, world_size);
   if (rank <= 0 || rank >= world_size)
-    return core::detail::str("a connection from ", s.peer(), " claims rank ", rank, ", not in 1..",
-                             world_size - 1);
+    return fmt::format("a connection from {} claims rank {}, not in 1..{}", s.peer(), rank,
+                       world_size - 1);
   if (peers[static_cast<size_t>(rank)].valid())
-    return core::detail::str("rank ", rank, " joined twice (from ",
-                             peers[static_cast<size_t>(rank)].peer(), " and ", s.peer(),
-                             "): two processes were given the same RANK");
+    return fmt::format(
+        "rank {} joined twice (from {} and {}): two processes were given the same RANK", rank,
+        peers[static_cast<size_t>(rank)].peer(), s.peer());
   return {};
 }
 
@@ -145,7 +147,7 @@ RendezvousLinks serve(const RendezvousOptions& o, int world_size, std::span<cons
           if (n < 16) missing += (n ? ", " : "") + std::to_string(q);
           ++n;
         }
-        if (n > 16) missing += core::detail::str(" and ", n - 16, " more");
+        if (n > 16) missing += fmt::format(" and {} more", n - 16);
         STOKER_CHECK_HINT(
             false,
             "check that every rank started (their logs), that they were given "
@@ -153,18 +155,17 @@ RendezvousLinks serve(const RendezvousOptions& o, int world_size, std::span<cons
             "port is reachable from their hosts (firewall)",
             at, ": timed out after ", o.timeout_s, " s waiting for ", n, " of ", world_size - 1,
             " ranks; never connected: rank", n > 1 ? "s " : " ", missing,
-            strays.count() > 0 ? core::detail::str(" (", strays.count(),
-                                                   " connections that were not stoker ranks "
-                                                   "were ignored)")
-                               : std::string());
+            strays.count() > 0
+                ? fmt::format(" ({} connections that were not stoker ranks were ignored)",
+                              strays.count())
+                : std::string());
       }
       // Connections that did not say who they are in time.
       for (size_t i = pending.size(); i-- > 0;) {
         if (now < pending[i].deadline) continue;
-        strays.ignore(
-            pending[i].socket,
-            core::detail::str("it sent ", pending[i].bytes.size(), " of the ", kHelloBytes,
-                              " bytes of a greeting in ", kHelloTimeoutS, " s"));
+        strays.ignore(pending[i].socket,
+                      fmt::format("it sent {} of the {} bytes of a greeting in {:g} s",
+                                  pending[i].bytes.size(), kHelloBytes, kHelloTimeoutS));
         pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
       }
       auto wake = deadline;
@@ -189,8 +190,8 @@ RendezvousLinks serve(const RendezvousOptions& o, int world_size, std::span<cons
         } else if (got.closed) {
           why = p.bytes.empty()
                     ? std::string("it closed the connection without a greeting")
-                    : core::detail::str("it closed the connection after ", p.bytes.size(),
-                                        " of the ", kHelloBytes, " bytes of a greeting");
+                    : fmt::format("it closed the connection after {} of the {} bytes of a greeting",
+                                  p.bytes.size(), kHelloBytes);
         } else if (!got.error.empty()) {
           why = "reading its greeting failed: " + got.error;
         }
@@ -211,7 +212,7 @@ RendezvousLinks serve(const RendezvousOptions& o, int world_size, std::span<cons
           refuse(p.socket, no);
           STOKER_THROW(at, ": ", no);
         }
-        p.socket.set_peer(core::detail::str("rank ", m.rank, " at ", p.socket.peer()));
+        p.socket.set_peer(fmt::format("rank {} at {}", m.rank, p.socket.peer()));
         links.peers[static_cast<size_t>(m.rank)] = std::move(p.socket);
         pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
         ++joined;
@@ -220,9 +221,10 @@ RendezvousLinks serve(const RendezvousOptions& o, int world_size, std::span<cons
       if (fds[0].revents & POLLIN) {
         for (Socket s = accept_ready(listener); s.valid(); s = accept_ready(listener)) {
           if (pending.size() >= kMaxPending) {
-            strays.ignore(pending.front().socket,
-                          core::detail::str("it had not said who it is when ", kMaxPending,
-                                            " more connections were waiting"));
+            strays.ignore(
+                pending.front().socket,
+                fmt::format("it had not said who it is when {} more connections were waiting",
+                            kMaxPending));
             pending.erase(pending.begin());
           }
           pending.push_back({std::move(s), {}, std::min(deadline, deadline_after(kHelloTimeoutS))});
@@ -235,9 +237,10 @@ RendezvousLinks serve(const RendezvousOptions& o, int world_size, std::span<cons
     throw;
   }
   for (const Pending& p : pending)
-    strays.ignore(p.socket,
-                  core::detail::str("it had sent ", p.bytes.size(), " of the ", kHelloBytes,
-                                    " bytes of a greeting when every rank had joined"));
+    strays.ignore(
+        p.socket,
+        fmt::format("it had sent {} of the {} bytes of a greeting when every rank had joined",
+                    p.bytes.size(), kHelloBytes));
   for (int q = 1; q < world_size; ++q)
     send_reply(links.peers[static_cast<size_t>(q)], 0, payload, deadline);
   return links;

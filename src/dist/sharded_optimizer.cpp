@@ -1,5 +1,6 @@
 #include "stoker/dist/sharded_optimizer.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 
 #include "stoker/core/error.h"
@@ -49,7 +50,7 @@ ShardedOptimizer::ShardedOptimizer(ShardedGradSync& sync, const Factory& make)
 }
 
 std::string ShardedOptimizer::describe() const {
-  return core::detail::str("ZeRO-1(", inner_->describe(), ", ", sync_.world_size(), " shards)");
+  return fmt::format("ZeRO-1({}, {} shards)", inner_->describe(), sync_.world_size());
 }
 
 std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::state() { return inner_->state(); }
