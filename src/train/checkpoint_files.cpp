@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -172,7 +173,7 @@ bool check_free_space(const fs::path& dir, uint64_t needed, uint64_t comfortable
   if (free < 0) return false;
   const auto have = static_cast<uint64_t>(free);
   STOKER_CHECK_HINT(have >= needed,
-                    core::detail::str("free space there, or give ", flag, " on another disk"), what,
+                    fmt::format("free space there, or give {} on another disk", flag), what,
                     ": its disk has ", core::format_bytes(have), " (", have,
                     " bytes) free, but the file takes about ", core::format_bytes(needed), " (",
                     needed, " bytes): the run would train and then fail to write it");
@@ -202,7 +203,7 @@ std::vector<fs::path> fallback_paths(const fs::path& path, const std::vector<fs:
     if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
     seen.push_back(key);
     for (int k = 0;; ++k) {
-      const fs::path p = f / core::detail::str(stem, ".unsaved-", ::getpid(), "-", k, ext);
+      const fs::path p = f / fmt::format("{}.unsaved-{}-{}{}", stem, ::getpid(), k, ext);
       std::error_code exists_ec;
       if (fs::symlink_status(p, exists_ec).type() != fs::file_type::not_found) continue;
       if (std::find(out.begin(), out.end(), p) != out.end()) continue;
@@ -234,7 +235,7 @@ void write_or_fall_back(const fs::path& path, const std::string& what,
     try {
       write(p);
     } catch (const std::exception& e) {
-      attempts += core::detail::str("\n  ", p.string(), ": ", reason(e));
+      attempts += fmt::format("\n  {}: {}", p.string(), reason(e));
       continue;
     }
     STOKER_CHECK_HINT(false, hint(p), what, " ", path.string(), " could not be written (", failure,

@@ -1,5 +1,6 @@
 #include "train/log_printer.h"
 
+#include <fmt/format.h>
 #include <cstdio>
 
 #include "stoker/core/error.h"
@@ -19,17 +20,17 @@ void LogPrinter::on_log(const StepStats& st) {
   bar_.clear();
   const std::string throughput =
       st.world_size > 1
-          ? core::detail::str(static_cast<long long>(st.samples_per_s), " samples/s/rank, ",
-                              static_cast<long long>(st.global_samples_per_s), " samples/s on ",
-                              st.world_size, " ranks")
-          : core::detail::str(static_cast<long long>(st.samples_per_s), " samples/s");
+          ? fmt::format("{} samples/s/rank, {} samples/s on {} ranks",
+                        static_cast<long long>(st.samples_per_s),
+                        static_cast<long long>(st.global_samples_per_s), st.world_size)
+          : fmt::format("{} samples/s", static_cast<long long>(st.samples_per_s));
   const bool eta_known = st.eta_s >= 0 && st.step < st.total_steps;
   const std::string eta = eta_known ? " | ETA " + util::format_duration(st.eta_s) : std::string();
   std::printf(
       "step %6lld | epoch %lld | loss %.6f | lr %.3e | grad norm %s | %.2f ms/step | "
       "%s | data wait %.1f%% | host syncs/step %lld | peak %.1f MiB%s\n",
       static_cast<long long>(st.step), static_cast<long long>(st.epoch), st.loss, st.lr,
-      st.grad_norm >= 0 ? core::detail::str(st.grad_norm).c_str() : "-", st.ms_per_step,
+      st.grad_norm >= 0 ? fmt::format("{:g}", st.grad_norm).c_str() : "-", st.ms_per_step,
       throughput.c_str(), 100.0 * st.data_wait_share,
       static_cast<long long>(st.host_syncs_per_step), st.peak_memory_mib, eta.c_str());
   if (first && eta_known)

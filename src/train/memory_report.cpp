@@ -1,5 +1,6 @@
 #include "stoker/train/memory_report.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstdio>
 
@@ -18,9 +19,9 @@ std::vector<MemoryAdvice> memory_advice(const MemoryReport& r, const MemorySetti
          "= 2, and selective_recompute = true)",
          r.activations_peak / 2});
   if (r.activations_peak > 0 || r.input_batch > 0)
-    out.push_back({core::detail::str("halve the micro-batch and double gradient accumulation "
-                                     "(TrainerOptions::grad_accum_steps = ",
-                                     2 * s.grad_accum_steps, "): the same update"),
+    out.push_back({fmt::format("halve the micro-batch and double gradient accumulation "
+                               "(TrainerOptions::grad_accum_steps = {}): the same update",
+                               2 * s.grad_accum_steps),
                    (r.activations_peak + r.input_batch) / 2});
   if (!s.mixed_precision && r.activations_peak > 0)
     out.push_back(
@@ -46,7 +47,7 @@ std::vector<MemoryAdvice> memory_advice(const MemoryReport& r, const MemorySetti
 
 std::string format_memory_report(const MemoryReport& r) {
   const double current = static_cast<double>(std::max<size_t>(1, r.allocator.current_bytes));
-  std::string out = core::detail::str("memory on ", r.device.str(), ":\n");
+  std::string out = fmt::format("memory on {}:\n", r.device.str());
   auto line = [&](const char* name, size_t bytes, const char* note) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "  %-18s %12s  %5.1f %%  %s\n", name,
@@ -59,29 +60,31 @@ std::string format_memory_report(const MemoryReport& r) {
   line("gradients", r.gradients, "fp32");
   line("optimizer state", r.optimizer_state, "");
   if (r.optimizer_state_host > 0)
-    out += core::detail::str("  optimizer state offloaded to host memory ",
-                             core::format_bytes(r.optimizer_state_host),
-                             " (not on the device; its pinned copies of values and gradients are "
-                             "in the pinned bytes below)\n");
+    out += fmt::format(
+        "  optimizer state offloaded to host memory {} (not on the device; its pinned copies of "
+        "values and gradients are in the pinned bytes below)\n",
+        core::format_bytes(r.optimizer_state_host));
   line("input batch", r.input_batch, "last batch on the device");
   const int64_t rest = r.unattributed();
   line("unattributed", static_cast<size_t>(std::max<int64_t>(0, rest)),
        rest < 0 ? "(categories exceed the allocator's count)" : "other live tensors");
   line("activations (peak)", r.activations_peak, "above the persistent bytes, first step");
-  out += core::detail::str("  allocator: current ", core::format_bytes(r.allocator.current_bytes),
-                           ", peak ", core::format_bytes(r.allocator.peak_bytes), ", reserved ",
-                           core::format_bytes(r.allocator.reserved_bytes), "\n");
-  out += core::detail::str("  pinned host memory (loader ring, optimizer offload) ",
-                           core::format_bytes(r.loader_pinned),
-                           "; library workspaces (cuBLASLt, cuDNN) not tracked\n");
+  out += fmt::format("  allocator: current {}, peak {}, reserved {}\n",
+                     core::format_bytes(r.allocator.current_bytes),
+                     core::format_bytes(r.allocator.peak_bytes),
+                     core::format_bytes(r.allocator.reserved_bytes));
+  out += fmt::format(
+      "  pinned host memory (loader ring, optimizer offload) {}; library workspaces (cuBLASLt, "
+      "cuDNN) not tracked\n",
+      core::format_bytes(r.loader_pinned));
   return out;
 }
 
 std::string format_memory_advice(const std::vector<MemoryAdvice>& advice) {
   std::string out;
   for (size_t i = 0; i < advice.size(); ++i)
-    out += core::detail::str("  ", i + 1, ". ", advice[i].action, " (saves ~",
-                             core::format_bytes(advice[i].saves_bytes), ")\n");
+    out += fmt::format("  {}. {} (saves ~{})\n", i + 1, advice[i].action,
+                       core::format_bytes(advice[i].saves_bytes));
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "train/progress_observer.h"
 
+#include <fmt/format.h>
+
 #include "stoker/core/error.h"
 #include "train/eta.h"
 
@@ -17,11 +19,11 @@ void ProgressObserver::on_step_done(const StepEnd& s) {
   if (!bar_.enabled()) return;
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  bar_.draw(core::detail::str("  epoch ", s.epoch + 1, "/", epochs_), train_->batch_index(),
+  bar_.draw(fmt::format("  epoch {}/{}", s.epoch + 1, epochs_), train_->batch_index(),
             train_->batches_per_epoch(),
-            total_steps_ >= 0 ? core::detail::str(" | step ", s.step, "/", total_steps_, " | ETA ",
-                                                  util::format_duration(seconds_left(
-                                                      s.step, first_step_, total_steps_, elapsed)))
+            total_steps_ >= 0 ? fmt::format(" | step {}/{} | ETA {}", s.step, total_steps_,
+                                            util::format_duration(seconds_left(
+                                                s.step, first_step_, total_steps_, elapsed)))
                               : std::string());
 }
 

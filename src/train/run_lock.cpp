@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,7 +20,6 @@
 namespace stoker::train {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 
 namespace {
 
@@ -88,9 +88,10 @@ LockOwner parse_owner(const std::string& text) {
 
 // "process 1234 on host h since 2024-05-01T12:00:00Z (stoker_gpt --checkpoint-dir run)".
 std::string describe(const LockOwner& o) {
-  return str("process ", o.pid, o.host.empty() ? std::string() : " on host " + o.host,
-             o.since.empty() ? std::string() : " since " + o.since,
-             o.command.empty() ? std::string() : " (" + o.command + ")");
+  return fmt::format("process {}{}{}{}", o.pid,
+                     o.host.empty() ? std::string() : " on host " + o.host,
+                     o.since.empty() ? std::string() : " since " + o.since,
+                     o.command.empty() ? std::string() : " (" + o.command + ")");
 }
 
 }  // namespace
@@ -126,9 +127,9 @@ std::shared_ptr<RunLock> RunLock::acquire(const fs::path& lock_file, std::string
   // (or replaced) is not the lock any more, so lock the one now under the name.
   for (int attempt = 0;; ++attempt) {
     const int fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    STOKER_CHECK_HINT(fd >= 0, str("check the permissions of ", lock_file.parent_path().string()),
-                      what, ": cannot create the lock file ", lock_file.string(), " (",
-                      std::strerror(errno), ")");
+    STOKER_CHECK_HINT(
+        fd >= 0, fmt::format("check the permissions of {}", lock_file.parent_path().string()), what,
+        ": cannot create the lock file ", lock_file.string(), " (", std::strerror(errno), ")");
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       if (err == EWOULDBLOCK) {
@@ -137,8 +138,9 @@ std::shared_ptr<RunLock> RunLock::acquire(const fs::path& lock_file, std::string
         const bool here = owner.host.empty() || owner.host == me;
         STOKER_CHECK_HINT(
             false,
-            str("wait for that run to end, or stop it (kill ", owner.pid,
-                here ? std::string() : " on " + owner.host, "), or give this run another ", flag),
+            fmt::format(
+                "wait for that run to end, or stop it (kill {}{}), or give this run another {}",
+                owner.pid, here ? std::string() : " on " + owner.host, flag),
             what, " is in use by another run: ",
             owner.pid > 0 ? describe(owner) : std::string("a process that is starting"),
             " holds its lock ", lock_file.string());
@@ -166,12 +168,10 @@ std::shared_ptr<RunLock> RunLock::acquire(const fs::path& lock_file, std::string
                    "releasing it: killed or crashed)%s\n",
                    static_cast<int>(what.size()), what.data(), lock_file.string().c_str(),
                    describe(previous).c_str(),
-                   other_host
-                       ? str("; it ran on another host: if that run is still going there, stop one "
-                             "of the two (locks may not reach across hosts on a network file "
-                             "system)")
-                             .c_str()
-                       : "");
+                   other_host ? "; it ran on another host: if that run is still going there, stop "
+                                "one of the two (locks may not reach across hosts on a network "
+                                "file system)"
+                              : "");
     }
     const std::string record = nlohmann::json{{"pid", static_cast<int64_t>(::getpid())},
                                               {"host", me},
@@ -184,9 +184,9 @@ std::shared_ptr<RunLock> RunLock::acquire(const fs::path& lock_file, std::string
     if (!written) {
       const int err = errno;
       ::close(fd);
-      STOKER_CHECK_HINT(false, str("free space on the disk of ", lock_file.parent_path().string()),
-                        what, ": cannot write the lock file ", lock_file.string(), " (",
-                        std::strerror(err), ")");
+      STOKER_CHECK_HINT(
+          false, fmt::format("free space on the disk of {}", lock_file.parent_path().string()),
+          what, ": cannot write the lock file ", lock_file.string(), " (", std::strerror(err), ")");
     }
     std::shared_ptr<RunLock> lock(new RunLock(lock_file, key, fd));
     g_held[key] = {lock, ::getpid()};

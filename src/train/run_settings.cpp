@@ -1,13 +1,13 @@
 #include "stoker/train/run_settings.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace stoker::train {
 
 namespace {
-using core::detail::str;
 
-std::string ranks(int n) { return str(n, n == 1 ? " rank" : " ranks"); }
+std::string ranks(int n) { return fmt::format("{}{}", n, n == 1 ? " rank" : " ranks"); }
 }  // namespace
 
 SettingsComparison compare_run_settings(const std::map<std::string, std::string>& recorded,
@@ -18,7 +18,7 @@ SettingsComparison compare_run_settings(const std::map<std::string, std::string>
   bool batch_fix = false;
   const auto refuse = [&](const RunSetting& s, const std::string& then, const std::string& why) {
     refused += (refused.empty() ? "" : "; ") + why;
-    fixes += str(fixes.empty() ? "" : ", ", s.flag, " ", then);
+    fixes += fmt::format("{}{} {}", fixes.empty() ? "" : ", ", s.flag, then);
   };
   for (const RunSetting& s : now) {
     const auto it = recorded.find(s.flag);
@@ -26,30 +26,34 @@ SettingsComparison compare_run_settings(const std::map<std::string, std::string>
     const std::string& then = it->second;
     switch (s.on_change) {
       case SettingChange::note:
-        out.notes.push_back(str(s.flag, " changed ", then, " -> ", s.value));
+        out.notes.push_back(fmt::format("{} changed {} -> {}", s.flag, then, s.value));
         break;
       case SettingChange::model_shape:
         refuse(s, then,
-               str("the checkpoint was written for ", s.flag, " ", then, ", this run has ", s.flag,
-                   " ", s.value, " (another model shape)"));
+               fmt::format(
+                   "the checkpoint was written for {} {}, this run has {} {} (another model shape)",
+                   s.flag, then, s.flag, s.value));
         break;
       case SettingChange::refuse:
         refuse(s, then,
-               str("the checkpoint was written with ", s.flag, " ", then, ", this run has ", s.flag,
-                   " ", s.value, ", which changes what the run trains"));
+               fmt::format("the checkpoint was written with {} {}, this run has {} {}, which "
+                           "changes what the run trains",
+                           s.flag, then, s.flag, s.value));
         break;
       case SettingChange::global_batch:
         // Allowed where the global batch stays: another world size made up for by this setting.
         if (batches.then > 0 && batches.then == batches.now) {
-          out.notes.push_back(str(
-              s.flag, " changed ", then, " -> ", s.value, " (the global batch stays ", batches.now,
-              " on ", ranks(batches.world_now), ", was ", ranks(batches.world_then), ")"));
+          out.notes.push_back(fmt::format(
+              "{} changed {} -> {} (the global batch stays {} on {}, was {})", s.flag, then,
+              s.value, batches.now, ranks(batches.world_now), ranks(batches.world_then)));
         } else {
           refuse(s, then,
-                 str(s.flag, " changed ", then, " -> ", s.value,
+                 fmt::format(
+                     "{} changed {} -> {}{}", s.flag, then, s.value,
                      batches.now > 0 && batches.then > 0
-                         ? str(", which makes the global batch (samples per step, every rank's) ",
-                               batches.now, "; the checkpoint's run had ", batches.then)
+                         ? fmt::format(", which makes the global batch (samples per step, every "
+                                       "rank's) {}; the checkpoint's run had {}",
+                                       batches.now, batches.then)
                          : std::string(", which changes the global batch")));
           batch_fix = batches.then > 0;
         }
@@ -58,11 +62,12 @@ SettingsComparison compare_run_settings(const std::map<std::string, std::string>
   }
   if (refused.empty()) return out;
   out.refusal = refused;
-  out.hint = str("resume with ", fixes, " as the run that wrote it",
-                 batch_fix ? str(" (or settings that keep the global batch at ", batches.then,
-                                 " on this job's ", ranks(batches.world_now), ")")
-                           : std::string(),
-                 ", or start a new run in another --checkpoint-dir");
+  out.hint = fmt::format(
+      "resume with {} as the run that wrote it{}, or start a new run in another --checkpoint-dir",
+      fixes,
+      batch_fix ? fmt::format(" (or settings that keep the global batch at {} on this job's {})",
+                              batches.then, ranks(batches.world_now))
+                : std::string());
   return out;
 }
 

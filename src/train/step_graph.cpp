@@ -1,5 +1,6 @@
 #include "train/step_graph.h"
 
+#include <fmt/format.h>
 #include <cstdio>
 
 #include "stoker/core/allocator.h"
@@ -70,8 +71,8 @@ void StepGraph::capture_and_run(std::span<const data::Batch> batches, float lr, 
   graph_.launch(stream);
   if (graph_.held_blocks() > 0) {
     const int64_t n = graph_.held_blocks();
-    held_ = core::detail::str(n, n == 1 ? " tensor (" : " tensors (",
-                              core::format_bytes(static_cast<size_t>(graph_.held_bytes())), ")");
+    held_ = fmt::format("{}{}{})", n, n == 1 ? " tensor (" : " tensors (",
+                        core::format_bytes(static_cast<size_t>(graph_.held_bytes())));
   }
 }
 

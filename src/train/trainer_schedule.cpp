@@ -1,6 +1,7 @@
 // The Trainer's learning-rate schedule and step budget over the run's samples
 // (TrainerOptions::schedule, max_steps): by step in an uninterrupted run, rebased on the samples
 // seen after an elastic resume (another world size), and planned at each fit()'s start.
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -83,20 +84,21 @@ void Trainer::plan_fit(const data::BatchSource& train, int64_t epochs, bool posi
     schedule_rate_ = schedule_batch_ > 0 ? 1.0 / static_cast<double>(schedule_batch_) : 0.0;
   }
   if (!main_rank() || options_.quiet) return;
-  std::printf(
-      "resume: the run has seen %lld samples; %s, so this job ends at step %s%s.\n",
-      static_cast<long long>(samples_seen_),
-      left >= 0
-          ? core::detail::str(left, " are left (", steps_left, " steps of ", global, ")").c_str()
-          : "the samples left are not known",
-      fit_total_steps_ >= 0 ? std::to_string(fit_total_steps_).c_str() : "(unknown)",
-      !options_.schedule ? ""
-      : spread ? core::detail::str("; the learning-rate schedule continues from its step ",
-                                   schedule_pos0_, " of ", total, " and reaches its end there")
-                     .c_str()
-               : core::detail::str("; the learning-rate schedule continues from its step ",
-                                   schedule_pos0_, ", one step per ", schedule_batch_, " samples")
-                     .c_str());
+  std::printf("resume: the run has seen %lld samples; %s, so this job ends at step %s%s.\n",
+              static_cast<long long>(samples_seen_),
+              left >= 0
+                  ? fmt::format("{} are left ({} steps of {})", left, steps_left, global).c_str()
+                  : "the samples left are not known",
+              fit_total_steps_ >= 0 ? std::to_string(fit_total_steps_).c_str() : "(unknown)",
+              !options_.schedule ? ""
+              : spread ? fmt::format("; the learning-rate schedule continues from its step {:g} of "
+                                     "{} and reaches its end there",
+                                     schedule_pos0_, total)
+                             .c_str()
+                       : fmt::format("; the learning-rate schedule continues from its step {:g}, "
+                                     "one step per {} samples",
+                                     schedule_pos0_, schedule_batch_)
+                             .c_str());
   std::fflush(stdout);
 }
 

@@ -1,5 +1,6 @@
 #include "stoker/train/training_checkpoint.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -56,7 +57,7 @@ void remove_leftover_temporaries(const std::filesystem::path& dir) {
   std::string names;
   for (size_t i = 0; i < removed.size() && i < 3; ++i)
     names += (i ? ", " : "") + removed[i].filename().string();
-  if (removed.size() > 3) names += core::detail::str(" and ", removed.size() - 3, " more");
+  if (removed.size() > 3) names += fmt::format(" and {} more", removed.size() - 3);
   std::fprintf(stderr,
                "checkpoint: removed %zu temporary file%s in %s left by checkpoint writes of "
                "processes that no longer run (%s)\n",
@@ -208,7 +209,7 @@ std::vector<std::string> TrainingCheckpoint::check_settings(const std::vector<Ru
                               .world_now = world_now};
   const SettingsComparison changes = compare_run_settings(settings, now, batches);
   if (!changes.refusal.empty())
-    throw ChangedRunError(core::detail::str("checkpoint ", path.string(), ": ", changes.refusal),
+    throw ChangedRunError(fmt::format("checkpoint {}: {}", path.string(), changes.refusal),
                           core::detail::where(__FILE__, __LINE__), changes.hint);
   return changes.notes;
 }
@@ -281,26 +282,26 @@ void TrainingCheckpoint::check_run(const data::BatchSource& source, int world) c
   // checkpoint taken inside an epoch must have recorded.
   STOKER_CHECK_HINT(
       world_size < 0 || world_size == world || position.batch == 0 || position.progress >= 0,
-      core::detail::str("resume with ", world_size,
-                        " ranks as the run that wrote it (stoker launch --nproc-per-node), or "
-                        "from a checkpoint at an epoch's end, ",
-                        new_run),
+      fmt::format("resume with {} ranks as the run that wrote it (stoker launch --nproc-per-node), "
+                  "or from a checkpoint at an epoch's end, {}",
+                  world_size, new_run),
       ckpt, " was written by ", world_size, " rank", world_size == 1 ? "" : "s", " inside epoch ",
       position.epoch, " without the epoch's progress (a source that cannot say ",
       "which samples it delivered, or an older build), so ", world, " rank", world == 1 ? "" : "s",
       " cannot continue it");
   const data::SourceIdentity now = source.identity();
   const data::SourceIdentity& then = identity;
-  STOKER_CHECK_HINT(then.batch_size < 0 || now.batch_size < 0 || then.batch_size == now.batch_size,
-                    core::detail::str("resume with batch size ", then.batch_size,
-                                      " as the run that wrote it (--batch ", then.batch_size,
-                                      " in the examples), ", new_run),
-                    ckpt, ": the batch size differs: the run that wrote it took batches of ",
-                    then.batch_size, " samples per rank, this one ", now.batch_size);
+  STOKER_CHECK_HINT(
+      then.batch_size < 0 || now.batch_size < 0 || then.batch_size == now.batch_size,
+      fmt::format(
+          "resume with batch size {} as the run that wrote it (--batch {} in the examples), {}",
+          then.batch_size, then.batch_size, new_run),
+      ckpt, ": the batch size differs: the run that wrote it took batches of ", then.batch_size,
+      " samples per rank, this one ", now.batch_size);
   STOKER_CHECK_HINT(
       !then.seed || !now.seed || *then.seed == *now.seed,
-      core::detail::str("resume with seed ", then.seed.value_or(0),
-                        " as the run that wrote it (--seed in the examples), ", new_run),
+      fmt::format("resume with seed {} as the run that wrote it (--seed in the examples), {}",
+                  then.seed.value_or(0), new_run),
       ckpt, ": the data seed differs: the run that wrote it drew its order from seed ",
       then.seed.value_or(0), ", this one from seed ", now.seed.value_or(0));
   const auto where = [](const data::SourceIdentity& id) {
@@ -330,9 +331,9 @@ void TrainingCheckpoint::position_source(data::BatchSource& train, int world, in
   } else if (elastic) {
     STOKER_CHECK_HINT(
         train.continue_epoch(epoch, progress),
-        core::detail::str(
-            "resume with ", world_size,
-            " ranks as the run that wrote it, or from a checkpoint at an epoch's end"),
+        fmt::format(
+            "resume with {} ranks as the run that wrote it, or from a checkpoint at an epoch's end",
+            world_size),
         "checkpoint ", path.string(), ": the data source (", train.kind(),
         ") cannot continue epoch ", epoch, " of a run of ", world_size, " ranks on ", world,
         " ranks (BatchSource::continue_epoch)");
@@ -346,15 +347,14 @@ void TrainingCheckpoint::position_source(data::BatchSource& train, int world, in
       "of a %d-rank run. The per-rank batch%s is kept and grad_accum_steps is %lld, so the global "
       "batch is %s (the learning-rate schedule follows the samples seen, see below).\n",
       path.string().c_str(), world_size, world_size == 1 ? "" : "s", world,
-      batch == 0
-          ? core::detail::str("It starts at the beginning of epoch ", epoch).c_str()
-          : core::detail::str("Epoch ", epoch,
-                              " continues with the samples the old ranks had not delivered (",
-                              progress, " of its order were), shared by ", world, " ranks")
-                .c_str(),
-      world, b >= 0 ? core::detail::str(" (", b, ")").c_str() : "", static_cast<long long>(k),
-      b >= 0 ? core::detail::str(world * b * k, " (was ", world_size * b * k_then, ")").c_str()
-             : core::detail::str(world * k, "/", world_size * k_then, " of the old one").c_str());
+      batch == 0 ? fmt::format("It starts at the beginning of epoch {}", epoch).c_str()
+                 : fmt::format("Epoch {} continues with the samples the old ranks had not "
+                               "delivered ({} of its order were), shared by {} ranks",
+                               epoch, progress, world)
+                       .c_str(),
+      world, b >= 0 ? fmt::format(" ({})", b).c_str() : "", static_cast<long long>(k),
+      b >= 0 ? fmt::format("{} (was {})", world * b * k, world_size * b * k_then).c_str()
+             : fmt::format("{}/{} of the old one", world * k, world_size * k_then).c_str());
   std::fflush(stdout);
 }
 
@@ -381,7 +381,7 @@ std::optional<std::filesystem::path> resume_newest(
     } catch (const Error& e) {
       std::fprintf(stderr, "checkpoint: %s does not resume (%s)%s\n", it->path.string().c_str(),
                    e.what(), std::next(it) != files.rend() ? "; trying the one before it" : "");
-      failures += core::detail::str("\n  ", it->path.string(), ": ", e.what());
+      failures += fmt::format("\n  {}: {}", it->path.string(), e.what());
     }
   }
   if (files.empty()) return std::nullopt;

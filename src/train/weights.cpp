@@ -1,5 +1,6 @@
 #include "stoker/train/weights.h"
 
+#include <fmt/format.h>
 #include <set>
 
 #include "stoker/core/error.h"
@@ -49,12 +50,14 @@ void save_weights_with_fallback(nn::Module& model, const std::filesystem::path& 
   write_or_fall_back(
       path, flag, fallback_dirs, [&](const std::filesystem::path& p) { save_weights(model, p); },
       [&](const std::filesystem::path& p) {
-        return core::detail::str("the trained weights are in ", p.string(),
-                                 ": free space (or mend the folder) and move that file to ",
-                                 path.string());
+        return fmt::format(
+            "the trained weights are in {}: free space (or mend the folder) and move that file to "
+            "{}",
+            p.string(), path.string());
       },
-      core::detail::str("the trained weights could not be kept; free disk space, or give ", flag,
-                        " on another disk (a --checkpoint-dir run keeps them in its checkpoints)"));
+      fmt::format("the trained weights could not be kept; free disk space, or give {} on another "
+                  "disk (a --checkpoint-dir run keeps them in its checkpoints)",
+                  flag));
 }
 
 std::vector<std::string> load_weights(nn::Module& model, const std::filesystem::path& path,
