@@ -1,6 +1,7 @@
 #include "util/atomic_file.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -120,12 +121,12 @@ class SignalCover {
   InFlight* slot_ = nullptr;
 };
 
-// Throws WriteError (a stoker::Error) with the message and hint.
-#define STOKER_WRITE_CHECK(cond, hint, ...)                                                     \
-  do {                                                                                          \
-    if (!(cond))                                                                                \
-      throw WriteError(core::detail::str(__VA_ARGS__), core::detail::where(__FILE__, __LINE__), \
-                       hint);                                                                   \
+// Throws WriteError (a stoker::Error) with the hint and the message: a fmt format string and its
+// arguments.
+#define STOKER_WRITE_CHECK(cond, hint, ...)                                                      \
+  do {                                                                                           \
+    if (!(cond))                                                                                 \
+      throw WriteError(fmt::format(__VA_ARGS__), core::detail::where(__FILE__, __LINE__), hint); \
   } while (0)
 
 // The writer's pid when `name` is "<base>.tmp.<pid>.<n>" with <base> ending in `suffix`.
@@ -151,8 +152,8 @@ void write_all(int fd, const void* data, size_t size, const std::filesystem::pat
   while (size > 0) {
     const ssize_t n = ::write(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
-    STOKER_WRITE_CHECK(n > 0, "check free disk space and permissions", "writing ", path.string(),
-                       " failed: ", errno_text());
+    STOKER_WRITE_CHECK(n > 0, "check free disk space and permissions", "writing {} failed: {}",
+                       path.string(), errno_text());
     p += n;
     size -= static_cast<size_t>(n);
   }
@@ -162,21 +163,21 @@ void write_file_atomically(const std::filesystem::path& path,
                            const std::function<void(int fd)>& write) {
   const std::filesystem::path dir =
       path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
-  STOKER_WRITE_CHECK(std::filesystem::is_directory(dir), "create the folder first", "cannot write ",
-                     path.string(), ": folder ", dir.string(), " does not exist");
+  STOKER_WRITE_CHECK(std::filesystem::is_directory(dir), "create the folder first",
+                     "cannot write {}: folder {} does not exist", path.string(), dir.string());
   const std::filesystem::path tmp =
       path.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_counter++);
   // Registered before the file exists, so no signal can fall between its creation and its cover.
   const SignalCover cover(tmp);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  STOKER_WRITE_CHECK(fd >= 0, "check permissions of the folder", "cannot create ", tmp.string(),
-                     ": ", errno_text());
+  STOKER_WRITE_CHECK(fd >= 0, "check permissions of the folder", "cannot create {}: {}",
+                     tmp.string(), errno_text());
   try {
     write(fd);
-    STOKER_WRITE_CHECK(::fsync(fd) == 0, "check free disk space and the disk's health", "fsync of ",
-                       tmp.string(), " failed: ", errno_text());
-    STOKER_WRITE_CHECK(::close(fd) == 0, "check free disk space and the disk's health", "closing ",
-                       tmp.string(), " failed: ", errno_text());
+    STOKER_WRITE_CHECK(::fsync(fd) == 0, "check free disk space and the disk's health",
+                       "fsync of {} failed: {}", tmp.string(), errno_text());
+    STOKER_WRITE_CHECK(::close(fd) == 0, "check free disk space and the disk's health",
+                       "closing {} failed: {}", tmp.string(), errno_text());
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -185,8 +186,8 @@ void write_file_atomically(const std::filesystem::path& path,
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string err = errno_text();
     ::unlink(tmp.c_str());
-    STOKER_WRITE_CHECK(false, "check the folder's permissions", "cannot rename ", tmp.string(),
-                       " to ", path.string(), ": ", err);
+    STOKER_WRITE_CHECK(false, "check the folder's permissions", "cannot rename {} to {}: {}",
+                       tmp.string(), path.string(), err);
   }
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
