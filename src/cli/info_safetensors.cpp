@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -30,7 +31,7 @@ std::string hex(uint64_t v) {
 }
 
 std::string bytes_text(uint64_t b) {
-  return core::detail::str(b, " bytes (", core::format_bytes(b), ")");
+  return fmt::format("{} bytes ({})", b, core::format_bytes(b));
 }
 
 // A metadata value, or `otherwise`.
@@ -42,7 +43,7 @@ std::string meta_or(const SafetensorsReader& r, const std::string& key,
 
 // Long values (descriptions, JSON) cut for one line.
 std::string cut(const std::string& s, size_t n = 160) {
-  return s.size() <= n ? s : s.substr(0, n) + core::detail::str("... (", s.size(), " characters)");
+  return s.size() <= n ? s : s.substr(0, n) + fmt::format("... ({} characters)", s.size());
 }
 
 // The run that wrote a checkpoint ("stoker.data"), as "world size 2, batch 16 per rank, ...".
@@ -58,8 +59,8 @@ std::string run_record(const std::string& text) {
   auto add = [&](const char* label, const char* key) {
     if (!j.contains(key)) return;
     const nlohmann::json& v = j.at(key);
-    out += core::detail::str(out.empty() ? "" : ", ", label, " ",
-                             v.is_string() ? v.get<std::string>() : v.dump());
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", label,
+                       v.is_string() ? v.get<std::string>() : v.dump());
   };
   add("world size", "world_size");
   add("batch size per rank", "batch_size");
@@ -71,7 +72,7 @@ std::string run_record(const std::string& text) {
     const std::string& k = it.key();
     if (k != "world_size" && k != "batch_size" && k != "seed" && k != "samples" &&
         k != "fingerprint" && k != "location")
-      out += core::detail::str(out.empty() ? "" : ", ", k, " ", cut(it.value().dump(), 80));
+      out += fmt::format("{}{} {}", out.empty() ? "" : ", ", k, cut(it.value().dump(), 80));
   }
   return out.empty() ? "not recorded" : out;
 }
@@ -80,7 +81,7 @@ std::string checksum_state(const SafetensorsReader& r) {
   size_t listed = 0;
   for (const std::string& n : r.names()) listed += r.entry(n).has_checksum ? 1 : 0;
   const std::string tensors =
-      core::detail::str(listed, " of ", r.names().size(), " tensors have a checksum");
+      fmt::format("{} of {} tensors have a checksum", listed, r.names().size());
   if (r.has_header_checksum()) return "header checksum ok (metadata and tensor table); " + tensors;
   if (r.has_checksums())
     return "no header checksum (written by an older stoker: its metadata is not covered); " +
@@ -127,7 +128,7 @@ int run_info_safetensors(const fs::path& path, bool verify) {
   }
   std::string dtype_list;
   for (const auto& [d, count] : dtypes)
-    dtype_list += core::detail::str(dtype_list.empty() ? "" : ", ", count, " ", d);
+    dtype_list += fmt::format("{}{} {}", dtype_list.empty() ? "" : ", ", count, d);
 
   if (checkpoint) {
     std::printf("%s: stoker training checkpoint (checkpoint version %s), %s\n", file.c_str(),
@@ -199,8 +200,8 @@ int run_info_safetensors(const fs::path& path, bool verify) {
     const SafetensorsReader::ChecksumCheck c = r.check_checksum(n);
     checked += c.stored ? 1 : 0;
     if (!c.ok())
-      bad.push_back(core::detail::str(n, ": fails its checksum (stored ", hex(c.expected),
-                                      ", computed ", hex(c.computed), ")"));
+      bad.push_back(fmt::format("{}: fails its checksum (stored {}, computed {})", n,
+                                hex(c.expected), hex(c.computed)));
   }
   std::printf("verified: %s, %zu tensor%s against their checksums (%s read): %zu bad\n",
               r.has_header_checksum() ? "header checksum ok" : "no header checksum", checked,

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -21,7 +22,6 @@
 namespace stoker::cli {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 using data::TokenCorpus;
 using data::TokenFormat;
 
@@ -103,21 +103,23 @@ int verify_manifest(const fs::path& manifest) {
   return bad;
 }
 
-std::string bytes_text(uint64_t b) { return str(b, " bytes (", core::format_bytes(b), ")"); }
+std::string bytes_text(uint64_t b) {
+  return fmt::format("{} bytes ({})", b, core::format_bytes(b));
+}
 
 // What the format's header says about the ids, for the first line.
 std::string format_line(const TokenCorpus& c) {
   const std::string type = data::token_type_name(c.token_type());
   switch (c.format()) {
     case TokenFormat::megatron:
-      return str("Megatron-LM indexed dataset (MMIDIDX version 1), ", type, " ids (dtype code ",
-                 megatron_code(c.token_type()), ")");
+      return fmt::format("Megatron-LM indexed dataset (MMIDIDX version 1), {} ids (dtype code {})",
+                         type, megatron_code(c.token_type()));
     case TokenFormat::llmc:
       return c.token_type() == data::TokenType::u16
-                 ? str("llm.c token shards (magic 20240520, version 1: GPT-2), uint16 ids")
-                 : str("llm.c token shards (magic 20240801, version 7: Llama 3), uint32 ids");
+                 ? "llm.c token shards (magic 20240520, version 1: GPT-2), uint16 ids"
+                 : "llm.c token shards (magic 20240801, version 7: Llama 3), uint32 ids";
     default:
-      return str("raw token ids, ", type);
+      return fmt::format("raw token ids, {}", type);
   }
 }
 
@@ -175,8 +177,9 @@ int run_info_tokens(const std::string& path, bool verify, const InfoTokenOptions
   else if (c.delimiter() < 0)
     split = "one per file";
   else
-    split = str(c.format() == TokenFormat::llmc ? "each begins with id " : "each ends with id ",
-                c.delimiter(), c.format() == TokenFormat::raw ? ", and at each file's end" : "");
+    split = fmt::format(
+        "{}{}{}", c.format() == TokenFormat::llmc ? "each begins with id " : "each ends with id ",
+        c.delimiter(), c.format() == TokenFormat::raw ? ", and at each file's end" : "");
   std::printf("  documents: %lld (%s), %lld empty\n", static_cast<long long>(docs), split.c_str(),
               static_cast<long long>(c.num_empty_documents()));
   if (c.format() == TokenFormat::megatron)
@@ -195,7 +198,7 @@ int run_info_tokens(const std::string& path, bool verify, const InfoTokenOptions
   const data::TokenScanResult scan = c.scan(o.vocab);  // throws at the first bad id
   std::printf("  ids: largest %lld, smallest %lld%s\n", static_cast<long long>(scan.max_id),
               static_cast<long long>(scan.min_id),
-              o.vocab > 0 ? str(", all below --vocab ", o.vocab).c_str() : "");
+              o.vocab > 0 ? fmt::format(", all below --vocab {}", o.vocab).c_str() : "");
   if (verify) {
     std::printf("verified: %s; every id read (%lld tokens in %.3f s, %.2f GB/s)%s\n",
                 c.format() == TokenFormat::megatron
@@ -208,7 +211,7 @@ int run_info_tokens(const std::string& path, bool verify, const InfoTokenOptions
                 scan.seconds > 0 ? double(scan.tokens) * data::token_type_bytes(c.token_type()) /
                                        scan.seconds / 1e9
                                  : 0.0,
-                o.vocab > 0 ? str(", all below --vocab ", o.vocab).c_str()
+                o.vocab > 0 ? fmt::format(", all below --vocab {}", o.vocab).c_str()
                             : " (give --vocab N to check them against the vocabulary)");
     const fs::path manifest =
         c.format() == TokenFormat::megatron ? fs::path(c.name() + ".manifest.json") : fs::path();

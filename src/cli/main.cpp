@@ -28,6 +28,7 @@
 // arguments and an unknown subcommand get CLI11's message and exit code (109 for the latter).
 #include <CLI/CLI.hpp>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -79,9 +80,9 @@ int run_info(const fs::path& path, bool verify) {
     stoker::core::check_input_file(path, "stoker info");
     stoker::core::detail::throw_error(
         __FILE__, __LINE__,
-        stoker::core::detail::str(path.string(),
-                                  " is a file stoker info does not recognise: not a database "
-                                  "folder, a safetensors file or a token corpus"),
+        fmt::format("{} is a file stoker info does not recognise: not a database folder, a "
+                    "safetensors file or a token corpus",
+                    path.string()),
         "give a folder written by `stoker pack`, a .safetensors checkpoint or weights file, a "
         "Megatron .idx/.bin prefix, llm.c shards, or raw token ids with --token-bytes 2|4");
   }
@@ -95,9 +96,9 @@ int run_info(const fs::path& path, bool verify) {
   const data::DatasetScan scan = data::scan_dataset(ds, {.verify = verify, .progress = true});
   std::string versions;
   for (const auto& [version, count] : scan.versions) {
-    versions += stoker::core::detail::str(
-        versions.empty() ? "" : ", ", count, " of version ", version,
-        version == data::kRecordVersionV1 ? " (no checksum)" : " (record checksum)");
+    versions +=
+        fmt::format("{}{} of version {}{}", versions.empty() ? "" : ", ", count, version,
+                    version == data::kRecordVersionV1 ? " (no checksum)" : " (record checksum)");
   }
   std::printf("records: %s\n", versions.empty() ? "none readable" : versions.c_str());
   std::printf("payload: %llu bytes (%.2f MiB); data.mdb: %llu bytes (%.2f MiB)\n",

@@ -6,6 +6,7 @@
 // them all).
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -35,8 +36,8 @@ Device parse_device_flag(const std::string& name) {
                     "use --device cpu (or leave --device out: the best device is chosen)",
                     "--device ", name, ": ",
                     visible == 0 ? std::string("no CUDA device is visible")
-                                 : core::detail::str("only ", visible, " CUDA device",
-                                                     visible == 1 ? " is" : "s are", " visible"));
+                                 : fmt::format("only {} CUDA device{} visible", visible,
+                                               visible == 1 ? " is" : "s are"));
   return d;
 }
 
