@@ -32,6 +32,7 @@
 // (MLPerf's: (1 - t)^2 down to 1e-4), and optionally --label-smoothing (MLPerf uses 0.1).
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -41,6 +42,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "classifier_program.h"
@@ -122,8 +124,8 @@ int64_t checked_classes(const Args& a, const data::LmdbImageDataset& ds, int64_t
   if (a.classes == 0) return fallback;
   STOKER_CHECK_HINT(
       a.classes >= ds.num_classes(),
-      stoker::core::detail::str("leave --classes out (then the dataset's ", ds.num_classes(),
-                                " are used) or give at least ", ds.num_classes()),
+      fmt::format("leave --classes out (then the dataset's {} are used) or give at least {}",
+                  ds.num_classes(), ds.num_classes()),
       "--classes ", a.classes, " is below the ", ds.num_classes(), " classes of ",
       ds.path().string());
   return a.classes;
@@ -170,11 +172,11 @@ fs::path ensure_synth(const data::SynthOptions& s, const fs::path& out, bool pri
 // and the like (the caller closes the parenthesis after the schedule).
 std::string describe_optimizer(const Args& a, const stoker::optim::Optimizer& opt, float lr,
                                float weight_decay) {
-  using stoker::core::detail::str;
-  const std::string common = str(" lr ", lr, " (momentum 0.9, weight decay ", weight_decay);
+  const std::string common =
+      fmt::format(" lr {:g} (momentum 0.9, weight decay {:g}", lr, weight_decay);
   if (const auto* lars = dynamic_cast<const stoker::optim::LARS*>(&opt))
-    return str("LARS", common, ", eta ", a.lars_eta, ", ", lars->adapted_count(), " of ",
-               lars->trainable_count(), " parameters adapted");
+    return fmt::format("LARS{}, eta {:g}, {} of {} parameters adapted", common, a.lars_eta,
+                       lars->adapted_count(), lars->trainable_count());
   return "SGD" + common;
 }
 
@@ -288,7 +290,15 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
     // What defines the run, recorded in its checkpoints: a resume states each changed one and
     // refuses those that break the run (train/run_settings.h, docs/long_runs.md).
     using train::SettingChange;
-    const auto v = [](const auto& x) { return stoker::core::detail::str(x); };
+    // Floats as a stream writes them (6 significant digits): a resumed run compares these
+    // texts with the ones its checkpoint recorded.
+    const auto v = [](const auto& x) {
+      if constexpr (std::is_floating_point_v<std::decay_t<decltype(x)>>) {
+        return fmt::format("{:g}", x);
+      } else {
+        return fmt::format("{}", x);
+      }
+    };
     to.run_settings = {{"--arch", a.arch, SettingChange::model_shape},
                        {"--classes", v(classes), SettingChange::model_shape},
                        {"--accum", v(a.accum), SettingChange::global_batch},
@@ -323,13 +333,11 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
         a.image_size, a.image_size, static_cast<long long>(a.batch), a.accum, world,
         world > 1 ? "s" : "", static_cast<long long>(a.batch * a.accum * world),
         describe_optimizer(a, *opt, lr, a.weight_decay).c_str(),
-        a.lr_schedule == "poly"
-            ? stoker::core::detail::str("poly (power 2, down to ", poly_end, ")").c_str()
-            : "cosine",
+        a.lr_schedule == "poly" ? fmt::format("poly (power 2, down to {:g})", poly_end).c_str()
+                                : "cosine",
         static_cast<long long>(warmup_epochs), warmup_epochs == 1 ? "" : "s",
-        a.label_smoothing > 0
-            ? stoker::core::detail::str(", label smoothing ", a.label_smoothing).c_str()
-            : "");
+        a.label_smoothing > 0 ? fmt::format(", label smoothing {:g}", a.label_smoothing).c_str()
+                              : "");
     std::printf("run: %lld steps (%lld epochs of %lld)%s%s\n", static_cast<long long>(total_steps),
                 static_cast<long long>(a.epochs), static_cast<long long>(steps_per_epoch),
                 a.run.checkpoint_dir.empty() ? ", no checkpoints (--checkpoint-dir)"
@@ -373,10 +381,10 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
     const double img_s = static_cast<double>(c.samples - es.c0.samples) / train_s;
     const double made = static_cast<double>(c.samples_decoded - es.c0.samples_decoded);
     const double cost = made > 0 ? (c.worker_s - es.c0.worker_s) / made : 0.0;
-    es.pending = stoker::core::detail::str(
-        "epoch ", st.epoch + 1, "/", a.epochs, ": train loss ",
-        fixed(es.loss_sum / static_cast<double>(std::max<int64_t>(1, es.steps)), 4), ", ",
-        static_cast<long long>(img_s * world), " img/s");
+    es.pending =
+        fmt::format("epoch {}/{}: train loss {}, {} img/s", st.epoch + 1, a.epochs,
+                    fixed(es.loss_sum / static_cast<double>(std::max<int64_t>(1, es.steps)), 4),
+                    static_cast<long long>(img_s * world));
     if (main_rank) {
       std::printf(
           "  loader: %.0f img/s delivered, waited %.1f %% of the epoch, %.3f ms/img of "
@@ -387,8 +395,7 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
     }
     if (!eval_at_epoch_end)
       print_epoch(val_loader
-                      ? (es.acc >= 0 ? stoker::core::detail::str("last val accuracy ",
-                                                                 fixed(es.acc * 100, 2), " %")
+                      ? (es.acc >= 0 ? fmt::format("last val accuracy {} %", fixed(es.acc * 100, 2))
                                      : std::string("not evaluated yet"))
                       : std::string("no validation set"));
     es.loss_sum = 0;
@@ -399,9 +406,8 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   trainer.add_eval_callback([&](const train::EvalRecord& r) {
     es.acc = r.accuracy;
     if (!es.pending.empty())
-      print_epoch(stoker::core::detail::str("val loss ", fixed(r.loss, 4), ", val accuracy ",
-                                            fixed(r.accuracy * 100, 2), " % (", r.samples,
-                                            " images, ", fixed(r.seconds, 1), " s)"));
+      print_epoch(fmt::format("val loss {}, val accuracy {} % ({} images, {} s)", fixed(r.loss, 4),
+                              fixed(r.accuracy * 100, 2), r.samples, fixed(r.seconds, 1)));
   });
   const auto start = Clock::now();
   // Room for the weights at the end, checked before the first step (not after the whole run).

@@ -1,5 +1,6 @@
 #include "program.h"
 
+#include <fmt/format.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -168,16 +169,15 @@ Device device(const std::string& value, std::string_view flag) {
     STOKER_THROW(flag, " ", value, ": unknown device; use auto, cpu, cuda or cuda:N");
   }
   if (d.is_cpu()) return d;
-  const std::string cpu_hint =
-      core::detail::str("use ", flag, " cpu (or leave ", flag,
-                        " out: the first GPU when there is one, else the CPU)");
+  const std::string cpu_hint = fmt::format(
+      "use {} cpu (or leave {} out: the first GPU when there is one, else the CPU)", flag, flag);
   STOKER_CHECK_HINT(core::built_with_cuda(), cpu_hint, flag, " ", value,
                     ": this build of stoker has no CUDA backend");
   const int n = core::cuda_device_count();
   STOKER_CHECK_HINT(n > 0, cpu_hint, flag, " ", value,
                     ": no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
                     "hides them)");
-  STOKER_CHECK_HINT(d.index < n, core::detail::str("use cuda:0 .. cuda:", n - 1), flag, " ", value,
+  STOKER_CHECK_HINT(d.index < n, fmt::format("use cuda:0 .. cuda:{}", n - 1), flag, " ", value,
                     ": only ", n, " CUDA device", n == 1 ? " is" : "s are", " visible");
   return d;
 }

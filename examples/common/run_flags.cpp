@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -40,8 +41,9 @@ void refuse_save_over_a_training_checkpoint(const std::string& save) {
   if (!step) return;
   core::detail::throw_error(
       __FILE__, __LINE__,
-      core::detail::str("--save ", save, " is a training checkpoint (step ", *step,
-                        "): saving the weights over it would lose that run's state"),
+      fmt::format("--save {} is a training checkpoint (step {}): saving the weights over it would "
+                  "lose that run's state",
+                  save, *step),
       "give --save another path (a checkpoint is resumed with --resume, not replaced)");
 }
 
@@ -192,9 +194,9 @@ void RunFlags::check_inputs_and_outputs(const std::vector<Input>& inputs) const 
           core::same_file(v.path, in.path))
         core::detail::throw_error(
             __FILE__, __LINE__,
-            core::detail::str("--val ", v.path.string(), " is the same as ", in.flag, " ",
-                              in.path.string(),
-                              ": the validation loss would be measured on the training data"),
+            fmt::format("--val {} is the same as {} {}: the validation loss would be measured on "
+                        "the training data",
+                        v.path.string(), in.flag, in.path.string()),
             "split off a validation set the run does not train on (e.g. the last 10 % of the "
             "tokens, or held-out images packed with `stoker pack`), or leave --val out");
   core::PathGuard guard;

@@ -1,6 +1,7 @@
 // stoker_gpt --synthetic: the benchmark mode, timed like benchmarks/peers/torch_train.py's
 // `gpt` (--bench-warmup untimed steps, a device sync, --steps timed steps, a device sync) and
 // reported in its line format (scripts/gpu-measure.sh parses it).
+#include <fmt/format.h>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -77,22 +78,21 @@ int run_bench(const Options& o, const BenchSetup& b) {
   const diag::DevicePeaks peaks = diag::device_peaks(device);
   const double util = gpt::mfu(tokens / dt, flops / tokens, peaks.compute_tflops(dtype, o.tf32));
   if (root) {
-    const std::string name = core::detail::str(
-        "stoker GPT ", o.preset, " B=", o.batch, " T=", t,
-        o.accum > 1 ? core::detail::str(" accum=", o.accum) : std::string(), " ",
+    const std::string name = fmt::format(
+        "stoker GPT {} B={} T={}{} {}{}{}{}{}", o.preset, o.batch, t,
+        o.accum > 1 ? fmt::format(" accum={}", o.accum) : std::string(),
         b.precision == amp::Precision::fp32 ? (o.tf32 ? "fp32(tf32)" : "fp32") : o.precision,
-        b.wrapped > 0 ? core::detail::str(" +ckpt(every ", o.run.activation_checkpoint_every, ")")
-                      : "",
+        b.wrapped > 0 ? fmt::format(" +ckpt(every {})", o.run.activation_checkpoint_every) : "",
         o.selective ? " +selective" : "", o.cuda_graph ? " +graph" : "",
-        world > 1 ? core::detail::str(" x", world, " ranks") : "");
-    std::printf("%s: %s tok/s, %.1f ms/step, peak %.1f GiB%s, ~%.0f TFLOP/s%s\n", name.c_str(),
-                core::detail::str(static_cast<long long>(tokens / dt)).c_str(), dt * 1e3, peak_gib,
-                o.cuda_graph ? " (with the graph's own memory)" : "", flops / dt / 1e12,
-                util > 0 ? core::detail::str(", MFU ", std::lround(1000 * util) / 10.0, " % of ",
-                                             peaks.compute_tflops(dtype, o.tf32), " TFLOP/s (",
-                                             peaks.source, ")")
-                               .c_str()
-                         : "");
+        world > 1 ? fmt::format(" x{} ranks", world) : "");
+    std::printf(
+        "%s: %s tok/s, %.1f ms/step, peak %.1f GiB%s, ~%.0f TFLOP/s%s\n", name.c_str(),
+        fmt::format("{}", static_cast<long long>(tokens / dt)).c_str(), dt * 1e3, peak_gib,
+        o.cuda_graph ? " (with the graph's own memory)" : "", flops / dt / 1e12,
+        util > 0 ? fmt::format(", MFU {:g} % of {:g} TFLOP/s ({})", std::lround(1000 * util) / 10.0,
+                               peaks.compute_tflops(dtype, o.tf32), peaks.source)
+                       .c_str()
+                 : "");
     if (world > 1)
       std::printf("job: %.0f tok/s over %d ranks (slowest rank's step time)\n", tokens * world / dt,
                   world);

@@ -4,6 +4,7 @@
 // parameter; see gpt_model.h for how the tied gradient is written and announced).
 #include "gpt_model.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -44,9 +45,8 @@ GptConfig GptConfig::preset(const std::string& name) {
 }
 
 std::string GptConfig::str() const {
-  return core::detail::str("V=", vocab, " T=", context, " L=", layers, " H=", heads, " C=", d_model,
-                           " dropout=", dropout,
-                           " init=", init == GptInit::gpt2 ? "gpt2" : "torch");
+  return fmt::format("V={} T={} L={} H={} C={} dropout={:g} init={}", vocab, context, layers, heads,
+                     d_model, dropout, init == GptInit::gpt2 ? "gpt2" : "torch");
 }
 
 // ---------------------------------------------------------------------------------- GptBlock
@@ -136,8 +136,8 @@ Tensor GptBlock::backward(const Tensor& dy) {
 }
 
 std::string GptBlock::describe() const {
-  return core::detail::str("GptBlock(C=", attn_->d_model(), ", heads=", attn_->heads(),
-                           drop_ ? ", dropout)" : ")");
+  return fmt::format("GptBlock(C={}, heads={}{}", attn_->d_model(), attn_->heads(),
+                     drop_ ? ", dropout)" : ")");
 }
 
 // --------------------------------------------------------------------------------------- Gpt

@@ -44,6 +44,7 @@
 //                      step (the mean cross-entropy of its batch, before the update), one
 //                      value per step
 //   final.safetensors  the weights after training (same names as init.safetensors)
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -51,6 +52,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/program.h"
@@ -217,7 +219,7 @@ int run(const Options& o) {
         model.describe().c_str(), device.str().c_str(), world, world == 1 ? "" : "s",
         static_cast<long long>(params), o.precision.c_str(), static_cast<long long>(o.batch),
         static_cast<long long>(t), o.accum,
-        wrapped > 0 ? core::detail::str(", ", wrapped, " blocks checkpointed").c_str() : "",
+        wrapped > 0 ? fmt::format(", {} blocks checkpointed", wrapped).c_str() : "",
         opt.describe().c_str(), static_cast<double>(opt.state_bytes()) / (1 << 20));
   }
 
@@ -238,7 +240,15 @@ int run(const Options& o) {
     // What defines the run, recorded in its checkpoints: a resume states each changed one and
     // refuses those that break the run (train/run_settings.h, docs/long_runs.md).
     using train::SettingChange;
-    const auto v = [](const auto& x) { return core::detail::str(x); };
+    // Floats as a stream writes them (6 significant digits): a resumed run compares these
+    // texts with the ones its checkpoint recorded.
+    const auto v = [](const auto& x) {
+      if constexpr (std::is_floating_point_v<std::decay_t<decltype(x)>>) {
+        return fmt::format("{:g}", x);
+      } else {
+        return fmt::format("{}", x);
+      }
+    };
     topts.run_settings = {{"--layers", v(config.layers), SettingChange::model_shape},
                           {"--heads", v(config.heads), SettingChange::model_shape},
                           {"--width", v(config.d_model), SettingChange::model_shape},
@@ -335,18 +345,16 @@ int run(const Options& o) {
         "%s"
         "run: %lld steps of global batch %lld x %d accumulation x %d rank%s = %lld sequences "
         "(%s tokens)%s%s\n",
-        corpus_run
-            ? ""
-            : core::detail::str("data: ", train_path.string(), " (", train_set->num_tokens(),
-                                " tokens, ", train_set->size(), " windows of ", t + 1, ")",
-                                val_set ? core::detail::str(", validation ", val_path.string(),
-                                                            " (", val_set->num_tokens(), " tokens)")
-                                        : std::string(", no validation set"),
-                                "\n")
-                  .c_str(),
+        corpus_run ? ""
+                   : fmt::format("data: {} ({} tokens, {} windows of {}){}\n", train_path.string(),
+                                 train_set->num_tokens(), train_set->size(), t + 1,
+                                 val_set ? fmt::format(", validation {} ({} tokens)",
+                                                       val_path.string(), val_set->num_tokens())
+                                         : std::string(", no validation set"))
+                         .c_str(),
         static_cast<long long>(o.steps), static_cast<long long>(o.batch), o.accum, world,
         world == 1 ? "" : "s", static_cast<long long>(o.batch * o.accum * world),
-        core::detail::str(o.batch * o.accum * world * t).c_str(),
+        fmt::format("{}", o.batch * o.accum * world * t).c_str(),
         o.run.checkpoint_dir.empty()
             ? ", no checkpoints (--checkpoint-dir)"
             : (", checkpoints in " + o.run.checkpoint_dir + " every " + o.run.checkpoint_interval)
@@ -437,7 +445,7 @@ int run(const Options& o) {
       const std::vector<int64_t> out =
           gpt::generate(model, prompt, o.sample, o.top_k, o.temperature, o.seed);
       std::printf("sample (%s, seed %llu):\n%s%s\n",
-                  o.top_k <= 1 ? "greedy" : core::detail::str("top-", o.top_k).c_str(),
+                  o.top_k <= 1 ? "greedy" : fmt::format("top-{}", o.top_k).c_str(),
                   static_cast<unsigned long long>(o.seed), o.prompt.c_str(),
                   printable(out, config.vocab).c_str());
     }

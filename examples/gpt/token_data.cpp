@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <fmt/format.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,7 +14,6 @@
 namespace stoker::gpt_program {
 
 namespace fs = std::filesystem;
-using core::detail::str;
 
 namespace {
 
@@ -44,10 +44,11 @@ TokenSource resolve_token_source(const std::string& flag, const std::string& arg
     for (const auto& e : fs::directory_iterator(arg, ec))
       if (e.path().extension() == ".idx") idx.push_back(e.path());
     if (idx.empty()) return s;  // not a corpus: refused as a folder by the input checks
-    STOKER_CHECK_HINT(idx.size() == 1,
-                      str("give ", flag, " a Megatron prefix, .idx or a folder with one .idx"),
-                      flag, " ", arg, ": a folder with ", idx.size(),
-                      " Megatron indexes (.idx), not one: which one is the corpus?");
+    STOKER_CHECK_HINT(
+        idx.size() == 1,
+        fmt::format("give {} a Megatron prefix, .idx or a folder with one .idx", flag), flag, " ",
+        arg, ": a folder with ", idx.size(),
+        " Megatron indexes (.idx), not one: which one is the corpus?");
     s.path = idx.front().string();
     return s;
   }
@@ -103,8 +104,8 @@ std::unique_ptr<CorpusData> open_corpus_data(
     try {
       out->corpora.push_back(std::make_unique<data::TokenCorpus>(src.path, copts));
     } catch (const Error& e) {
-      STOKER_CHECK_HINT(false, e.hint().empty() ? str("check ", flag) : e.hint(), flag, " ", arg,
-                        ": ", e.message());
+      STOKER_CHECK_HINT(false, e.hint().empty() ? fmt::format("check {}", flag) : e.hint(), flag,
+                        " ", arg, ": ", e.message());
     }
     const data::TokenCorpus& corpus = *out->corpora.back();
     const data::TokenSequencesOptions sopts{.context = options.context,
@@ -131,8 +132,9 @@ std::unique_ptr<CorpusData> open_corpus_data(
       vopts.world_size = 1;
       out->validation = std::make_unique<data::SequenceBatches>(
           std::vector<data::SequenceSource>{{&val_seq, 1, val_seq.name()}}, vopts);
-      out->summary += str("  validation split of ", arg, ": ", val.size(), " documents, ",
-                          val_seq.num_tokens(), " tokens, ", val_seq.size(), " sequences\n");
+      out->summary +=
+          fmt::format("  validation split of {}: {} documents, {} tokens, {} sequences\n", arg,
+                      val.size(), val_seq.num_tokens(), val_seq.size());
       out->sequences.push_back(std::make_unique<data::TokenSequences>(
           corpus, sopts, data::other_documents(corpus, val), "train split"));
     } else {
@@ -140,10 +142,11 @@ std::unique_ptr<CorpusData> open_corpus_data(
     }
     const data::TokenSequences& seq = *out->sequences.back();
     mix.push_back({&seq, weight, arg});
-    out->summary += str("  ", arg, ": ", data::token_format_name(corpus.format()), ", ",
-                        corpus.num_tokens(), " tokens in ", corpus.num_documents(), " documents, ",
-                        seq.size(), " sequences of ", options.context + 1,
-                        sources.size() > 1 ? str(", weight ", weight) : std::string(), "\n");
+    out->summary +=
+        fmt::format("  {}: {}, {} tokens in {} documents, {} sequences of {}{}\n", arg,
+                    data::token_format_name(corpus.format()), corpus.num_tokens(),
+                    corpus.num_documents(), seq.size(), options.context + 1,
+                    sources.size() > 1 ? fmt::format(", weight {:g}", weight) : std::string());
   }
   out->batches = std::make_unique<data::SequenceBatches>(std::move(mix), options.batches);
   return out;
