@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -164,8 +165,9 @@ bool check_first_sample(const data::LmdbImageDataset& ds, const data::LoaderOpti
         const float want = (v / 255.0f - o.mean[c]) / o.std[c];
         const float have = got[(static_cast<size_t>(c) * n + y) * n + x];
         if (std::abs(have - want) > tol * std::max(1.0f, std::abs(want))) {
-          *why = stoker::core::detail::str("sample ", idx, " channel ", c, " (", y, ", ", x,
-                                           "): loader ", have, ", by hand ", want);
+          // ::fmt: this file's own fmt() (printf into a string) hides the library's namespace.
+          *why = ::fmt::format("sample {} channel {} ({}, {}): loader {:g}, by hand {:g}", idx, c,
+                               y, x, have, want);
           return false;
         }
       }
@@ -173,7 +175,7 @@ bool check_first_sample(const data::LmdbImageDataset& ds, const data::LoaderOpti
   }
   const int64_t label = batch.target.slice(0, 1).to(Device::cpu()).to_vector<int64_t>()[0];
   if (label != s.label) {
-    *why = stoker::core::detail::str("sample ", idx, ": label ", label, ", expected ", s.label);
+    *why = ::fmt::format("sample {}: label {}, expected {}", idx, label, s.label);
     return false;
   }
   return true;

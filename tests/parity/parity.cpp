@@ -6,6 +6,7 @@
 //
 // Writes DIR/<model>_<optim>_init.safetensors (weights, PyTorch names), DIR/..._batches
 // .safetensors (x<i>, y<i>) and DIR/..._stoker.json ({"losses": [...]}, one per step).
+#include <fmt/format.h>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
       model->backward(loss.backward());
       opt->step();
       opt->zero_grad();
-      losses += (s ? ", " : "") + core::detail::str(l.item());
+      losses += (s ? ", " : "") + fmt::format("{:g}", l.item());
     }
     train::save_safetensors(stem + "_batches.safetensors", batches);
     std::ofstream(stem + "_stoker.json") << "{\"losses\": " << losses << "]}\n";
