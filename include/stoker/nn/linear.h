@@ -123,4 +123,30 @@ class Linear : public Module {
 // Turns FP8 GEMMs on (or off) for every Linear in the tree; returns how many Linears there are.
 int set_linear_fp8(Module& root, bool on, Fp8Options options = {});
 
+// Llama's MLP block, y = down_proj(silu(gate_proj(x)) * up_proj(x)), with the gate and up
+// projections as ONE Linear and ONE GEMM: "gate_up_proj" (weight [2F, D], no bias; rows 0..F-1
+// are Hugging Face's mlp.gate_proj.weight, rows F..2F-1 its mlp.up_proj.weight, so a weight file
+// converter concatenates or splits them along dim 0), ops::swiglu_forward over its [.., 2F]
+// output (stoker/ops/activation.h), and "down_proj" (weight [D, F], no bias). D = features,
+// F = hidden_features (Llama 3.2-1B: 2048 and 8192). Saved for backward: the Linears' inputs and
+// the gate/up output, whose buffer the backward reuses for its gradient (swiglu_backward in
+// place), so the block keeps no [.., 2F] tensor beyond it.
+class SwiGLU : public Module {
+ public:
+  SwiGLU(int64_t features, int64_t hidden_features);
+
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  std::string describe() const override;
+
+  Linear& gate_up_proj() { return *gate_up_; }
+  Linear& down_proj() { return *down_; }
+
+ private:
+  int64_t features_, hidden_;
+  Linear* gate_up_;
+  Linear* down_;
+  Tensor gate_up_out_;  // [.., 2F], the swiglu input; overwritten by its gradient in backward
+};
+
 }  // namespace stoker::nn
