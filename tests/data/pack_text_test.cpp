@@ -384,5 +384,58 @@ TEST(PackText, OverwriteReplacesOnlyAPackTextOutput) {
   EXPECT_GT(pack_text({kKjv}, dir / "made", o).documents, 0);
 }
 
+// What stoker_gpt decodes its samples with: the trained tokenizer's decode() inverts its encode()
+// and equals SentencePiece's own Decode; ids beyond its vocabulary are named, not dropped.
+TEST(PackText, TokenizerDecodeInvertsEncodeAndNamesUnknownIds) {
+  test::TempDir dir;
+  pack_text({kKjv}, dir / "out", trained(600));
+  const std::string model = (dir / "out/tokenizer.model").string();
+  const auto tok = detail::SentencePieceTokenizer::load(model);
+  sentencepiece::SentencePieceProcessor sp;
+  ASSERT_TRUE(sp.Load(model).ok());
+  for (const std::string text :
+       {std::string("And God said, Let there be light: and there was light."),
+        std::string("  10 And God called the dry land Earth;\nand the gathering together"),
+        std::string("caf\xc3\xa9 \xe2\x80\x94 1611")}) {
+    std::vector<int32_t> ids;
+    ASSERT_EQ(tok.encode(text, ids), "");
+    ASSERT_FALSE(ids.empty());
+    const std::vector<int64_t> wide(ids.begin(), ids.end());
+    EXPECT_EQ(tok.decode(wide), text);
+    std::string theirs;
+    ASSERT_TRUE(sp.Decode(std::vector<int>(ids.begin(), ids.end()), &theirs).ok());
+    EXPECT_EQ(tok.decode(wide), theirs);
+  }
+  std::vector<int32_t> god;
+  ASSERT_EQ(tok.encode("God", god), "");
+  std::vector<int64_t> ids(god.begin(), god.end());
+  ids.push_back(600);
+  ids.push_back(-1);
+  EXPECT_EQ(tok.decode(ids), "God[600][-1]");
+  EXPECT_EQ(tok.decode({tok.eos_id()}), "");
+  // The manifest records it: what stoker_gpt --data FOLDER decodes its samples with.
+  const auto recorded = recorded_tokenizer(dir / "out/tokens.idx");
+  ASSERT_TRUE(recorded.has_value());
+  EXPECT_TRUE(fs::equivalent(recorded->model, model));
+  EXPECT_EQ(recorded->vocab_size, 600);
+  EXPECT_FALSE(recorded_tokenizer(dir / "elsewhere/tokens.idx").has_value());
+  write_text(dir / "other/tokens.manifest.json", "{\"format\": \"something else\"}");
+  EXPECT_NE(error_of([&] {
+              recorded_tokenizer(dir / "other/tokens.idx");
+            }).find("is not a stoker pack-text manifest naming a tokenizer"),
+            std::string::npos);
+  fs::remove(dir / "out/tokenizer.model");
+  EXPECT_NE(
+      error_of([&] { recorded_tokenizer(dir / "out/tokens.idx"); }).find("which is not there"),
+      std::string::npos);
+  // A file that is no model is refused naming the flag the caller gives.
+  write_text(dir / "not.model", "hello");
+  const std::string e = error_of(
+      [&] { detail::SentencePieceTokenizer::load((dir / "not.model").string(), "--tokenizer"); });
+  EXPECT_EQ(e.rfind("--tokenizer " + (dir / "not.model").string() + " is not a SentencePiece", 0),
+            0u)
+      << e;
+}
+
 }  // namespace
 }  // namespace stoker::data

@@ -28,9 +28,9 @@
 
 #include "data/indexed_dataset_writer.h"
 #include "data/pack_interrupt.h"
+#include "stoker/core/device.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
-#include "stoker/core/version.h"
 #include "stoker/data/pack.h"
 #include "util/atomic_file.h"
 #include "util/checksum.h"
@@ -536,6 +536,30 @@ PackTextSummary pack_text(const std::vector<fs::path>& inputs, const fs::path& o
   summary.tokenizer = out / kTokenizerFile;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
+}
+
+std::optional<RecordedTokenizer> recorded_tokenizer(const fs::path& idx) {
+  fs::path manifest = idx;
+  manifest.replace_extension(kManifestSuffix);
+  std::error_code ec;
+  if (!fs::exists(manifest, ec)) return std::nullopt;
+  core::check_input_file(manifest, "the manifest");  // a FIFO is refused, not read
+  std::ifstream in(manifest);
+  const nlohmann::json m = nlohmann::json::parse(in, nullptr, false);
+  const bool ours = !m.is_discarded() && m.is_object() && m.value("format", "") == kManifestFormat;
+  const nlohmann::json* tok = ours && m.contains("tokenizer") ? &m["tokenizer"] : nullptr;
+  STOKER_CHECK_HINT(tok && tok->is_object() && (*tok)["file"].is_string() &&
+                        (*tok)["vocab_size"].is_number_integer(),
+                    "repack the text with stoker pack-text, or remove the file", manifest.string(),
+                    " is not a stoker pack-text manifest naming a tokenizer");
+  RecordedTokenizer r{manifest.parent_path() / (*tok)["file"].get<std::string>(),
+                      (*tok)["vocab_size"].get<int64_t>()};
+  STOKER_CHECK_HINT(fs::is_regular_file(r.model, ec),
+                    "repack the text with stoker pack-text (the dataset and its tokenizer travel "
+                    "together)",
+                    manifest.string(), " names the tokenizer ", r.model.string(),
+                    ", which is not there");
+  return r;
 }
 
 std::string format_summary(const PackTextSummary& s) {

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,15 @@ PackTextSummary pack_text(const std::vector<std::filesystem::path>& inputs,
                           const std::filesystem::path& out, const PackTextOptions& options);
 
 std::string format_summary(const PackTextSummary& summary);
+
+// The tokenizer a pack-text dataset records: PREFIX.manifest.json beside `idx` (PREFIX.idx) names
+// its .model file and vocabulary. nullopt: no manifest there (a dataset packed by other tools);
+// a manifest that is not pack-text's, or names a model that is not there, throws naming it.
+struct RecordedTokenizer {
+  std::filesystem::path model;
+  int64_t vocab_size = 0;
+};
+std::optional<RecordedTokenizer> recorded_tokenizer(const std::filesystem::path& idx);
 
 namespace detail {
 // Throws stoker::Error when something is at `out` that may not be replaced: always without

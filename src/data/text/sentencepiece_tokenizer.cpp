@@ -18,7 +18,6 @@ void SetMinLogLevel(int v);
 
 namespace stoker::data::detail {
 
-
 namespace {
 
 // SentencePiece drops longer sentences from training (with a log line); stoker leaves them out
@@ -56,8 +55,7 @@ SentencePieceTokenizer SentencePieceTokenizer::load(const std::string& path,
                     "pass a SentencePiece .model file (spm_train's output, or the tokenizer.model "
                     "of a Llama-style checkpoint), or train one with --train-tokenizer "
                     "--vocab-size N",
-                    flag, " ", path,
-                    " is not a SentencePiece model: ", status.ToString());
+                    flag, " ", path, " is not a SentencePiece model: ", status.ToString());
   t.serialized_ = t.sp_->serialized_model_proto();
   return t;
 }

@@ -34,8 +34,10 @@ struct TokenizerTraining {
 
 class SentencePieceTokenizer {
  public:
-  // Loads a .model file (a serialized ModelProto); errors name the file and the fix.
-  static SentencePieceTokenizer load(const std::string& path);
+  // Loads a .model file (a serialized ModelProto); errors name the file as `flag` (the program's
+  // flag that gave it) and the fix.
+  static SentencePieceTokenizer load(const std::string& path,
+                                     const std::string& flag = "stoker pack-text: --tokenizer");
   // `sentences(emit)` calls emit(sentence) for each training sentence (a line of text, without
   // its "\n"); it may throw, and the error goes on unchanged.
   static SentencePieceTokenizer train(
@@ -48,6 +50,10 @@ class SentencePieceTokenizer {
 
   // Appends the ids of `text` (one Encode call) to `ids`; empty string on success, else why.
   std::string encode(std::string_view text, std::vector<int32_t>& ids) const;
+  // The text of `ids` (SentencePiece's Decode: pieces joined, the leading space of the first
+  // dropped, byte pieces reassembled). Control pieces (<s>, </s>) give nothing; an id outside
+  // the vocabulary gives "[id]" (a model's vocabulary may be larger than its tokenizer's).
+  std::string decode(const std::vector<int64_t>& ids) const;
   int vocab_size() const;
   int eos_id() const;  // -1: the model has none
   int bos_id() const;
