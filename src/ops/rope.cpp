@@ -6,7 +6,7 @@
 // op, rounded to float32 as it rounds it. `scalar / tensor` is torch's reciprocal(tensor) *
 // scalar (Tensor.__rtruediv__), so it is written that way. theta ** (2i / D) is powf; torch
 // evaluates it with SLEEF's 1-ulp powf, which pow in double rounded to float matched for head
-// dims 64 and 128 at rope_theta 1e4 and 5e5 (tests/ops/rope_reference.py's fixture), where
+// dims 64 and 128 at rope_theta 1e4 and 5e5 (tests/ops/llama_reference.py's fixture), where
 // glibc's and numpy's float32 pow differ from it in several places.
 #include <cmath>
 #include <numbers>

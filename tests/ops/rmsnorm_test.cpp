@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "llama_reference.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/layernorm.h"
 #include "test_util.h"
@@ -74,6 +75,32 @@ TEST(RmsNormTest, ForwardRoundsHBeforeTheWeight) {
     const float h = test::round_to(DType::bf16, xv[j] * inv);
     EXPECT_EQ(yv[j], test::round_to(DType::bf16, 1.5f * h)) << j;
   }
+}
+
+TEST(RmsNormTest, EqualsTransformersLlamaRmsNormInBf16) {
+  // transformers' LlamaRMSNorm(64, eps=1e-5) in bfloat16 (tests/ops/llama_reference.py).
+  const auto ref = test::load_llama_reference();
+  ASSERT_FALSE(ref.empty()) << "tests/ops/llama_reference.txt missing";
+  const Tensor x = Tensor::from_floats(ref.at("rmsnorm.x"), {8, 64}, DType::bf16);
+  const Tensor dy = Tensor::from_floats(ref.at("rmsnorm.dy"), {8, 64}, DType::bf16);
+  const Tensor w = Tensor::from_floats(ref.at("rmsnorm.weight"), {64}, DType::f32);
+  const Tensor y = test::poisoned({8, 64}, DType::bf16), rstd = test::poisoned({8}, DType::f32);
+  const Tensor dx = test::poisoned({8, 64}, DType::bf16), dw = Tensor::zeros({64}, DType::f32);
+  rmsnorm_forward(y, rstd, x, w, 1e-5f);
+  rmsnorm_backward(dx, dw, dy, x, rstd, w);
+  // y: the same bits wherever the fp32 (transformers) and fp64 (here) statistics round h alike
+  // (every element of this fixture), else one bf16 ulp. The gradients: transformers rounds dy *
+  // weight and the weight gradient to bf16 (a bf16 model), here they stay fp32: within a few bf16
+  // ulps.
+  const std::vector<float> yv = y.to_floats(), want_y = ref.at("rmsnorm.y");
+  int64_t same = 0;
+  for (size_t i = 0; i < yv.size(); ++i) {
+    same += yv[i] == want_y[i];
+    EXPECT_NEAR(yv[i], want_y[i], std::ldexp(std::fabs(want_y[i]), -7)) << "y " << i;
+  }
+  EXPECT_EQ(same, static_cast<int64_t>(yv.size()));  // measured: every element
+  test::expect_max_abs_close(dx.to_floats(), ref.at("rmsnorm.dx"), 3.0 / 128, "dx");
+  test::expect_max_abs_close(dw.to_floats(), ref.at("rmsnorm.dweight"), 2.0 / 128, "dweight");
 }
 
 // sum(y * r) for x, in double.

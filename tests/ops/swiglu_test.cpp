@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "llama_reference.h"
 #include "stoker/ops/activation.h"
 #include "test_util.h"
 
@@ -77,6 +78,30 @@ TEST(SwiGluTest, MatchesTheUnfusedComposition) {
       swiglu_backward(x2, dy, x2);
       EXPECT_TRUE(bit_identical(x2, dx)) << what << " in place";
     }
+  }
+}
+
+TEST(SwiGluTest, EqualsTransformersLlamaMlpActivationInBf16) {
+  // act_fn(gate) * up of transformers' LlamaMLP and its autograd gradient, in bfloat16
+  // (tests/ops/llama_reference.py). The roundings are the same; only exp differs (SLEEF's expf
+  // there, portable_exp here, both about an fp32 ulp), which can move a bf16 rounding of
+  // silu(gate) by one ulp; on this fixture no element moved.
+  const auto ref = test::load_llama_reference();
+  ASSERT_FALSE(ref.empty()) << "tests/ops/llama_reference.txt missing";
+  const Tensor x = Tensor::from_floats(ref.at("swiglu.x"), {6, 80}, DType::bf16);
+  const Tensor dy = Tensor::from_floats(ref.at("swiglu.dy"), {6, 40}, DType::bf16);
+  const Tensor y = test::poisoned({6, 40}, DType::bf16), dx = test::poisoned({6, 80}, DType::bf16);
+  swiglu_forward(y, x);
+  swiglu_backward(dx, dy, x);
+  for (const auto& [got, name] : {std::pair{y, "swiglu.y"}, std::pair{dx, "swiglu.dx"}}) {
+    const std::vector<float> g = got.to_floats(), w = ref.at(name);
+    ASSERT_EQ(g.size(), w.size()) << name;
+    int64_t same = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      same += g[i] == w[i];
+      EXPECT_NEAR(g[i], w[i], std::ldexp(std::fabs(w[i]), -6) + 1e-6) << name << " " << i;
+    }
+    EXPECT_EQ(same, static_cast<int64_t>(g.size())) << name;  // measured: every element
   }
 }
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Writes tests/ops/rope_reference.txt, the fixture of tests/ops/rope_test.cpp: Hugging Face
-transformers' own RoPE numbers, so the test compares ops::rope_inverse_frequencies and
-ops::rope_qkv_forward / rope_qkv_backward with them rather than with a formula written twice.
+"""Writes tests/ops/llama_reference.txt, the fixture of tests/ops/rope_test.cpp, rmsnorm_test.cpp
+and swiglu_test.cpp: Hugging Face transformers' own numbers for Llama's rotary embeddings,
+LlamaRMSNorm and LlamaMLP's activation, so the tests compare stoker's ops with them rather than
+with a formula written twice.
 
-How it was made: `python3 tests/ops/rope_reference.py` with torch 2.5.1 (CPU) and transformers
+How it was made: `python3 tests/ops/llama_reference.py` with torch 2.5.1 (CPU) and transformers
 4.57.6 (pip), on x86-64. Each line is `name count v0 v1 ...` with the values as C99 hex floats
 (exact). What it holds:
   inv_freq.<case>      LlamaRotaryEmbedding(config).inv_freq for the configs in CASES
@@ -12,12 +13,19 @@ How it was made: `python3 tests/ops/rope_reference.py` with torch 2.5.1 (CPU) an
   qkv.<dtype>.forward  qkv after LlamaRotaryEmbedding + apply_rotary_pos_emb on q and k,
                        in that dtype (v unchanged), as float32
   qkv.<dtype>.backward the gradient of sum(rotated * w) w.r.t. qkv, w = the input (autograd)
+  rmsnorm.*            LlamaRMSNorm(64, eps=1e-5) in bfloat16 (its weight bf16 values): input x
+                       [8, 64], weight, output y, and for the incoming gradient dy the
+                       gradients x.grad and weight.grad (autograd, bf16)
+  swiglu.*             LlamaMLP's act_fn(gate) * up in bfloat16 on a [6, 2 * 40] gate|up
+                       input (gate columns first): input, y, and for dy the input's gradient
 """
 import sys
 
 import torch
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+from transformers.activations import ACT2FN
+from transformers.models.llama.modeling_llama import (LlamaRMSNorm, LlamaRotaryEmbedding,
+                                                      apply_rotary_pos_emb)
 
 CASES = {
     # name: (head_dim, theta, rope_scaling)
@@ -68,6 +76,36 @@ def rotate(qkv, dtype, rope):
     return out.detach().float(), x.grad.float()
 
 
+def values(shape, scale, seed):
+    """Deterministic float32 values of a fixed formula (no RNG: the same on every machine)."""
+    i = torch.arange(torch.Size(shape).numel(), dtype=torch.float64)
+    return (torch.sin(i * (0.37 + seed) + seed) * scale).float().view(shape)
+
+
+def rmsnorm_lines():
+    norm = LlamaRMSNorm(64, eps=1e-5).to(torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(1.0 + 0.5 * values([64], 1.0, 1))
+    x = (values([8, 64], 3.0, 2)).to(torch.bfloat16).requires_grad_(True)
+    dy = values([8, 64], 1.0, 3).to(torch.bfloat16)
+    y = norm(x)
+    y.backward(dy)
+    return [line("rmsnorm.x", x.detach()), line("rmsnorm.weight", norm.weight.detach()),
+            line("rmsnorm.dy", dy), line("rmsnorm.y", y.detach()), line("rmsnorm.dx", x.grad),
+            line("rmsnorm.dweight", norm.weight.grad)]
+
+
+def swiglu_lines():
+    act = ACT2FN["silu"]
+    x = values([6, 80], 5.0, 4).to(torch.bfloat16).requires_grad_(True)
+    dy = values([6, 40], 1.0, 5).to(torch.bfloat16)
+    gate, up = x[:, :40], x[:, 40:]
+    y = act(gate) * up  # LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x))
+    y.backward(dy)
+    return [line("swiglu.x", x.detach()), line("swiglu.dy", dy), line("swiglu.y", y.detach()),
+            line("swiglu.dx", x.grad)]
+
+
 def main():
     lines = []
     for name, (d, theta, scaling) in CASES.items():
@@ -82,7 +120,8 @@ def main():
         out, grad = rotate(qkv, dtype, rope)
         lines.append(line(f"qkv.{tag}.forward", out))
         lines.append(line(f"qkv.{tag}.backward", grad))
-    out = sys.argv[1] if len(sys.argv) > 1 else "tests/ops/rope_reference.txt"
+    lines += rmsnorm_lines() + swiglu_lines()
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/ops/llama_reference.txt"
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
 
