@@ -1,5 +1,6 @@
 #include "stoker/dist/grad_sync.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <unordered_set>
 
@@ -99,10 +100,9 @@ const BucketInfo& BucketedGradSync::bucket(int i) const {
 std::string BucketedGradSync::describe_buckets(const std::string& collective) const {
   int64_t bytes = 0;
   for (const Bucket& b : buckets_) bytes += b.info.bytes;
-  return core::detail::str(collective, " of ", num_buckets(), " bucket",
-                           num_buckets() == 1 ? "" : "s", " (",
-                           core::format_bytes(static_cast<size_t>(bytes)), "), ",
-                           dtype_name(compression().wire_dtype()), " on the wire");
+  return fmt::format("{} of {} bucket{} ({}), {} on the wire", collective, num_buckets(),
+                     num_buckets() == 1 ? "" : "s", core::format_bytes(static_cast<size_t>(bytes)),
+                     dtype_name(compression().wire_dtype()));
 }
 
 void BucketedGradSync::broadcast_parameters(int root) { broadcast_from(root); }
@@ -185,7 +185,7 @@ void BucketedGradSync::finish_step() {
     if (!missing.empty()) {
       std::string names;
       for (size_t i = 0; i < missing.size() && i < 10; ++i) names += (i ? ", " : "") + missing[i];
-      if (missing.size() > 10) names += core::detail::str(" and ", missing.size() - 10, " more");
+      if (missing.size() > 10) names += fmt::format(" and {} more", missing.size() - 10);
       STOKER_CHECK_HINT(
           false,
           "set requires_grad = false on parameters that are not trained (before building the "

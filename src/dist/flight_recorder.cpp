@@ -1,5 +1,6 @@
 #include "dist/flight_recorder.h"
 
+#include <fmt/format.h>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -67,15 +68,15 @@ const char* collective_state_name(CollectiveState s) {
 }
 
 std::string CollectiveRecord::str() const {
-  std::string s = core::detail::str("collective #", seq, " ", op, "(");
+  std::string s = fmt::format("collective #{} {}(", seq, op);
   if (std::strcmp(op, "barrier") != 0) {
-    s += core::detail::str(dtype_name(dtype), " x ", numel);
-    if (*reduce_op) s += core::detail::str(", ", reduce_op);
-    if (root >= 0) s += core::detail::str(", root ", root);
-    s += core::detail::str(", ", bytes, " bytes");
+    s += fmt::format("{} x {}", dtype_name(dtype), numel);
+    if (*reduce_op) s += fmt::format(", {}", reduce_op);
+    if (root >= 0) s += fmt::format(", root {}", root);
+    s += fmt::format(", {} bytes", bytes);
   }
   if (!tag_view().empty())
-    s += core::detail::str(std::strcmp(op, "barrier") ? ", " : "", "tag '", tag_view(), "'");
+    s += fmt::format("{}tag '{}'", std::strcmp(op, "barrier") ? ", " : "", tag_view());
   return s + ")";
 }
 
@@ -154,25 +155,24 @@ std::string FlightRecorder::to_json(int rank, int world_size, const std::string&
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count() -
                             now_ns();
-  std::string out = core::detail::str("{\"version\":1,\"rank\":", rank,
-                                      ",\"world_size\":", world_size, ",\"backend\":");
+  std::string out =
+      fmt::format("{{\"version\":1,\"rank\":{},\"world_size\":{},\"backend\":", rank, world_size);
   append_json_string(out, backend);
   out += ",\"reason\":";
   append_json_string(out, reason);
-  out += core::detail::str(",\"written_us\":", epoch_us(now_ns(), offset_ns),
-                           ",\"capacity\":", capacity(), ",\"recorded\":", recorded(),
-                           ",\"entries\":[");
+  out += fmt::format(",\"written_us\":{},\"capacity\":{},\"recorded\":{},\"entries\":[",
+                     epoch_us(now_ns(), offset_ns), capacity(), recorded());
   for (size_t i = 0; i < all.size(); ++i) {
     const CollectiveRecord& r = all[i];
     out += i ? ",\n" : "\n";
-    out += core::detail::str("{\"seq\":", r.seq, ",\"op\":\"", r.op, "\",\"dtype\":\"",
-                             dtype_name(r.dtype), "\",\"numel\":", r.numel, ",\"bytes\":", r.bytes,
-                             ",\"reduce_op\":\"", r.reduce_op, "\",\"root\":", r.root, ",\"tag\":");
+    out += fmt::format(
+        "{{\"seq\":{},\"op\":\"{}\",\"dtype\":\"{}\",\"numel\":{},\"bytes\":{},\"reduce_op\":\"{}"
+        "\",\"root\":{},\"tag\":",
+        r.seq, r.op, dtype_name(r.dtype), r.numel, r.bytes, r.reduce_op, r.root);
     append_json_string(out, r.tag_view());
-    out += core::detail::str(",\"state\":\"", collective_state_name(r.state),
-                             "\",\"enqueue_us\":", epoch_us(r.enqueue_ns, offset_ns),
-                             ",\"start_us\":", epoch_us(r.start_ns, offset_ns),
-                             ",\"end_us\":", epoch_us(r.end_ns, offset_ns), "}");
+    out += fmt::format(",\"state\":\"{}\",\"enqueue_us\":{},\"start_us\":{},\"end_us\":{}}}",
+                       collective_state_name(r.state), epoch_us(r.enqueue_ns, offset_ns),
+                       epoch_us(r.start_ns, offset_ns), epoch_us(r.end_ns, offset_ns));
   }
   out += "\n]}\n";
   return out;

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -118,7 +119,7 @@ struct PeerWatch::Impl {
 
   void fail(const std::string& message) {
     if (left.exchange(true)) return;  // leaving anyway, or failed once already
-    on_failure(core::detail::str("stoker: rank ", rank, " of ", world_size, ": ", message));
+    on_failure(fmt::format("stoker: rank {} of {}: {}", rank, world_size, message));
   }
 
   // One message (or the end of the stream) from `s`; false when the connection is over.
@@ -297,13 +298,14 @@ struct PeerWatch::Impl {
         int dead = q;
         if (kind == kDied) {
           dead = who;
-          what = core::detail::str("rank ", who, " died (rank 0 lost its connection)");
+          what = fmt::format("rank {} died (rank 0 lost its connection)", who);
         } else if (kind == kFailed) {
-          what = core::detail::str("rank ", q, " (", s.peer(), ") failed and left the job");
+          what = fmt::format("rank {} ({}) failed and left the job", q, s.peer());
         } else {
-          what = core::detail::str("rank ", q, " (", s.peer(),
-                                   ") ended unexpectedly: its connection closed without a "
-                                   "goodbye (crash, kill signal or out-of-memory kill)");
+          what = fmt::format(
+              "rank {} ({}) ended unexpectedly: its connection closed without a goodbye (crash, "
+              "kill signal or out-of-memory kill)",
+              q, s.peer());
         }
         if (rank == 0) {
           for (int p = 1; p < world_size; ++p)

@@ -1,5 +1,7 @@
 #include "stoker/dist/grad_sync.h"
 
+#include <fmt/format.h>
+
 #include "stoker/core/error.h"
 #include "stoker/ops/reduce.h"
 
@@ -17,8 +19,8 @@ ReplicatedGradSync::ReplicatedGradSync(Communicator& comm,
                        {}) {}
 
 std::string ReplicatedGradSync::describe() const {
-  return core::detail::str("replicated over ", world_size(), " rank", world_size() == 1 ? "" : "s",
-                           ": ", describe_buckets("all-reduce"));
+  return fmt::format("replicated over {} rank{}: {}", world_size(), world_size() == 1 ? "" : "s",
+                     describe_buckets("all-reduce"));
 }
 
 std::vector<Tensor> ReplicatedGradSync::step_gradients() const {

@@ -1,5 +1,7 @@
 #include "stoker/dist/grad_sync.h"
 
+#include <fmt/format.h>
+
 #include "stoker/core/error.h"
 #include "stoker/ops/reduce.h"
 #include "stoker/optim/optimizer.h"
@@ -31,8 +33,8 @@ void ShardedGradSync::set_shard_sizes() {
 }
 
 std::string ShardedGradSync::describe() const {
-  return core::detail::str("sharded (ZeRO-1) over ", world_size(), " rank",
-                           world_size() == 1 ? "" : "s", ": ", describe_buckets("reduce-scatter"));
+  return fmt::format("sharded (ZeRO-1) over {} rank{}: {}", world_size(),
+                     world_size() == 1 ? "" : "s", describe_buckets("reduce-scatter"));
 }
 
 std::vector<Tensor> ShardedGradSync::step_gradients() const {

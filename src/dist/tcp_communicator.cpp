@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <fmt/format.h>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -57,10 +58,10 @@ struct Call {
   std::string str() const {
     std::string s = std::string(kind_name(kind)) + "(";
     if (kind == Kind::barrier) return s + ")";
-    s += core::detail::str(dtype_name(dtype), " x ", in_n);
+    s += fmt::format("{} x {}", dtype_name(dtype), in_n);
     if (kind == Kind::all_reduce || kind == Kind::reduce_scatter)
       s += std::string(", ") + reduce_op_name(op);
-    if (kind == Kind::broadcast) s += core::detail::str(", root ", root);
+    if (kind == Kind::broadcast) s += fmt::format(", root {}", root);
     return s + ")";
   }
 };
@@ -188,15 +189,16 @@ struct TcpCommunicator::Impl {
     }
     std::string who;
     for (size_t i = 0; i < missing.size(); ++i) who += (i ? ", " : "") + std::to_string(missing[i]);
-    std::string why = core::detail::str("rank 0 waited ", options.timeout_s,
-                                        " s (collective timeout) in ", rec.str());
+    std::string why = fmt::format("rank 0 waited {:g} s (collective timeout) in {}",
+                                  options.timeout_s, rec.str());
     if (!missing.empty())
-      why += core::detail::str(" for rank", missing.size() > 1 ? "s " : " ", who, " (world size ",
-                               world, "), which had not reached it (every rank had reached ",
-                               "collective #", rec.seq - 1, ")");
+      why += fmt::format(
+          " for rank{}{} (world size {}), which had not reached it (every rank had reached "
+          "collective #{})",
+          missing.size() > 1 ? "s " : " ", who, world, rec.seq - 1);
     if (in_data)
-      why += core::detail::str(missing.empty() ? "" : ";", " for the data of rank ", q,
-                               ", which reached it but stopped sending");
+      why += fmt::format("{} for the data of rank {}, which reached it but stopped sending",
+                         missing.empty() ? "" : ";", q);
     // A cut link looks the same from here as a stopped rank (each side blames the other).
     fail_everyone(why +
                       ": a rank failed, hangs, or called other collectives, or the network "
@@ -213,7 +215,7 @@ struct TcpCommunicator::Impl {
     for (int q = 1; q < world; ++q) {
       const detail::Socket& s = links.peers[static_cast<size_t>(q)];
       const std::string what =
-          core::detail::str("TcpCommunicator: rank 0 in ", mine.str(), " waiting for rank ", q);
+          fmt::format("TcpCommunicator: rank 0 in {} waiting for rank {}", mine.str(), q);
       unsigned char h[kRequestBytes];
       try {
         detail::recv_all(s, h, sizeof(h), dl, what);
@@ -228,18 +230,19 @@ struct TcpCommunicator::Impl {
       c.in_n = static_cast<int64_t>(detail::get_u64(h + 16));
       c.out_n = static_cast<int64_t>(detail::get_u64(h + 24));
       if (detail::get_u32(h) != kFrameMagic)
-        fail_everyone(core::detail::str("rank ", q, " sent a corrupt request (bad magic) during ",
-                                        mine.str()));
+        fail_everyone(
+            fmt::format("rank {} sent a corrupt request (bad magic) during {}", q, mine.str()));
       const uint32_t their_seq = detail::get_u32(h + 4);
       if (their_seq != seq)
-        fail_everyone(core::detail::str("rank ", q, " is at collective #", their_seq,
-                                        " but rank 0 at #", seq, " (", mine.str(),
-                                        "): the ranks issued different collectives"));
+        fail_everyone(
+            fmt::format("rank {} is at collective #{} but rank 0 at #{} ({}): the ranks issued "
+                        "different collectives",
+                        q, their_seq, seq, mine.str()));
       if (!(c == mine))
-        fail_everyone(core::detail::str("collective mismatch: rank 0 called ", mine.str(),
-                                        " but rank ", q, " called ", c.str(),
-                                        "; every rank must issue the same collectives in the "
-                                        "same order"));
+        fail_everyone(
+            fmt::format("collective mismatch: rank 0 called {} but rank {} called {}; every rank "
+                        "must issue the same collectives in the same order",
+                        mine.str(), q, c.str()));
       if (sends_data(mine, q)) {
         std::vector<uint8_t>& buf = inputs[static_cast<size_t>(q)];
         buf.resize(mine.in_bytes());
@@ -272,8 +275,7 @@ struct TcpCommunicator::Impl {
                 const CollectiveRecord& rec) {
     const detail::Socket& s = links.master;
     const auto dl = detail::deadline_after(options.timeout_s + kReportGraceS);
-    const std::string what =
-        core::detail::str("TcpCommunicator: rank ", rank, " in ", c.str(), " (rank 0)");
+    const std::string what = fmt::format("TcpCommunicator: rank {} in {} (rank 0)", rank, c.str());
     unsigned char h[kRequestBytes] = {};
     detail::put_u32(h, kFrameMagic);
     detail::put_u32(h + 4, seq);
@@ -315,7 +317,7 @@ struct TcpCommunicator::Impl {
   // Rank 0: sends peer q `n` bytes of result at `data`.
   void reply(int q, const void* data, size_t n) {
     send_reply(links.peers[static_cast<size_t>(q)], 0, data, n, deadline(),
-               core::detail::str("TcpCommunicator: rank 0 answering rank ", q));
+               fmt::format("TcpCommunicator: rank 0 answering rank {}", q));
   }
 
   // Starts collective c on every rank: a peer exchanges its request for rank 0's reply (in: what
@@ -363,7 +365,7 @@ TcpCommunicator::TcpCommunicator(int rank, int world_size, TcpOptions options)
 TcpCommunicator::~TcpCommunicator() = default;
 
 std::string TcpCommunicator::describe() const {
-  return core::detail::str("tcp rank ", rank(), "/", world_size());
+  return fmt::format("tcp rank {}/{}", rank(), world_size());
 }
 
 void TcpCommunicator::abort(const std::string& reason) {

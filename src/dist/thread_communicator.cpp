@@ -4,6 +4,7 @@
 // after the next collective's first meeting, when every rank has finished copying from it.
 #include "dist/thread_communicator.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -41,10 +42,10 @@ struct Post {
   std::string str() const {
     std::string s = std::string(kind_name(kind)) + "(";
     if (kind == Kind::barrier) return s + ")";
-    s += core::detail::str(dtype_name(dtype), " x ", in_n);
+    s += fmt::format("{} x {}", dtype_name(dtype), in_n);
     if (kind == Kind::all_reduce || kind == Kind::reduce_scatter)
       s += ", " + std::string(reduce_op_name(op));
-    if (kind == Kind::broadcast) s += core::detail::str(", root ", root);
+    if (kind == Kind::broadcast) s += fmt::format(", root {}", root);
     return s + ")";
   }
 };
@@ -106,8 +107,9 @@ struct ThreadGroup::State {
       if (aborted) throw_aborted(rank, p);
       for (int q = 0; q < world; ++q) {
         if (left[static_cast<size_t>(q)] && !here[static_cast<size_t>(q)]) {
-          abort_locked(core::detail::str("rank ", q, " left the group (its communicator was ",
-                                         "destroyed) while rank ", rank, " waited in ", p.str()));
+          abort_locked(fmt::format(
+              "rank {} left the group (its communicator was destroyed) while rank {} waited in {}",
+              q, rank, p.str()));
           throw_aborted(rank, p);
         }
       }
@@ -117,15 +119,15 @@ struct ThreadGroup::State {
         for (int q = 0; q < world; ++q) {
           if (here[static_cast<size_t>(q)]) continue;
           missing.push_back(q);
-          last += core::detail::str(last.empty() ? "" : ", ", "rank ", q, " #",
-                                    last_seq[static_cast<size_t>(q)]);
+          last += fmt::format("{}rank {} #{}", last.empty() ? "" : ", ", q,
+                              last_seq[static_cast<size_t>(q)]);
         }
-        const std::string why = core::detail::str(
-            "rank ", rank, " waited ", options.timeout_s, " s (collective timeout) in ",
-            p.rec ? p.rec->str() : p.str(), " for rank", missing.size() > 1 ? "s " : " ",
-            rank_list(missing), " (world size ", world, "), which had not reached it (the last ",
-            "collective each of them reached: ", last,
-            "): a rank failed, hangs, or called other collectives");
+        const std::string why = fmt::format(
+            "rank {} waited {:g} s (collective timeout) in {} for rank{}{} (world size {}), which "
+            "had not reached it (the last collective each of them reached: {}): a rank failed, "
+            "hangs, or called other collectives",
+            rank, options.timeout_s, p.rec ? p.rec->str() : p.str(),
+            missing.size() > 1 ? "s " : " ", rank_list(missing), world, last);
         abort_locked(why);
         STOKER_THROW("ThreadCommunicator: ", why);
       }
@@ -184,11 +186,11 @@ ThreadCommunicator::~ThreadCommunicator() {
 }
 
 std::string ThreadCommunicator::describe() const {
-  return core::detail::str("threads rank ", rank(), "/", world_size());
+  return fmt::format("threads rank {}/{}", rank(), world_size());
 }
 
 void ThreadCommunicator::abort(const std::string& reason) {
-  group_->abort(core::detail::str("rank ", rank(), " aborted: ", reason));
+  group_->abort(fmt::format("rank {} aborted: {}", rank(), reason));
 }
 
 void ThreadCommunicator::do_all_reduce(const Tensor& in, const Tensor& out, ReduceOp op) {
@@ -285,13 +287,13 @@ void run_ranks(int world_size, const std::function<void(Communicator&)>& fn,
           std::lock_guard<std::mutex> lock(mu);
           if (!first) first = std::current_exception();
         }
-        group->abort(core::detail::str("rank ", r, " failed: ", e.what()));
+        group->abort(fmt::format("rank {} failed: {}", r, e.what()));
       } catch (...) {
         {
           std::lock_guard<std::mutex> lock(mu);
           if (!first) first = std::current_exception();
         }
-        group->abort(core::detail::str("rank ", r, " failed with a non-standard exception"));
+        group->abort(fmt::format("rank {} failed with a non-standard exception", r));
       }
     });
   }

@@ -1,5 +1,6 @@
 #include "dist/watchdog_policy.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 
 #include "stoker/core/error.h"
@@ -32,22 +33,22 @@ WatchdogDecision WatchdogPolicy::decide(int64_t now_ns,
   }
   if (!async_error.empty()) {
     d.action = WatchdogDecision::Action::abort_error;
-    d.message = core::detail::str(
-        "rank ", rank, " of ", world_size, ": NCCL reported an asynchronous error: ", async_error,
-        d.record ? core::detail::str(" (oldest collective not completed: ", d.record->str(),
-                                     ", running ", d.waited_s, " s)")
-                 : std::string(),
-        "; the communicator was aborted (ncclCommAbort)");
+    d.message = fmt::format(
+        "rank {} of {}: NCCL reported an asynchronous error: {}{}; the communicator was aborted "
+        "(ncclCommAbort)",
+        rank, world_size, async_error,
+        d.record ? fmt::format(" (oldest collective not completed: {}, running {:g} s)",
+                               d.record->str(), d.waited_s)
+                 : std::string());
     return d;
   }
   if (d.record && d.waited_s > timeout_s) {
     d.action = WatchdogDecision::Action::abort_timeout;
-    d.message = core::detail::str(
-        "rank ", rank, " of ", world_size, " waited ", d.waited_s, " s (collective timeout ",
-        timeout_s, " s) for ", d.record->str(), " to complete",
-        outstanding.size() > 1
-            ? core::detail::str(" (", outstanding.size() - 1, " more queued behind it)")
-            : std::string());
+    d.message = fmt::format(
+        "rank {} of {} waited {:g} s (collective timeout {:g} s) for {} to complete{}", rank,
+        world_size, d.waited_s, timeout_s, d.record->str(),
+        outstanding.size() > 1 ? fmt::format(" ({} more queued behind it)", outstanding.size() - 1)
+                               : std::string());
     return d;
   }
   return d;
@@ -62,7 +63,7 @@ std::string describe_laggards(const ProgressTable& table, uint64_t seq) {
       case RankProgress::State::answered:
         if (p.last_seq >= seq) continue;
         why = p.last_seq == 0 ? "it had issued no collective yet"
-                              : core::detail::str("its last collective was #", p.last_seq);
+                              : fmt::format("its last collective was #{}", p.last_seq);
         break;
       case RankProgress::State::no_answer:
         why =
@@ -73,7 +74,7 @@ std::string describe_laggards(const ProgressTable& table, uint64_t seq) {
         why = "it had left the job";
         break;
     }
-    out += core::detail::str(out.empty() ? "" : ", ", "rank ", q, " (", why, ")");
+    out += fmt::format("{}rank {} ({})", out.empty() ? "" : ", ", q, why);
   }
   return out;
 }
@@ -99,11 +100,11 @@ std::string WatchdogPolicy::timeout_message(const WatchdogDecision& d, bool watc
         network;
   } else {
     const std::string laggards = describe_laggards(*table, seq);
-    who = laggards.empty()
-              ? core::detail::str("every rank had issued collective #", seq,
-                                  ", so it is stuck inside NCCL or the network (NCCL_DEBUG=INFO "
-                                  "shows more)")
-              : core::detail::str("not reached by ", laggards);
+    who = laggards.empty() ? fmt::format(
+                                 "every rank had issued collective #{}, so it is stuck inside NCCL "
+                                 "or the network (NCCL_DEBUG=INFO shows more)",
+                                 seq)
+                           : fmt::format("not reached by {}", laggards);
   }
   return d.message + "; " + who + "; the communicator was aborted (ncclCommAbort)";
 }

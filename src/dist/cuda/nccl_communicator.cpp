@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <fmt/format.h>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -128,8 +129,8 @@ struct NcclCommunicator::Watchdog {
         if (q == cudaErrorNotReady) break;
         if (q != cudaSuccess) {
           async_error =
-              core::detail::str("CUDA error while waiting for ",
-                                "the collective's completion event: ", cudaGetErrorString(q));
+              fmt::format("CUDA error while waiting for the collective's completion event: {}",
+                          cudaGetErrorString(q));
           (void)cudaGetLastError();
           break;
         }
@@ -143,7 +144,7 @@ struct NcclCommunicator::Watchdog {
         if (ncclCommGetAsyncError(comm_of(owner->comm_), &r) == ncclSuccess && r != ncclSuccess &&
             r != ncclInProgress)
           async_error =
-              core::detail::str(ncclGetErrorString(r), " (NCCL status ", static_cast<int>(r), ")");
+              fmt::format("{} (NCCL status {})", ncclGetErrorString(r), static_cast<int>(r));
       }
       std::vector<CollectiveRecord> outstanding;
       outstanding.reserve(snap.size() - done);
@@ -237,7 +238,7 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 std::string NcclCommunicator::describe() const {
-  return core::detail::str("nccl rank ", rank(), "/", world_size(), " on ", device_.str());
+  return fmt::format("nccl rank {}/{} on {}", rank(), world_size(), device_.str());
 }
 
 void NcclCommunicator::abort(const std::string& reason) {
