@@ -6,6 +6,7 @@
 // mapping, so a small job queue of rows (below) is all the parallelism it needs.
 #include "stoker/data/sequence_batches.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -26,7 +27,6 @@ namespace stoker::data {
 
 namespace {
 
-using core::detail::str;
 
 constexpr int64_t kPeriod = int64_t{1} << 20;
 constexpr int kMaxSources = 255;
@@ -570,7 +570,7 @@ std::string SequenceBatches::report() const {
   for (const auto& p : source_progress()) {
     char buf[96];
     std::snprintf(buf, sizeof buf, ": weight %.4f, %.3f epochs (", p.weight, p.epochs());
-    out += str(p.name, buf, p.taken, " of its ", p.sequences, " sequences)\n");
+    out += fmt::format("{}{}{} of its {} sequences)\n", p.name, buf, p.taken, p.sequences);
   }
   return out;
 }
@@ -581,8 +581,9 @@ SourceIdentity SequenceBatches::identity() const {
   id.batch_size = options_.batch_size;
   id.seed = options_.seed;
   id.samples = m_;
-  std::string fp = str("token sequences, ", m_, " per epoch", options_.shuffle ? "" : ", in order",
-                       options_.tail == ShardTail::pad ? "" : ", tail dropped");
+  std::string fp =
+      fmt::format("token sequences, {} per epoch{}{}", m_, options_.shuffle ? "" : ", in order",
+                  options_.tail == ShardTail::pad ? "" : ", tail dropped");
   for (int s = 0; s < num_sources(); ++s) {
     const TokenSequences& seq = *sources_[static_cast<size_t>(s)].sequences;
     const TokenCorpus& c = seq.corpus();
@@ -592,12 +593,13 @@ SourceIdentity SequenceBatches::identity() const {
     std::vector<int64_t> edges(static_cast<size_t>(head + (n - tail_start)));
     c.read(0, head, edges.data());
     c.read(tail_start, n - tail_start, edges.data() + head);
-    fp += str("; [", s, "] quota ", quota_[static_cast<size_t>(s)], "/", period_, ": ",
-              seq.num_tokens(), " tokens of ", seq.num_documents(), " documents, ", seq.size(),
-              " sequences of ", seq.context() + 1,
-              seq.options().cross_documents ? "" : " per document",
-              ", corpus xxh3 of the first and last ", kEdgeTokens, " tokens ",
-              util::checksum_hex(util::checksum64(edges.data(), edges.size() * sizeof(int64_t))));
+    fp += fmt::format(
+        "; [{}] quota {}/{}: {} tokens of {} documents, {} sequences of {}{}, corpus xxh3 of the "
+        "first and last {} tokens {}",
+        s, quota_[static_cast<size_t>(s)], period_, seq.num_tokens(), seq.num_documents(),
+        seq.size(), seq.context() + 1, seq.options().cross_documents ? "" : " per document",
+        kEdgeTokens,
+        util::checksum_hex(util::checksum64(edges.data(), edges.size() * sizeof(int64_t))));
     id.location += (s ? ", " : "") + sources_[static_cast<size_t>(s)].name;
   }
   id.fingerprint = fp;

@@ -1,5 +1,6 @@
 #include "stoker/train/trainer.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -315,10 +316,9 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   const ops::LossMonitorState s = ops::loss_monitor_read(monitor_, /*reset=*/true);
   if (s.first_bad_step >= 0 && !options_.continue_on_nan) {
     STOKER_THROW("training stopped: the loss became NaN/Inf at step ", s.first_bad_step,
-                 s.last_finite_step >= 0
-                     ? core::detail::str(" (last finite loss ", s.last_finite_loss, " at step ",
-                                         s.last_finite_step, ")")
-                     : std::string(" (no finite loss yet)"),
+                 s.last_finite_step >= 0 ? fmt::format(" (last finite loss {:g} at step {})",
+                                                       s.last_finite_loss, s.last_finite_step)
+                                         : std::string(" (no finite loss yet)"),
                  ". Lower the learning rate, enable clip_grad_norm, check the inputs for NaN, "
                  "or set TrainerOptions::continue_on_nan");
   }
