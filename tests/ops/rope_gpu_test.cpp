@@ -64,10 +64,12 @@ TEST(RopeGpuTest, MatchesTheCpuReference) {
         const double tol = 1e-6 * 3.0 * 2.0 + 2.0 * ulp * (std::fabs(w[i]) + 3.0);
         ASSERT_NEAR(g[i], w[i], tol) << what << " element " << i;
       }
+      // Each pass rounds cos, sin, two products and the sum: at most 3 half-ulps of |a| + |b|
+      // (<= 6) per element, twice.
       rope_qkv_backward(aligned, pos64.to(gpu()), inv_gpu, c.heads, c.kv_heads);
       const std::vector<float> back = aligned.to_floats();
       for (size_t i = 0; i < back.size(); ++i)
-        ASSERT_NEAR(back[i], xv[i], 1e-5 + 4.0 * ulp * 3.0) << what << " backward(forward) " << i;
+        ASSERT_NEAR(back[i], xv[i], 1e-5 + 3.0 * ulp * 6.0) << what << " backward(forward) " << i;
     }
   }
 }
