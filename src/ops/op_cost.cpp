@@ -16,10 +16,10 @@ double numel(const Tensor* t) { return t && t->defined() ? static_cast<double>(t
 double flops_per_element(std::string_view name) {
   if (starts_with(name, "layernorm") || starts_with(name, "batchnorm")) return 8;
   if (starts_with(name, "add_layernorm")) return 9;  // the residual add, then the layer norm
-  if (starts_with(name, "rmsnorm")) return 5;         // square-add, two products, two roundings
+  if (starts_with(name, "rmsnorm")) return 5;        // square-add, two products, two roundings
   if (starts_with(name, "add_rmsnorm")) return 6;
-  if (starts_with(name, "swiglu")) return 10;    // exp, division and products per gate/up pair
-  if (starts_with(name, "rope_qkv")) return 3;   // per q/k element; sincos once per token and pair
+  if (starts_with(name, "swiglu")) return 10;   // exp, division and products per gate/up pair
+  if (starts_with(name, "rope_qkv")) return 3;  // per q/k element; sincos once per token and pair
   if (starts_with(name, "causal_softmax")) return 5;
   if (starts_with(name, "cross_entropy")) return 5;
   if (starts_with(name, "adamw")) return 12;
