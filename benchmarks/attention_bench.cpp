@@ -23,7 +23,7 @@
 
 #include "bench_context.h"
 #include "stoker/ops/attention.h"
-#include "stoker/ops/flash_attention.h"
+#include "ops/flash_attention.h"
 #include "stoker/stoker.h"
 
 namespace {

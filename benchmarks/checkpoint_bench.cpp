@@ -50,7 +50,7 @@
 
 #include "bench_args.h"
 #include "bench_context.h"
-#include "stoker/nn/checkpoint.h"
+#include "stoker/nn/containers.h"
 #include "stoker/stoker.h"
 
 namespace {

@@ -26,8 +26,7 @@
 #include "bench_context.h"
 #include "data/jpeg_restart.h"
 #include "stoker/data/decode.h"
-#include "stoker/data/resize.h"
-#include "stoker/data/transform.h"
+#include "data/resize.h"
 
 namespace {
 

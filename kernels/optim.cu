@@ -16,7 +16,7 @@
 #include "multi_tensor.cuh"
 #include "ops/optim_stubs.h"
 #include "ops/quantize_math.h"
-#include "stoker/ops/quantize.h"
+#include "stoker/ops/fp8.h"
 
 namespace stoker::ops::cuda {
 

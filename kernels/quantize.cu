@@ -7,7 +7,7 @@
 #include "kernel_util.cuh"
 #include "ops/quantize_math.h"
 #include "ops/quantize_stubs.h"
-#include "stoker/ops/quantize.h"
+#include "stoker/ops/fp8.h"
 
 namespace stoker::ops::cuda {
 

@@ -15,7 +15,7 @@
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/train/checkpoint_files.h"
-#include "stoker/train/environment.h"
+#include "stoker/train/trainer.h"
 #include "stoker/train/safetensors.h"
 
 namespace stoker::program {

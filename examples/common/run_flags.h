@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "stoker/data/loader.h"
-#include "stoker/train/run_lock.h"
+#include "stoker/train/checkpoint_files.h"
 #include "stoker/train/trainer.h"
 
 namespace stoker::program {

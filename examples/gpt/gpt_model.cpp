@@ -14,12 +14,11 @@
 #include "stoker/core/op_listener.h"
 #include "stoker/core/rng.h"
 #include "stoker/nn/activation.h"
-#include "stoker/nn/checkpoint.h"
+#include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
-#include "stoker/nn/linear_cross_entropy.h"
+#include "stoker/nn/loss.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/gemm.h"
-#include "stoker/ops/linear.h"
 
 namespace stoker::gpt {
 

@@ -65,6 +65,7 @@
 namespace {
 
 using namespace stoker;
+#include "data/text/pack_text.h"
 using gpt_program::CorpusData;
 using gpt_program::CorpusDataOptions;
 using gpt_program::open_corpus_data;

@@ -1,9 +1,9 @@
-#include "stoker/amp/grad_scaler.h"
+#include "stoker/amp/precision.h"
 
 #include <map>
 
 #include "stoker/core/error.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::amp {
 

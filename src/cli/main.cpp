@@ -39,10 +39,9 @@
 #include "stoker/core/device.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
-#include "stoker/data/dataset_scan.h"
+#include "data/dataset_scan.h"
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/pack.h"
-#include "stoker/data/synth.h"
 #include "stoker/dist/launcher.h"
 
 #include "doctor/doctor.h"

@@ -1,4 +1,4 @@
-#include "stoker/core/graph.h"
+#include "core/graph.h"
 
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"

@@ -1,4 +1,4 @@
-#include "stoker/core/shape.h"
+#include "stoker/core/tensor.h"
 
 #include <ostream>
 

@@ -1,4 +1,4 @@
-#include "stoker/core/version.h"
+#include "stoker/core/device.h"
 
 #include <dlfcn.h>
 #include <oneapi/tbb/version.h>

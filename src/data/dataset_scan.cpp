@@ -1,11 +1,11 @@
 // scan_dataset: one Reader walks the sample keys in order (the file's order: pack appends them).
-#include "stoker/data/dataset_scan.h"
+#include "data/dataset_scan.h"
 
 #include <fmt/format.h>
 
 #include "stoker/core/error.h"
 #include "stoker/data/decode.h"
-#include "stoker/data/record.h"
+#include "stoker/data/lmdb_dataset.h"
 #include "util/progress_bar.h"
 
 namespace stoker::data {

@@ -23,7 +23,7 @@
 #include <cstring>
 
 #include "data/jpeg_restart.h"
-#include "stoker/data/resize.h"
+#include "data/resize.h"
 
 namespace stoker::data {
 

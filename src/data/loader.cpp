@@ -20,8 +20,8 @@
 
 #include "stoker/core/error.h"
 #include "stoker/data/decode.h"
-#include "stoker/data/record.h"
-#include "stoker/ops/image.h"
+#include "stoker/data/lmdb_dataset.h"
+#include "ops/image.h"
 #include "util/checksum.h"
 
 namespace stoker::data {

@@ -42,7 +42,7 @@
 #include "data/pack_output.h"
 #include "stoker/core/error.h"
 #include "stoker/core/rng.h"
-#include "stoker/data/record.h"
+#include "stoker/data/lmdb_dataset.h"
 #include "util/progress_bar.h"
 
 namespace stoker::data {

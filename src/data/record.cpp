@@ -1,6 +1,6 @@
 // Record encoding. The header is written byte by byte (little-endian) so the format does not
 // depend on the host's struct layout or endianness.
-#include "stoker/data/record.h"
+#include "stoker/data/lmdb_dataset.h"
 
 #include <fmt/format.h>
 #include <cstdio>

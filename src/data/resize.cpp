@@ -8,7 +8,7 @@
 // Edge rule: taps are clamped to the pixels the region touches ([floor(begin),
 // ceil(begin+length)) within the image), which is what "crop, then resize the crop" does; it
 // also means the decoder never needs pixels outside the crop.
-#include "stoker/data/resize.h"
+#include "data/resize.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // Synthetic shapes. Each image draws its parameters from its own Philox stream (seed, index), so
 // any subset can be generated in any order on any thread. Shapes are rendered with 4x4
 // supersampling (soft edges survive JPEG better) over a per-pixel noisy background.
-#include "stoker/data/synth.h"
+#include "stoker/data/pack.h"
 
 #include <algorithm>
 #include <cmath>

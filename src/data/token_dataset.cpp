@@ -1,6 +1,6 @@
 // TokenDataset: mmap + Philox offsets. The offset of (epoch, i) uses its own Philox stream so
 // it never correlates with the Sampler's or the augmentations' draws from the same seed.
-#include "stoker/data/token_dataset.h"
+#include "stoker/data/token_batches.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -5,7 +5,7 @@
 // Uniform #n of sample `index` in `epoch` is lane n%4 of Philox block (seed, stream, index) with
 // stream = kAugmentDomain<<48 | epoch<<8 | n/4: a domain of its own, so other consumers of the
 // same seed (dropout, the sampler's shuffle) never see the same numbers.
-#include "stoker/data/transform.h"
+#include "stoker/data/decode.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "stoker/core/error.h"
-#include "stoker/core/version.h"
+#include "stoker/core/device.h"
 #include "diag/breakdown.h"
 #include "diag/gpu_info.h"
 #include "util/atomic_file.h"

@@ -19,7 +19,6 @@
 
 #include "stoker/diag/report.h"
 #include "diag/gpu_monitor.h"
-#include "stoker/diag/options.h"
 
 namespace stoker::diag {
 

@@ -33,7 +33,6 @@
 #include "diag/gpu_monitor.h"
 #include "diag/html_report.h"
 #include "diag/op_profile.h"
-#include "stoker/diag/options.h"
 #include "stoker/diag/report.h"
 #include "diag/step_timer.h"
 #include "diag/trace.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "stoker/core/version.h"
+#include "stoker/core/device.h"
 #include "diag/gpu_info.h"
 
 namespace stoker::diag {

@@ -6,7 +6,7 @@
 #include <ctime>
 
 #include "diag/number_format.h"
-#include "stoker/core/version.h"
+#include "stoker/core/device.h"
 #include "util/atomic_file.h"
 
 namespace stoker::diag {

@@ -36,7 +36,6 @@
 #include "stoker/diag/report.h"
 #include "stoker/core/device.h"
 #include "stoker/core/stream.h"
-#include "stoker/diag/options.h"
 
 namespace stoker::diag {
 

@@ -7,7 +7,7 @@
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
 #include "stoker/core/op_listener.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::dist {
 

@@ -1,7 +1,7 @@
 #include "stoker/dist/grad_sync.h"
 
 #include "stoker/core/error.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::dist {
 

@@ -1,7 +1,7 @@
 #include "dist/local_grad_sync.h"
 
 #include "stoker/core/error.h"
-#include "stoker/ops/reduce.h"
+#include "stoker/ops/elementwise.h"
 
 namespace stoker::dist {
 

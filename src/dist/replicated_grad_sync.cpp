@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "stoker/core/error.h"
-#include "stoker/ops/reduce.h"
+#include "stoker/ops/elementwise.h"
 
 namespace stoker::dist {
 

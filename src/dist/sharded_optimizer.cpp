@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "stoker/core/error.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::dist {
 

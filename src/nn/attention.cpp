@@ -6,7 +6,7 @@
 
 #include "stoker/core/error.h"
 #include "stoker/ops/attention.h"
-#include "stoker/ops/flash_attention.h"
+#include "ops/flash_attention.h"
 
 namespace stoker::nn {
 

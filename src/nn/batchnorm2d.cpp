@@ -19,7 +19,7 @@
 #include "stoker/core/error.h"
 #include "stoker/ops/activation.h"
 #include "stoker/ops/conv.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
 
 namespace stoker::nn {

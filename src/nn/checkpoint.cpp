@@ -4,7 +4,7 @@
 // first forward saw — the same input tensor (kept by reference), the same parameter values
 // (nothing steps between forward and backward), the same generator positions (rewound here) —
 // and runs the same kernels, so every saved activation has the bits it would have had.
-#include "stoker/nn/checkpoint.h"
+#include "stoker/nn/containers.h"
 
 #include "stoker/core/error.h"
 

@@ -12,7 +12,6 @@
 #include "stoker/nn/batchnorm2d.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/layout.h"
-#include "stoker/ops/random.h"
 
 namespace stoker::nn {
 

@@ -4,7 +4,7 @@
 
 #include "stoker/core/error.h"
 #include "stoker/ops/activation.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::nn {
 

@@ -4,7 +4,7 @@
 
 #include "stoker/core/error.h"
 #include "stoker/ops/embedding.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 
 namespace stoker::nn {
 

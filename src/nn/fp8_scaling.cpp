@@ -1,8 +1,8 @@
 #include "stoker/nn/fp8_scaling.h"
 
 #include "stoker/core/error.h"
-#include "stoker/ops/copy.h"
-#include "stoker/ops/reduce.h"
+#include "stoker/ops/layout.h"
+#include "stoker/ops/elementwise.h"
 
 namespace stoker::nn {
 

@@ -7,9 +7,7 @@
 #include "stoker/ops/activation.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/gemm.h"
-#include "stoker/ops/gemm_fp8.h"
-#include "stoker/ops/linear.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/fp8.h"
 
 namespace stoker::nn {
 

@@ -1,4 +1,4 @@
-#include "stoker/nn/linear_cross_entropy.h"
+#include "stoker/nn/loss.h"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -6,7 +6,7 @@
 
 #include "stoker/core/error.h"
 #include "stoker/nn/module.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/gemm.h"
 #include "stoker/ops/loss.h"
 

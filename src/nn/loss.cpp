@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "stoker/core/error.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/loss.h"
 
 namespace stoker::nn {

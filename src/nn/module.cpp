@@ -4,7 +4,6 @@
 
 #include "stoker/core/error.h"
 #include "stoker/ops/elementwise.h"
-#include "stoker/ops/random.h"
 
 namespace stoker::nn {
 

@@ -1,9 +1,9 @@
-#include "stoker/nn/parameter.h"
+#include "stoker/nn/module.h"
 
 #include <vector>
 
 #include "stoker/core/error.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::nn {
 

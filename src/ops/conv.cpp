@@ -14,7 +14,7 @@
 #include "ops/conv_stubs.h"
 #include "ops/geometry.h"
 #include "ops/validate.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::ops {
 

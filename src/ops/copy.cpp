@@ -1,4 +1,4 @@
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 #include <string>
 

@@ -1,7 +1,7 @@
 // Public flash_attention_*: validation, then the CUDA launchers (kernels/flash_attention.cu has
 // the algorithm). CUDA only by design: the CPU keeps the math path (ops/attention.h), which is
 // also the reference the fused kernels are tested against.
-#include "stoker/ops/flash_attention.h"
+#include "ops/flash_attention.h"
 
 #include <cmath>
 #include <cstdint>

@@ -6,8 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "stoker/core/fp8.h"
-#include "stoker/core/platform.h"
+#include "stoker/core/half.h"
 
 namespace stoker::ops {
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "ops/dispatch.h"
-#include "stoker/core/fp8.h"
+#include "stoker/core/half.h"
 #include "stoker/ops/fp8.h"
 #include "stoker/ops/gemm.h"
 

@@ -7,9 +7,8 @@
 #include "ops/gemm_stubs.h"
 #include "ops/validate.h"
 #include "stoker/ops/activation.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
-#include "stoker/ops/linear.h"
 
 namespace stoker::ops {
 

@@ -5,7 +5,7 @@
 
 #include "ops/attention_stubs.h"
 #include "ops/validate.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/gemm.h"
 

@@ -1,12 +1,12 @@
 // ops::gemm_fp8: validation, the reference composition (the CPU's, and the GPU's where cuBLASLt
 // has no FP8 algorithm), and the cuBLASLt path (ops/gemm_fp8.h).
-#include "stoker/ops/gemm_fp8.h"
+#include "stoker/ops/fp8.h"
 
 #include <atomic>
 
 #include "ops/fp8_stubs.h"
 #include "ops/validate.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::ops {
 

@@ -2,7 +2,7 @@
 // problems over them, shared by the public validation (src/ops/conv.cpp, pool.cpp,
 // batchnorm.cpp, layout.cpp) and both backends. Everything is derived from validated shapes,
 // so the backends never re-check; all extents are logical (N, C, H, W), whatever the layout.
-// (Not the image normalization of stoker/ops/image.h.)
+// (Not the image normalization of ops/image.h.)
 #pragma once
 
 #include <cstdint>

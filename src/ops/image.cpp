@@ -1,4 +1,4 @@
-#include "stoker/ops/image.h"
+#include "ops/image.h"
 
 #include "ops/image_stubs.h"
 #include "ops/validate.h"

@@ -5,7 +5,7 @@
 #include <array>
 
 #include "ops/dispatch.h"
-#include "stoker/ops/image.h"
+#include "ops/image.h"
 
 namespace stoker::ops {
 

@@ -1,6 +1,6 @@
 // Public add_bias and bias_grad: validation, then dispatch. Leading dimensions of y / dy are
 // flattened into rows, so [B, T, C] works like [B * T, C]; the bias is an f32 vector of C.
-#include "stoker/ops/linear.h"
+#include "stoker/ops/gemm.h"
 
 #include "ops/linear_stubs.h"
 #include "ops/validate.h"

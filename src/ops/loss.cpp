@@ -8,7 +8,7 @@
 
 #include "ops/loss_stubs.h"
 #include "ops/validate.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::ops {
 

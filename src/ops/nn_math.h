@@ -18,7 +18,6 @@
 #include <cstdint>
 
 #include "stoker/core/half.h"
-#include "stoker/core/platform.h"
 #include "stoker/core/rng.h"
 
 namespace stoker::ops::detail {

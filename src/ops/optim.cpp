@@ -6,7 +6,7 @@
 
 #include "ops/optim_stubs.h"
 #include "ops/validate.h"
-#include "stoker/ops/quantize.h"
+#include "stoker/ops/fp8.h"
 
 namespace stoker::ops {
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "stoker/core/platform.h"
+#include "stoker/core/half.h"
 #include "stoker/ops/optim.h"
 
 namespace stoker::ops::detail {

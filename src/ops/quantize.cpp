@@ -1,4 +1,4 @@
-#include "stoker/ops/quantize.h"
+#include "stoker/ops/fp8.h"
 
 #include <algorithm>
 #include <iterator>

@@ -1,4 +1,4 @@
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 
 #include "ops/random_stubs.h"
 #include "ops/validate.h"

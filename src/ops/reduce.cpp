@@ -1,4 +1,4 @@
-#include "stoker/ops/reduce.h"
+#include "stoker/ops/elementwise.h"
 
 #include "ops/reduce_stubs.h"
 #include "ops/validate.h"

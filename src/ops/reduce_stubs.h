@@ -5,7 +5,7 @@
 #include <span>
 
 #include "ops/dispatch.h"
-#include "stoker/ops/reduce.h"
+#include "stoker/ops/elementwise.h"
 
 namespace stoker::ops {
 

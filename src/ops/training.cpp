@@ -1,4 +1,4 @@
-#include "stoker/ops/training.h"
+#include "stoker/ops/optim.h"
 
 #include <cmath>
 #include <cstring>

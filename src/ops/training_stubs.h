@@ -6,7 +6,7 @@
 #include <span>
 
 #include "ops/dispatch.h"
-#include "stoker/ops/training.h"
+#include "stoker/ops/optim.h"
 
 namespace stoker::ops {
 

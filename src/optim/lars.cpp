@@ -1,4 +1,4 @@
-#include "stoker/optim/lars.h"
+#include "stoker/optim/optimizer.h"
 
 #include <fmt/format.h>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "stoker/optim/schedule.h"
+#include "stoker/optim/optimizer.h"
 
 #include <fmt/format.h>
 #include <algorithm>

@@ -1,4 +1,4 @@
-#include "stoker/train/environment.h"
+#include "stoker/train/trainer.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,12 +1,13 @@
 // Trainer::evaluate: the loss (and top-1 accuracy for classification) over a source in
 // evaluation mode, without keeping activations.
 #include "stoker/core/error.h"
-#include "stoker/nn/checkpoint.h"
+#include "stoker/nn/containers.h"
 #include "stoker/train/trainer.h"
+#include "train/trainer_impl.h"
 
 namespace stoker::train {
 
-EvalResult Trainer::evaluate(data::BatchSource& data, int64_t max_samples) {
+EvalResult Trainer::Impl::evaluate(data::BatchSource& data, int64_t max_samples) {
   STOKER_CHECK(max_samples >= 0, "Trainer::evaluate: max_samples ", max_samples,
                " must be >= 0 (0: the whole source)");
   optimizer_.flush();  // evaluate the weights after the last step's update

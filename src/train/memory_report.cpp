@@ -1,4 +1,3 @@
-#include "stoker/train/memory_report.h"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -7,6 +6,7 @@
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
 #include "stoker/train/trainer.h"
+#include "train/trainer_impl.h"
 
 namespace stoker::train {
 
@@ -89,7 +89,7 @@ std::string format_memory_advice(const std::vector<MemoryAdvice>& advice) {
 }
 
 // The Trainer's report (train/trainer.h): what it holds, and the first step's activation peak.
-MemorySettings Trainer::memory_settings() const {
+MemorySettings Trainer::Impl::memory_settings() const {
   return {
       .mixed_precision = options_.precision != amp::Precision::fp32,
       .activation_checkpointing = options_.activation_checkpoint_every > 0,
@@ -97,7 +97,7 @@ MemorySettings Trainer::memory_settings() const {
       .grad_accum_steps = options_.grad_accum_steps};
 }
 
-MemoryReport Trainer::memory_report() const {
+MemoryReport Trainer::Impl::memory_report() const {
   MemoryReport r;
   r.device = model_.device();
   for (const nn::Parameter* p : params_) {
@@ -117,13 +117,13 @@ MemoryReport Trainer::memory_report() const {
   return r;
 }
 
-bool Trainer::begin_memory_measure() {
+bool Trainer::Impl::begin_memory_measure() {
   if (memory_measured_) return false;
   core::reset_peak_memory(model_.device());
   return true;
 }
 
-void Trainer::end_memory_measure(bool measuring) {
+void Trainer::Impl::end_memory_measure(bool measuring) {
   if (!measuring) return;
   const core::MemoryStats st = core::memory_stats(model_.device());
   activations_peak_ = st.peak_bytes > st.current_bytes ? st.peak_bytes - st.current_bytes : 0;

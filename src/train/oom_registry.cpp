@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "stoker/core/allocator.h"
-#include "stoker/train/memory_report.h"
 #include "stoker/train/trainer.h"
 
 namespace stoker::train {

@@ -4,7 +4,7 @@
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
 #include "stoker/nn/module.h"
-#include "stoker/ops/gemm_fp8.h"
+#include "stoker/ops/fp8.h"
 #include "stoker/optim/optimizer.h"
 
 namespace stoker::train {

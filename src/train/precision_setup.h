@@ -5,7 +5,6 @@
 
 #include <memory>
 
-#include "stoker/amp/grad_scaler.h"
 #include "stoker/amp/precision.h"
 #include "stoker/nn/loss.h"
 #include "stoker/nn/module.h"

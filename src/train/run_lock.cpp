@@ -1,4 +1,4 @@
-#include "stoker/train/run_lock.h"
+#include "stoker/train/checkpoint_files.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

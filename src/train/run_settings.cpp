@@ -1,4 +1,4 @@
-#include "stoker/train/run_settings.h"
+#include "stoker/train/training_checkpoint.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -7,9 +7,10 @@
 #include "stoker/core/error.h"
 #include "stoker/core/op_listener.h"
 #include "stoker/core/stream.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
+#include "train/trainer_impl.h"
 
 namespace stoker::train {
 
@@ -103,7 +104,7 @@ void check_graph_options(const TrainerOptions& options, const optim::Optimizer& 
 }
 
 // The Trainer's step as this graph (TrainerOptions::cuda_graph).
-bool Trainer::graph_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm) {
+bool Trainer::Impl::graph_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm) {
   // Eager: the warm-up steps (cuBLASLt plans and autotunes each GEMM shape with host syncs, the
   // half compute copies are made), a partial accumulation group, an op-timed step (its ops are
   // timed one by one on the host's side).

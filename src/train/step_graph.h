@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "stoker/core/graph.h"
+#include "core/graph.h"
 #include "stoker/data/batch_source.h"
 
 namespace stoker::optim {

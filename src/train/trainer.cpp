@@ -12,13 +12,11 @@
 #include "diag/replay_source.h"
 #include "stoker/dist/grad_sync.h"
 #include "dist/local_grad_sync.h"
-#include "stoker/nn/checkpoint.h"
-#include "stoker/ops/copy.h"
+#include "stoker/nn/containers.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
-#include "stoker/ops/reduce.h"
-#include "stoker/ops/training.h"
+#include "stoker/ops/optim.h"
 #include "stoker/train/checkpoint_files.h"
-#include "stoker/train/run_lock.h"
 #include "train/checkpoint_observer.h"
 #include "train/diagnostics_observer.h"
 #include "train/eta.h"
@@ -28,6 +26,7 @@
 #include "train/precision_setup.h"
 #include "train/progress_observer.h"
 #include "train/step_graph.h"
+#include "train/trainer_impl.h"
 #include "util/progress_bar.h"
 #include "util/stop_signal.h"
 
@@ -61,9 +60,13 @@ class EvalCallbackObserver final : public StepObserver {
 
 }  // namespace
 
-Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
-                 TrainerOptions options)
-    : model_(model), loss_(loss), optimizer_(optimizer), options_(std::move(options)) {
+Trainer::Impl::Impl(Trainer& self, nn::Module& model, nn::Loss& loss,
+                     optim::Optimizer& optimizer, TrainerOptions options)
+    : model_(model),
+      loss_(loss),
+      optimizer_(optimizer),
+      options_(std::move(options)),
+      self_(self) {
   STOKER_CHECK(options_.grad_accum_steps >= 1, "TrainerOptions: grad_accum_steps ",
                options_.grad_accum_steps, " must be >= 1");
   STOKER_CHECK(options_.log_interval >= 1, "TrainerOptions: log_interval ", options_.log_interval,
@@ -108,41 +111,41 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
                                              options_.keep_last));
   own(std::make_unique<ProgressObserver>(*bar_));
   builtin_observers_ = observers_.size();
-  register_trainer(this);
+  register_trainer(&self_);
 }
 
-Trainer::~Trainer() { unregister_trainer(this); }
+Trainer::Impl::~Impl() { unregister_trainer(&self_); }
 
-const diag::Diagnostics* Trainer::diagnostics() const {
+const diag::Diagnostics* Trainer::Impl::diagnostics() const {
   return diag_ ? &diag_->diagnostics() : nullptr;
 }
 
-void Trainer::add_observer(StepObserver& observer) { observers_.push_back(&observer); }
+void Trainer::Impl::add_observer(StepObserver& observer) { observers_.push_back(&observer); }
 
-void Trainer::add_log_callback(Callback cb) {
+void Trainer::Impl::add_log_callback(Callback cb) {
   owned_observers_.push_back(std::make_unique<LogCallbackObserver>(std::move(cb)));
   observers_.push_back(owned_observers_.back().get());
 }
 
-void Trainer::add_eval_callback(EvalCallback cb) {
+void Trainer::Impl::add_eval_callback(EvalCallback cb) {
   owned_observers_.push_back(std::make_unique<EvalCallbackObserver>(std::move(cb)));
   observers_.push_back(owned_observers_.back().get());
 }
 
 template <typename Event>
-void Trainer::notify(Event&& event, bool erase_bar) {
+void Trainer::Impl::notify(Event&& event, bool erase_bar) {
   for (size_t i = 0; i < observers_.size(); ++i) {
     if (erase_bar && i == builtin_observers_) bar_->clear();
     event(*observers_[i]);
   }
 }
 
-void Trainer::phase(diag::Phase p) {
+void Trainer::Impl::phase(diag::Phase p) {
   if (capturing_) return;  // a CUDA graph's step: one span to the diagnostics
   notify([p](StepObserver& o) { o.on_phase(p); });
 }
 
-void Trainer::micro_step(const data::Batch& batch, int k) {
+void Trainer::Impl::micro_step(const data::Batch& batch, int k) {
   const Device device = model_.device();
   STOKER_CHECK(batch.input.device() == device, "Trainer: the batch is on ",
                batch.input.device().str(), " but the model is on ", device.str(),
@@ -175,7 +178,7 @@ void Trainer::micro_step(const data::Batch& batch, int k) {
   ops::axpy(step_loss_, 1.0f / static_cast<float>(k), l);
 }
 
-void Trainer::apply_step(int micro, int k, bool want_norm) {
+void Trainer::Impl::apply_step(int micro, int k, bool want_norm) {
   // Data parallelism: the last buckets' reductions (or, when the last micro-step ran without
   // sync, all of them) are launched and the compute stream waits for them on the device.
   if (sync_->communicator()) phase(diag::Phase::comm);
@@ -218,13 +221,13 @@ void Trainer::apply_step(int micro, int k, bool want_norm) {
   ++step_;
 }
 
-bool Trainer::main_rank() const { return sync_->rank() == 0; }
+bool Trainer::Impl::main_rank() const { return sync_->rank() == 0; }
 
-int Trainer::world_size() const { return sync_->world_size(); }
+int Trainer::Impl::world_size() const { return sync_->world_size(); }
 
-dist::Communicator* Trainer::communicator() const { return sync_->communicator(); }
+dist::Communicator* Trainer::Impl::communicator() const { return sync_->communicator(); }
 
-void Trainer::ensure_step_state() {
+void Trainer::Impl::ensure_step_state() {
   const Device device = model_.device();
   if (!monitor_.defined() || monitor_.device() != device)
     monitor_ = ops::loss_monitor_create(device);
@@ -232,7 +235,7 @@ void Trainer::ensure_step_state() {
     step_loss_ = Tensor::zeros({}, DType::f32, device);
 }
 
-void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples) {
+void Trainer::Impl::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples) {
   const int k = options_.grad_accum_steps;
   const bool measuring = begin_memory_measure();
   notify([&](StepObserver& o) { o.on_step_begin(step_); });
@@ -285,7 +288,7 @@ void Trainer::run_step(data::BatchSource& train, bool& epoch_done, int64_t& samp
   memory_printed_ = memory_printed_ || memory_measured_;
 }
 
-void Trainer::train_step(std::span<const data::Batch> micro_batches) {
+void Trainer::Impl::train_step(std::span<const data::Batch> micro_batches) {
   STOKER_CHECK(!micro_batches.empty(), "Trainer::train_step: no micro-batches given");
   model_.set_training(true);
   ensure_step_state();
@@ -302,9 +305,9 @@ void Trainer::train_step(std::span<const data::Batch> micro_batches) {
   end_memory_measure(measuring);
 }
 
-size_t Trainer::cuda_graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
+size_t Trainer::Impl::cuda_graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
 
-void Trainer::eager_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm) {
+void Trainer::Impl::eager_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm) {
   for (int i = 0; i < micro; ++i) {
     sync_->set_sync(i == micro - 1);
     micro_step(batches[static_cast<size_t>(i)], k);
@@ -312,7 +315,7 @@ void Trainer::eager_step(std::span<const data::Batch> batches, int micro, int k,
   apply_step(micro, k, want_norm);
 }
 
-StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps) {
+StepStats Trainer::Impl::log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps) {
   const ops::LossMonitorState s = ops::loss_monitor_read(monitor_, /*reset=*/true);
   if (s.first_bad_step >= 0 && !options_.continue_on_nan) {
     STOKER_THROW("training stopped: the loss became NaN/Inf at step ", s.first_bad_step,
@@ -365,7 +368,7 @@ StepStats Trainer::log_window(int64_t epoch, int64_t samples, double seconds, in
   return st;
 }
 
-EvalRecord Trainer::evaluate_in_fit(data::BatchSource& validation, int64_t epoch) {
+EvalRecord Trainer::Impl::evaluate_in_fit(data::BatchSource& validation, int64_t epoch) {
   const auto t0 = Clock::now();
   const EvalResult r = evaluate(validation, options_.evaluation.max_samples);
   EvalRecord rec;
@@ -383,7 +386,7 @@ EvalRecord Trainer::evaluate_in_fit(data::BatchSource& validation, int64_t epoch
   return rec;
 }
 
-FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSource* validation) {
+FitResult Trainer::Impl::fit(data::BatchSource& source, int64_t epochs, data::BatchSource* validation) {
   STOKER_CHECK(epochs >= 0, "Trainer::fit: epochs ", epochs, " must be >= 0");
   STOKER_CHECK(options_.checkpoint_interval >= 0 && options_.checkpoint_interval_seconds >= 0 &&
                    options_.keep_last >= 0,
@@ -450,7 +453,7 @@ FitResult Trainer::fit(data::BatchSource& source, int64_t epochs, data::BatchSou
   watching_signals_ = signals.has_value();
   stop_signal_ = 0;
   notify([&](StepObserver& o) {
-    o.on_fit_begin({.trainer = *this,
+    o.on_fit_begin({.trainer = self_,
                     .train = train,
                     .validation = validation,
                     .first_step = step_,

@@ -6,17 +6,18 @@
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/safetensors.h"
 #include "stoker/train/trainer.h"
+#include "train/trainer_impl.h"
 #include "stoker/train/training_checkpoint.h"
 #include "train/step_graph.h"
 
 namespace stoker::train {
 
-void Trainer::save_checkpoint(const std::filesystem::path& path,
+void Trainer::Impl::save_checkpoint(const std::filesystem::path& path,
                               const data::BatchSource* source) const {
   write_checkpoint(path, source);
 }
 
-void Trainer::write_checkpoint(const std::filesystem::path& path, const data::BatchSource* source,
+void Trainer::Impl::write_checkpoint(const std::filesystem::path& path, const data::BatchSource* source,
                                std::optional<CheckpointPosition> position) const {
   TrainingCheckpoint c{
       .step = step_,
@@ -38,7 +39,7 @@ void Trainer::write_checkpoint(const std::filesystem::path& path, const data::Ba
   c.write(path, {model_, optimizer_, scaler_.get()}, main_rank());
 }
 
-void Trainer::resume(const std::filesystem::path& path) {
+void Trainer::Impl::resume(const std::filesystem::path& path) {
   // The loaded weights leave the half copies stale, which a replay would not see: capture again
   // after an eager step.
   if (graph_) graph_->reset();
@@ -72,7 +73,7 @@ void Trainer::resume(const std::filesystem::path& path) {
   resumed_ = std::move(c);
 }
 
-std::optional<std::filesystem::path> Trainer::resume_latest(const std::filesystem::path& dir) {
+std::optional<std::filesystem::path> Trainer::Impl::resume_latest(const std::filesystem::path& dir) {
   return resume_newest(dir, [this](const std::filesystem::path& p) { resume(p); });
 }
 

@@ -8,10 +8,11 @@
 
 #include "stoker/core/error.h"
 #include "stoker/train/trainer.h"
+#include "train/trainer_impl.h"
 
 namespace stoker::train {
 
-float Trainer::scheduled_lr() const {
+float Trainer::Impl::scheduled_lr() const {
   if (!schedule_rebased_) return options_.schedule->lr_at(step_);
   // The step's learning rate is the schedule's at the step its end reaches (rounded up): an
   // uninterrupted run's step s ends at position s + 1 and takes lr_at(s); the last step of a
@@ -26,12 +27,12 @@ float Trainer::scheduled_lr() const {
   return options_.schedule->lr_at(std::max<int64_t>(0, at));
 }
 
-double Trainer::schedule_position() const {
+double Trainer::Impl::schedule_position() const {
   if (!schedule_rebased_) return static_cast<double>(step_);
   return schedule_pos0_ + static_cast<double>(samples_seen_ - schedule_samples0_) * schedule_rate_;
 }
 
-bool Trainer::max_steps_reached() const {
+bool Trainer::Impl::max_steps_reached() const {
   if (options_.max_steps < 0) return false;
   // Rebased: the samples of max_steps steps of the run's first global batch.
   if (schedule_rebased_ && schedule_batch_ > 0)
@@ -39,7 +40,7 @@ bool Trainer::max_steps_reached() const {
   return step_ >= options_.max_steps;
 }
 
-void Trainer::plan_fit(const data::BatchSource& train, int64_t epochs, bool positioned_first) {
+void Trainer::Impl::plan_fit(const data::BatchSource& train, int64_t epochs, bool positioned_first) {
   const int world = world_size();
   const int64_t k = options_.grad_accum_steps;
   const int64_t b = train.identity().batch_size;

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "stoker/amp/grad_scaler.h"
+#include "stoker/amp/precision.h"
 #include "stoker/core/error.h"
 #include "stoker/nn/module.h"
 #include "stoker/optim/optimizer.h"

@@ -1,4 +1,3 @@
-#include "stoker/train/weights.h"
 
 #include <fmt/format.h>
 #include <set>

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <vector>
 
-#include "stoker/amp/grad_scaler.h"
-#include "stoker/ops/random.h"
+#include "stoker/amp/precision.h"
+#include "stoker/ops/elementwise.h"
 #include "test_util.h"
 
 using stoker::Device;

@@ -1,4 +1,4 @@
-#include "stoker/amp/grad_scaler.h"
+#include "stoker/amp/precision.h"
 
 #include <gtest/gtest.h>
 
@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "stoker/nn/parameter.h"
-#include "stoker/ops/random.h"
+#include "stoker/nn/module.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/optim/optimizer.h"
 #include "test_util.h"
 

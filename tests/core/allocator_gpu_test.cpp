@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "stoker/core/graph.h"
-#include "stoker/ops/copy.h"
+#include "core/graph.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace stoker::core {

@@ -4,7 +4,7 @@
 // midpoint); saturation instead of Inf; NaN stays NaN. Where the CUDA toolkit is built in, also
 // against CUDA's own host conversion (__nv_cvt_float_to_fp8 with __NV_SATFINITE) on the same
 // floats.
-#include "stoker/core/fp8.h"
+#include "stoker/core/half.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Shape: inline extents, element counts, printing and limits (core/shape.h).
-#include "stoker/core/shape.h"
+#include "stoker/core/tensor.h"
 
 #include <gtest/gtest.h>
 

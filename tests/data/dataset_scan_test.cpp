@@ -1,9 +1,9 @@
-#include "stoker/data/dataset_scan.h"
+#include "data/dataset_scan.h"
 
 #include <gtest/gtest.h>
 
 #include "data_test_util.h"
-#include "stoker/data/synth.h"
+#include "stoker/data/pack.h"
 
 namespace stoker::data {
 namespace {

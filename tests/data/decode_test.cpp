@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "data/jpeg_test_util.h"
-#include "stoker/data/resize.h"
+#include "data/resize.h"
 #include "test_util.h"
 
 namespace stoker::data {

@@ -8,8 +8,7 @@
 #include "data/jpeg_restart.h"
 #include "data/jpeg_test_util.h"
 #include "stoker/data/decode.h"
-#include "stoker/data/resize.h"
-#include "stoker/data/transform.h"
+#include "data/resize.h"
 #include "test_util.h"
 
 namespace stoker::data {

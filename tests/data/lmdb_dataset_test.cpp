@@ -14,7 +14,7 @@
 #include "lmdb_pages.h"
 #include "stoker/core/error.h"
 #include "stoker/data/decode.h"
-#include "stoker/data/synth.h"
+#include "stoker/data/pack.h"
 
 namespace stoker::data {
 namespace {

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "stoker/data/loader.h"
-#include "stoker/data/synth.h"
+#include "stoker/data/pack.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

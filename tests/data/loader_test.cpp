@@ -13,7 +13,6 @@
 #include "data/data_test_util.h"
 #include "data/lmdb_pages.h"
 #include "stoker/data/pack.h"
-#include "stoker/data/synth.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/conv2d.h"

@@ -17,7 +17,6 @@
 #include "stoker/core/error.h"
 #include "stoker/data/decode.h"
 #include "stoker/data/lmdb_dataset.h"
-#include "stoker/data/synth.h"
 
 namespace stoker::data {
 namespace {

@@ -1,4 +1,4 @@
-#include "stoker/data/record.h"
+#include "stoker/data/lmdb_dataset.h"
 
 #include <gtest/gtest.h>
 

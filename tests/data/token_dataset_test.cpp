@@ -1,4 +1,4 @@
-#include "stoker/data/token_dataset.h"
+#include "stoker/data/token_batches.h"
 
 #include <gtest/gtest.h>
 

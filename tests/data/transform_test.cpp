@@ -1,13 +1,13 @@
 // RandomResizedCrop parameters (torchvision semantics, Philox draws keyed by seed/epoch/index),
 // flip, the eval crop geometry and augment_into.
-#include "stoker/data/transform.h"
+#include "stoker/data/decode.h"
 
 #include <cmath>
 #include <set>
 #include <thread>
 
 #include "data/jpeg_test_util.h"
-#include "stoker/data/resize.h"
+#include "data/resize.h"
 #include "test_util.h"
 
 namespace stoker::data {

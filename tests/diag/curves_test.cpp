@@ -1,4 +1,4 @@
-// Curves (stoker/diag/curves.h): the saw-tooth, slowing-down and evaluation-heavy detectors on
+// Curves (diag/curves.h): the saw-tooth, slowing-down and evaluation-heavy detectors on
 // made-up runs, the bounded series and the CSV files.
 #include "diag/curves.h"
 

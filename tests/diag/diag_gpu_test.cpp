@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "stoker/data/loader.h"
-#include "stoker/data/synth.h"
+#include "stoker/data/pack.h"
 #include "stoker/data/tensor_batches.h"
 #include "diag/diagnostics.h"
 #include "diag/nvtx.h"
@@ -22,7 +22,6 @@
 #include "stoker/nn/pool.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/gemm.h"
-#include "stoker/ops/random.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"

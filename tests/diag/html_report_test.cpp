@@ -1,4 +1,4 @@
-// The HTML report (stoker/diag/html_report.h) rendered from recorded runs: its sections, the
+// The HTML report (diag/html_report.h) rendered from recorded runs: its sections, the
 // charts' point counts (and the reduction of long series that keeps spikes), escaping, and the
 // atomic write. tests/diag/html_browser_check.py loads such pages in a real browser.
 #include "diag/html_report.h"

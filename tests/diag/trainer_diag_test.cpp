@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "stoker/data/loader.h"
-#include "stoker/data/synth.h"
+#include "stoker/data/pack.h"
 #include "stoker/data/tensor_batches.h"
 #include "diag/diagnostics.h"
 #include "diag/replay_source.h"
@@ -26,9 +26,8 @@
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
 #include "stoker/nn/pool.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/optim/optimizer.h"
-#include "stoker/train/environment.h"
 #include "stoker/train/trainer.h"
 
 namespace fs = std::filesystem;

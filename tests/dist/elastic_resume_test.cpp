@@ -24,7 +24,7 @@
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
 

@@ -14,7 +14,7 @@
 #include "stoker/data/tensor_batches.h"
 #include "dist/thread_communicator.h"
 #include "stoker/nn/loss.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"

@@ -13,7 +13,7 @@
 
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/loader.h"
-#include "stoker/data/synth.h"
+#include "stoker/data/pack.h"
 
 namespace data = stoker::data;
 namespace fs = std::filesystem;

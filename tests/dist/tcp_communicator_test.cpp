@@ -10,7 +10,7 @@
 
 #include "dist_test_util.h"
 #include "stoker/dist/grad_sync.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace dist = stoker::dist;

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace dist = stoker::dist;

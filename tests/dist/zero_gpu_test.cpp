@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "dist_test_util.h"
-#include "stoker/core/graph.h"
+#include "core/graph.h"
 #include "stoker/dist/env.h"
 #include "stoker/dist/grad_sync.h"
 #include "stoker/dist/sharded_optimizer.h"

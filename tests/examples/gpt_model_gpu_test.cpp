@@ -11,7 +11,7 @@
 
 #include "gpt_block_reference.h"
 #include "gpt_model.h"
-#include "stoker/nn/linear_cross_entropy.h"
+#include "stoker/nn/loss.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"

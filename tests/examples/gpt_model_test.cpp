@@ -16,7 +16,7 @@
 #include "dist/thread_communicator.h"
 #include "gpt_model.h"
 #include "stoker/data/tensor_batches.h"
-#include "stoker/nn/linear_cross_entropy.h"
+#include "stoker/nn/loss.h"
 #include "stoker/ops/elementwise.h"
 #include "test_util.h"
 

@@ -24,10 +24,9 @@
 #include "../data/lmdb_pages.h"
 #include "fuzz_util.h"
 #include "stoker/core/error.h"
-#include "stoker/data/dataset_scan.h"
+#include "data/dataset_scan.h"
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/pack.h"
-#include "stoker/data/synth.h"
 
 namespace {
 

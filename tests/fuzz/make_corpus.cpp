@@ -22,7 +22,7 @@
 #include "data/jpeg_restart.h"
 #include "dist/rendezvous_message.h"
 #include "stoker/core/tensor.h"
-#include "stoker/data/record.h"
+#include "stoker/data/lmdb_dataset.h"
 #include "stoker/train/safetensors.h"
 
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "stoker/data/record.h"
+#include "stoker/data/lmdb_dataset.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace stoker::data;

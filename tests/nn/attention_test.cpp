@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "stoker/nn/checkpoint.h"
 #include "stoker/nn/containers.h"
 #include "test_util.h"
 

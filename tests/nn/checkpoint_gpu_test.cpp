@@ -13,7 +13,6 @@
 #include "stoker/core/allocator.h"
 #include "stoker/core/stream.h"
 #include "stoker/nn/activation.h"
-#include "stoker/nn/checkpoint.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/dropout.h"
 #include "stoker/nn/layernorm.h"

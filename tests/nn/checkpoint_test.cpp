@@ -7,7 +7,6 @@
 //   move once per forward, not again in the recomputation;
 // - peak memory of an N-block stack equals the bytes predicted from the sizes (derivation in
 //   PeakMemoryFallsAsPredicted).
-#include "stoker/nn/checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -24,7 +23,7 @@
 #include "stoker/nn/dropout.h"
 #include "stoker/nn/layernorm.h"
 #include "stoker/nn/linear.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace stoker::nn {

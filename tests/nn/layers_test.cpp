@@ -23,14 +23,13 @@
 #include <vector>
 
 #include "stoker/nn/activation.h"
-#include "stoker/nn/checkpoint.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/dropout.h"
 #include "stoker/nn/embedding.h"
 #include "stoker/nn/layernorm.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace stoker::nn {

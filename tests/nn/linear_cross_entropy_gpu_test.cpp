@@ -8,8 +8,8 @@
 #include <cmath>
 #include <vector>
 
-#include "stoker/nn/linear_cross_entropy.h"
-#include "stoker/ops/copy.h"
+#include "stoker/nn/loss.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/gemm.h"
 #include "stoker/ops/loss.h"
 #include "test_util.h"

@@ -4,7 +4,7 @@
 // scale; the weight gradient's overwrite/accumulate semantics and its grad_ready; forward then
 // backward (recomputation) against forward_backward; the ops underneath (count_targets,
 // cross_entropy_forward_chunk); bad input.
-#include "stoker/nn/linear_cross_entropy.h"
+#include "stoker/nn/loss.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "stoker/nn/module.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/gemm.h"
 #include "stoker/ops/loss.h"
 #include "test_util.h"

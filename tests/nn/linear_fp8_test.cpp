@@ -8,13 +8,12 @@
 #include <cmath>
 #include <vector>
 
-#include "stoker/core/fp8.h"
+#include "stoker/core/half.h"
 #include "stoker/nn/activation.h"
-#include "stoker/nn/checkpoint.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/fp8_scaling.h"
 #include "stoker/nn/linear.h"
-#include "stoker/ops/reduce.h"
+#include "stoker/ops/elementwise.h"
 #include "test_util.h"
 
 namespace stoker::nn {

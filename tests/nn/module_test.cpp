@@ -23,7 +23,6 @@
 #include "stoker/nn/activation.h"
 #include "stoker/nn/attention.h"
 #include "stoker/nn/batchnorm2d.h"
-#include "stoker/nn/checkpoint.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/conv2d.h"
 #include "stoker/nn/dropout.h"
@@ -35,7 +34,6 @@
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/safetensors.h"
 #include "stoker/train/trainer.h"
-#include "stoker/train/weights.h"
 #include "test_util.h"
 
 namespace stoker::test {

@@ -14,8 +14,8 @@
 
 #include "stoker/nn/linear.h"
 #include "stoker/nn/module.h"
-#include "stoker/ops/copy.h"
-#include "stoker/ops/linear.h"
+#include "stoker/ops/layout.h"
+#include "stoker/ops/gemm.h"
 
 namespace stoker::test {
 

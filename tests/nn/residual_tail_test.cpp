@@ -13,7 +13,6 @@
 #include "ops/conv_test_util.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/batchnorm2d.h"
-#include "stoker/nn/checkpoint.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/conv2d.h"
 #include "stoker/nn/linear.h"

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "stoker/ops/attention.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/gemm.h"
 #include "test_util.h"
 

@@ -13,7 +13,7 @@
 #include <cmath>
 #include <vector>
 
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace stoker::ops {

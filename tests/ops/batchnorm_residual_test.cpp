@@ -10,7 +10,7 @@
 #include "ops/batchnorm_test_util.h"
 #include "stoker/ops/activation.h"
 #include "stoker/ops/batchnorm.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
 #include "test_util.h"
 

@@ -1,6 +1,6 @@
 // fill, copy and cast on the CPU backend (ops/copy.h): every dtype, the parallel path, views,
 // special values, and the errors bad input gets.
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 #include <gtest/gtest.h>
 

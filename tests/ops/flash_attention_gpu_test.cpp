@@ -25,8 +25,8 @@
 
 #include "stoker/nn/attention.h"
 #include "stoker/ops/attention.h"
-#include "stoker/ops/copy.h"
-#include "stoker/ops/flash_attention.h"
+#include "stoker/ops/layout.h"
+#include "ops/flash_attention.h"
 #include "test_util.h"
 
 namespace stoker::ops {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/gemm.h"
 #include "test_util.h"
 

@@ -14,7 +14,6 @@
 #include "stoker/ops/activation.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/gemm.h"
-#include "stoker/ops/linear.h"
 #include "test_util.h"
 
 namespace stoker::ops {

@@ -3,7 +3,7 @@
 // sum rounded once to C's dtype — with a bias, accumulation (beta), the GELU epilogue (aux = the
 // rounded pre-activation, C = the GELU of the unrounded one) and the dgelu epilogue; and the
 // errors for what the FP8 GEMM cannot take.
-#include "stoker/ops/gemm_fp8.h"
+#include "stoker/ops/fp8.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "stoker/ops/activation.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace stoker::ops {

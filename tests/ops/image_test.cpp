@@ -7,7 +7,7 @@
 #include <cstring>
 #include <random>
 
-#include "stoker/ops/image.h"
+#include "ops/image.h"
 #include "test_util.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #include "stoker/ops/activation.h"
 #include "stoker/ops/embedding.h"
 #include "stoker/ops/layernorm.h"
-#include "stoker/ops/linear.h"
+#include "stoker/ops/gemm.h"
 #include "stoker/ops/loss.h"
 #include "test_util.h"
 

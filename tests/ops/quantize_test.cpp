@@ -1,7 +1,7 @@
 // Block-wise 8-bit quantization (ops/quantize.h): the dynamic maps' structure, nearest-code
 // encoding (the table lookup against the binary search that defines it), and the round-trip
 // error bound (half the map's largest gap times the block's absmax).
-#include "stoker/ops/quantize.h"
+#include "stoker/ops/fp8.h"
 
 #include <gtest/gtest.h>
 

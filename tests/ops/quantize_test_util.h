@@ -11,7 +11,7 @@
 #include <limits>
 #include <vector>
 
-#include "stoker/ops/quantize.h"
+#include "stoker/ops/fp8.h"
 
 namespace stoker::test {
 

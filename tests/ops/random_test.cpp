@@ -1,7 +1,7 @@
 // random_uniform / random_normal on the CPU backend (ops/random.h): element i is a pure function
 // of (seed, offset, i), offsets address blocks of 4, Generator draws never overlap, half outputs
 // are the fp32 values rounded once, and the errors bad input gets.
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // sum / max_abs / l2_norm on the CPU backend (ops/reduce.h), single and multi-tensor, against
 // double loops; NaN propagation; determinism; the errors bad input gets.
-#include "stoker/ops/reduce.h"
+#include "stoker/ops/elementwise.h"
 
 #include <gtest/gtest.h>
 

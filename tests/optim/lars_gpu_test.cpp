@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "stoker/core/stream.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/optim.h"
-#include "stoker/ops/random.h"
-#include "stoker/optim/lars.h"
+#include "stoker/ops/elementwise.h"
+#include "stoker/optim/optimizer.h"
 #include "test_util.h"
 
 using stoker::Device;

@@ -1,7 +1,7 @@
 // optim::LARS (and ops::lars_step) on the CPU against updates computed here, in double, from
 // the formulas of MLPerf's reference: the trust ratio of adapted weights, plain momentum SGD for
 // excluded ones, zero norms, found_inf, state round trips and option errors.
-#include "stoker/optim/lars.h"
+#include "stoker/optim/optimizer.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/optim.h"
-#include "stoker/ops/random.h"
 #include "test_util.h"
 
 using stoker::DType;

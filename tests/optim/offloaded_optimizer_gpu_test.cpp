@@ -17,10 +17,9 @@
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
-#include "stoker/ops/copy.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/layout.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/optim/offloaded_optimizer.h"
-#include "stoker/train/memory_report.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"
 

@@ -26,8 +26,7 @@
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
-#include "stoker/ops/copy.h"
-#include "stoker/train/memory_report.h"
+#include "stoker/ops/layout.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"
 

@@ -3,11 +3,9 @@
 #include <cstring>
 #include <vector>
 
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/optim.h"
-#include "stoker/ops/random.h"
-#include "stoker/ops/reduce.h"
-#include "stoker/ops/training.h"
+#include "stoker/ops/elementwise.h"
 #include "test_util.h"
 
 using stoker::Device;

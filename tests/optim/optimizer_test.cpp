@@ -9,12 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/optim.h"
-#include "stoker/ops/random.h"
-#include "stoker/optim/lars.h"
-#include "stoker/optim/schedule.h"
 #include "test_util.h"
 
 using stoker::DType;

@@ -9,12 +9,12 @@
 #include <memory>
 #include <vector>
 
-#include "stoker/core/graph.h"
+#include "core/graph.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"

@@ -20,7 +20,7 @@
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/train/safetensors.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"

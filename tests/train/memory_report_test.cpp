@@ -2,7 +2,6 @@
 // optimizer state) add up to the allocator's current bytes, the first step's activation peak is
 // measured, advice is ranked by what it saves, and a host out-of-memory error carries the
 // report while a Trainer lives.
-#include "stoker/train/memory_report.h"
 
 #include <gtest/gtest.h>
 

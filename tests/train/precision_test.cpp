@@ -11,7 +11,7 @@
 #include "stoker/nn/containers.h"
 #include "stoker/nn/embedding.h"
 #include "stoker/nn/linear.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"
 

@@ -2,7 +2,7 @@
 // shares its lock, a lock left by a dead process is taken over with a line naming it, and the
 // Trainer locks its checkpoint folder and metrics file. Other processes are fork()ed children
 // that report through their exit status (and never return into the test).
-#include "stoker/train/run_lock.h"
+#include "stoker/train/checkpoint_files.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -1,7 +1,7 @@
 // Run settings (train/run_settings.h): what comparing a checkpoint's settings with a resumed
 // run's allows with a note and what it refuses, with the messages naming the flag, both values
 // and the fix; the JSON record round trip.
-#include "stoker/train/run_settings.h"
+#include "stoker/train/training_checkpoint.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "stoker/nn/linear.h"
-#include "stoker/train/weights.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

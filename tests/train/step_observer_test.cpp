@@ -17,7 +17,6 @@
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
 #include "stoker/optim/optimizer.h"
-#include "stoker/train/environment.h"
 #include "stoker/train/step_observer.h"
 #include "stoker/train/trainer.h"
 #include "train/train_test_util.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "stoker/core/tensor.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/train/safetensors.h"
 
 namespace stoker::train_test {

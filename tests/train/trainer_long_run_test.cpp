@@ -21,7 +21,7 @@
 #include "stoker/nn/containers.h"
 #include "stoker/nn/dropout.h"
 #include "stoker/nn/linear.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/train/checkpoint_files.h"
 #include "stoker/train/safetensors.h"
 #include "stoker/train/trainer.h"

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "stoker/data/loader.h"
-#include "stoker/data/synth.h"
+#include "stoker/data/pack.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/data/token_batches.h"
 #include "stoker/dist/grad_sync.h"
@@ -19,7 +19,7 @@
 #include "stoker/nn/containers.h"
 #include "stoker/nn/dropout.h"
 #include "stoker/nn/linear.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/train/safetensors.h"
 #include "test_util.h"
 #include "train/train_test_util.h"

@@ -1,4 +1,3 @@
-#include "stoker/train/weights.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

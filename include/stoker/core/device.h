@@ -8,6 +8,7 @@
 #include <iosfwd>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace stoker::core {
 
@@ -53,3 +54,19 @@ std::ostream& operator<<(std::ostream& os, Device d);
 namespace stoker {
 using core::Device;
 }  // namespace stoker
+
+// What this build of stoker is and which libraries it runs with (for the demo, logs, doctor).
+namespace stoker::core {
+
+// "0.1.0"
+const char* version();
+
+struct LibraryVersion {
+  std::string name;     // "CUDA runtime", "cuBLASLt", "oneTBB", ...
+  std::string version;  // as the library reports it at run time; "not built" when absent
+};
+
+// Versions reported by the libraries themselves at run time (not the headers compiled against).
+std::vector<LibraryVersion> library_versions();
+
+}  // namespace stoker::core

@@ -145,3 +145,42 @@ class JpegDecoder {
 };
 
 }  // namespace stoker::data
+
+// Image augmentation for the loader: RandomResizedCrop + horizontal flip (training) and
+namespace stoker::data {
+
+struct TransformOptions {
+  bool train = true;      // RandomResizedCrop + flip; false: resize shorter side + centre crop
+  int output_size = 224;  // output is output_size x output_size RGB
+  uint64_t seed = 0;      // augmentation seed (same on all ranks for identical draws)
+  // RandomResizedCrop (torchvision defaults).
+  double scale_min = 0.08;
+  double scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0;
+  double ratio_max = 4.0 / 3.0;
+  int attempts = 10;
+  double flip_probability = 0.5;  // horizontal flip in training; 0 disables
+  // Evaluation: resize the shorter side to eval_resize, then centre-crop output_size.
+  int eval_resize = 256;
+};
+
+// What the training transform does to one sample.
+struct CropParams {
+  CropRect rect;  // integer pixel crop of the source image (torchvision's i, j, h, w)
+  bool flip = false;
+};
+
+// torchvision RandomResizedCrop.get_params + flip draw for sample `index` of `epoch`.
+CropParams random_resized_crop(int width, int height, uint64_t epoch, uint64_t index,
+                               const TransformOptions& options);
+
+// The region of the source that Resize(eval_resize) + CenterCrop(output_size) keeps, in source
+// coordinates (fractional in general). Throws if the resized image is smaller than the crop.
+CropRect eval_crop(int width, int height, const TransformOptions& options);
+
+// Reads the header of `bytes`, draws the crop (train) or centres it (eval), decodes and writes
+// output_size x output_size x 3 u8 (HWC RGB) to dst. Errors (DecodeError) name `key`.
+void augment_into(JpegDecoder& decoder, std::span<const uint8_t> bytes, std::string_view key,
+                  uint64_t epoch, uint64_t index, const TransformOptions& options, uint8_t* dst);
+
+}  // namespace stoker::data

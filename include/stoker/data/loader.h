@@ -79,7 +79,7 @@
 #include "stoker/data/input_pipeline.h"
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/sampler.h"
-#include "stoker/data/transform.h"
+#include "stoker/data/decode.h"
 #include "stoker/ops/layout.h"
 
 namespace stoker::data {

@@ -26,12 +26,10 @@
 #include <utility>
 #include <vector>
 
-#include "stoker/core/shape.h"
 #include "stoker/core/stream.h"
 #include "stoker/core/tensor.h"
 #include "stoker/dist/communicator.h"
 #include "stoker/nn/module.h"
-#include "stoker/nn/parameter.h"
 
 namespace stoker::optim {
 class Optimizer;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stoker/nn/batchnorm2d.h"
@@ -140,5 +141,41 @@ template <typename M, typename... Args>
 std::unique_ptr<M> make(Args&&... args) {
   return std::make_unique<M>(std::forward<Args>(args)...);
 }
+
+}  // namespace stoker::nn
+
+// Activation checkpointing and selective recomputation: trading compute for activation memory
+namespace stoker::nn {
+
+class Checkpoint : public Module {
+ public:
+  explicit Checkpoint(std::unique_ptr<Module> body);
+
+  // Runs the body without saving; keeps the input and the body's generator positions (nothing
+  // when called inside another non-saving forward).
+  Tensor forward(const Tensor& x) override;
+  // Recomputes the body's forward with saving on, then returns body.backward(dy).
+  Tensor backward(const Tensor& dy) override;
+
+  std::string describe() const override;
+
+  // The only child, registered under "": its names are the Checkpoint's, without a level.
+  Module& body() { return *body_; }
+
+ private:
+  Module* body_ = nullptr;
+  Tensor input_;  // the forward's input (undefined: nothing saved)
+  std::vector<std::pair<Generator*, uint64_t>> generator_offsets_;  // before the forward
+};
+
+// Wraps child i of `seq` in a Checkpoint for every i with i % every == 0 (every = 1: all
+// children; 2: children 0, 2, 4, ...), skipping children that already are Checkpoints. Meant
+// for a Sequential of blocks (a transformer's layers, a ResNet's stages): each wrapped block
+// then keeps only its input. Returns the number of children wrapped. Names do not change.
+int checkpoint_every(Sequential& seq, int every);
+
+// Turns selective recomputation on or off for every Sequential in the tree under `root`
+// (Checkpoint and Residual bodies included).
+void set_selective_recompute(Module& root, bool on);
 
 }  // namespace stoker::nn

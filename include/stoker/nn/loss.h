@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "stoker/core/tensor.h"
+#include "stoker/nn/module.h"
 
 namespace stoker::nn {
 
@@ -86,6 +88,45 @@ class MSELoss : public Loss {
  private:
   Tensor pred_, target_;  // as used by the math (widened when the dtypes differ)
   DType pred_dtype_ = DType::f32;
+};
+
+}  // namespace stoker::nn
+
+// LinearCrossEntropyLoss: a linear layer without bias and the softmax cross-entropy after it,
+namespace stoker::nn {
+
+struct LinearCrossEntropyOptions {
+  int64_t ignore_index = -100;   // as CrossEntropyOptions
+  float label_smoothing = 0.0f;  // as CrossEntropyOptions
+  // Rows of logits alive at once; 0: as many as fit in 1 GiB, in equal chunks.
+  int64_t chunk_rows = 0;
+  // True: another use of the weight calls grad_ready() after this loss wrote its gradient.
+  bool weight_shared = false;
+};
+
+class LinearCrossEntropyLoss : public Loss {
+ public:
+  // `weight` [classes, K] is borrowed and must outlive the loss.
+  explicit LinearCrossEntropyLoss(Parameter& weight, LinearCrossEntropyOptions options = {});
+
+  // x [N, K] (any float dtype; the weight is used in x's dtype), target [N].
+  Tensor forward(const Tensor& x, const Tensor& target) override;
+  Tensor backward(float scale = 1.0f) override;
+  ForwardBackward forward_backward(const Tensor& x, const Tensor& target,
+                                   float scale = 1.0f) override;
+  bool fuses_backward() const override { return true; }
+  bool predictions_are_scores() const override { return false; }  // x are features
+  std::string describe() const override;
+
+  // The rows per chunk for N rows of x in `dtype` (chunk_rows, or the 1 GiB rule).
+  int64_t chunk_rows(int64_t n, DType dtype) const;
+
+ private:
+  ForwardBackward run(const Tensor& x, const Tensor& target, bool want_grad, float scale);
+
+  Parameter& weight_;
+  LinearCrossEntropyOptions options_;
+  Tensor x_, target_;  // saved by forward for a separate backward
 };
 
 }  // namespace stoker::nn

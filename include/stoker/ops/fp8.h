@@ -10,8 +10,13 @@
 // joins the history for the next.
 #pragma once
 
-#include "stoker/core/fp8.h"
+#include <array>
+#include <cstdint>
+
+#include "stoker/core/device.h"
+#include "stoker/core/half.h"
 #include "stoker/core/tensor.h"
+#include "stoker/ops/gemm.h"
 
 namespace stoker::ops {
 
@@ -59,5 +64,42 @@ void fp8_dequantize(const Tensor& y, const Fp8Tensor& x);
 // zeros, or an overflowed step, must not set a useless or infinite scale). All on the device.
 void fp8_update_scale(const Tensor& scale, const Tensor& history, const Tensor& amax,
                       Fp8Format format, int margin = 0);
+
+}  // namespace stoker::ops
+
+// Block-wise 8-bit quantization with a dynamic (non-linear) map: how the 8-bit optimizer states
+namespace stoker::ops {
+
+// The sorted 256-entry table (see above) and how many of its entries quantization searches.
+const std::array<float, 256>& dynamic_map(bool is_signed);
+constexpr int dynamic_map_codes(bool is_signed) { return is_signed ? 255 : 256; }
+// The largest distance between neighbouring searched entries of the map.
+float dynamic_map_max_gap(bool is_signed);
+// The code of one value already divided by its block's absmax (what quantize_blockwise and the
+// 8-bit optimizer states store): the index of the nearest map entry.
+uint8_t dynamic_map_encode(float x, bool is_signed);
+
+// Scale blocks of a tensor of n values: ceil(n / block).
+constexpr int64_t quantization_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
+
+// codes (u8, x's numel) and absmax (f32, quantization_blocks(numel, block)) from x (f32), all
+// on one device. block: a multiple of 256 no larger than 4096. Unsigned maps clamp negative
+// values to 0.
+void quantize_blockwise(const Tensor& codes, const Tensor& absmax, const Tensor& x, bool is_signed,
+                        int64_t block);
+// out (f32) = map[codes] * absmax of each value's block.
+void dequantize_blockwise(const Tensor& out, const Tensor& codes, const Tensor& absmax,
+                          bool is_signed, int64_t block);
+
+}  // namespace stoker::ops
+
+// FP8 GEMM (the tensor cores of Ada and Hopper): C [M, N] = alpha * A B^T + beta C (+ bias, and
+namespace stoker::ops {
+
+void gemm_fp8(const Tensor& c, const Fp8Tensor& a, const Fp8Tensor& b, const GemmOptions& options);
+
+// Whether gemm_fp8 runs on `device` at all: the CPU (the reference) and CUDA GPUs of compute
+// capability 8.9 or newer.
+bool fp8_gemm_supported(Device device);
 
 }  // namespace stoker::ops

@@ -93,3 +93,14 @@ bool gemm_autotune();
 double gemm_flops(int64_t m, int64_t n, int64_t k);
 
 }  // namespace stoker::ops
+
+// The bias parts of a linear layer (the matrix parts are ops::gemm).
+namespace stoker::ops {
+
+// y[i, j] += bias[j] for y [N, C] (float dtype) and bias [C] (f32).
+void add_bias(const Tensor& y, const Tensor& bias);
+// dbias[j] += sum_i dy[i, j] for dy [N, C] (float dtype) and dbias [C] (f32), fp32
+// accumulation, deterministic (no atomics across rows).
+void bias_grad(const Tensor& dbias, const Tensor& dy);
+
+}  // namespace stoker::ops

@@ -19,6 +19,7 @@
 // `state_bytes()` counts the bytes those tensors hold. Not thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -27,7 +28,7 @@
 #include <vector>
 
 #include "stoker/core/tensor.h"
-#include "stoker/nn/parameter.h"
+#include "stoker/nn/module.h"
 #include "stoker/ops/optim.h"
 
 namespace stoker::optim {
@@ -215,5 +216,88 @@ class AdamW : public Optimizer {
   std::vector<ops::StateTensor>* exp_avg_sq_ = nullptr;
   Tensor step_state_;
 };
+
+}  // namespace stoker::optim
+
+// LARS: SGD with momentum and a layer-wise trust ratio, for large-batch training (You, Gitman &
+namespace stoker::optim {
+
+// Which parameters LARS leaves out of the trust ratio and the weight decay.
+using LarsExclude = std::function<bool(const std::string& name, const nn::Parameter& p)>;
+
+// True for parameters of at most one dimension: biases, normalization gamma and beta.
+bool one_dimensional(const std::string& name, const nn::Parameter& p);
+
+struct LarsOptions {
+  float lr = 0.1f;  // set by the schedule each step (NVIDIA's ResNet-50: 10.5 at batch 3264)
+  float momentum = 0.9f;
+  float weight_decay = 5e-5f;
+  float eta = 0.001f;    // trust coefficient
+  float epsilon = 0.0f;  // added to the trust ratio's denominator
+  // Excluded parameters get plain momentum SGD without weight decay; empty: none excluded.
+  LarsExclude exclude = one_dimensional;
+};
+
+class LARS : public Optimizer {
+ public:
+  LARS(NamedParameters params, LarsOptions options = {});
+  std::string describe() const override;
+  bool needs_whole_parameters() const override { return true; }
+  bool supports_device_lr() const override { return true; }
+  // Whether the trainable parameter `name` is adapted (trust ratio and weight decay); throws for
+  // a name that is not a trainable parameter of this optimizer.
+  bool adapted(const std::string& name) const;
+  // Adapted trainable parameters, out of how many.
+  int64_t adapted_count() const;
+  int64_t trainable_count() const;
+
+ protected:
+  void update() override;
+
+ private:
+  LarsOptions options_;
+  std::vector<uint8_t> adapt_;  // one per entry of params_ (1: adapted)
+  std::vector<ops::StateTensor>* momentum_ = nullptr;
+};
+
+}  // namespace stoker::optim
+
+// Learning-rate schedules: the learning rate as a pure function of the optimizer step, so a
+namespace stoker::optim {
+
+struct LrSchedule {
+  std::function<float(int64_t step)> lr_at;
+  std::string description;
+  // The step at which the schedule has reached its end (cosine_with_warmup's and
+  // polynomial_with_warmup's total_steps); -1: a schedule without an end. The Trainer needs it to
+  // rebase the schedule when an elastic resume changes the steps left (train/trainer.h).
+  int64_t total_steps = -1;
+};
+
+// Always `lr`.
+LrSchedule constant_lr(float lr);
+// lr * gamma^(step / step_size) (PyTorch's StepLR).
+LrSchedule step_lr(float lr, int64_t step_size, float gamma = 0.1f);
+// Linear ramp from lr/warmup_steps... to lr over `warmup_steps`, then constant:
+// lr * min(1, (step + 1) / warmup_steps).
+LrSchedule linear_warmup(float lr, int64_t warmup_steps);
+// Linear warmup as above, then cosine decay from lr to min_lr at total_steps (held after).
+LrSchedule cosine_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps,
+                              float min_lr = 0.0f);
+
+// Linear warmup as above, then polynomial decay from lr to end_lr at total_steps, held at end_lr
+// after (MLPerf ResNet-50's LARS schedule: power 2, end_lr 1e-4):
+//   step <  warmup_steps:                lr * (step + 1) / warmup_steps
+//   warmup_steps <= step < total_steps:  end_lr + (lr - end_lr) * (1 - t)^power,
+//                                        t = (step - warmup_steps) / (total_steps - warmup_steps)
+//   step >= total_steps:                 end_lr
+// Needs 0 <= warmup_steps <= total_steps, total_steps > 0, 0 <= end_lr <= lr and power > 0;
+// otherwise throws naming the argument.
+LrSchedule polynomial_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps,
+                                  float end_lr = 1e-4f, float power = 2.0f);
+
+// The linear scaling rule (Goyal et al. 2017): lr for `batch_size` given a reference lr tuned
+// at `base_batch_size`.
+float scale_lr_for_batch(float base_lr, int64_t base_batch_size, int64_t batch_size);
 
 }  // namespace stoker::optim

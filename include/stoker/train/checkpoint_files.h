@@ -15,7 +15,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace stoker::train {
@@ -84,5 +86,49 @@ void write_or_fall_back(const std::filesystem::path& path, const std::string& wh
                         const std::function<void(const std::filesystem::path&)>& write,
                         const std::function<std::string(const std::filesystem::path&)>& hint,
                         const std::string& lost_hint);
+
+}  // namespace stoker::train
+
+// RunLock: a run owns its outputs. Two runs writing checkpoints into one folder, or lines into
+namespace stoker::train {
+
+// Who holds (or held) a lock: the JSON object of its lock file.
+struct LockOwner {
+  int64_t pid = -1;
+  std::string host;
+  std::string since;  // UTC, "2024-05-01T12:00:00Z"
+  std::string command;
+};
+
+class RunLock {
+ public:
+  // The lock file of a checkpoint folder and of a metrics file.
+  static std::filesystem::path dir_lock_path(const std::filesystem::path& dir);
+  static std::filesystem::path file_lock_path(const std::filesystem::path& file);
+
+  // Locks `lock_file` for this process (its folder must exist), or returns the lock this
+  // process already holds on it. `what` names the output in messages ("--checkpoint-dir DIR",
+  // "TrainerOptions::metrics_path FILE"). Held by another live process: throws stoker::Error
+  // naming the owner, with a hint (wait for it, stop it, or give another `flag`). A stale lock
+  // file (its process gone) is taken over, saying so on stderr.
+  static std::shared_ptr<RunLock> acquire(const std::filesystem::path& lock_file,
+                                          std::string_view what, std::string_view flag);
+
+  ~RunLock();  // unlocks and removes the lock file
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+  // The owner recorded in `lock_file` (pid -1 when missing or unreadable).
+  static LockOwner read_owner(const std::filesystem::path& lock_file);
+
+ private:
+  RunLock(std::filesystem::path path, std::string key, int fd);
+  std::filesystem::path path_;
+  std::string key_;  // the registry's key: the absolute path
+  int fd_ = -1;
+  int64_t pid_ = -1;  // the process that locked
+};
 
 }  // namespace stoker::train

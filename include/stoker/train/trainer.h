@@ -70,6 +70,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -79,19 +80,69 @@
 #include <string>
 #include <vector>
 
-#include "stoker/amp/grad_scaler.h"
 #include "stoker/amp/precision.h"
+#include "stoker/core/allocator.h"
+#include "stoker/core/device.h"
 #include "stoker/data/batch_source.h"
-#include "stoker/diag/options.h"
 #include "stoker/diag/report.h"
 #include "stoker/nn/loss.h"
 #include "stoker/nn/module.h"
 #include "stoker/optim/optimizer.h"
-#include "stoker/optim/schedule.h"
-#include "stoker/train/memory_report.h"
-#include "stoker/train/run_settings.h"
 #include "stoker/train/step_observer.h"
 #include "stoker/train/training_checkpoint.h"
+
+// Where a training run's memory goes: a report by category, and ranked advice for when it does
+namespace stoker::train {
+
+struct MemoryReport {
+  Device device;
+  size_t parameters = 0;
+  size_t compute_copies = 0;
+  size_t gradients = 0;
+  size_t optimizer_state = 0;
+  size_t optimizer_state_host = 0;  // offloaded optimizer state (host memory; not in persistent())
+  size_t input_batch = 0;
+  size_t activations_peak = 0;
+  size_t loader_pinned = 0;
+  size_t workspaces = 0;
+  core::MemoryStats allocator;  // memory_stats(device) when the report was made
+
+  // What the run holds between steps (the categories that count in allocator.current_bytes).
+  // The input batch is left out: it may be a view of the user's dataset, or already freed.
+  size_t persistent() const { return parameters + compute_copies + gradients + optimizer_state; }
+  // allocator.current_bytes - persistent() (negative if the categories overcount).
+  int64_t unattributed() const {
+    return static_cast<int64_t>(allocator.current_bytes) - static_cast<int64_t>(persistent());
+  }
+};
+
+// What the run could change to need less memory, with the bytes it would roughly save.
+struct MemoryAdvice {
+  std::string action;  // "enable activation checkpointing (TrainerOptions::...)"
+  size_t saves_bytes;  // estimate
+};
+
+// The setting the advice depends on (what is already on is not advised again).
+struct MemorySettings {
+  bool mixed_precision = false;  // bf16/fp16 compute
+  bool activation_checkpointing = false;
+  bool low_precision_optimizer_state = false;
+  int grad_accum_steps = 1;
+};
+
+// Advice ranked by estimated savings, largest first: activation checkpointing (about half the
+// activations), halving the micro-batch with twice the accumulation (half the activations and
+// batch), bf16 compute (half the activations), 8-bit optimizer state (about 72 % of it), on a
+// GPU offloading the optimizer state to the CPU (all of it, for step time).
+std::vector<MemoryAdvice> memory_advice(const MemoryReport& r, const MemorySettings& s);
+
+// A multi-line table: one line per category with bytes and share of the allocator's current
+// bytes, the allocator's current/peak/reserved, and the unattributed rest.
+std::string format_memory_report(const MemoryReport& r);
+// "1. enable ... (saves ~1.2 GiB)" lines.
+std::string format_memory_advice(const std::vector<MemoryAdvice>& advice);
+
+}  // namespace stoker::train
 
 namespace stoker::dist {
 class GradSync;
@@ -321,18 +372,18 @@ class Trainer {
   // error names them all. Changed settings that are refused (ChangedRunError) end it at once.
   std::optional<std::filesystem::path> resume_latest(const std::filesystem::path& dir);
 
-  int64_t step() const { return step_; }
+  int64_t step() const;
   // Samples (every rank's) the optimizer steps so far consumed, resumed runs included.
-  int64_t samples_seen() const { return samples_seen_; }
+  int64_t samples_seen() const;
   // Ends the fit() in progress after the step being done, as reaching max_steps would (the
   // window's log line, the evaluation due, the final checkpoint): for observers (early
   // stopping). In a data-parallel job every rank must request it at the same step — decide
   // from numbers every rank shares. Reset when the next fit() begins.
-  void request_stop() { stop_requested_ = true; }
+  void request_stop();
   // TrainerOptions::cuda_graph: the nodes of the captured step (0: none captured yet).
   size_t cuda_graph_nodes() const;
   // The fp16 loss scaler (nullptr for fp32/bf16).
-  const amp::GradScaler* scaler() const { return scaler_.get(); }
+  const amp::GradScaler* scaler() const;
 
   // One optimizer step over `micro_batches` (gradient accumulation across them, each a mean
   // loss scaled by 1/k), with precision, loss scaling, clipping, schedule and the loss monitor
@@ -360,103 +411,19 @@ class Trainer {
   void add_eval_callback(EvalCallback cb);
 
  private:
-  void run_step(data::BatchSource& train, bool& epoch_done, int64_t& samples);
-  // Forward, loss and backward of one micro-batch of k; accumulates its loss.
-  void micro_step(const data::Batch& batch, int k);
-  // Unscale, (norm, clip), schedule, optimizer, zero_grad, scaler update, loss monitor after
-  // `micro` of k micro-batches ran.
-  void apply_step(int micro, int k, bool want_norm);
-  void ensure_step_state();
-  // Around a step: the first one measures the activation peak (memory_report).
-  bool begin_memory_measure();
-  void end_memory_measure(bool measuring);
-  // The log line's numbers over the window of `steps` steps (reads the device; on every rank).
-  StepStats log_window(int64_t epoch, int64_t samples, double seconds, int64_t steps);
-  // Evaluates on `validation` inside fit() and hands the record to the observers.
-  EvalRecord evaluate_in_fit(data::BatchSource& validation, int64_t epoch);
-  // Every observer's `event`: the Trainer's own, then the program's (before which the
-  // progress bar is erased when `erase_bar`).
-  template <typename Event>
-  void notify(Event&& event, bool erase_bar = false);
-  // The step enters phase `p` (diagnostics).
-  void phase(diag::Phase p);
-  // Rank 0 of a data-parallel job, or a single process: the one that prints and saves.
-  bool main_rank() const;
-  int world_size() const;
-  // The job's communicator (nullptr: a single process).
-  dist::Communicator* communicator() const;
-  // save_checkpoint; `position`: where the run stands when the source cannot say (a fit() that
-  // ran no epoch).
-  void write_checkpoint(const std::filesystem::path& path, const data::BatchSource* source,
-                        std::optional<CheckpointPosition> position = std::nullopt) const;
-
-  nn::Module& model_;
-  nn::Loss& loss_;
-  optim::Optimizer& optimizer_;
-  TrainerOptions options_;
-  std::vector<nn::Parameter*> params_;
-  // Observers: the Trainer's own first (owned, builtin_observers_ of them), then the program's.
-  std::unique_ptr<util::ProgressBar> bar_;
-  std::vector<std::unique_ptr<StepObserver>> owned_observers_;
-  std::vector<StepObserver*> observers_;
-  size_t builtin_observers_ = 0;
-  DiagnosticsObserver* diag_ = nullptr;         // one of owned_observers_, when diagnostics are on
-  std::unique_ptr<dist::GradSync> local_sync_;  // when options_.grad_sync is null
-  dist::GradSync* sync_ = nullptr;              // options_.grad_sync or local_sync_
-
-  int64_t step_ = 0;
-  // The checkpoint resume() restored, until the next fit() continues from it (its position,
-  // the run it checks the source against, the evaluation done at its step).
-  std::optional<TrainingCheckpoint> resumed_;
-  // Progress in samples and the schedule's clock (TrainerOptions::schedule). Rebased (after an
-  // elastic resume): the schedule's position after a step is schedule_pos0_ + (samples_seen_ -
-  // schedule_samples0_) * schedule_rate_, the rate set at fit()'s start from the samples left.
-  int64_t samples_seen_ = 0;
-  int64_t step_samples_ = 0;    // the step being done (every rank's), for its learning rate
-  int64_t schedule_batch_ = 0;  // global batch of the run's first segment (0: not known yet)
-  bool schedule_rebased_ = false;
-  double schedule_pos0_ = 0;
-  int64_t schedule_samples0_ = 0;
-  double schedule_rate_ = 0;
-  // The learning rate of the step being done (after step_samples_ is set).
-  float scheduled_lr() const;
-  // The schedule's position after the steps done so far (the checkpoint records it).
-  double schedule_position() const;
-  // fit(): whether max_steps is reached (in samples when rebased).
-  bool max_steps_reached() const;
-  // fit(): after the source is positioned, the steps it ends at and the schedule's rebase.
-  void plan_fit(const data::BatchSource& train, int64_t epochs, bool positioned_first);
-  Tensor monitor_;                           // loss monitor on the device
-  Tensor step_loss_;                         // rank-0 f32 accumulator of the current step's loss
-  Tensor grad_norm_;                         // rank-0 f32, the last step's total gradient norm
-  std::unique_ptr<amp::GradScaler> scaler_;  // fp16 only
-  std::unique_ptr<StepGraph> graph_;         // TrainerOptions::cuda_graph, from the first capture
-  bool capturing_ = false;                   // inside the graph's capture: no phase marks
-  int graph_warm_steps_ = 0;                 // eager steps run before the first capture
-  bool graph_eager_ = false;  // a captured step kept what it allocated: not replayable, eager
-  // TrainerOptions::cuda_graph: runs one optimizer step on `batches` (`micro` of k
-  // micro-batches) as the graph when it can, else eagerly; returns false when it ran eagerly.
-  bool graph_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm);
-  // The steps run and the batches' micro-steps, eagerly.
-  void eager_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm);
-  uint64_t window_max_syncs_ = 0;  // see StepStats::host_syncs_per_step
-  double window_data_wait_s_ = 0;  // see StepStats::data_wait_share
-  bool memory_measured_ = false;   // the first step's activation peak is known
-  bool memory_printed_ = false;    // fit() printed the report
-  size_t activations_peak_ = 0;
-  size_t last_batch_bytes_ = 0;  // input + target of the last micro-batch on the device
-  // The fit() in progress: its start, first step and end, and evaluation's wall time.
-  std::chrono::steady_clock::time_point fit_start_{};
-  int64_t fit_first_step_ = 0;
-  int64_t fit_total_steps_ = -1;
-  double fit_eval_s_ = 0.0;
-  // The step of the last evaluation inside fit() (-1: none), recorded in checkpoints.
-  int64_t evaluated_step_ = -1;
-  bool stop_requested_ = false;  // request_stop()
-  // TrainerOptions::stop_signals inside fit(): whether they are watched, and the one the job
-  // agreed to stop on (0: none yet).
-  bool watching_signals_ = false;
-  int stop_signal_ = 0;
+  struct Impl;  // src/train/trainer_impl.h
+  std::unique_ptr<Impl> impl_;
 };
+
+}  // namespace stoker::train
+
+// The environment variables that change a Trainer's run, read in this one place (nowhere else in
+// the library reads them), so that `stoker doctor` can diagnose a program built on the Trainer
+// without changing it:
+namespace stoker::train {
+
+// `options` with the variables above applied; throws naming the variable when a value is
+// malformed (a flag that is not 0/1, a number that is not an integer or is negative).
+TrainerOptions apply_environment(TrainerOptions options);
 
 }  // namespace stoker::train

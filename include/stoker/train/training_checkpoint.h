@@ -16,8 +16,52 @@
 #include <string>
 #include <vector>
 
+#include "stoker/core/error.h"
 #include "stoker/data/batch_source.h"
-#include "stoker/train/run_settings.h"
+
+// Run settings: the program's settings that define a training run (model shape, global batch,
+namespace stoker::train {
+
+enum class SettingChange { note, refuse, model_shape, global_batch };
+
+struct RunSetting {
+  std::string flag;   // as the program spells it: "--width"
+  std::string value;  // as it prints it: "64"
+  SettingChange on_change = SettingChange::refuse;
+};
+
+// The global batch (samples per optimizer step, every rank's) of the checkpoint's run and of
+// this one, with their world sizes; -1: unknown.
+struct GlobalBatches {
+  int64_t then = -1, now = -1;
+  int world_then = -1, world_now = -1;
+};
+
+// What comparing a checkpoint's settings with this run's found.
+struct SettingsComparison {
+  std::vector<std::string> notes;  // allowed changes, one line each ("--lr changed 1 -> 2")
+  std::string refusal;             // the refused changes (empty: none), and how to fix them
+  std::string hint;
+};
+
+SettingsComparison compare_run_settings(const std::map<std::string, std::string>& recorded,
+                                        const std::vector<RunSetting>& now,
+                                        const GlobalBatches& batches);
+
+// The settings as the checkpoint records them (a JSON object flag -> value), and back; a text
+// that is not such an object throws naming `file`.
+std::string run_settings_json(const std::vector<RunSetting>& settings);
+std::map<std::string, std::string> parse_run_settings(const std::string& file,
+                                                      const std::string& json);
+
+// Thrown by Trainer::resume for refused changes: every checkpoint of the run would refuse the
+// same way, so Trainer::resume_latest does not fall back to an older one.
+class ChangedRunError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace stoker::train
 
 namespace stoker::nn {
 class Module;

@@ -14,7 +14,7 @@
 #include "parts.h"
 #include "stoker/core/error.h"
 #include "stoker/data/loader.h"
-#include "stoker/data/synth.h"
+#include "stoker/data/pack.h"
 #include "diag/replay_source.h"
 
 namespace stoker::cli::doctor {

@@ -11,7 +11,7 @@
 #include "stoker/core/allocator.h"
 #include "stoker/core/stream.h"
 #include "stoker/core/tensor.h"
-#include "stoker/core/version.h"
+#include "stoker/core/device.h"
 #include "diag/gpu_info.h"
 
 namespace stoker::cli::doctor {

@@ -14,7 +14,7 @@
 #include "parts.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
-#include "stoker/core/version.h"
+#include "stoker/core/device.h"
 
 namespace stoker::cli {
 

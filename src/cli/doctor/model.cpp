@@ -10,9 +10,8 @@
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
 #include "stoker/nn/pool.h"
-#include "stoker/ops/random.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/optim/optimizer.h"
-#include "stoker/train/environment.h"
 #include "stoker/train/trainer.h"
 
 namespace stoker::cli::doctor {

@@ -8,7 +8,7 @@
 //   program.cpp      the ablations on the user's own program (after `--`)
 //   overhead.cpp     the cost of diagnostics (--overhead)
 // The rules they apply (the static checks, the conclusions) are the diag library's
-// (stoker/diag/doctor.h), which also renders them in its health-check page.
+// (diag/doctor.h), which also renders them in its health-check page.
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 #include "ops/cpu/parallel.h"
 #include "ops/quantize_math.h"
 #include "ops/quantize_stubs.h"
-#include "stoker/ops/quantize.h"
+#include "stoker/ops/fp8.h"
 
 namespace stoker::ops::cpu {
 

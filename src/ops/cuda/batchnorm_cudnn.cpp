@@ -34,7 +34,7 @@
 #include "ops/cuda/batchnorm_nhwc.h"
 #include "ops/cuda/cudnn_util.h"
 #include "ops/elementwise_stubs.h"
-#include "stoker/ops/copy.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::ops::cuda {
 
