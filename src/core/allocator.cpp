@@ -6,6 +6,7 @@
 // memory reserved for the next step, so steady-state training never calls the driver.
 #include "stoker/core/allocator.h"
 
+#include <fmt/format.h>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -86,8 +87,8 @@ void* host_alloc(size_t bytes) {
   void* p = std::aligned_alloc(kHostAlignment, round_up(bytes == 0 ? 1 : bytes, kHostAlignment));
   if (!p) {
     throw OutOfMemoryError(
-        detail::str("host allocation of ", format_bytes(bytes), " failed (",
-                    format_memory_stats(Device::cpu()), ")", out_of_memory_context(Device::cpu())),
+        fmt::format("host allocation of {} failed ({}){}", format_bytes(bytes),
+                    format_memory_stats(Device::cpu()), out_of_memory_context(Device::cpu())),
         detail::where(__FILE__, __LINE__), "free host memory or lower the batch size", bytes);
   }
   return p;
@@ -121,12 +122,13 @@ class PinnedCache {
       const cudaError_t e = cudaHostAlloc(&p, size_class, cudaHostAllocPortable);
       if (e != cudaSuccess) {
         cudaGetLastError();
-        throw OutOfMemoryError(detail::str("pinned host allocation of ", format_bytes(size_class),
-                                           " failed: ", cudaGetErrorString(e), " (pinned ",
-                                           format_bytes(g_pinned.current.load()), " in use, ",
-                                           format_bytes(g_pinned.reserved.load()), " reserved)"),
-                               detail::where(__FILE__, __LINE__),
-                               "lower prefetch depth or batch size; check `ulimit -l`", size_class);
+        throw OutOfMemoryError(
+            fmt::format("pinned host allocation of {} failed: {} (pinned {} in use, {} reserved)",
+                        format_bytes(size_class), cudaGetErrorString(e),
+                        format_bytes(g_pinned.current.load()),
+                        format_bytes(g_pinned.reserved.load())),
+            detail::where(__FILE__, __LINE__),
+            "lower prefetch depth or batch size; check `ulimit -l`", size_class);
       }
       g_pinned.reserved.fetch_add(size_class);
       return p;
@@ -244,8 +246,8 @@ void reset_graph_memory_peak(Device d) {
 
 std::string format_memory_stats(Device d) {
   const MemoryStats s = memory_stats(d);
-  return detail::str(d.str(), ": current ", format_bytes(s.current_bytes), ", peak ",
-                     format_bytes(s.peak_bytes), ", reserved ", format_bytes(s.reserved_bytes));
+  return fmt::format("{}: current {}, peak {}, reserved {}", d.str(), format_bytes(s.current_bytes),
+                     format_bytes(s.peak_bytes), format_bytes(s.reserved_bytes));
 }
 
 OutOfMemoryHook set_out_of_memory_hook(OutOfMemoryHook hook) {
@@ -282,8 +284,8 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, bool pin
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     throw OutOfMemoryError(
-        detail::str("CUDA out of memory: requested ", format_bytes(bytes), " (", bytes,
-                    " bytes) on ", format_memory_stats(device), out_of_memory_context(device)),
+        fmt::format("CUDA out of memory: requested {} ({} bytes) on {}{}", format_bytes(bytes),
+                    bytes, format_memory_stats(device), out_of_memory_context(device)),
         detail::where(__FILE__, __LINE__),
         "lower the batch size, use bf16/fp16, or enable activation checkpointing", bytes);
   }

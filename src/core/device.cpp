@@ -10,6 +10,7 @@
 
 #if STOKER_WITH_CUDA
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 #endif
 
 namespace stoker::core {
@@ -92,8 +93,8 @@ std::string describe_device(Device d) {
                cuda_device_count(), " CUDA devices visible)");
   cudaDeviceProp p{};
   STOKER_CUDA_CHECK(cudaGetDeviceProperties(&p, d.index));
-  return detail::str(p.name, " (sm_", p.major, p.minor, ", ", p.multiProcessorCount, " SMs, ",
-                     format_bytes(p.totalGlobalMem), ")");
+  return fmt::format("{} (sm_{}{}, {} SMs, {})", p.name, p.major, p.minor, p.multiProcessorCount,
+                     format_bytes(p.totalGlobalMem));
 #else
   STOKER_THROW("describe_device: ", d.str(), " requested but stoker was built without CUDA");
 #endif

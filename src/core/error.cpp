@@ -1,5 +1,6 @@
 #include "stoker/core/error.h"
 
+#include <fmt/format.h>
 #include <atomic>
 #include <cstring>
 
@@ -50,7 +51,7 @@ void throw_error(const char* file, int line, std::string what, std::string hint)
 
 void library_error(const char* lib, const char* expr, int status, const char* msg, const char* file,
                    int line, std::string hint) {
-  throw Error(str(lib, " call `", expr, "` failed with status ", status, ": ", msg),
+  throw Error(fmt::format("{} call `{}` failed with status {}: {}", lib, expr, status, msg),
               where(file, line) + current_cuda_device(), std::move(hint));
 }
 

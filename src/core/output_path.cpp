@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -45,24 +46,24 @@ void ensure_writable_dir(const fs::path& dir, const fs::path& shown, std::string
     if (!existing.empty() && !fs::is_directory(existing, ec))
       detail::throw_error(
           __FILE__, __LINE__,
-          detail::str(what, " ", shown.string(), ": ", existing.string(), " is not a folder"),
+          fmt::format("{} {}: {} is not a folder", what, shown.string(), existing.string()),
           kWritableHint);
     fs::create_directories(dir, ec);
     if (ec)
       detail::throw_error(__FILE__, __LINE__,
-                          detail::str(what, " ", shown.string(), ": cannot create the folder ",
-                                      dir.string(), ": ", ec.message()),
+                          fmt::format("{} {}: cannot create the folder {}: {}", what,
+                                      shown.string(), dir.string(), ec.message()),
                           kWritableHint);
   }
   // Permission bits do not stop root, so only creating a file tells whether one can be written.
   const fs::path probe =
-      dir / detail::str(".stoker-write-probe.", ::getpid(), ".", g_probe_counter.fetch_add(1));
+      dir / fmt::format(".stoker-write-probe.{}.{}", ::getpid(), g_probe_counter.fetch_add(1));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     const int err = errno;
     detail::throw_error(__FILE__, __LINE__,
-                        detail::str(what, " ", shown.string(), ": cannot create a file in ",
-                                    dir.string(), ": ", std::strerror(err)),
+                        fmt::format("{} {}: cannot create a file in {}: {}", what, shown.string(),
+                                    dir.string(), std::strerror(err)),
                         kWritableHint);
   }
   ::close(fd);
@@ -119,11 +120,11 @@ std::string file_type_name(mode_t mode) {
                               mode_t mode) {
   detail::throw_error(
       __FILE__, __LINE__,
-      detail::str(what, " ", path.string(), ": ",
-                  file == path ? std::string() : file.string() + " ", "is ", file_type_name(mode),
-                  ", not a regular file: it is not read (reading it could "
-                  "block forever)"),
-      detail::str("give ", what, " a regular file (copy the data into one first)"));
+      fmt::format(
+          "{} {}: {}is {}, not a regular file: it is not read (reading it could block forever)",
+          what, path.string(), file == path ? std::string() : file.string() + " ",
+          file_type_name(mode)),
+      fmt::format("give {} a regular file (copy the data into one first)", what));
 }
 
 // A regular file with more than one name (a hard link) inside folder `dir` that is `id`.
@@ -137,13 +138,13 @@ bool folder_holds_file(const fs::path& dir, const FileId& id) {
 }  // namespace
 
 void check_input_file(const fs::path& path, std::string_view what) {
-  STOKER_CHECK_HINT(!path.empty(), detail::str("name the file, or leave ", what, " out"), what,
+  STOKER_CHECK_HINT(!path.empty(), fmt::format("name the file, or leave {} out", what), what,
                     ": the path is empty");
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
     detail::throw_error(__FILE__, __LINE__,
-                        detail::str(what, " ", path.string(), ": ", std::strerror(err)),
+                        fmt::format("{} {}: {}", what, path.string(), std::strerror(err)),
                         "check the path");
   }
   if (!S_ISREG(st.st_mode)) not_regular(path, what, path, st.st_mode);
@@ -151,22 +152,21 @@ void check_input_file(const fs::path& path, std::string_view what) {
 
 void check_input_folder(const fs::path& path, std::string_view what,
                         std::initializer_list<std::string_view> files) {
-  STOKER_CHECK_HINT(!path.empty(), detail::str("name the folder, or leave ", what, " out"), what,
+  STOKER_CHECK_HINT(!path.empty(), fmt::format("name the folder, or leave {} out", what), what,
                     ": the path is empty");
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
     detail::throw_error(__FILE__, __LINE__,
-                        detail::str(what, " ", path.string(), ": ", std::strerror(err)),
+                        fmt::format("{} {}: {}", what, path.string(), std::strerror(err)),
                         "check the path");
   }
   if (!S_ISDIR(st.st_mode))
     detail::throw_error(
         __FILE__, __LINE__,
-        detail::str(what, " ", path.string(), ": is ",
-                    S_ISREG(st.st_mode) ? std::string("a file") : file_type_name(st.st_mode),
-                    ", not a folder"),
-        detail::str("give ", what, " the folder (e.g. the one `stoker pack --out` wrote)"));
+        fmt::format("{} {}: is {}, not a folder", what, path.string(),
+                    S_ISREG(st.st_mode) ? std::string("a file") : file_type_name(st.st_mode)),
+        fmt::format("give {} the folder (e.g. the one `stoker pack --out` wrote)", what));
   for (const std::string_view name : files) {
     const fs::path file = path / name;
     struct stat fst {};
@@ -182,7 +182,7 @@ int open_input_file(const fs::path& path, std::string_view what) {
     const int err = errno;
     detail::throw_error(
         __FILE__, __LINE__,
-        detail::str(what, ": cannot open ", path.string(), ": ", std::strerror(err)),
+        fmt::format("{}: cannot open {}: {}", what, path.string(), std::strerror(err)),
         "check the path");
   }
   struct stat st {};
@@ -217,40 +217,40 @@ void PathGuard::output(std::string what, fs::path path, Kind kind,
   const fs::path resolved = resolve(path);
   struct stat st {};
   const std::optional<FileId> id = identity(path, &st);
-  const std::string hint = detail::str("write ", what,
-                                       " somewhere else: outputs never go onto an input or into an "
-                                       "input's folder");
-  auto named = [](const Entry& e) { return detail::str(e.what, " ", e.path.string()); };
-  const std::string out = detail::str(what, " ", path.string());
+  const std::string hint = fmt::format(
+      "write {} somewhere else: outputs never go onto an input or into an input's folder", what);
+  auto named = [](const Entry& e) { return fmt::format("{} {}", e.what, e.path.string()); };
+  const std::string out = fmt::format("{} {}", what, path.string());
   for (const Entry& in : inputs_) {
     if (same_file(path, in.path))
       detail::throw_error(
           __FILE__, __LINE__,
-          detail::str(out, " is the input ", named(in), ": writing it would destroy the input"),
+          fmt::format("{} is the input {}: writing it would destroy the input", out, named(in)),
           hint);
     if (in.kind == Kind::folder &&
         (within(resolved, in.resolved) ||
          (id && S_ISREG(st.st_mode) && st.st_nlink > 1 && folder_holds_file(in.path, *id))))
-      detail::throw_error(__FILE__, __LINE__,
-                          detail::str(out, " is inside the input folder ", named(in),
-                                      ": writing it would damage the input"),
-                          hint);
+      detail::throw_error(
+          __FILE__, __LINE__,
+          fmt::format("{} is inside the input folder {}: writing it would damage the input", out,
+                      named(in)),
+          hint);
     if (kind == Kind::folder &&
         std::find(may_hold.begin(), may_hold.end(), in.what) == may_hold.end() &&
         within(in.resolved, resolved))
-      detail::throw_error(
-          __FILE__, __LINE__,
-          detail::str(out, " holds the input ", named(in),
-                      ": the run writes, replaces and deletes files in its output folder"),
-          detail::str("give ", what, " a folder of its own, apart from the inputs"));
+      detail::throw_error(__FILE__, __LINE__,
+                          fmt::format("{} holds the input {}: the run writes, replaces and deletes "
+                                      "files in its output folder",
+                                      out, named(in)),
+                          fmt::format("give {} a folder of its own, apart from the inputs", what));
   }
   for (const Entry& o : outputs_)
     if (o.kind == Kind::file && kind == Kind::file &&
         (same_file(path, o.path) || resolved == o.resolved))
       detail::throw_error(
           __FILE__, __LINE__,
-          detail::str(out, " is also ", named(o), ": one output would overwrite the other"),
-          detail::str("give ", what, " and ", o.what, " different paths"));
+          fmt::format("{} is also {}: one output would overwrite the other", out, named(o)),
+          fmt::format("give {} and {} different paths", what, o.what));
   outputs_.push_back({std::move(what), std::move(path), resolved, kind});
 }
 
@@ -260,8 +260,8 @@ void check_output_path(const fs::path& path, std::string_view what) {
   // An existing folder, or a path ending in "/", names a folder.
   if (fs::is_directory(path, ec) || !path.has_filename())
     detail::throw_error(__FILE__, __LINE__,
-                        detail::str(what, " ", path.string(), ": is a folder, not a file"),
-                        detail::str("name the file to write, e.g. ", (path / "out").string()));
+                        fmt::format("{} {}: is a folder, not a file", what, path.string()),
+                        fmt::format("name the file to write, e.g. {}", (path / "out").string()));
   const fs::path parent = path.parent_path();
   ensure_writable_dir(parent.empty() ? fs::path(".") : parent, path, what);
 }

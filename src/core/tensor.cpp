@@ -1,5 +1,6 @@
 #include "stoker/core/tensor.h"
 
+#include <fmt/format.h>
 #include <cstring>
 #include <ostream>
 
@@ -234,7 +235,7 @@ STOKER_INSTANTIATE(uint8_t)
 
 std::string Tensor::str() const {
   if (!defined()) return "undefined tensor";
-  return detail::str(dtype_name(dtype_), shape_.str(), " on ", device_.str(),
+  return fmt::format("{}{} on {}{}", dtype_name(dtype_), shape_.str(), device_.str(),
                      is_pinned() ? " (pinned)" : "");
 }
 

@@ -9,6 +9,7 @@
 
 #if STOKER_WITH_CUDA
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 #endif
 
 extern "C" {
@@ -31,7 +32,7 @@ void* library_symbol(const char* symbol, std::initializer_list<const char*> sona
   return nullptr;
 }
 std::string dotted3(size_t v) {
-  return detail::str(v / 10000, ".", (v % 10000) / 100, ".", v % 100);
+  return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
 }
 }  // namespace
 #endif
@@ -47,7 +48,7 @@ std::vector<LibraryVersion> library_versions() {
 #if STOKER_WITH_CUDA
   int v = 0;
   auto dotted = [](int v, int major_div, int minor_div) {
-    return detail::str(v / major_div, ".", (v % major_div) / minor_div);
+    return fmt::format("{}.{}", v / major_div, (v % major_div) / minor_div);
   };
   if (cudaRuntimeGetVersion(&v) == cudaSuccess)
     out.push_back({"CUDA runtime", dotted(v, 1000, 10)});

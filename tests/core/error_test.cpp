@@ -69,9 +69,16 @@ TEST(ErrorTest, OutOfMemoryErrorCarriesTheRequestedBytes) {
   }
 }
 
-TEST(ErrorTest, StrConcatenatesStreamables) {
-  EXPECT_EQ(detail::str("a", 1, '-', 2.5, std::string("z")), "a1-2.5z");
-  EXPECT_EQ(detail::str(), "");
+// The macros' messages are streamed pieces: a char as a character, floats with a stream's 6
+// significant digits.
+TEST(ErrorTest, MacroMessagesConcatenateStreamables) {
+  try {
+    STOKER_THROW("a", 1, '-', 2.5, std::string("z"), " ", 1.0 / 3);
+    FAIL() << "STOKER_THROW did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "a1-2.5z 0.333333");
+  }
+  EXPECT_EQ(detail::macro_message(), "");
 }
 
 TEST(ErrorTest, LibraryChecksPassOnSuccessAndNameTheCallOnFailure) {

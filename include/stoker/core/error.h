@@ -42,9 +42,11 @@ class OutOfMemoryError : public Error {
 
 namespace detail {
 
-// Builds a message from any streamable arguments: str("got ", n, " dims").
+// Internal to STOKER_CHECK, STOKER_CHECK_HINT and STOKER_THROW below: their message from the
+// streamable pieces they take, STOKER_CHECK(c, "got ", n, " dims"). Code that builds a message
+// of its own uses fmt::format.
 template <typename... Args>
-std::string str(const Args&... args) {
+std::string macro_message(const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
   return os.str();
@@ -75,25 +77,26 @@ using core::OutOfMemoryError;
 }  // namespace stoker
 
 // Guards user input: STOKER_CHECK(a.numel() == b.numel(), "add: sizes differ: ", a, " vs ", b).
-#define STOKER_CHECK(cond, ...)                                                      \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      ::stoker::core::detail::throw_error(__FILE__, __LINE__,                        \
-                                          ::stoker::core::detail::str(__VA_ARGS__)); \
-    }                                                                                \
+#define STOKER_CHECK(cond, ...)                                                                \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      ::stoker::core::detail::throw_error(__FILE__, __LINE__,                                  \
+                                          ::stoker::core::detail::macro_message(__VA_ARGS__)); \
+    }                                                                                          \
   } while (0)
 
 // Same with a hint on how to fix it.
-#define STOKER_CHECK_HINT(cond, hint, ...)                                                 \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      ::stoker::core::detail::throw_error(__FILE__, __LINE__,                              \
-                                          ::stoker::core::detail::str(__VA_ARGS__), hint); \
-    }                                                                                      \
+#define STOKER_CHECK_HINT(cond, hint, ...)                                               \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      ::stoker::core::detail::throw_error(                                               \
+          __FILE__, __LINE__, ::stoker::core::detail::macro_message(__VA_ARGS__), hint); \
+    }                                                                                    \
   } while (0)
 
-#define STOKER_THROW(...) \
-  ::stoker::core::detail::throw_error(__FILE__, __LINE__, ::stoker::core::detail::str(__VA_ARGS__))
+#define STOKER_THROW(...)                                 \
+  ::stoker::core::detail::throw_error(__FILE__, __LINE__, \
+                                      ::stoker::core::detail::macro_message(__VA_ARGS__))
 
 #define STOKER_CUDA_CHECK(expr) \
   ::stoker::core::detail::check_cuda(static_cast<int>(expr), #expr, __FILE__, __LINE__)
