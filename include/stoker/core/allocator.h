@@ -1,15 +1,8 @@
-// Allocators: where tensor memory comes from, and how much is in use.
-//
-// - cpu: 64-byte aligned host memory (vectorizable, cache-line aligned).
-// - pinned: page-locked host memory from a caching pool (cudaHostAlloc is slow; the loader's
-//   batch ring reuses blocks). Without CUDA it falls back to aligned host memory.
-// - cuda: a stream-ordered pool (cudaMallocAsync on the device's default pool, release
-//   threshold set to keep memory reserved): no per-step cudaMalloc, no churn fragmentation.
-//   A block is freed on the stream that allocated it; a tensor used on another stream must be
-//   kept alive by the caller until that stream is done with it (ordering through events).
-//
-// Every allocator keeps current and peak bytes in use (bytes requested by live tensors) and
-// the bytes it holds reserved. Thread-safe.
+// Allocators: 64-byte aligned cpu memory, a caching pinned-host pool, and a stream-ordered cuda
+// pool (cudaMallocAsync, memory kept reserved); each keeps current/peak bytes in use and reserved.
+// Ownership: a cuda block is freed on the stream that allocated it; a tensor used on another
+// stream must be kept alive by the caller until that stream is done (ordered through events).
+// Thread-safety: thread-safe. Details: docs/architecture.md#tensors-and-memory.
 #pragma once
 
 #include <cstddef>

@@ -1,20 +1,8 @@
-// OpListener: a hook around every op launch, for timing one training step op by op
-// (diag::OpTimer, docs/diagnostics.md "Where the GPU time goes").
-//
-// Every public op in src/ops reaches its backend through one dispatch point; when the calling
-// thread has a listener installed, the dispatch tells it the op's name and cost (its FLOP and
-// byte counts) before the launch and calls op_end() after it. Without a listener — always,
-// except during the steps the diagnostics time op by op — the cost is one thread-local load per
-// op and nothing is computed.
-//
-// Modules name where an op comes from: ModuleScope pushes a name on this thread's module stack
-// (the containers push their children's names; a model may push its own), only while a
-// listener is installed.
-//
-// Ops that call other ops are reported once, as the outermost one: a listener sees begin/end
-// pairs properly nested and may ignore inner ones (OpTimer does).
-//
+// OpListener: a hook around every op launch (name, FLOP and byte counts), installed per thread
+// only while diagnostics time a step op by op; otherwise one thread-local load per op. Nested ops
+// are reported once, as the outermost; ModuleScope names the module an op runs in.
 // Thread-safety: everything here is per thread.
+// Details: docs/diagnostics.md#where-the-gpu-time-goes-op-timed-steps.
 #pragma once
 
 #include <cstdint>

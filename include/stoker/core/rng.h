@@ -1,17 +1,9 @@
-// Counter-based random numbers: Philox-4x32-10 (Salmon et al., SC'11, "Random123").
-//
-// A random value is a pure function of (seed, stream id, counter): no state is carried from one
-// draw to the next, so any element of any stream can be recomputed in any order. That is what
-// lets a dropout mask be replayed during activation recomputation, an augmentation of sample i
-// in epoch e be reproduced on resume, and the CPU and GPU produce the same numbers.
-//
-// Bit-identity between CPU and GPU: the 32-bit outputs are integer arithmetic; uniform floats
-// are exact conversions; normals use the portable log/sin/cos below, written only with
-// operations that IEEE-754 rounds identically everywhere (add, mul, fmaf, sqrtf, division), so
-// the same (seed, offset) gives the same float bits on both backends.
-//
-// Element layout of a fill with (seed, offset): element i reads block `offset + i / 4` of
-// stream 0 and takes lane `i % 4` (uniform) or the Box-Muller pair of that lane (normal).
+// Counter-based random numbers: Philox-4x32-10 (Salmon et al., SC'11, "Random123"). A draw is a
+// pure function of (seed, stream id, counter), with the same bits on CPU and GPU (normals use a
+// portable log/sin/cos built only from IEEE-exact add, mul, fmaf, sqrtf and division).
+// Element i of a fill with (seed, offset) reads block `offset + i / 4` of stream 0 and takes lane
+// `i % 4` (uniform) or the Box-Muller pair of that lane (normal).
+// Details: docs/architecture.md#tensors-and-memory.
 #pragma once
 
 #include <cmath>

@@ -1,15 +1,8 @@
-// Stream and Event: thin, copyable handles over CUDA streams and events.
-//
-// A CUDA device has three fixed streams (docs/architecture.md#streams): `compute` (kernels), `copy`
-// (loader H2D) and `comm` (NCCL). Ops run on the calling thread's *current* stream for the
-// tensor's device: the compute stream unless a StreamGuard says otherwise. Work crosses streams
-// only through events (`Event::record` + `Event::block`), never through the host.
-//
-// The host waits for the device only in named calls (`synchronize`, `Tensor::item`, `to(cpu)`),
-// and each such wait increments `host_sync_count()`, so a training step can prove it made none.
-// On the CPU a Stream is empty and every op runs synchronously on the calling thread.
-//
+// Stream and Event: thin, copyable handles over CUDA streams and events. Ops run on the calling
+// thread's current stream (compute unless a StreamGuard says otherwise); streams meet only through
+// events; every host wait counts in host_sync_count(). On the CPU a Stream is empty.
 // Thread-safety: handles may be shared between threads; the current stream is thread-local.
+// Details: docs/architecture.md#streams.
 #pragma once
 
 #include <cstdint>

@@ -1,14 +1,8 @@
-// Tensor: a typed, shaped view of reference-counted contiguous storage on one device.
-//
-// Copies of a Tensor share storage (like a shared_ptr); `slice` (along dim 0) and `reshape`
-// return views of the same storage. There are no general strides: every tensor is contiguous
-// and layouts (NCHW vs NHWC) are shape conventions chosen by the ops. A tensor never syncs the
-// host implicitly: `to(Device)`, `item()` and `to_vector()` are the explicit, named ways a
-// value reaches the host, and they count as host syncs when the data is on a GPU.
-//
-// Memory of a CUDA tensor comes from the device's stream-ordered pool on the current stream
-// (see allocator.h, stream.h). Thread-safety: like shared_ptr — distinct Tensors may be used
-// from different threads; writing one tensor's data from two threads is a race.
+// Tensor: a typed, shaped view of reference-counted contiguous storage on one device (no general
+// strides; NCHW/NHWC are op conventions). Copies, `slice` (dim 0) and `reshape` share storage;
+// the host syncs only in `to(Device)`, `item()` and `to_vector()`.
+// Thread-safety: like shared_ptr; writing one tensor's data from two threads is a race.
+// Details: docs/architecture.md#tensors-and-memory.
 #pragma once
 
 #include <array>
