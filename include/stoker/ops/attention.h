@@ -1,25 +1,9 @@
-// Causal multi-head self-attention core (GPT-2's), forward and backward, from a packed qkv; and
+// Causal multi-head self-attention core (GPT-2's), forward and backward, from a packed qkv
+// [B, T, 3C] (PyTorch's split into q, k, v, each H heads of D = C / H) to out [B, T, C]; and
 // rotary position embeddings applied to such a qkv (Llama's; at the end).
-//
-//   qkv [B, T, 3C]: per token the q, k and v rows side by side, each split into H heads of
-//   D = C / H (PyTorch's `q, k, v = qkv.split(C, dim=-1)` then `.view(B, T, H, D)`).
-//   out [B, T, C]:  per head softmax(q k^T / sqrt(D) + causal mask) v, heads concatenated.
-//
-// How (the unfused "math" algorithm; src/ops/attention.cpp has the why):
-//   forward   heads = permute(qkv)                  [3, B, H, T, D]   (saved)
-//             S = q k^T / sqrt(D)                   batched GEMM, in the compute dtype
-//             P = causal_softmax(S)                 fp32 math, in place over S   (saved)
-//             O = P v ; out = permute(O)
-//   backward  dO = permute(dout); dV = P^T dO; dP = dO V^T;
-//             dS = P * (dP - rowsum(dP * P)) / sqrt(D)   fp32 math, in place over dP
-//             dQ = dS K; dK = dS^T Q; dqkv = permute(dQ, dK, dV)
-// All tensors share one float dtype (f32, f16, bf16) and device; GEMMs accumulate in fp32,
-// softmax statistics are fp32. Row j > i of P and dS (the future) is exactly 0.
-// CUDA needs T <= kAttentionMaxSeqLenCuda (rows are kept in registers); the CPU has no limit.
-//
-// Memory: the forward keeps `heads` (3BTC) and `probs` (B H T^2) for the backward; the
-// backward allocates dO (BTC), dP (B H T^2) and the permuted gradients (3BTC) as scratch.
-// Work runs on the current stream of the tensors' device. Thread-safe as the ops are.
+// One float dtype and device for all tensors; GEMMs and softmax statistics in fp32; CUDA needs
+// T <= kAttentionMaxSeqLenCuda. Work runs on the current stream; thread-safe as the ops are.
+// Details: docs/ops.md#attention.
 #pragma once
 
 #include <cstdint>

@@ -1,23 +1,9 @@
-// 2-D convolution (cross-correlation, as in PyTorch and cuDNN) and its per-channel bias.
-//
-// Tensors, in the layout of Conv2dParams::layout (see layout.h):
-//   x  [N, C, H, W] / [N, H, W, C]        input
-//   w  [K, C/g, R, S] (KCRS) / [K, R, S, C/g] (KRSC)   filter, g = groups
-//   y  [N, K, OH, OW] / [N, OH, OW, K]    output, OH = (H + 2 pad - dil (R - 1) - 1) / stride + 1
-// x, w and y share one float dtype (f32, f16 or bf16); accumulation is fp32. The filter
-// gradient `dw` is ACCUMULATED (dw += ...) and may be f32 while x is f16/bf16 (mixed precision:
-// the half-precision result is then added into the f32 gradient).
-//
-// CPU: im2col + BLAS GEMM (ops::gemm), oneTBB-parallel over the images. CUDA: cuDNN on the
-// current stream, one handle per device, an algorithm chosen once per problem shape and pass by
-// cuDNN's heuristics, or timed (set_conv_autotune below), deterministic algorithms preferred for
-// the backward passes, and a workspace from the stream-ordered pool. fp32 convolutions use plain
-// FMA math, not TF32, unless ops::set_allow_tf32(true) (gemm.h) says otherwise, so GPU results
-// match the CPU reference.
-//
-// Every function validates first: a wrong rank, channel count or layout-dependent extent throws
-// stoker::Error naming the op, the tensors (dtype, shape, device) and what was expected.
-// Thread-safe (distinct output tensors).
+// 2-D convolution (cross-correlation, as in PyTorch and cuDNN) and its per-channel bias, in
+// Conv2dParams::layout: x [N, C, H, W] or [N, H, W, C], w KCRS or KRSC, y like x with K channels.
+// One float dtype for x, w, y; fp32 accumulation; the filter gradient dw is ACCUMULATED and may be
+// f32 for half x. CPU: im2col + BLAS; CUDA: cuDNN on the current stream, no TF32 unless allowed.
+// Bad shapes throw stoker::Error naming the op and tensors. Thread-safe (distinct outputs).
+// Details: docs/ops.md#batch-norm-pooling-and-convolutions.
 #pragma once
 
 #include <array>

@@ -1,13 +1,7 @@
-// FP8 tensors for FP8 training (Hopper's E4M3 / E5M2 GEMMs): per-tensor scaled conversion and
-// the delayed-scaling recipe that chooses the scale. Conversions are core/fp8.h's (round to
-// nearest even, saturating), the same bits on the CPU and the GPU.
-//
-// A tensor x is stored as codes = fp8(x * scale) (u8, one per element) with a rank-0 f32
-// `scale` on x's device, and read back as fp8_value(codes) / scale. Delayed scaling (as NVIDIA's
-// Transformer Engine does it): the scale used at step t comes from the absolute maxima (amax)
-// of the same tensor over the previous steps, kept in a history; no pass over x is needed
-// before it is converted, and the amax of this step (ops::max_abs, or the GEMM's own output)
-// joins the history for the next.
+// FP8 tensors (Hopper's E4M3 / E5M2 GEMMs): per-tensor scaled conversion, codes = fp8(x * scale)
+// (u8) with a rank-0 f32 `scale` on x's device, the same bits on CPU and GPU, and the delayed-
+// scaling recipe that picks the scale from an amax history (Transformer Engine's).
+// Details: docs/mixed_precision.md#fp8.
 #pragma once
 
 #include <array>

@@ -1,36 +1,9 @@
-// GEMM: C = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.
-//
-// A is [M, K] (or [K, M] with trans_a), B is [K, N] (or [N, K] with trans_b), C is [M, N].
-// A and B share a dtype: f32, f16 or bf16. C is f32, or the inputs' half dtype. Accumulation
-// is always fp32. beta = 1 accumulates into C (how weight gradients add up over micro-steps).
-//
-// CPU: through BLAS (sgemm; half inputs are widened to fp32 first). CUDA: through cuBLASLt on
-// the current stream, with a per-stream workspace and a cached algorithm per problem shape.
-//
-// Epilogues (GemmOptions::epilogue): a GELU (tanh form, ops::gelu_forward's) or its derivative
-// applied to the product in the same call, for an MLP's fc -> GELU -> fc2:
-//   gelu   aux = alpha op(A) op(B) + bias (the pre-activation, rounded to C's dtype) and
-//          C = gelu(pre-activation): the forward of fc with its GELU; aux is what the backward
-//          needs (ops::gelu_backward's x).
-//   dgelu  C = (alpha op(A) op(B)) * gelu'(aux), aux the forward's pre-activation: fc2's input
-//          gradient with the GELU's backward applied, i.e. the gradient of fc's pre-activation.
-//          No bias (its gradient stays ops::bias_grad's).
-// Both need beta = 0 and aux: a [M, N] tensor of C's dtype on C's device, not C itself.
-//
-// A bias gradient (GemmOptions::bias_grad) from the same pass, for a linear layer's weight
-// gradient dW = dy^T x (trans_a, A = dy [K, M]): bias_grad[i] = sum_k A[k, i], written (not
-// accumulated), which is ops::bias_grad's sum over dy's rows. CPU: zeroes it and runs
-// ops::bias_grad, the same bits. CUDA: cuBLASLt's BGRADB epilogue where it offers one for the
-// call (C in f32, after a one-time check on the device that it sums what we expect) — the GEMM
-// already reads every element of dy, so the separate pass over it goes away; elsewhere the
-// same call runs ops::bias_grad after the GEMM.
-// CPU: exactly the unfused composition (gemm with bias into aux, then ops::gelu_forward; gemm,
-// then ops::gelu_backward in place), so its bits are the separate ops' bits. CUDA: cuBLASLt's
-// GELU_AUX(_BIAS) and DGELU epilogues — one pass over C instead of three; the GELU there is
-// computed from the fp32 accumulator before rounding, so C may differ from
-// gelu_forward(rounded aux) by an ulp of C's dtype (src/ops/cuda/gemm_cublaslt.cpp says which
-// GELU cuBLASLt computes). Where cuBLASLt offers no algorithm for the epilogue (or N is not a
-// multiple of 8, which its aux layout needs) the same call runs the unfused composition.
+// GEMM: C = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T; A [M, K], B [K, N]
+// (transposed with trans_a / trans_b), C [M, N]. A and B share f32, f16 or bf16; C is f32 or
+// that half dtype; accumulation is fp32; beta = 1 accumulates (micro-steps' weight gradients).
+// CPU: BLAS. CUDA: cuBLASLt on the current stream. Optional GELU / dGELU epilogues and a bias
+// gradient from the same pass (GemmOptions), falling back to the unfused ops' composition.
+// Details: docs/ops.md#transformer-fusions.
 #pragma once
 
 #include "stoker/core/tensor.h"
@@ -53,13 +26,14 @@ struct GemmOptions {
   // extra pass over C). cuBLASLt fuses a bias in C's dtype; an f32 bias with a half C is a
   // separate pass.
   const Tensor* bias = nullptr;
-  // A GELU forward or backward applied to the product (see above); gelu and dgelu need aux and
-  // beta = 0.
+  // A GELU forward or backward (tanh form) applied to the product; gelu and dgelu need aux and
+  // beta = 0. CUDA: cuBLASLt's epilogues (the GELU from the fp32 accumulator, so C may differ from
+  // the unfused ops by an ulp of C's dtype); CPU, or no cuBLASLt algorithm: the unfused ops.
   GemmEpilogue epilogue = GemmEpilogue::none;
   // gelu: written, the pre-activation; dgelu: read, the forward's pre-activation. [M, N] in C's
   // dtype on C's device. Must be null with GemmEpilogue::none.
   const Tensor* aux = nullptr;
-  // Written: sum_k A[k, i] for i < M, an f32 [M] tensor on C's device (see above). Needs
+  // Written: sum_k A[k, i] for i < M, an f32 [M] tensor on C's device (ops::bias_grad's sum). Needs
   // trans_a, no bias and epilogue none; not C, A or B.
   const Tensor* bias_grad = nullptr;
 };

@@ -1,12 +1,8 @@
-// Layout: how a 4-D image tensor orders its extents. Tensors have no strides
-// (docs/architecture.md#tensors-and-memory), so NCHW vs NHWC is a shape convention that every
-// image op takes explicitly:
-//   nchw: [N, C, H, W] (PyTorch's default; filters KCRS = [K, C/groups, R, S])
-//   nhwc: [N, H, W, C] (channels-last, what tensor cores prefer; filters KRSC)
-// A filter is a 4-D tensor too: K plays N, C/groups plays C, R and S play H and W, so the same
-// helpers read filters and activations.
-//
-// convert_layout runs on the current stream of the tensors' device; the rest is host-only.
+// Layout: how a 4-D image tensor orders its extents. Tensors have no strides, so NCHW
+// ([N, C, H, W], filters KCRS) vs NHWC ([N, H, W, C], channels-last, filters KRSC) is a shape
+// convention every image op takes explicitly; filters are read by the same helpers (K as N).
+// convert_layout runs on the current stream; the rest is host-only.
+// Details: docs/architecture.md#tensors-and-memory.
 #pragma once
 
 #include <cstdint>

@@ -1,15 +1,8 @@
-// Optimizer update kernels over a whole list of parameters ("multi-tensor": one launch on the
-// GPU for all of them; three for LARS). Formulas are PyTorch's (torch.optim.SGD / AdamW, foreach
-// variants); LARS's are MLPerf's reference (below).
-//
-// params, grads and state tensors are f32 and pairwise the same shape, all on one device.
-// `found_inf` is optional (undefined = none): a rank-0 f32 device flag written by the gradient
-// scaler; when it is non-zero the kernels leave parameters and state untouched, decided on the
-// device (no host sync). Hyper-parameters are host values captured at launch, except the
-// learning rate where an overload takes `lr`: a rank-0 f32 tensor on the parameters' device
-// the update reads it from instead of the host value (undefined: the host value), so that a
-// step captured in a CUDA graph follows a schedule the host writes there before each replay.
-// The same bits as the host value of that number.
+// Optimizer update kernels over a whole list of parameters (one launch for all; three for LARS),
+// PyTorch's SGD / AdamW formulas and MLPerf's LARS. params, grads and state: f32, pairwise the
+// same shape, one device. `found_inf` (optional, rank-0 f32) skips the update on the device; an
+// optional rank-0 f32 `lr` tensor replaces the host value (a CUDA graph's schedule).
+// Details: docs/ops.md#optimizers-and-schedules.
 #pragma once
 
 #include <cstdint>

@@ -1,15 +1,8 @@
 // 2-D pooling: max, average and global average, forward and backward, PyTorch's semantics
-// (floor output size, no ceil_mode): OH = (H + 2 pad - kernel) / stride + 1.
-//   max:  padding counts as -inf (never selected); NaN propagates; the gradient goes to the
-//         first maximum of each window (row-major within the window).
-//   avg:  count_include_pad=True (PyTorch's default): every window divides by kh * kw.
-//   global average: x [N, C, H, W] / [N, H, W, C] -> y [N, C], the mean over H * W.
-// Padding is at most half the kernel (as PyTorch requires), so every window sees the input.
-//
-// x, y, dy, dx share one float dtype; 4-D tensors are in `layout`. Backward outputs are
-// overwritten (not accumulated). CUDA: cuDNN pooling for max/avg, own kernels for the global
-// average and for the NHWC max backward (deterministic, the CPU's bits); all on the current
-// stream. Thread-safe (distinct outputs).
+// (floor output size, no ceil_mode; padding at most half the kernel): max treats padding as -inf,
+// propagates NaN and sends the gradient to a window's first maximum; avg has count_include_pad.
+// One float dtype; 4-D tensors in `layout`; backward outputs are overwritten. All on the current
+// stream. Thread-safe (distinct outputs). Details: docs/ops.md#batch-norm-pooling-and-convolutions.
 #pragma once
 
 #include <array>
