@@ -1,11 +1,7 @@
-// Elementwise activations: ReLU and GELU (tanh form, PyTorch's approximate="tanh"), and
-// Flatten (a reshape to [N, rest]). None has parameters.
-//
-// Saved for backward: ReLU its output (which the next layer usually keeps anyway: no extra
-// memory), GELU its input. Neither keeps its other tensor, and both can hand their output back
-// for selective recomputation (Module::output_recompute): ReLU returns the output it keeps,
-// GELU recomputes it from its input (one elementwise kernel) — so the layer after a GELU need
-// not keep the GELU's output (nn/checkpoint.h).
+// Elementwise activations without parameters: ReLU, GELU (tanh form, PyTorch's
+// approximate="tanh") and Flatten (a reshape to [N, rest]). ReLU saves its output, GELU its
+// input; both hand their output back for selective recomputation.
+// Details: docs/checkpointing.md#activation-checkpointing.
 #pragma once
 
 #include "stoker/nn/module.h"

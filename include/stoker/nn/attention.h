@@ -1,39 +1,11 @@
-// CausalSelfAttention: GPT-2's multi-head causal self-attention block (without the residual).
-//
-//   qkv = Linear(C, 3C)(x)                x [B, T, C] → [B, T, 3C]; q, k, v are the three
-//                                          consecutive C-wide slices, each split into `heads`
-//                                          heads of D = C / heads (PyTorch's layout)
-//   a_h = softmax(q_h k_h^T / sqrt(D) + causal mask) v_h     per batch row and head h
-//   y   = Linear(C, C)(concat_h a_h)      → [B, T, C] in x's dtype
-//
-// The children are named "qkv" and "proj" (parameters "qkv.weight", "qkv.bias", "proj.weight",
-// "proj.bias"), so a block holding it as `attn` loads a PyTorch module with `self.attn.qkv`
-// and `self.attn.proj`. Initialization is nn::Linear's (PyTorch's default for nn.Linear).
-//
-// dtypes: x may be f32, bf16 or f16; the Linears run as under mixed precision (the weights'
-// half compute copies, fp32 weight gradients), the attention core (ops/attention.h) runs its
-// GEMMs in x's dtype with fp32 accumulation and the softmax in fp32.
-//
-// Saved for backward (while saving_activations(), docs/architecture.md#modules): the qkv Linear
-// keeps x, the proj Linear keeps the attention output a [B, T, C]; this module keeps q, k, v
-// permuted per head [3, B, H, T, D] (the qkv output's size, 3BTC) and the softmax probabilities
-// P [B, H, T, T], both in x's dtype (P dominates at long sequences: 12 heads × 1024² × 2 bytes
-// = 24 MiB per sample in bf16). All are released by backward.
-// Inside a Checkpoint's first forward nothing is kept; forward_for_backward runs the whole
-// attention (P, or lse, is needed) but skips proj's GEMM.
-//
-// Attention core (AttentionKernel; default from_env): `math` is the unfused path above;
-// `fused` runs ops/flash_attention.h (FlashAttention-2 style kernels) where it is supported —
-// CUDA, bf16/f16, head dim 64 — and the math path elsewhere. The fused path saves the qkv
-// Linear's output (3BTC, which replaces the per-head copy), the attention output a (already
-// kept by proj, so shared) and lse [B, H, T] f32, instead of the per-head copy and P: at GPT-2
-// 124M's B 16, T 1024, H 12 that drops P's 384 MiB per layer in bf16 (plus the backward's dP
-// scratch of the same size). from_env reads the environment variable STOKER_ATTENTION at each
-// forward: unset, empty or "fused" selects fused (the default; checked on the H200 against the
-// CPU reference and the math path), "math" selects math; any other value is an error.
-//
-// No attention dropout. Work runs on the current stream of the module's device. Not
-// thread-safe.
+// CausalSelfAttention: GPT-2's multi-head causal self-attention block (without the residual):
+// qkv = Linear(C, 3C)(x), per-head softmax(q k^T / sqrt(D) + causal mask) v, proj = Linear(C, C).
+// Children "qkv" and "proj" (PyTorch's names); x may be f32, bf16 or f16. The core is the fused
+// FlashAttention-style kernel where supported, else the math path (AttentionKernel, or
+// STOKER_ATTENTION=math|fused). Saved: the math path keeps q, k, v per head (3BTC) and P
+// [B, H, T, T]; the fused path the qkv output and lse [B, H, T] f32. No attention dropout.
+// Work runs on the current stream of the module's device. Not thread-safe.
+// Details: docs/ops.md#attention.
 #pragma once
 
 #include <memory>
@@ -43,7 +15,7 @@
 
 namespace stoker::nn {
 
-// Which attention core CausalSelfAttention runs (see above).
+// Which attention core CausalSelfAttention runs (docs/ops.md#attention).
 enum class AttentionKernel { from_env, math, fused };
 
 class CausalSelfAttention : public Module {

@@ -1,27 +1,10 @@
-// Conv2d: 2-D convolution with PyTorch's parameters — "weight" [out, in/groups, k, k] (KCRS)
-// and "bias" [out] — and PyTorch's initialization: kaiming_uniform(a = sqrt(5)), i.e.
-// U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in/groups * k * k, for weight and bias.
-//
-// The MASTER weight is always KCRS, so weight files load into torch.nn.Conv2d whatever layout
-// the model computes in. With layout NHWC (channels-last: inputs [N, H, W, C]) each forward
-// refreshes a KRSC compute copy of the weight and the backward transposes the filter gradient
-// back into the KCRS gradient. Half-precision inputs (f16/bf16) get a compute copy of the weight
-// in their dtype; parameter gradients stay f32 and ACCUMULATE (+=), as for every module.
-//
-// Batch statistics for the next layer (feed_batch_statistics(&bn)): each training forward also
-// computes its output's per-channel sums of y and y^2 in the convolution's epilogue
-// (ops::conv2d_forward_stats, where the device has a fused engine for the problem: the GPU in
-// f16/bf16; the CPU always) and hands them to `bn` (BatchNorm2d::set_batch_sums), which then
-// skips its own statistics pass. Where no fused engine exists the forward is the plain one and
-// `bn` sums as usual. Needs bias = false (the sums would miss the bias) and `bn` directly after
-// this convolution; nullptr turns it off. Experimental, used by no model: on an H100 the
-// ResNet-50 bf16 step was 15 % slower with it (cuDNN's fused engines are slower than its plain
-// convolutions there), the fused statistics are not deterministic from run to run, and a
-// ResNet-18 trained with it drifted from the plain model more than those statistics' rounding
-// explains (docs/benchmarks.md); the op-level tests match the plain path.
-//
-// Work runs on the current stream of the module's device through ops::conv2d_* (cuDNN on the
-// GPU). Not thread-safe.
+// Conv2d: 2-D convolution with PyTorch's parameters ("weight" KCRS [out, in/groups, k, k],
+// "bias" [out]) and initialization. The master weight stays KCRS whatever the layout (NHWC uses
+// a KRSC compute copy); half inputs get a compute copy; gradients are f32 and ACCUMULATE.
+// feed_batch_statistics(&bn) hands the output's per-channel sums to the next BatchNorm2d (needs
+// bias = false; experimental, used by no model: slower and not deterministic on an H100).
+// Work runs on the current stream through ops::conv2d_*. Not thread-safe.
+// Details: docs/ops.md#batch-norm-pooling-and-convolutions.
 #pragma once
 
 #include "stoker/nn/module.h"

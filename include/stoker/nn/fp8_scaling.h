@@ -1,19 +1,7 @@
-// Fp8Scaling: the per-tensor scale of one FP8 tensor of a layer (a Linear's input, weight or
-// output gradient) under delayed scaling, and the cast that uses it.
-//
-// Delayed scaling (the recipe of NVIDIA's Transformer Engine): the scale a tensor is quantized
-// with comes from the largest |value| (amax) the same tensor had over its last `amax_history`
-// uses, scale = fp8_max / max(history) / 2^margin — so quantizing needs no pass over the tensor
-// before it (the cast records this use's amax in the same pass, for the next). The first use
-// has no history: its amax is measured first (one extra read of that tensor, once). Everything
-// stays on the device (ops::fp8_update_scale): no host sync, and a CUDA graph can replay it.
-//
-// A recomputation (nn::recomputing(), an nn::Checkpoint's backward) must reproduce the
-// forward's codes: cast(x, ..., new_use = false) quantizes with the current scale and leaves the
-// history alone.
-//
-// The scales and histories are not saved in weight files or training checkpoints: a resumed run
-// measures the first amax again, which is what a fresh history would hold after one step.
+// Fp8Scaling: the per-tensor delayed scale of one FP8 tensor of a layer (a Linear's input, weight
+// or output gradient) and the cast that uses it; scales and amax histories stay on the device
+// and are not saved. A recomputation passes new_use = false to reproduce the forward's codes.
+// Details: docs/mixed_precision.md#fp8.
 #pragma once
 
 #include "stoker/ops/fp8.h"

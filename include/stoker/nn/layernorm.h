@@ -1,13 +1,7 @@
-// LayerNorm over the last dimension with learnable "weight" (gamma, init 1) and "bias" (beta,
-// init 0), PyTorch's names and biased variance. Saved for backward: the input (a view) and the
-// per-row mean and 1/std (fp32); selective recomputation may take the input away and give it
-// back, and rebuilds the output for the consumer instead of letting it keep it (nn/checkpoint.h).
-//
-// Fused residual add (a pre-LayerNorm transformer's `h = x + residual; z = ln(h)`):
-// forward_add computes the sum and its normalization in one pass (ops::add_layernorm_forward)
-// and saves the sum as this layer's input, so everything after it — backward, selective
-// recomputation — is as after forward(sum), with the same bits. backward_add is the matching
-// backward with the gradient that reaches the sum by the residual path added in the same pass.
+// LayerNorm over the last dimension ("weight", "bias"; PyTorch's names and biased variance).
+// Saves the input (a view) and per-row mean and 1/std (fp32); forward_add / backward_add fuse a
+// pre-LayerNorm block's residual add with the same bits as the unfused pair.
+// Details: docs/ops.md#transformer-fusions, docs/checkpointing.md#activation-checkpointing.
 #pragma once
 
 #include "stoker/nn/module.h"

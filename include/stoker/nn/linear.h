@@ -1,55 +1,12 @@
-// Linear: y = x W^T + b, with W [out, in] and b [out] (PyTorch's layout and names "weight",
-// "bias", so weights load into torch.nn.Linear). x is [N, in] (leading dims flattened) and y
-// [N, out]. Initialization as PyTorch: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
-// Mixed precision: an f16/bf16 input runs the GEMMs in that dtype with fp32 accumulation and
-// the weight's half compute copy (Parameter::compute_value, refreshed by the optimizer after
-// each step); the weight gradient is written in fp32 by the backward GEMM (beta 0 right after
-// zero_grad, then 1: micro-batches accumulate in place). Bias and its gradient stay fp32; the
-// bias gradient comes out of the weight-gradient GEMM (ops::GemmOptions::bias_grad: on the GPU
-// cuBLASLt's epilogue, no separate pass over dy).
-//
-// Fused activation (set_activation(Activation::gelu)): y = gelu(x W^T + b), tanh form — an
-// nn::Linear followed by an nn::GELU in one module, the GELU riding in the forward GEMM's
-// epilogue (ops::GemmEpilogue::gelu: on the GPU no separate pass over the output). It saves the
-// pre-activation x W^T + b (what nn::GELU would have saved) besides its input, and its backward
-// takes the gradient of the activated output. The parameters are the Linear's own ("weight",
-// "bias"), so a model switches between Linear + GELU and the fused Linear without changing names
-// or weight files. Selective recomputation: the output is rebuilt from the saved pre-activation
-// (output_recompute() == from_own_state), as nn::GELU rebuilds its output from its input, so
-// the next Linear need not keep it.
-//
-// Backward fusion (set_input_activation_from(&producer)): for a Linear whose input is exactly
-// the output of a Linear with a fused activation (an MLP's fc2 after fc), this Linear's input
-// gradient GEMM applies the producer's activation derivative in its epilogue
-// (ops::GemmEpilogue::dgelu with the producer's saved pre-activation), and the producer's next
-// backward takes the result as the gradient of its pre-activation (no gelu_backward pass). If
-// the producer kept no pre-activation of a matching shape (or has no activation), the gradient
-// is passed on unchanged and the producer applies the derivative itself: always correct. Only
-// pair Linears that run forward back to back on the same tensor.
-//
-// Why a Linear option rather than an MLP module: the GELU belongs to fc's output, so fc stays
-// one module with one input (selective recomputation can still release it and have it handed
-// back, nn::Checkpoint's recomputation still runs it), names stay "fc.weight" ..., and the
-// half compute copies and fp32 gradients are the Linear's own code.
-//
-// Bits: on the CPU the fused module gives exactly the bits of Linear + GELU (forward and
-// backward). On the GPU the epilogue's GELU is computed from the fp32 accumulator before
-// rounding (ops/gemm.h), so the output — and what the next layer computes from it — may differ
-// from Linear + GELU by an ulp of the compute dtype; the output rebuilt for selective
-// recomputation (gelu_forward of the saved, rounded pre-activation) may differ from the
-// forward's in the same way, so there gradients match the plain run within rounding rather
-// than bit for bit.
-//
-// FP8 (set_fp8(true), or nn::set_linear_fp8 over a model; what Precision::fp8 turns on): the
-// three GEMMs run on FP8 tensor cores (ops::gemm_fp8) — the input and the weight quantized to
-// E4M3, the output gradient to E5M2, each with its own delayed scale (nn::Fp8Scaling) — with
-// fp32 accumulation, the output and input gradient in the input's dtype, the weight gradient in
-// fp32 into the master's gradient as before; bias, GELU epilogues, master weights and the
-// optimizer are unchanged. What the backward keeps is the FP8 copies it needs (the input's and
-// the weight's codes, transposed: one byte per value) instead of the half input. Those are not
-// handed to selective recomputation (release_saved_input says false). On the CPU the same
-// arithmetic runs as the reference (dequantized f32 GEMMs); a GPU without FP8 tensor cores is
-// refused at the first forward.
+// Linear: y = x W^T + b, W [out, in], b [out], PyTorch's names, layout and initialization; x is
+// [N, in] (leading dims flattened). Half inputs use the weight's half compute copy and fp32
+// accumulation; weight and bias gradients are fp32 and accumulate over micro-batches.
+// Fused GELU (set_activation) rides in the forward GEMM's epilogue and saves the pre-activation;
+// backward fusion (set_input_activation_from) lets the next Linear apply gelu' in its input-
+// gradient GEMM — only pair Linears that run forward back to back on the same tensor. FP8
+// (set_fp8) runs the three GEMMs on FP8 tensor cores with delayed scales (nn::Fp8Scaling) and
+// keeps the input's and weight's FP8 codes instead of the input. Not thread-safe.
+// Details: docs/ops.md#transformer-fusions, docs/mixed_precision.md#fp8.
 #pragma once
 
 #include <optional>

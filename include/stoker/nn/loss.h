@@ -1,18 +1,8 @@
-// Losses: a scalar from predictions and targets, and the gradient with respect to the
-// predictions.
-//
-//   Tensor forward(pred, target)  -> rank-0 f32 loss on pred's device (mean over counted
-//                                    samples); no host sync — call item() to read it.
-//   Tensor backward(scale)        -> d(scale * loss)/d(pred), in pred's dtype, once per forward
-//                                    (it releases what the forward kept). `scale` folds in
-//                                    the 1/k of gradient accumulation (and, under mixed
-//                                    precision, the loss scale) without an extra pass.
-//   forward_backward(pred, target, scale) -> both at once. The Trainer calls it in training
-//                                    when fuses_backward() says the loss computes its gradient
-//                                    in the forward's pass (nn::LinearCrossEntropyLoss);
-//                                    otherwise it calls forward and backward.
-//
-// Math is fp32 whatever the prediction dtype. Not thread-safe.
+// Losses: a rank-0 f32 loss from predictions and targets (forward, no host sync), and
+// d(scale * loss)/d(pred) in pred's dtype once per forward (backward; `scale` folds in gradient
+// accumulation and the loss scale); forward_backward does both in one pass where
+// fuses_backward() (nn::LinearCrossEntropyLoss). Math is fp32. Not thread-safe.
+// Details: docs/ops.md#transformer-fusions.
 #pragma once
 
 #include <cstdint>

@@ -1,29 +1,10 @@
-// Module: a layer with an explicit forward and backward (docs/architecture.md#modules).
-//
-//   Tensor forward(const Tensor& x)   computes y and saves what backward needs;
-//   Tensor backward(const Tensor& dy) returns dx and ADDS into its parameters' gradients,
-//                                     then calls grad_ready() on each.
-//
-// backward must follow the forward whose activations it uses (one outstanding forward per
-// module, as in Caffe/cuDNN). Containers (Sequential, Residual) run children forward in order
-// and backward in reverse. Parameter names follow PyTorch's state_dict convention ("0.weight",
-// "2.bias" inside a Sequential), so weight files load into the equivalent PyTorch model.
-//
-// Parts: a module registers its parameters, buffers, random generators and child modules in
-// its constructor (register_parameter, register_buffer, register_generator, register_module,
-// as torch.nn.Module's). Every traversal — names, parameters() for the optimizer, checkpoints
-// and weight files, to(device), set_training — is written once, here, over those
-// registrations: a layer writes none, so none can leave a part out.
-//
-// Saved activations: forward saves what backward needs only while saving_activations() is true
-// (the default). An nn::Checkpoint runs its body's first forward inside a NoSaveScope, so the
-// body keeps nothing, and recomputes it under a RecomputeScope before the body's backward
-// (nn/checkpoint.h). backward consumes what its forward saved and releases it, so the memory of
-// an activation ends with the backward that needed it; a second backward needs a new forward.
-// What each layer saves is stated in its header; layers whose output is cheap to rebuild
-// declare it through output_recompute() (selective recomputation, nn/checkpoint.h).
-//
+// Module: a layer with an explicit forward (saves what backward needs, while
+// saving_activations()) and backward (returns dx, ADDS into its parameters' gradients, releases
+// what its forward saved); one outstanding forward per module. Parameters, buffers, generators
+// and children are registered in the constructor; every traversal (PyTorch state_dict names,
+// to(device), checkpoints) is written once, here.
 // Work runs on the current stream of the module's device. Not thread-safe.
+// Details: docs/architecture.md#modules, docs/checkpointing.md#activation-checkpointing.
 #pragma once
 
 #include <functional>
