@@ -1,13 +1,9 @@
-// Precision: the arithmetic a training run uses (docs/architecture.md#mixed-precision).
-//   fp32  everything in f32 (GEMMs exact fp32 unless ops::set_allow_tf32(true))
-//   bf16  activations and GEMM inputs in bf16, fp32 accumulation and master weights; no loss
-//         scaling needed (bf16 has fp32's exponent range)
-//   fp16  as bf16 with f16, plus dynamic loss scaling (GradScaler) against gradient underflow
-//   fp8   as bf16, with every nn::Linear's GEMMs on FP8 tensor cores (E4M3 inputs and weights,
-//         E5M2 gradients, delayed per-tensor scaling: nn/linear.h, nn/fp8_scaling.h); needs a
-//         GPU of compute capability 8.9+ (Ada, Hopper) — refused elsewhere except on the CPU,
-//         where it runs the FP8 reference arithmetic (slow; for tests)
+// Precision: the arithmetic a training run uses — fp32 (GEMMs exact unless TF32 is allowed), bf16
+// (bf16 activations and GEMM inputs, fp32 accumulation and master weights), fp16 (as bf16, plus
+// the GradScaler's dynamic loss scaling) or fp8 (as bf16, every nn::Linear's GEMMs on FP8 tensor
+// cores; compute capability 8.9+, or the CPU's reference) — and the device-resident GradScaler.
 // Norms, softmax, losses and reductions compute in fp32 under all of them.
+// Details: docs/mixed_precision.md#mixed-precision.
 #pragma once
 
 #include <cstdint>

@@ -1,82 +1,12 @@
-// OffloadedOptimizer: optimizer state and the update on the CPU, for models whose optimizer
-// state does not fit (or is not worth keeping) in GPU memory.
-//
-// How: every trainable parameter gets a host shadow — an nn::Parameter whose fp32 value and
-// gradient are pinned host buffers (the value starts as a copy of the device value). The inner
-// optimizers — any optim::Optimizer (AdamW, SGD, in any StateFormat), made by the factory — are
-// built over the shadows, so their state lives in host memory and their update runs on the CPU
-// (oneTBB tasks, AVX2/FMA loops: ops/cpu). A step:
-//   1. an event on the parameters' current stream; the copy stream waits for it, then copies
-//      found_inf and every gradient down (device -> pinned), group by group, one event each;
-//   2. for each group in parameter order: the host waits for that group's event, the group's
-//      inner optimizer updates its shadows, and the updated values are queued up (pinned ->
-//      device) at once on the optimizer's upload stream — so group i's upload and the later
-//      groups' downloads run while the host updates group i+1 (downloads and uploads on two
-//      streams: the GPU's two copy engines work at the same time);
-//   3. the current stream waits on an event after the last upload, and the parameters' half
-//      compute copies are refreshed as after any step (on the current stream).
-// Why the shadows are safe to reuse: the next step's downloads wait for an event recorded on
-// the current stream after it waited for this step's uploads, so when the host has waited for
-// a group's download, that group's previous upload (which read the shadow values) is done.
-// Groups hold consecutive parameters up to OffloadOptions::group_bytes of fp32 values (a larger
-// parameter is a group of its own); each has its own inner optimizer.
-//
-// Results: the inner update is the CPU backend's, whose arithmetic is the GPU kernels'
-// (ops/optim.h), so f32 and bf16 (round-to-nearest) state give the same bits as the same optimizer
-// on the GPU. found_inf (set_found_inf, a device flag) is copied down with the gradients and skips
-// the step on the host, as the CPU backend does; AdamW's step count does not advance on a skipped
-// step. int8_blockwise state is quantized per parameter, and a parameter is never split between
-// groups, so its codes are the non-offloaded ones too. Not bit-identical: bf16 state with
-// stochastic rounding (each group numbers its draws from its own first element, with the same
-// seed in every group: the same statistics, other bits).
-//
-// Limits (honest): the host waits for each group's download (a host sync per group per step,
-// counted by core::host_sync_count), so a step with an offloaded optimizer cannot be captured
-// in a CUDA graph; the current stream waits for all uploads before anything that follows
-// step(), so the next forward does not start while late groups are still uploading (no
-// per-layer waits), and the host is inside step() until the last group is updated, so the
-// next forward is launched only then. Host memory: per parameter 8 bytes of pinned shadow
-// (value and gradient) plus the inner state. The device keeps the fp32 values, gradients and
-// compute copies as before.
-//
-// DELAYED PARAMETER UPDATE (OffloadOptions::delayed_update, off by default): THE WEIGHTS ARE ONE
-// STEP STALE. The forward of step t+1 reads the weights after update t-1, not t, as in the
-// ZeRO-Offload paper's "delayed parameter update" (DeepSpeed's delay). In exchange, step() does
-// not wait for the CPU update: at step t it
-//   1. waits (host) for the background update of step t-1, makes the current stream wait for its
-//      last upload and applies it (device copy into the parameters; half copies refreshed);
-//   2. copies this step's gradients and found_inf into a flat device staging buffer on the
-//      current stream (the next backward may overwrite the gradients at once);
-//   3. hands update t to a worker thread owned by this object: the copy stream downloads the
-//      staging buffer group by group, the worker updates each group on the CPU as it arrives and
-//      uploads it (upload stream) into the group's part of the same staging buffer, which it has
-//      just finished reading (so the mode costs 4 bytes per parameter of device memory);
-//   4. returns. lr, found_inf and the step count of update t are those given at step t.
-// So the update (download, CPU update, upload) runs while the next forward and backward run.
-// flush() completes and applies the pending update (idempotent); state(), checkpoint_state(),
-// state_bytes() and host_bytes() flush first, so checkpoints hold consistent weights and state.
-// load_checkpoint_state() and reload_values() wait for the pending update and drop it (the
-// weights just written win). Training with a flush in between (a checkpoint, an evaluation, the
-// Trainer's first-step memory report) applies one update a step early: results depend on where
-// flushes happen, and a resumed run matches a run that flushed at the checkpoint. An exception
-// inside the background update (CUDA or CPU) is kept and rethrown by the next step() or flush()
-// as a stoker::Error naming the offloaded update; that update is then lost (reload a
-// checkpoint). The destructor waits for a pending update (and applies nothing). inner(g) is the
-// worker's while an update is pending: flush() before reading it.
-//
-// The shadows are copies: weights written into the parameters after construction (loading a
-// checkpoint or weights) reach them through reload_values(), which load_checkpoint_state()
-// calls (a Trainer resume loads the weights first, then the optimizer state).
-//
-// Checkpoints: state() and checkpoint_state() use the names of the non-offloaded optimizer
-// ("<param>.exp_avg", ..., AdamW's "step_state" once), so an offloaded checkpoint resumes a
-// run on the GPU and the reverse. state() tensors are host tensors; state_bytes() counts host
-// memory (host_bytes() adds the shadows). On a CPU model the same happens without copies
-// between devices (the shadows are still separate buffers).
-//
-// Ownership: holds pointers to the parameters (the model outlives this); owns the shadows and
-// the inner optimizers (and, delayed, the worker thread). Not thread-safe: call it from one
-// thread (the worker is internal).
+// OffloadedOptimizer: optimizer state and the update on the CPU, for models whose optimizer state
+// does not fit (or is not worth keeping) in GPU memory. Inner optimizers (any optim::Optimizer,
+// made by the factory) update pinned host copies of the fp32 values and gradients group by group,
+// overlapping downloads, CPU updates and uploads; results equal the on-GPU optimizer's bits
+// (except stochastic-rounding bf16), one host sync per group per step (no CUDA graph). Optional
+// delayed update (OffloadOptions::delayed_update): THE WEIGHTS ARE ONE STEP STALE; flush() first.
+// Ownership: holds pointers to the parameters (the model outlives this); owns the host copies,
+// the inner optimizers and, delayed, a worker thread. Not thread-safe: call it from one thread.
+// Details: docs/memory.md#offloading-the-state-to-the-cpu.
 #pragma once
 
 #include <cstdint>

@@ -1,22 +1,10 @@
-// Optimizers: SGD and AdamW over a model's parameters, with PyTorch's update formulas, each step
-// one multi-tensor launch on the GPU (ops/optim.h). LARS, for large batches: optim/lars.h.
-//
-// The learning rate is a host value set before each step (by the Trainer's schedule); all
-// state lives on the parameters' device. `step()` reads gradients as they are (unscaling and
-// clipping happen before it) and may skip itself on the device when the gradient scaler's
-// found_inf flag is set (`set_found_inf`). `zero_grad()` resets the gradients.
-//
-// State precision (`StateFormat`, in each optimizer's options): moments and momentum are kept in
-// f32 (the default, PyTorch's results), bf16 or block-wise 8-bit codes (ops/quantize.h); the
-// update math is f32 in every case (ops/optim.h decodes, updates, re-encodes in one kernel).
-// 8-bit state is for large tensors: parameters with fewer than `min_quantized_numel` elements
-// (4096 by default, as in the 8-bit optimizers paper's implementation) keep f32 state, since
-// their state is small and a block of 8-bit codes would cost them accuracy for no memory.
-//
-// State for checkpoints: `state()` names every state tensor ("<param>.exp_avg", ...) plus the
-// step counter; 8-bit states appear as "<param>.exp_avg.codes" (u8) and
-// "<param>.exp_avg.absmax" (f32 scales). `load_state()` restores them (same state format).
-// `state_bytes()` counts the bytes those tensors hold. Not thread-safe.
+// Optimizers: SGD, AdamW and LARS over named parameters with PyTorch's (LARS: MLPerf's) update
+// formulas, one multi-tensor launch per step on the GPU, and the LR schedules. The learning rate
+// is a host value set before each step; state lives on the parameters' device in f32, bf16 or
+// block-wise 8-bit codes (StateFormat; small tensors keep f32) and is named for checkpoints.
+// `step()` skips itself on the device when the gradient scaler's found_inf flag is set.
+// Not thread-safe.
+// Details: docs/ops.md#optimizers-and-schedules, docs/memory.md#optimizer-state-formats.
 #pragma once
 
 #include <cstdint>
