@@ -1,22 +1,10 @@
-// JpegDecoder: JPEG bytes -> u8 HWC RGB pixels, decoding only what the caller will keep.
-//
-// The loader calls one decoder per worker thread: it owns one libjpeg decompressor and its
-// scratch buffers and reuses them for every image, so a steady-state decode allocates nothing.
-// `decode_crop` reads the header, picks a DCT scale (M/8) when the crop is at least twice the
-// output in both directions, decodes only the crop's columns (jpeg_crop_scanline) and rows
-// (jpeg_skip_scanlines, then stops), and resizes straight into the caller's buffer (see
-// resize.h: area filter when shrinking, bilinear when enlarging, optional horizontal flip).
-//
-// Errors: every libjpeg error *and warning* (a truncated file is only a warning to libjpeg,
-// which pads the missing rows with grey) is thrown as a DecodeError naming the sample key and
-// libjpeg's reason; the process never exits. Headers claiming more than `max_pixels` are
-// rejected before any pixel memory is allocated. Grayscale and CMYK/YCCK images come out RGB.
-// A truncation that lies entirely below the decoded rows of a crop is not seen (those pixels
-// are intact); `decode_full` always sees it.
-//
-// Ownership: input bytes are borrowed for the duration of a call; `dst` is caller-owned.
-// Thread-safety: a JpegDecoder is used by one thread at a time (keep one per thread); distinct
-// decoders are independent.
+// JpegDecoder: JPEG bytes -> u8 HWC RGB pixels, decoding only the crop the caller keeps (DCT
+// scaling, cropped scanlines) and resizing straight into the caller's buffer; a reused libjpeg
+// state, so a steady-state decode allocates nothing. Every libjpeg error and warning is a
+// DecodeError naming the key; headers over `max_pixels` are refused before allocating.
+// Ownership: input bytes are borrowed for a call; `dst` is caller-owned.
+// Thread-safety: one thread at a time per decoder (keep one per thread).
+// Details: docs/data_loader.md#what-happens-to-a-sample.
 #pragma once
 
 #include <cstddef>

@@ -1,29 +1,10 @@
-// LmdbImageDataset: the encoded images of a database written by `stoker pack`, read zero-copy.
-//
-// The environment is opened once per process, read-only (MDB_RDONLY | MDB_NOTLS, plus
-// MDB_NORDAHEAD unless read_ahead), with enough reader slots for every thread. Reads go through
-// a `Reader`, an RAII read transaction owned by one thread at a time: `read(i)` returns a view
-// into LMDB's memory map, valid until the Reader is reset, renewed or destroyed. Give each
-// worker thread its own Reader (MDB_NOTLS lets a Reader move between threads, but never use one
-// from two threads at once).
-//
-// Opening checks, in this order, that data.mdb holds every page the environment says it uses
-// (a truncated or damaged copy is an error naming the bytes missing, never a SIGBUS when a page
-// past the end of the file is touched) and that the path is a database written by `stoker pack`
-// (format tag, class names, sample count). `read` throws stoker::Error naming the key and the
-// fix, while `try_read` returns std::nullopt and the reason (a malformed record, a payload
-// checksum mismatch, a "damaged page"), so a loader's skip policy needs no exceptions.
-//
-// Damaged pages: LMDB trusts the pages of its memory map, so a damaged byte in a page can make it
-// read past the end of the file (SIGBUS), outside the map (SIGSEGV) or fail an assertion. Every
-// LMDB call of the dataset and its Readers runs under a guard that turns these into errors (a
-// process-wide SIGSEGV/SIGBUS handler, installed on first use, that chains every fault outside
-// LMDB to the previous handler), and every value is checked to lie inside data.mdb before it is
-// returned. A damaged page met at open is an error naming the key and "damaged page"; met by a
-// read, it is that record's failure and the Reader renews its snapshot for the next reads.
-//
-// Ownership: the dataset owns the environment and must outlive its Readers. Thread-safety: the
-// dataset's const methods are thread-safe; a Reader is not.
+// LmdbImageDataset: the encoded images of a database written by `stoker pack`, read zero-copy
+// through per-thread Readers (RAII read transactions; a view lives until its Reader is reset).
+// Opening refuses a truncated data.mdb or a foreign database; every LMDB call runs under a guard
+// that turns a damaged page's SIGSEGV/SIGBUS into that record's error (try_read: no exception).
+// Ownership: the dataset owns the environment and must outlive its Readers.
+// Thread-safety: the dataset's const methods are thread-safe; a Reader is not.
+// Details: docs/formats.md#image-dataset-lmdb-written-by-stoker-pack.
 #pragma once
 
 #include <cstdint>

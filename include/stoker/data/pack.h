@@ -1,29 +1,9 @@
-// Packing: JPEG images (a folder of class sub-folders, a list file, or the synthetic set) into
-// the LMDB format that LmdbImageDataset reads (docs/formats.md). This is what `stoker pack`
-// runs; it is public so that programs and tests can pack without the CLI.
-//
-// Every input is validated the way the loader will read it: the header is checked against the
-// pixel budget (PackOptions::max_pixels, the loader's DecoderOptions::max_pixels default)
-// before anything is allocated, then every pixel is decoded with the loader's JpegDecoder
-// (libjpeg warnings such as a premature end of data count as failures; CMYK/YCCK decode to RGB
-// as in the loader). Anything that is not a readable, complete JPEG within the budget -- a
-// missing file, a directory, a FIFO or socket, a dangling symbolic link or a link loop, an
-// empty or truncated file, an out-of-memory while handling one input -- is reported on stderr
-// by path with the reason, skipped and counted: one bad input never ends the pack. Inputs are
-// opened only when they are regular files (a FIFO is never opened for reading: it would block).
-// Work runs on a oneTBB arena of `threads` threads, chunk by chunk; records are written in order
-// with keys 0..samples-1.
-//
-// Atomicity: the database is built in "<out>.tmp-<pid>" and renamed to <out> only after its
-// last transaction (which writes the format tag) is committed and synced: an interrupted pack
-// never leaves a database at <out>, and the temporary folder never carries the format tag.
-// SIGINT/SIGTERM during a pack stop it after the current chunk: the temporary folder is
-// removed and PackInterrupted is thrown (the previous handlers are restored when the pack
-// ends). A pack removes the "<out>.tmp-<pid>" leftovers of earlier packs to the same <out>
-// whose process is gone (a killed pack), and leaves those of live processes alone.
-//
-// Thread-safety: each call is independent; calls may run concurrently on different outputs (a
-// signal interrupts all of them).
+// Packing: JPEG images (class sub-folders, a list file, or the synthetic set) into the LMDB
+// format LmdbImageDataset reads — what `stoker pack` runs. Every input is decoded as the loader
+// will; a bad one is reported, skipped and counted, never fatal. The database appears at <out>
+// only when complete (built in "<out>.tmp-<pid>"; SIGINT/SIGTERM throw PackInterrupted).
+// Thread-safety: calls may run concurrently on different outputs (a signal interrupts all).
+// Details: docs/formats.md#image-dataset-lmdb-written-by-stoker-pack.
 #pragma once
 
 #include <cstdint>

@@ -1,33 +1,9 @@
-// Sampler: the sample indices one rank visits in one epoch (DistributedSampler semantics).
-//
-// Epoch e's order is a Philox-seeded permutation of [0, N), a pure function of (seed, e), so
-// every rank computes the same permutation without talking to the others. The permutation is
-// then made divisible by world_size — `pad` repeats indices from its start (total_size =
-// ceil(N / world) * world), `drop` cuts its tail (total_size = floor(N / world) * world) — and
-// rank r takes positions r, r + world, r + 2 world, ... Batches are cut from the rank's
-// indices; `drop_last` drops the final partial batch.
-//
-// Elastic resume (BatchSource::continue_epoch). Since every rank takes the same number of
-// samples per batch, once every rank has delivered d samples of an epoch the whole job has
-// delivered exactly the first d * world entries of the padded order. The epoch's *progress* is
-// that count capped at N (past N only padding, which repeats seen samples): min(d * world, N), a
-// position that does not depend on the world size. An epoch continued at progress k visits
-// R = P[k, N) (P: the epoch's permutation) sharded exactly like an epoch: `pad` repeats from the
-// start of P (as a plain epoch does) until world divides it, `drop` cuts R's tail, rank r takes
-// R[r], R[r + world], ..., batches are cut as usual. Its continued_batches(k) batches are the
-// *last* ones of the epoch: batch indices [first_batch, num_batches()) with first_batch =
-// num_batches() - continued_batches(k), so positions stay (epoch, batch index) with the usual
-// num_batches() per epoch; batch(b) of the continued epoch is its (b - first_batch)-th batch.
-// Progress keeps counting in the same units: after d more samples per rank it is
-// min(k + d * world, N), so a continued epoch can be continued again at another world size.
-// Continuing at progress 0 is the plain epoch, and at the progress of a plain epoch's batch
-// index b (k = b * batch_size * world < N) on the same world size it is that epoch from batch b
-// on, sample for sample (padding included): a resume at the same world size is exact either way.
-//
-// Ownership: holds its index vector. Thread-safety: const methods are thread-safe;
-// set_epoch(), set_continuation() and clear_continuation() must not race with readers, except
-// the pure arithmetic (continued_batches, first_batch_at, progress_after), which reads only what
-// the constructor set and may run while another thread moves the sampler.
+// Sampler: the sample indices one rank visits in one epoch (DistributedSampler semantics: a
+// Philox permutation of (seed, epoch), padded or cut to the world size, rank r takes every
+// world-th position), and the continuation of an epoch at another world size from its progress.
+// Ownership: holds its index vector. Thread-safety: const methods are thread-safe; set_epoch()
+// and the continuation setters must not race with readers (the pure arithmetic may).
+// Details: docs/distributed.md#data-parallelism.
 #pragma once
 
 #include <cstdint>
@@ -73,10 +49,10 @@ class Sampler {
   // [first_batch(epoch()), num_batches()).
   std::span<const int64_t> batch(int64_t b) const;
 
-  // Elastic resume (see above). Makes epoch `epoch` the continuation at `progress` (an
-  // epoch progress of a run of any world size, in [0, N]; out of range: an error naming it),
-  // replacing any earlier continuation; every other epoch stays plain. The current epoch's
-  // indices are rebuilt when they are affected.
+  // Elastic resume (docs/distributed.md#data-parallelism). Makes epoch `epoch` the continuation
+  // at `progress` (an epoch progress of a run of any world size, in [0, N]; out of range: an
+  // error naming it), replacing any earlier continuation; every other epoch stays plain. The
+  // current epoch's indices are rebuilt when they are affected.
   void set_continuation(int64_t epoch, int64_t progress);
   // Back to plain epochs only.
   void clear_continuation();

@@ -1,58 +1,11 @@
 // SequenceBatches: language-model batches from one or several TokenSequences (a mixture), each
-// sequence of an epoch delivered once, in an order fixed by the seed alone.
-//
-// The global order. A source s of N_s sequences visits them in source epochs: source epoch f is
-// IndexPermutation(N_s, seed, key(s, f)) (identity without shuffle), so the source's c-th
-// sequence overall is sequence perm_f(c mod N_s) with f = floor(c / N_s). The mixture's global
-// stream assigns slot g = 0, 1, 2, ... to a source by a smooth weighted round-robin: weights are
-// quantized to quotas Q_s of a period P = 2^20 (largest remainders, every positive weight at least
-// one) and slot g goes to the source with the largest deficit (g + 1) Q_s - c_s P (c_s: slots
-// given to s before g; ties to the lower index), so after any g slots every source has had
-// within one sequence of g Q_s / P (the period repeats exactly: at g = P every deficit is 0).
-// So any 1,000 consecutive slots hold within one of 1000 w_s for two sources, and within two
-// for more (measured: up to 1.26; no schedule keeps every window of three or more distinct rates
-// within one).
-// Slot g is the source's c_s(g)-th sequence. One source is the mixture of weight 1. The epoch of
-// this BatchSource is the M = sequences_per_epoch slots [e M, (e + 1) M) of the stream (default:
-// the sum of the sources' N_s, so that one source is read once per epoch, and a mixture whose
-// weights follow the sources' sizes reads each once); a source whose weight asks for more than its
-// N_s per epoch is repeated (its next source epoch, reshuffled), one that asks for fewer continues
-// where it stopped in the next epoch. source_epochs() says how far each source has gone.
-//
-// Ranks and batches: batch b of an epoch on rank r of world W holds the B consecutive slots
-// (b W + r) B + j, j in [0, B), of the epoch — ranks take disjoint slices of one global order,
-// the same for any W, thread count or accumulation (which only calls next() more often). The
-// epoch has ceil(M / (W B)) batches (tail pad: slots past M repeat the epoch's first slots, as
-// data::Sampler pads) or floor(M / (W B)) (tail drop: the last M mod (W B) slots are not visited).
-//
-// Elastic resume (BatchSource): epoch_progress() is the slots of the epoch the whole job has
-// consumed, min(start + d W B, M) after d batches of a run that started the epoch at `start`;
-// continue_epoch(e, k) serves slots [k, M) of epoch e sliced the same way on this source's world
-// size, as the epoch's last batch indices (pad: past M it repeats the epoch's first slots). Since
-// every source's position is a function of the global slot e M + k, the one number the Trainer
-// checkpoints restores the position of every source of a mixture.
-//
-// Delivery: `threads` worker threads fill the next `prefetch` batches' host buffers ahead of
-// next(), row by row in any order; each row is a pure function of its slot, so the batches are
-// the same bits for any thread count. threads = 0 assembles each batch inside next(). On the CPU
-// next() hands the oldest host batch over. To a GPU, as the image Loader: the batches are
-// assembled in a ring of pinned slots; the worker that finishes a batch queues its host-to-device
-// copy on the device's copy stream into the slot's device buffers (after the consumer's last read
-// of them, an event) and records an event; next() makes the consumer's current stream wait for
-// that event (on the device, no host sync), copies the buffers into fresh tensors of its own
-// stream and records when it read them. A slot's pinned rows are rewritten only after its last
-// copy has run.
-//
-// Batch: input [B, T], target [B * T] (the next tokens, ignore_index at padding), and with
-// `document_masks` positions [B, T] and documents [B, T] (TokenSequences::fill), in `dtype`.
-//
-// identity(): the batch size, the seed, M as samples, and a fingerprint of every source (tokens,
-// sequences, context and cut, weight quota, XXH3-64 of the first and last 4096 tokens).
-//
-// Ownership: borrows the TokenSequences, which must outlive it; a delivered batch is the caller's
-// (its tensors are never reused by the source). The destructor stops the workers and waits for
-// the copies still in flight. Thread-safety: one consumer thread calls every method; the workers
-// are internal.
+// sequence of an epoch delivered once, in a global order fixed by the seed alone (a smooth
+// weighted round-robin over the sources); ranks take consecutive slices of it, so batches are the
+// same for any world size, thread count or accumulation, and an epoch continues elastically at
+// another world size. Batch: input [B, T], target [B * T], optional positions and documents.
+// Ownership: borrows the TokenSequences (they must outlive it); a delivered batch is the caller's.
+// Thread-safety: one consumer thread calls every method; the workers are internal.
+// Details: docs/data_loader.md#token-data-sequences-epochs-mixtures.
 #pragma once
 
 #include <cstdint>

@@ -1,19 +1,8 @@
-// TensorBatches: batches cut from tensors held in memory (small datasets, tests, the demo).
-//
-// Samples are rows of `inputs` and `targets` (dim 0). Each epoch visits them in the Sampler's
-// (seed, epoch) permutation, gathered on the host into one contiguous batch and copied to
-// `device`. The last partial batch is kept unless drop_last. With world_size > 1 each rank sees
-// its shard of every epoch (the Sampler's DistributedSampler semantics: padded so every rank has
-// as many samples).
-//
-// Elastic resume: epoch_progress() is the Sampler's epoch progress (samples of the epoch's order
-// the whole job consumed, capped at N) and continue_epoch(e, k) makes epoch e the Sampler's
-// continuation at k (data/sampler.h): this rank's share of the rest of the epoch, as the last
-// batch indices of the epoch. start_epoch() and restore() are plain epochs again.
-//
-// identity(): the batch size, the seed (when shuffling) and a fingerprint of the tensors'
-// dtypes, shapes and bytes (XXH3-64 over all of them, computed at the first call and kept: the
-// tensors must not change afterwards).
+// TensorBatches: batches cut from tensors held in memory (small datasets, tests, the demo):
+// rows of `inputs` and `targets` in the Sampler's (seed, epoch) order, sharded over ranks,
+// gathered on the host and copied to `device`; the last partial batch is kept unless drop_last.
+// identity() fingerprints the tensors at its first call: they must not change afterwards.
+// Details: docs/distributed.md#data-parallelism.
 #pragma once
 
 #include <string>

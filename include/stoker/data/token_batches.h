@@ -1,35 +1,9 @@
-// TokenBatches: language-model batches from a TokenDataset (a flat file of token ids), for a
-// decoder trained on next-token prediction (examples/gpt).
-//
-// A batch holds batch_size windows of the dataset: input [B, T] (the window's tokens) and
-// target [B * T] (the same tokens shifted by one, flattened so nn::CrossEntropyLoss takes it
-// next to logits [B * T, V]), both in the dataset's integer dtype, copied to `device`.
-// Batch b of epoch e on rank r holds windows (b * world_size + r) * B + j, j in [0, B), of the
-// dataset's epoch e (TokenDataset::window: offsets drawn by Philox from (seed, e, i)), so the
-// ranks of a data-parallel job see different windows and a batch is a pure function of
-// (seed, epoch, batch, rank): restore() needs no replay. An epoch has as many batches as the
-// dataset's disjoint windows fill on every rank (partial batches are dropped), or
-// `batches_per_epoch` when that is set.
-//
-// Elastic resume: an epoch's windows are indices [0, K) of the epoch's window sequence with
-// K = batches_per_epoch() * world_size * batch_size, a prefix whose length depends on the world
-// size (the disjoint windows fill whole batches on every rank, partial batches are dropped; or
-// batches_per_epoch per rank). epoch_progress() is the number of windows the whole job consumed,
-// b * world_size * batch_size after b batches. continue_epoch(e, k) continues epoch e with the
-// windows [k, K) of this source's own epoch (K from its own world size): batch c of the
-// continuation on rank r holds windows k + (c * world_size + r) * B + j, and the continuation's
-// floor((K - k) / (world_size * B)) batches are the epoch's last batch indices (a final
-// partial batch is dropped, as in a plain epoch; k >= K: the epoch is over). So the continued
-// epoch delivers the windows of this world size's epoch that the old run had not consumed,
-// each once. Progress: 0 <= k, and k <= dataset.size() (windows of the largest epoch of any world
-// size) unless batches_per_epoch is set.
-//
-// identity(): the batch size, the dataset's seed, its windows as samples, and a fingerprint of
-// the file (token count and width, context, XXH3-64 of its first and last 4096 tokens: a
-// sample of the content that costs no full read of a file of billions of tokens), not its path.
-//
-// Ownership: borrows the dataset, which must outlive the source. Copies to a GPU are queued on
-// the current stream. Not thread-safe.
+// TokenBatches: language-model batches of Philox-drawn windows from a TokenDataset (a flat file of
+// token ids): input [B, T] and target [B * T] in the file's integer dtype, copied to `device` on
+// the current stream. A batch is a pure function of (seed, epoch, batch, rank), and an epoch
+// continues elastically at another world size.
+// Ownership: borrows the dataset (it must outlive the source). Not thread-safe.
+// Details: docs/formats.md#token-file-tokendataset, docs/distributed.md#data-parallelism.
 #pragma once
 
 #include <cstdint>

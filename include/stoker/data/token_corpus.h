@@ -1,28 +1,10 @@
-// TokenCorpus: a tokenized corpus as the ecosystem writes it, memory-mapped read-only and
-// zero-copy: documents of token ids, addressed by their position in the concatenation of all
-// documents (the corpus's global token positions 0 .. num_tokens()).
-//
-// Formats (docs/formats.md#token-corpora has the exact layouts and what is validated):
-//   - Megatron-LM's indexed dataset: PREFIX.idx (the "MMIDIDX" index: dtype code, sequence
-//     lengths and byte pointers, document indices) + PREFIX.bin (the ids). A document holds one
-//     or more sequences; both are exposed. Open it by PREFIX, PREFIX.idx or PREFIX.bin.
-//   - llm.c's token shards: a header of 256 int32 (magic 20240520 / version 1: uint16 ids of
-//     GPT-2; magic 20240801 / version 7: uint32 ids of Llama 3; header[2]: the token count),
-//     then the ids. A list or a glob of shards (sorted by name, as llm.c sorts its glob) is one
-//     corpus; documents begin at the end-of-text token llm.c writes before each document (50256
-//     for GPT-2, 128000 for Llama 3, or TokenCorpusOptions::delimiter) and may cross shards.
-//   - Raw files of little-endian uint16/uint32 ids, no header (token_bytes 2 or 4): one document
-//     per file, or documents ended by TokenCorpusOptions::delimiter (nanoGPT appends its
-//     end-of-text token after each document).
-// Opening checks every header, size, pointer and index against the files (errors name the file
-// and what is wrong, a hint says the fix); empty documents are allowed and counted. Documents of
-// the delimited formats are found by a parallel scan on first use. scan() checks every id
-// against a vocabulary size in parallel (oneTBB) and names the first bad id's file, document and
-// offset.
-//
-// Ownership: owns its mappings (unmapped on destruction); the pointers of files() and
-// TokenFile::data live as long as the corpus. Thread-safety: every const method is thread-safe
-// (the mappings are never written; the document index is built once, under std::call_once).
+// TokenCorpus: a tokenized corpus as the ecosystem writes it (Megatron-LM's .idx/.bin, llm.c's
+// token shards, raw uint16/uint32 ids), memory-mapped read-only and zero-copy: documents of ids
+// addressed by global token position. Opening validates every header, size and index; scan()
+// checks every id against a vocabulary size in parallel.
+// Ownership: owns its mappings; pointers into them live as long as the corpus.
+// Thread-safety: every const method is thread-safe.
+// Details: docs/formats.md#token-corpora.
 #pragma once
 
 #include <cstdint>

@@ -1,35 +1,10 @@
-// TokenSequences: a TokenCorpus (or a split of its documents) cut into the fixed-length training
-// sequences of a language model, each of context + 1 tokens (input = tokens [0, T), target =
-// tokens [1, T + 1)). The cut is a partition: sequence i is a pure function of i, and every token
-// is an input of exactly one sequence.
-//
-//   packed (cross_documents = true): the selected documents are concatenated in corpus order
-//     (V tokens) and sequence i holds tokens [i T, i T + T + 1) of that concatenation (Megatron's
-//     and nanoGPT's stride T: the last target of one is the first input of the next), so there are
-//     floor((V - 1) / T) sequences and the final (V - 1) mod T input tokens are in none.
-//   per document (cross_documents = false): document d of L tokens gives floor((L - 1) / T) full
-//     sequences [k T, k T + T + 1) of its own tokens; its tail (the last (L - 1) mod T input
-//     tokens, and the whole of a document shorter than T + 1 tokens) is either dropped
-//     (DocumentTail::drop) or one more sequence padded to T + 1 (DocumentTail::pad): inputs past
-//     the document's end are pad_id and their targets ignore_index (nn::CrossEntropyLoss skips
-//     them). A document of 0 or 1 tokens has nothing to predict and gives no sequence.
-//
-// Document-masked attention: fill() can also write, for each input token, its position inside
-// its document (0 at a document's first token) and its document's index in the corpus (padding:
-// position 0, document -1), so that attention can be restricted to tokens of the same document.
-//
-// A validation split by document (split_documents): a fraction or count of the corpus's
-// non-empty documents, chosen by the seed alone (the first ones of a seeded permutation of the
-// documents), returned sorted; TokenSequences of the split's train part and of its validation
-// part cover disjoint documents.
-//
-// IndexPermutation: a bijection of [0, n) fixed by (seed, key) and computed per index in O(1)
-// memory (a 4-round Feistel network on the smallest even power of two >= n, cycle-walking back
-// into [0, n)): the shuffled order of billions of sequences needs no array.
-//
-// Ownership: borrows the corpus, which must outlive it; holds the selected documents' offsets
-// (8 bytes a document when a split or per-document sequences need them, none otherwise).
-// Thread-safety: immutable after construction; every method is const and thread-safe.
+// TokenSequences: a TokenCorpus (or a split of its documents) cut into language-model sequences
+// of context + 1 tokens, a partition (packed across documents, or per document with the tail
+// dropped or padded), with optional per-token document positions for document-masked
+// attention; split_documents picks a validation split by the seed alone; IndexPermutation is an
+// O(1)-memory seeded bijection of [0, n).
+// Ownership: borrows the corpus (it must outlive this). Thread-safety: immutable, thread-safe.
+// Details: docs/data_loader.md#token-data-sequences-epochs-mixtures.
 #pragma once
 
 #include <cstdint>
