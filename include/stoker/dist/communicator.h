@@ -1,31 +1,10 @@
-// Communicator: the collectives data parallelism needs, over one group of ranks
-// (docs/architecture.md#data-parallelism).
-//
-// Backends: NcclCommunicator (GPU tensors, the real engine), ThreadCommunicator (ranks as threads
-// of one process, CPU tensors: tests and CPU training) and TcpCommunicator (ranks as processes,
-// CPU tensors over the rendezvous' sockets: CPU runs under `stoker launch`). Every rank must call
-// the same collectives in the same order with the same shapes and dtypes; a mismatch or a rank
-// that stops answering is an error on the others (ThreadCommunicator and TcpCommunicator check
-// and time out; NCCL's watchdog aborts a collective that does not complete in time).
-//
-// Sequence numbers and the flight recorder (docs/distributed.md): every collective issued
-// gets the next sequence number of its communicator (1, 2, ...; the same on every rank for the
-// same call) and an entry in the communicator's flight recorder, which is written to a file per
-// rank when a collective fails or times out (and on request). CollectiveTag names what the
-// collectives of a scope are for ("grad_sync bucket 3"), so that errors and the file say it.
-//
-// Streams: on a GPU, a collective is enqueued on the calling thread's current stream of the
-// communicator's device (core::current_stream) and returns without waiting for it; the
-// bucketed gradient syncs make the comm stream current around their launches. CPU backends run
-// synchronously.
-// Results are the same on every rank, bit for bit (each backend reduces in one fixed order).
-//
-// Buffers: `in` and `out` may be the same tensor (in place). all_gather's `out` holds world_size
-// copies of `in`'s element count, rank after rank; reduce_scatter's `out` holds in.numel() /
-// world_size elements: rank r receives chunk r of the reduction. Tensors must live on device().
-//
-// Ownership: a Communicator is owned by its user (one per rank). Not thread-safe: one thread
-// per rank issues its collectives.
+// Communicator: the collectives data parallelism needs, over one group of ranks: NCCL (GPU
+// tensors), threads of one process and TCP processes (CPU tensors). Every rank calls the same
+// collectives in the same order; a mismatch or a silent rank is an error (checks, timeouts, NCCL's
+// watchdog). Each collective gets a sequence number and a flight-recorder entry; on a GPU it is
+// enqueued on the current stream without waiting. Results are the same bits on every rank.
+// Ownership: owned by its user (one per rank). Not thread-safe: one thread per rank.
+// Details: docs/distributed.md#hangs-and-the-flight-recorder.
 #pragma once
 
 #include <array>

@@ -1,26 +1,8 @@
-// init_from_env: a process joins its data-parallel job from the environment its launcher set.
-//
-// Variables, first match wins:
-//   torchrun / `stoker launch`: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-//                               MASTER_PORT
-//   SLURM (srun):               SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
-//                               SLURM_NTASKS_PER_NODE; MASTER_ADDR defaults to the first host
-//                               of SLURM_JOB_NODELIST (plain names and `prefix[a-b,c]` lists)
-//   Open MPI (mpirun):          OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
-//                               OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE;
-//                               MASTER_ADDR must be set unless the job has one node
-//   none of them:               one process (rank 0 of 1), nothing to meet.
-// MASTER_ADDR defaults to 127.0.0.1 and MASTER_PORT to 29500 when a job runs on one node.
-// Collectives: STOKER_COLLECTIVE_TIMEOUT (seconds, > 0) overrides
-// InitOptions::collective_timeout_s; STOKER_FLIGHT_RECORDER=<dir> makes a failing or timed-out
-// collective write the rank's flight recorder to <dir>/rank<r>.json (dist/flight_recorder.h).
-// Rendezvous port: MASTER_PORT, except under torchrun's elastic agent
-// (TORCHELASTIC_USE_AGENT_STORE=True), whose own store already listens on MASTER_PORT: then
-// MASTER_PORT + 1. STOKER_RENDEZVOUS_PORT overrides both.
-//
-// init_from_env() then picks the device (cuda:LOCAL_RANK, or the CPU), runs the rendezvous
-// (rank 0 hands out the NCCL unique id) and returns the communicator; errors raised afterwards
-// name this process' rank.
+// init_from_env: a process joins its data-parallel job from the environment its launcher set
+// (torchrun / `stoker launch`, SLURM, Open MPI; none: rank 0 of 1), picks its device
+// (cuda:LOCAL_RANK, or the CPU), runs the rendezvous and returns the communicator. Overrides:
+// STOKER_COLLECTIVE_TIMEOUT, STOKER_FLIGHT_RECORDER, STOKER_RENDEZVOUS_PORT.
+// Details: docs/distributed.md#running-it, docs/distributed.md#the-rendezvous.
 #pragma once
 
 #include <functional>

@@ -1,21 +1,10 @@
-// GradSync: how a training step's gradients become the gradients the optimizer applies — the
-// only thing the Trainer calls about data parallelism
-// (docs/architecture.md#gradient-synchronization). Three implementations:
-//
-//   LocalGradSync       one process: the gradients are used as backward left them (the
-//                       Trainer's default, private to the library)
-//   ReplicatedGradSync  data parallelism: bucketed all-reduce (avg) overlapped with backward;
-//                       every rank ends with the whole averaged gradient
-//   ShardedGradSync     ZeRO-1: bucketed reduce-scatter overlapped with backward; each rank ends
-//                       with its slice of every bucket averaged, for a dist::ShardedOptimizer
-//
-// A step, as the Trainer runs it: set_sync(false) on every micro-step but the last (or a
-// no_sync() scope), backward, finish(), then step_gradients() — unscaled by the fp16 scaler,
-// whose overflow flag agree_on_overflow() makes the same on every rank, clipped with
-// total_norm() — then the optimizer. Without the Trainer, do the same.
-//
-// Ownership: an implementation borrows the parameters (and the communicator); they must outlive
-// it. Not thread-safe (one per rank).
+// GradSync: how a step's gradients become the ones the optimizer applies — the only thing the
+// Trainer calls about data parallelism: LocalGradSync (one process), ReplicatedGradSync
+// (bucketed all-reduce overlapped with backward) and ShardedGradSync (ZeRO-1 reduce-scatter).
+// A step: set_sync(false) on all micro-steps but the last, backward, finish(), then
+// step_gradients() (unscale, agree_on_overflow(), clip with total_norm()), then the optimizer.
+// Ownership: borrows the parameters and the communicator. Not thread-safe (one per rank).
+// Details: docs/distributed.md#gradient-synchronization.
 #pragma once
 
 #include <cstdint>

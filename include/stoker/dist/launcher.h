@@ -1,18 +1,8 @@
-// launch: `stoker launch` — one process per GPU of a node, with the environment torchrun sets.
-//
-// Each local rank i is started (fork + execve, in its own process group) with RANK = node_rank *
-// nproc_per_node + i, WORLD_SIZE, LOCAL_RANK = i, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-// (and GROUP_RANK, the node's rank, as torchrun). stdout passes through; stderr is forwarded
-// line by line with a "[rank N] " prefix, and the last `tail_lines` lines of each rank are kept.
-//
-// Supervision: SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded to every rank's
-// process group. When a rank exits non-zero (or dies of a signal), every other rank gets SIGTERM
-// and, `kill_grace_s` later, SIGKILL; the launcher then reports the first failing rank — its
-// exit status and the end of its stderr — and returns that rank's exit code (128 + signal for a
-// signal). Children also get SIGKILL if the launcher itself dies (PR_SET_PDEATHSIG).
-//
-// Thread-safety: one launch() at a time per process (it installs signal handlers, and restores
-// the previous ones when it returns).
+// launch: `stoker launch` — one process per GPU of a node with torchrun's environment; stderr
+// forwarded with a "[rank N] " prefix; signals forwarded; when a rank fails the others are
+// stopped (SIGTERM, then SIGKILL) and its exit code returned.
+// Thread-safety: one launch() at a time per process (it installs signal handlers).
+// Details: docs/distributed.md#stoker-launch-one-node.
 #pragma once
 
 #include <string>
