@@ -1,22 +1,8 @@
-// Report: the verdict on a window of training steps — input-bound, compute-bound, launch-bound,
-// communication-bound or throttled — with the numbers behind it and concrete advice
-// (docs/architecture.md#diagnostics; docs/diagnostics.md defines every number and the rules below).
-//
-// Rules (Thresholds, seeded from TensorFlow's profiler):
-//   1. Each of input, launch and exposed communication is rated by its share of the step time:
-//      none, moderate (>= *_moderate) or high (>= *_high).
-//   2. If any is high, the verdict is the largest high share.
-//   3. Else, if the GPU monitor saw slowdown clock-event reasons in >= throttle_samples of its
-//      busy samples while the SM clock averaged < throttle_clock_ratio of its maximum:
-//      throttled.
-//   3b. Else, when steps were timed op by op: bandwidth-bound if the share of the step in
-//      memory-bound ops near the bandwidth roof is >= bandwidth_high.
-//   4. Else, if any of input, launch, communication is moderate, the verdict is the largest
-//      moderate share (level moderate); else bandwidth-bound (moderate) from bandwidth_moderate.
-//   5. Else compute-bound: the device (or, on the CPU, the training thread's own arithmetic) is
-//      what limits the step.
-// make_report is a pure function of its inputs, so the rules are unit-tested on recorded
-// timings.
+// Report: the verdict on a window of training steps — input-, compute-, launch-, communication-
+// or bandwidth-bound, or throttled — with the numbers behind it and concrete advice, and the
+// diagnostics' options. make_report is a pure function of its inputs (Thresholds, seeded from
+// TensorFlow's profiler), so the rules are unit-tested on recorded timings.
+// Details: docs/diagnostics.md#verdict.
 #pragma once
 
 #include <array>
@@ -165,7 +151,7 @@ struct Breakdown {
   PhaseStat h2d;     // copy-stream time of the batches (h2d_known)
   bool launch_known = false;
   bool h2d_known = false;
-  // Shares of the summed step time (0..1; see above).
+  // Shares of the summed step time (0..1; docs/diagnostics.md#verdict).
   double input_share = 0;      // data: device span on a GPU, host wait on the CPU
   double launch_share = 0;     // host-paced device time (0 on the CPU or when unknown)
   double comm_share = 0;       // exposed communication: device span (GPU) or host time (CPU)
@@ -383,7 +369,7 @@ struct Report {
   std::string json() const;
 };
 
-// The verdict and advice for a window (see the rules above).
+// The verdict and advice for a window (the rules: docs/diagnostics.md#verdict).
 // `ops`: the window's op table (empty: no op-timed step, no bandwidth finding).
 Report make_report(const Breakdown& breakdown, const LoaderView& loader, const GpuHealth& gpu,
                    const Thresholds& thresholds = {}, const OpTable& ops = {});
