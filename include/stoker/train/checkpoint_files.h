@@ -1,15 +1,8 @@
-// The checkpoints in a run's folder: which there are, the newest to resume, and retention.
-//
-// The Trainer writes into TrainerOptions::checkpoint_dir a periodic "step_<N>.safetensors" every
-// checkpoint interval and "last.safetensors" when fit() ends (docs/checkpointing.md). Every
-// write is atomic, so a file under one of these names is complete; a file damaged afterwards is
-// found by Trainer::resume's checksums (resume_latest() then falls back to the one before it).
-//
-// Order is by the step each file records in its header, the final one after a periodic one of
-// the same step: the "newest" checkpoint is the one furthest into the run, whatever the file
-// times say (copies keep working).
-//
+// The checkpoints in a run's folder ("step_<N>.safetensors", "last.safetensors"): which there are,
+// the newest to resume (by the step its header records, not file times), retention, and the run's
+// folder lock. Every write is atomic; a file damaged afterwards is found by resume's checksums.
 // Thread-safety: free functions over the file system; no shared state.
+// Details: docs/long_runs.md#what-a-restart-does, docs/long_runs.md#one-run-per-folder.
 #pragma once
 
 #include <cstdint>

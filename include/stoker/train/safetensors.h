@@ -1,34 +1,10 @@
-// safetensors files: the weight format Python users load with `safetensors.torch.load_file`.
-//
-// Layout (https://github.com/huggingface/safetensors): an 8-byte little-endian header length N,
-// N bytes of JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
-// "__metadata__": {"key": "value"}}, then the raw little-endian tensor bytes, offsets relative
-// to the end of the header.
-//
-// Reading validates everything before touching tensor bytes: a truncated file, a header length
-// beyond the file, bad JSON, an unknown dtype, offsets outside the data section or overlapping,
-// or a byte count that does not match the shape all throw stoker::Error naming the file and the
-// tensor — never a crash or an over-read. Writing is atomic: a temporary file in the same
-// folder, fsync, rename, fsync of the folder; an interrupted save leaves the old file intact.
-//
-// Checksums: stoker writes the XXH3-64 of every tensor's bytes (exactly as stored) into the
-// metadata key "stoker.checksums" (a JSON object name -> 16 lower-case hex digits). A reader
-// checks a tensor against it before its bytes are first used (load, load_into, verify), so a
-// flipped byte fails with an error naming the file and the tensor instead of loading silently.
-// Files without the key (from PyTorch, or written before) load unchecked, as do tensors the key
-// does not list. The checksum detects accidental damage; it is no protection against tampering.
-//
-// Header checksum: stoker also writes "stoker.header_checksum", the XXH3-64 of the file's first
-// 8 + N bytes (the length and the whole JSON header: every metadata value, every tensor's dtype,
-// shape and offsets, the checksum table) computed with the key's own 16 hex digits replaced by
-// "0000000000000000", and "stoker.safetensors_version" = "2", which says the header checksum
-// must be there (docs/formats.md gives the rule for other tools). The reader checks it when it
-// opens the file, before anything else of the header is used, so an edited byte anywhere in the
-// file is refused naming it (in the header by this checksum, in the data by the tensor's). A
-// file with version 2 but no header checksum is refused (the key was damaged or stripped);
-// files without either key (PyTorch's, older stoker's) open as before.
-//
+// safetensors files (https://github.com/huggingface/safetensors): the weight format Python users
+// load with `safetensors.torch.load_file`, and save_weights / load_weights of a model. Reading
+// validates the whole header before touching tensor bytes (errors name the file and tensor) and
+// checks stoker's header and per-tensor XXH3-64 checksums where present; writing is atomic
+// (temporary file, fsync, rename), so an interrupted save leaves the old file intact.
 // Thread-safety: a SafetensorsReader may be read from several threads once opened.
+// Details: docs/formats.md#header-checksum-every-stoker-written-safetensors-file.
 #pragma once
 
 #include <atomic>

@@ -1,26 +1,8 @@
 // StepObserver: what watches the training loop from outside it — the log line, the progress
 // bar, the metrics file, periodic checkpoints, diagnostics, and a program's own observers all
-// attach to Trainer::fit() through this one interface (docs/architecture.md#step-observers).
-//
-// fit() calls, in this order:
-//   on_fit_begin                       before the first step (checks that must not cost a run)
-//   per epoch:  on_epoch_begin
-//     per step: on_step_begin, on_phase (data, forward, backward, comm, optimizer: each time the
-//               step enters a phase), then on_step_end as soon as the step's work is enqueued
-//               (nothing of it has been read back: a timing ends here), or on_step_skipped when
-//               the epoch had no batch left;
-//               on_log on log lines, on_eval after evaluations inside fit(),
-//               on_step_done once the step's log line and evaluation are over (the run is at a
-//               point where a checkpoint records a consistent position)
-//   on_epoch_end
-//   on_fit_end                         after the last step, its evaluation and the final
-//                                      checkpoint
-// Every rank of a data-parallel job calls every observer at the same points (what prints
-// checks FitContext::main_rank), so an observer may run a collective on the job's communicator
-// at on_log, on_step_done and on_epoch_end. An observer that throws stops fit() with its error.
-// Observers are called in the order they were added, the Trainer's own (diagnostics, log line,
-// metrics, checkpoints, progress bar) first; the progress bar is erased before on_log, on_eval,
-// on_epoch_end and on_fit_end reach a program's observers, so they may print.
+// attach to Trainer::fit() through this one interface. Every rank calls every observer at the
+// same points, in the order they were added; an observer that throws stops fit().
+// Details: docs/architecture.md#step-observers, docs/long_runs.md#in-your-own-program.
 #pragma once
 
 #include <cstdint>
