@@ -56,12 +56,6 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 std::string libjpeg_turbo_version() {
   const int v = LIBJPEG_TURBO_VERSION_NUMBER;
   return std::to_string(v / 1000000) + "." + std::to_string(v / 1000 % 1000) + "." +
@@ -165,9 +159,8 @@ bool check_first_sample(const data::LmdbImageDataset& ds, const data::LoaderOpti
         const float want = (v / 255.0f - o.mean[c]) / o.std[c];
         const float have = got[(static_cast<size_t>(c) * n + y) * n + x];
         if (std::abs(have - want) > tol * std::max(1.0f, std::abs(want))) {
-          // ::fmt: this file's own fmt() (printf into a string) hides the library's namespace.
-          *why = ::fmt::format("sample {} channel {} ({}, {}): loader {:g}, by hand {:g}", idx, c,
-                               y, x, have, want);
+          *why = fmt::format("sample {} channel {} ({}, {}): loader {:g}, by hand {:g}", idx, c, y,
+                             x, have, want);
           return false;
         }
       }
@@ -175,7 +168,7 @@ bool check_first_sample(const data::LmdbImageDataset& ds, const data::LoaderOpti
   }
   const int64_t label = batch.target.slice(0, 1).to(Device::cpu()).to_vector<int64_t>()[0];
   if (label != s.label) {
-    *why = ::fmt::format("sample {}: label {}, expected {}", idx, label, s.label);
+    *why = fmt::format("sample {}: label {}, expected {}", idx, label, s.label);
     return false;
   }
   return true;
@@ -426,9 +419,10 @@ int main(int argc, char** argv) {
       std::printf(
           "%-8s %7d %8d %9.0f %6s %6.1f %6.0f %7.1f %7.0f %7.0f %7.0f %6.0f %7.2f %7.2f %7.2f\n",
           r.c_str(), res.tuning.threads, res.tuning.prefetch, res.img_s,
-          pct >= 0 ? fmt("%.0f", pct).c_str() : "-", 100.0 * c.consumer_wait_s / res.seconds,
-          c.read_s * us, c.header_s * us, c.decode_s * us, c.resize_s * us, c.worker_s * us, util,
-          1e3 * c.copy_s / nb, 1e3 * c.copy_device_s / nb, 1e3 * c.normalize_s / nb);
+          pct >= 0 ? fmt::format("{:.0f}", pct).c_str() : "-",
+          100.0 * c.consumer_wait_s / res.seconds, c.read_s * us, c.header_s * us, c.decode_s * us,
+          c.resize_s * us, c.worker_s * us, util, 1e3 * c.copy_s / nb, 1e3 * c.copy_device_s / nb,
+          1e3 * c.normalize_s / nb);
       std::printf("         %s\n", res.summary.c_str());
       out["runs"].push_back({{"threads_requested", r},
                              {"threads", res.tuning.threads},
