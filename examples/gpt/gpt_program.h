@@ -43,7 +43,9 @@ struct Options {
   std::string mix;       // --mix "a.idx:0.7,b:0.3" (token_data.h)
   double val_split = 0;  // --val-split: a fraction or count of --data's documents
   std::string text = STOKER_GPT_TEXT;
-  std::string cache = STOKER_GPT_CACHE;
+  std::string cache = STOKER_GPT_CACHE;  // --data-cache: the packed text (token_data.h)
+  bool byte_level = false;               // --byte-level: the text's bytes as ids (vocab 256)
+  std::string tokenizer;  // --tokenizer: SentencePiece model of the samples (default: --data's)
   bool synthetic = false;
   int bench_warmup = 8;
   std::string device;

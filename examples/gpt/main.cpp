@@ -2,16 +2,20 @@
 // warmup + cosine decay, fp32/bf16/fp16, gradient accumulation, activation checkpointing of
 // the blocks, data parallelism — and prints a text sample at the end.
 //
-// Data: by default the bundled public-domain text (data/kjv-genesis-exodus.txt), encoded at
-// byte level (vocab 256) into uint16 token files on first run (last 10 % = validation); or
+// Data: by default the bundled public-domain text (data/kjv-genesis-exodus.txt) packed on the
+// first run as `stoker pack-text --train-tokenizer` does (a SentencePiece BPE tokenizer of 1,024
+// ids trained on it, --vocab to change; cached in --data-cache), each sequence once per epoch,
+// the documents of its last 10 % of tokens for validation, samples decoded with its tokenizer;
+// --byte-level: its bytes as ids (vocab 256, random windows, the last 10 % for validation); or
 // --data FILE (raw uint16 token ids, random windows) with --vocab; or token corpora, each
-// sequence once per epoch (token_data.h): --data PREFIX / .idx / pack-text folder / llm.c shards
-// or a glob, --mix "a.idx:0.7,b:0.3"; or --synthetic: random tokens, one fixed
+// sequence once per epoch (token_data.h): --data PREFIX / .idx / pack-text folder (its recorded
+// tokenizer decodes the samples; --tokenizer MODEL for others) / llm.c shards or a glob,
+// --mix "a.idx:0.7,b:0.3"; or --synthetic: random tokens, one fixed
 // batch per rank — the benchmark mode, timed like benchmarks/peers/torch_train.py's `gpt`
 // (--bench-warmup untimed steps, a device sync, --steps timed steps, a device sync) and
 // reported in its line format.
 //
-//   stoker_gpt                                                   # tiny model, byte-level text
+//   stoker_gpt                                                   # tiny model, the bundled text
 //   stoker_gpt --preset gpt2-124m --synthetic --batch 16 --precision bf16
 //   [--activation-checkpoint-every 1] stoker launch --nproc-per-node 8 stoker_gpt --preset
 //   gpt2-124m --synthetic ... stoker launch --nproc-per-node 2 stoker_gpt --zero1 --optimizer-state
@@ -51,11 +55,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "common/program.h"
+#include "data/text/pack_text.h"
 #include "gpt_flops.h"
 #include "gpt_program.h"
 #include "stoker/core/output_path.h"
@@ -65,7 +71,6 @@
 namespace {
 
 using namespace stoker;
-#include "data/text/pack_text.h"
 using gpt_program::CorpusData;
 using gpt_program::CorpusDataOptions;
 using gpt_program::open_corpus_data;
@@ -74,6 +79,7 @@ using gpt_program::ParityRun;
 using gpt_program::parse_mix;
 using gpt_program::resolve_token_source;
 using gpt_program::TokenSource;
+using Tokenizer = data::detail::SentencePieceTokenizer;
 namespace fs = std::filesystem;
 
 optim::StateFormat parse_state(const std::string& s) {
@@ -100,7 +106,7 @@ std::pair<fs::path, fs::path> encode_text(const fs::path& text, const fs::path& 
                     "stoker_gpt: cannot read the text ", text.string());
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t split = bytes.size() * 9 / 10;
-  core::check_output_dir(cache, "--cache");
+  core::check_output_dir(cache, "--data-cache");
   auto write = [&](const fs::path& path, size_t begin, size_t end) {
     std::vector<uint16_t> ids(end - begin);
     for (size_t i = begin; i < end; ++i) ids[i - begin] = static_cast<unsigned char>(bytes[i]);
@@ -156,8 +162,37 @@ int run(const Options& o) {
   config.dropout = o.dropout;
   config.init = o.init == "gpt2" ? gpt::GptInit::gpt2 : gpt::GptInit::torch;
   config.fuse_gelu = o.fused_gelu;
-  // Byte-level text needs 256 ids; a bigger vocabulary only wastes the head.
-  if (!o.synthetic && o.data.empty() && o.vocab == 0) config.vocab = 256;
+  // The data's vocabulary unless --vocab: byte-level text needs 256 ids (a bigger vocabulary
+  // only wastes the head); the default text's tokenizer is trained with kTextVocab; a pack-text
+  // corpus or a --tokenizer says its own.
+  const bool text_run = !o.synthetic && o.data.empty() && o.mix.empty();
+  if (text_run && o.byte_level && o.vocab == 0) config.vocab = 256;
+  if (text_run && !o.byte_level) config.vocab = o.vocab > 0 ? o.vocab : gpt_program::kTextVocab;
+  // The default text packed (every rank: the first rename wins) and the tokenizer of samples.
+  std::string data_arg = o.data;
+  if (text_run && !o.byte_level)
+    data_arg = gpt_program::prepare_text_corpus(o.text, o.cache, config.vocab, root).string();
+  std::string tokenizer_path = o.tokenizer;
+  if (tokenizer_path.empty() && !data_arg.empty() && !o.synthetic) {
+    const TokenSource src = resolve_token_source("--data", data_arg);
+    if (!src.raw && !src.glob)
+      if (const auto recorded = data::recorded_tokenizer(src.path)) {
+        tokenizer_path = recorded->model.string();
+        if (o.vocab == 0) config.vocab = recorded->vocab_size;
+      }
+  }
+  // Loaded when given, or when a sample needs it (a recorded one is not checked otherwise).
+  std::optional<Tokenizer> tokenizer;
+  if (!o.tokenizer.empty() || (!tokenizer_path.empty() && o.sample > 0)) {
+    tokenizer = Tokenizer::load(tokenizer_path,
+                                o.tokenizer.empty() ? "the tokenizer of --data" : "--tokenizer");
+    if (o.vocab == 0 && !o.tokenizer.empty()) config.vocab = tokenizer->vocab_size();
+    STOKER_CHECK_HINT(tokenizer->vocab_size() <= config.vocab,
+                      fmt::format("pass --vocab {} (or more)", tokenizer->vocab_size()),
+                      "the tokenizer ", tokenizer_path, " has ", tokenizer->vocab_size(),
+                      " ids, more than the model's vocabulary of ", config.vocab,
+                      ": its samples could not be decoded");
+  }
   const amp::Precision precision = amp::parse_precision(o.precision);
   const int64_t t = config.context;
 
@@ -273,19 +308,19 @@ int run(const Options& o) {
     return gpt_program::run_bench(
         o, {ctx, device, config, model, loss, opt, topts, precision, params, wrapped});
 
-  // Real data: the bundled text (byte level), a raw token file (random windows: TokenBatches),
-  // or token corpora and mixtures (each sequence once per epoch: SequenceBatches, token_data.h);
-  // validation: --val, else the text's last 10 %.
+  // Real data: the bundled text (packed above, or byte level), a raw token file (random windows:
+  // TokenBatches), or token corpora and mixtures (each sequence once per epoch: SequenceBatches,
+  // token_data.h); validation: --val, else the text's last 10 %.
   fs::path train_path, val_path = o.run.val;
   const bool corpus_run = !o.mix.empty() || o.val_split > 0 ||
-                          (!o.data.empty() && !resolve_token_source("--data", o.data).raw) ||
+                          (!data_arg.empty() && !resolve_token_source("--data", data_arg).raw) ||
                           (!o.run.val.empty() && !resolve_token_source("--val", o.run.val).raw);
-  if (o.data.empty() && o.mix.empty()) {
+  if (text_run && o.byte_level) {
     fs::path text_val;
     std::tie(train_path, text_val) = encode_text(o.text, o.cache, rank);
     if (val_path.empty()) val_path = text_val;
   } else {
-    train_path = o.data;
+    train_path = data_arg;
   }
   std::unique_ptr<data::TokenDataset> train_set, val_set;
   std::unique_ptr<data::TokenBatches> train_tokens, val_tokens;
@@ -299,13 +334,15 @@ int run(const Options& o) {
                                      .rank = rank,
                                      .world_size = world}};
     co.val_split = o.val_split;
-    train_corpus = o.mix.empty() ? open_corpus_data("--data", {{o.data, 1.0}}, co)
+    if (text_run && o.run.val.empty()) co.val_tail = 0.1;  // the text's end, as byte level
+    train_corpus = o.mix.empty() ? open_corpus_data("--data", {{data_arg, 1.0}}, co)
                                  : open_corpus_data("--mix", parse_mix(o.mix), co);
     if (!val_path.empty()) {  // every rank evaluates the whole set, in corpus order
       co.batches.shuffle = false;
       co.batches.rank = 0;
       co.batches.world_size = 1;
       co.val_split = 0;
+      co.val_tail = 0;
       val_corpus = open_corpus_data("--val", {{val_path.string(), 1.0}}, co);
     }
   } else {
@@ -441,14 +478,31 @@ int run(const Options& o) {
           o.run.save.c_str());
     }
     if (o.sample > 0) {
+      // With a tokenizer the prompt is its ids and the sample its decoding; else bytes (a
+      // vocabulary of 256) or ids.
       std::vector<int64_t> prompt;
-      for (const unsigned char ch : o.prompt) prompt.push_back(config.vocab <= 256 ? ch : 0);
-      const std::vector<int64_t> out =
+      if (tokenizer) {
+        std::vector<int32_t> ids;
+        const std::string why = tokenizer->encode(o.prompt, ids);
+        STOKER_CHECK_HINT(why.empty(), "pass another --prompt", "--prompt \"", o.prompt,
+                          "\" could not be tokenized: ", why);
+        prompt.assign(ids.begin(), ids.end());
+      } else {
+        for (const unsigned char ch : o.prompt) prompt.push_back(config.vocab <= 256 ? ch : 0);
+      }
+      std::vector<int64_t> out =
           gpt::generate(model, prompt, o.sample, o.top_k, o.temperature, o.seed);
-      std::printf("sample (%s, seed %llu):\n%s%s\n",
+      std::string text;
+      if (tokenizer) {
+        out.insert(out.begin(), prompt.begin(), prompt.end());
+        text = tokenizer->decode(out);
+      } else {
+        text = o.prompt + printable(out, config.vocab);
+      }
+      std::printf("sample (%s, seed %llu%s):\n%s\n",
                   o.top_k <= 1 ? "greedy" : fmt::format("top-{}", o.top_k).c_str(),
-                  static_cast<unsigned long long>(o.seed), o.prompt.c_str(),
-                  printable(out, config.vocab).c_str());
+                  static_cast<unsigned long long>(o.seed),
+                  tokenizer ? fmt::format(", {} tokens", o.sample).c_str() : "", text.c_str());
     }
   }
   return 0;
@@ -461,10 +515,10 @@ int main(int argc, char** argv) {
   using program::in_range;
   using program::positive;
   Options o;
-  o.run.eval_subset = 64;  // the bundled text's validation split is 288 windows: a quick look
+  o.run.eval_subset = 64;  // the bundled text's validation split is ~80 sequences: a quick look
   CLI::App app{
-      "stoker_gpt: train a GPT-2-style decoder (byte-level text, a token file, or "
-      "random tokens for benchmarking)"};
+      "stoker_gpt: train a GPT-2-style decoder (the bundled text tokenized with SentencePiece, "
+      "token corpora, or random tokens for benchmarking)"};
   app.add_option("--preset", o.preset,
                  "model preset: tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b")
       ->check(CLI::IsMember({"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b"}))
@@ -474,7 +528,9 @@ int main(int argc, char** argv) {
   app.add_option("--width", o.width, "model width C, a multiple of the heads (0: the preset's)")
       ->check(at_least(0));
   app.add_option("--context", o.context, "context length T (0: the preset's)")->check(at_least(0));
-  app.add_option("--vocab", o.vocab, "vocabulary size (0: 256 for text, else the preset's)")
+  app.add_option("--vocab", o.vocab,
+                 "vocabulary size (0: the data's: 1024 for the text's trained tokenizer, 256 with "
+                 "--byte-level, a pack-text corpus's or --tokenizer's; else the preset's)")
       ->check(at_least(0));
   app.add_option("--dropout", o.dropout, "dropout probability, in [0, 1)")
       ->check(in_range(0, 1))
@@ -529,12 +585,22 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--mix", o.mix,
                  "a weighted mixture of token corpora instead of --data: \"a.idx:0.7,b:0.3\"");
-  app.add_option("--text", o.text, "text to encode at byte level")
+  app.add_option("--text", o.text,
+                 "the text trained on without --data: packed with a SentencePiece tokenizer "
+                 "trained on it (--vocab ids), or its bytes with --byte-level")
       ->check(program::non_empty_path())
       ->capture_default_str();
-  app.add_option("--cache", o.cache, "folder for the encoded text")
+  app.add_option("--data-cache,--cache", o.cache,
+                 "folder for the packed text (one pack-text folder per text and vocabulary, "
+                 "reused by later runs)")
       ->check(program::non_empty_path())
       ->capture_default_str();
+  app.add_flag("--byte-level", o.byte_level,
+               "the text's bytes as token ids (vocabulary 256, random windows), not a tokenizer");
+  app.add_option("--tokenizer", o.tokenizer,
+                 "SentencePiece .model that encodes --prompt and decodes the sample (default: the "
+                 "tokenizer a pack-text --data folder records)")
+      ->check(program::non_empty_path());
   app.add_flag("--synthetic", o.synthetic, "random tokens, timed steps: the benchmark mode");
   app.add_option("--bench-warmup", o.bench_warmup, "synthetic: untimed steps first")
       ->check(at_least(0))
@@ -544,7 +610,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "initialization, data order and sampling seed")
       ->check(at_least(0))  // CLI11 would wrap a negative seed around
       ->capture_default_str();
-  app.add_option("--sample", o.sample, "bytes to generate at the end (0: none)")
+  app.add_option("--sample", o.sample, "tokens to generate at the end (0: none)")
       ->check(at_least(0))
       ->capture_default_str();
   app.add_option("--top-k", o.top_k, "sampling: 1 = greedy, k > 1 = top-k")
@@ -579,7 +645,7 @@ int main(int argc, char** argv) {
                  "benchmarks/peers/torch_gpt_parity.py (constant lr, no clipping, fp32, TF32 off)")
       ->check(program::non_empty_path());
   o.run.add_to(app,
-               "validation token file (uint16 ids like --data; default: the last 10 % of the "
+               "validation token file or corpus (like --data; default: the last 10 % of the "
                "bundled text, none with --data)");
   // The library's messages in this program's words (its flags, not the C++ options).
   program::FlagNames flag_names{{"enable clip_grad_norm", "enable gradient clipping (--clip)"}};
@@ -609,11 +675,21 @@ int main(int argc, char** argv) {
     if (!o.mix.empty())
       for (const auto& [source, weight] : parse_mix(o.mix))
         inputs.push_back(guarded("--mix", source));
+    STOKER_CHECK_HINT(!o.byte_level || (o.data.empty() && o.mix.empty() && !o.synthetic),
+                      "leave --byte-level out", "--byte-level reads --text, not --data or --mix");
+    if (!o.tokenizer.empty()) inputs.push_back({"--tokenizer", o.tokenizer});
     if (o.data.empty() && o.mix.empty() && !o.synthetic) {
-      const auto [train, val] = encoded_paths(o.text, o.cache);
-      inputs.push_back({"--text", o.text, false, /*exists=*/false});  // read when encoding
-      inputs.push_back({"--cache", train, false, false});
-      inputs.push_back({"--cache", val, false, false, /*trained_on=*/false});
+      inputs.push_back({"--text", o.text, false, /*exists=*/false});  // read when packing
+      if (o.byte_level) {
+        const auto [train, val] = encoded_paths(o.text, o.cache);
+        inputs.push_back({"--data-cache", train, false, false});
+        inputs.push_back({"--data-cache", val, false, false, /*trained_on=*/false});
+      } else {  // the pack-text folder: nothing is written into it
+        inputs.push_back({"--data-cache",
+                          gpt_program::text_corpus_folder(
+                              o.text, o.cache, o.vocab > 0 ? o.vocab : gpt_program::kTextVocab),
+                          /*database=*/true, /*exists=*/false});
+      }
     }
     o.run.check(app, (o.data.empty() && o.mix.empty()) || !o.run.val.empty() || o.val_split > 0,
                 dist::read_env().rank == 0, inputs);

@@ -10,6 +10,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+
+#include "data/text/pack_text.h"
+#include "stoker/core/output_path.h"
+#include "stoker/data/pack.h"
+#include "util/checksum.h"
 
 namespace stoker::gpt_program {
 
@@ -110,7 +116,7 @@ std::unique_ptr<CorpusData> open_corpus_data(
     const data::TokenCorpus& corpus = *out->corpora.back();
     const data::TokenSequencesOptions sopts{.context = options.context,
                                             .vocab_size = options.vocab};
-    if (options.val_split > 0) {
+    if (options.val_split > 0 || options.val_tail > 0) {
       STOKER_CHECK_HINT(sources.size() == 1, "split one --data corpus, or give --val",
                         "--val-split: a mixture has no single corpus to split");
       const bool fraction = options.val_split < 1;
@@ -119,10 +125,18 @@ std::unique_ptr<CorpusData> open_corpus_data(
                         options.val_split,
                         " is neither a fraction below 1 nor a "
                         "whole number of documents");
-      const auto val = data::split_documents(
-          corpus, {.fraction = fraction ? options.val_split : 0,
-                   .count = fraction ? 0 : static_cast<int64_t>(options.val_split),
-                   .seed = options.batches.seed});
+      std::vector<int64_t> val;
+      if (options.val_tail > 0) {
+        const auto want = static_cast<int64_t>(std::ceil(options.val_tail * corpus.num_tokens()));
+        int64_t d = corpus.num_documents(), got = 0;
+        while (d > 1 && got < want) got += corpus.document_length(--d);
+        for (; d < corpus.num_documents(); ++d) val.push_back(d);
+      } else {
+        val = data::split_documents(
+            corpus, {.fraction = fraction ? options.val_split : 0,
+                     .count = fraction ? 0 : static_cast<int64_t>(options.val_split),
+                     .seed = options.batches.seed});
+      }
       out->sequences.push_back(
           std::make_unique<data::TokenSequences>(corpus, sopts, val, "validation split"));
       const data::TokenSequences& val_seq = *out->sequences.back();
@@ -133,8 +147,9 @@ std::unique_ptr<CorpusData> open_corpus_data(
       out->validation = std::make_unique<data::SequenceBatches>(
           std::vector<data::SequenceSource>{{&val_seq, 1, val_seq.name()}}, vopts);
       out->summary +=
-          fmt::format("  validation split of {}: {} documents, {} tokens, {} sequences\n", arg,
-                      val.size(), val_seq.num_tokens(), val_seq.size());
+          fmt::format("  validation split of {}: {}{} documents, {} tokens, {} sequences\n", arg,
+                      options.val_tail > 0 ? "the last " : "", val.size(), val_seq.num_tokens(),
+                      val_seq.size());
       out->sequences.push_back(std::make_unique<data::TokenSequences>(
           corpus, sopts, data::other_documents(corpus, val), "train split"));
     } else {
@@ -150,6 +165,53 @@ std::unique_ptr<CorpusData> open_corpus_data(
   }
   out->batches = std::make_unique<data::SequenceBatches>(std::move(mix), options.batches);
   return out;
+}
+
+fs::path text_corpus_folder(const fs::path& text, const fs::path& cache, int64_t vocab) {
+  core::check_input_file(text, "--text");  // a FIFO is refused, not read (it could block)
+  std::ifstream in(text, std::ios::binary);
+  STOKER_CHECK_HINT(in.good(), "pass --text FILE (any UTF-8 text), or --data with a token corpus",
+                    "--text ", text.string(), ": cannot be read");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return cache / fmt::format("{}-{}-sp{}", text.stem().string(),
+                             util::checksum_hex(util::checksum64(bytes.data(), bytes.size())),
+                             vocab);
+}
+
+fs::path prepare_text_corpus(const fs::path& text, const fs::path& cache, int64_t vocab,
+                             bool report) {
+  const fs::path folder = text_corpus_folder(text, cache, vocab);
+  // Complete: pack-text writes its manifest last, in a temporary folder renamed to `folder`.
+  const fs::path manifest = folder / "tokens.manifest.json";
+  std::error_code ec;
+  if (fs::exists(manifest, ec)) return folder;
+  core::check_output_dir(cache, "--data-cache");
+  data::PackTextOptions po;
+  po.train = true;
+  po.training.vocab_size = static_cast<int>(vocab);
+  po.progress = false;
+  po.report = report;
+  try {
+    const data::PackTextSummary s = data::pack_text({text}, folder, po);
+    if (report)
+      std::printf(
+          "packed %s into %s: %lld documents, %lld tokens (%.2f bytes per token), SentencePiece "
+          "BPE tokenizer of %lld ids trained on it, in %.1f s\n",
+          text.string().c_str(), folder.string().c_str(), static_cast<long long>(s.documents),
+          static_cast<long long>(s.tokens),
+          s.tokens > 0 ? static_cast<double>(s.input_bytes) / static_cast<double>(s.tokens) : 0.0,
+          static_cast<long long>(s.vocab_size), s.seconds);
+  } catch (const data::PackInterrupted&) {
+    throw;
+  } catch (const Error& e) {
+    // Another rank renamed its pack into place first: the same text, the same bytes.
+    if (fs::exists(manifest, ec)) return folder;
+    STOKER_CHECK_HINT(false,
+                      e.hint().empty() ? "pass --text with another text, or --data" : e.hint(),
+                      "--text ", text.string(), ": packing it into --data-cache ", folder.string(),
+                      " failed: ", e.message());
+  }
+  return folder;
 }
 
 }  // namespace stoker::gpt_program

@@ -4,6 +4,8 @@
 // raw uint16 ids given alone to --data keeps today's data::TokenBatches (random windows).
 #pragma once
 
+#include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -44,6 +46,9 @@ struct CorpusDataOptions {
   // > 0 (one source only): that fraction (< 1) or count (>= 1) of its documents, chosen by the
   // seed, is the validation set and left out of training (data::split_documents).
   double val_split = 0;
+  // > 0 (one source only): the last documents holding at least this fraction of its tokens are
+  // the validation set (the default text's: its end, as the byte-level split's last 10 %).
+  double val_tail = 0;
 };
 
 // `sources`: (flag's argument, weight); a raw file among several is read as one document of
@@ -51,5 +56,26 @@ struct CorpusDataOptions {
 std::unique_ptr<CorpusData> open_corpus_data(
     const std::string& flag, const std::vector<std::pair<std::string, double>>& sources,
     const CorpusDataOptions& options);
+
+// ---- the default data: the bundled text (or --text) as a SentencePiece corpus
+
+// The vocabulary of the tokenizer trained on the text when --vocab is not given: small, for a
+// text of hundreds of kilobytes (about 3.6 bytes per token on the bundled one).
+inline constexpr int64_t kTextVocab = 1024;
+
+// Where the text's corpus is cached: DIR/<text's stem>-<XXH3-64 of its bytes>-sp<vocab>, a
+// `stoker pack-text` output folder (another text or vocabulary: another folder). Reads the text.
+std::filesystem::path text_corpus_folder(const std::filesystem::path& text,
+                                         const std::filesystem::path& cache, int64_t vocab);
+
+// The text packed as `stoker pack-text TEXT --train-tokenizer --vocab-size VOCAB` does (the
+// library's code: paragraphs as documents, each ended by </s>, a SentencePiece BPE tokenizer
+// trained on the text), into text_corpus_folder(); nothing when that folder is there (a pack is
+// complete or absent: written in a temporary folder renamed at the end). Ranks racing on the
+// first run each pack; the first rename wins and the others use its folder (the same bytes).
+// Returns the folder; `report`: one line on stdout when it packed.
+std::filesystem::path prepare_text_corpus(const std::filesystem::path& text,
+                                          const std::filesystem::path& cache, int64_t vocab,
+                                          bool report);
 
 }  // namespace stoker::gpt_program

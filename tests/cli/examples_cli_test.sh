@@ -278,9 +278,27 @@ cp "$dir/tokens.u16" "$dir/run/tokens.u16"
 expect 1 "$gpt" --device cpu --data "$dir/run/tokens.u16" --vocab 256 --checkpoint-dir "$dir/run"
 has "$err" "--checkpoint-dir $dir/run holds the input --data $dir/run/tokens.u16"
 has "$err" "hint: give --checkpoint-dir a folder of its own"
-# The default text's encoded token files are inputs too.
-expect 1 "$gpt" --device cpu --cache "$dir/gpt-cache" --metrics "$dir/gpt-cache/kjv-genesis-exodus.train.u16"
-has "$err" "--metrics $dir/gpt-cache/kjv-genesis-exodus.train.u16 is the input --cache"
+# The default text's packed corpus (its pack-text folder) and the byte-level token files are
+# inputs too. The default run packs the text once, and decodes its sample with the trained
+# tokenizer; a second run reuses the pack.
+rm -rf "$dir/gpt-cache"
+expect 0 "$gpt" --device cpu --data-cache "$dir/gpt-cache" --layers 1 --heads 2 --width 32 \
+  --context 32 --steps 2 --eval-subset 2 --sample 8 --prompt "And God said"
+has "$out" "^packed .*kjv-genesis-exodus.txt into $dir/gpt-cache/kjv-genesis-exodus-[0-9a-f]*-sp1024: 180 documents"
+has "$out" "V=1024"
+has "$out" "validation split of .*: the last 17 documents"
+has "$out" "^And God said"
+pack=$(ls -d "$dir/gpt-cache"/kjv-genesis-exodus-*-sp1024)
+[ -f "$pack/tokenizer.model" ] && [ -f "$pack/tokens.manifest.json" ] || fail "no pack-text folder in $dir/gpt-cache"
+expect 0 "$gpt" --device cpu --cache "$dir/gpt-cache" --layers 1 --heads 2 --width 32 \
+  --context 32 --steps 1 --eval-subset 1 --sample 0
+hasnt "$out" "^packed"
+expect 1 "$gpt" --device cpu --data-cache "$dir/gpt-cache" --metrics "$pack/m.jsonl"
+has "$err" "--metrics $pack/m.jsonl is inside the input folder --data-cache $pack"
+expect 1 "$gpt" --device cpu --byte-level --cache "$dir/gpt-cache" --metrics "$dir/gpt-cache/kjv-genesis-exodus.train.u16"
+has "$err" "--metrics $dir/gpt-cache/kjv-genesis-exodus.train.u16 is the input --data-cache"
+expect 1 gpt_tokens --byte-level
+has "$err" "^stoker_gpt: error: --byte-level reads --text, not --data or --mix"
 # Validation on the training data is refused, with the fix.
 expect 1 gpt_tokens --val "$dir/tokens-link.u16"
 has "$err" "^stoker_gpt: error: --val $dir/tokens-link.u16 is the same as --data $dir/tokens.u16"
@@ -324,7 +342,8 @@ for flag in --save --metrics --checkpoint-dir --val; do
   expect 105 run_classifier "$flag" ""
   has "$err" "^$flag: an empty path does not turn it off"
 done
-for flag in --data --text --cache --parity-dir --save --metrics --checkpoint-dir --val; do
+for flag in --data --text --data-cache --tokenizer --parity-dir --save --metrics --checkpoint-dir \
+  --val; do
   expect 105 "$gpt" --device cpu "$flag" ""
   has "$err" "^$flag: an empty path does not turn it off"
 done

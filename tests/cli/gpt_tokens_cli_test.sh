@@ -4,7 +4,8 @@
 # ranks (`stoker launch`) that continues the epoch's global order (the sources' report at the end
 # counts every sequence the job consumed); bad input: zero, negative and malformed --mix weights,
 # --mix with --data, --val the same corpus as --data, ids above --vocab, a context longer than
-# the corpus, a folder with two indexes, bad --val-split. Each error is exit status 1 naming the input.
+# the corpus, a folder with two indexes, bad --val-split, a --tokenizer that is no model or has
+# more ids than --vocab. Each error is exit status 1 naming the input.
 # Usage: gpt_tokens_cli_test.sh STOKER GPT TEXT SCRATCH_DIR
 set -u
 stoker="$1"
@@ -31,6 +32,7 @@ expect() {
   [ "$status" = "$want" ] || fail "status $status, expected $want: $*"
 }
 has() { grep -q -- "$2" "$1" || fail "no '$2' in $(basename "$1")"; }
+hasnt() { if grep -q -- "$2" "$1"; then fail "unexpected '$2' in $(basename "$1")"; fi; }
 launch() {
   n="$1"
   shift
@@ -63,6 +65,30 @@ has "$out" "validation:"
 expect 0 run --data "$pack" --val-split 0.1 --steps 2 --eval-subset 8
 has "$out" "validation split of $pack: 18 documents"
 has "$out" "validation loss after training"
+
+# --- the tokenizer the pack records: the vocabulary when --vocab is not given, and the sample's
+# decoding (the prompt encoded with it); --tokenizer names one for a corpus without a manifest.
+plain() {
+  "$gpt" --device cpu --layers 1 --heads 2 --width 32 --context 32 --batch 4 --warmup 2 "$@"
+}
+expect 0 plain --data "$pack" --steps 2 --sample 6 --prompt "And Moses said"
+has "$out" "V=600"
+has "$out" "^And Moses said"
+mkdir -p "$dir/bare"
+cp "$pack/tokens.bin" "$pack/tokens.idx" "$dir/bare/"
+expect 0 plain --data "$dir/bare" --vocab 600 --steps 1 --sample 3 --prompt "And God"
+has "$out" "^And God[0-9]* [0-9]* [0-9]* $"
+expect 0 plain --data "$dir/bare" --steps 1 --sample 3 --prompt "And God" \
+  --tokenizer "$pack/tokenizer.model"
+has "$out" "V=600"
+has "$out" "^And God"
+hasnt "$out" "^And God[0-9][0-9]* "
+expect 1 run --data "$dir/bare" --steps 1 --tokenizer "$pack/tokens.idx"
+has "$err" "^stoker_gpt: error: --tokenizer $pack/tokens.idx is not a SentencePiece model"
+expect 1 run --data "$dir/bare" --steps 1 --tokenizer "$dir/nope.model"
+has "$err" "^stoker_gpt: error: --tokenizer $dir/nope.model: No such file"
+expect 1 plain --data "$dir/bare" --steps 1 --vocab 300 --tokenizer "$pack/tokenizer.model"
+has "$err" "has 600 ids, more than the model's vocabulary of 300"
 
 # --- elastic resume: 2 ranks to step 4 (32 sequences), 3 ranks to step 6 (+24), 1 rank to the
 # end of --steps 8 of the 2-rank run's 64 sequences: the report counts 64, as a 1-rank run of
