@@ -54,7 +54,7 @@
 
 #include "stoker/nn/attention.h"
 #include "stoker/nn/containers.h"
-#include "stoker/nn/dropout.h"
+#include "stoker/nn/activation.h"
 #include "stoker/nn/embedding.h"
 #include "stoker/nn/layernorm.h"
 #include "stoker/nn/loss.h"

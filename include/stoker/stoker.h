@@ -33,7 +33,6 @@
 #include "stoker/nn/batchnorm2d.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/conv2d.h"
-#include "stoker/nn/dropout.h"
 #include "stoker/nn/embedding.h"
 #include "stoker/nn/layernorm.h"
 #include "stoker/nn/linear.h"

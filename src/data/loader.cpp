@@ -13,6 +13,12 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -21,6 +27,7 @@
 #include "stoker/core/error.h"
 #include "stoker/data/decode.h"
 #include "stoker/data/lmdb_dataset.h"
+#include "data/loader_autotune.h"
 #include "ops/image.h"
 #include "util/checksum.h"
 
@@ -101,10 +108,95 @@ LoaderTuning autotune_policy(const LoaderWindow& w, LoaderTuning current,
 
 // ---------------------------------------------------------------------------------------------
 
+// The Loader's state: the slots (pinned batches in flight), the opener and worker threads and the
+// autotuner's window. Loader's public methods forward here.
+struct Loader::Impl {
+  Impl(const LmdbImageDataset& dataset, LoaderOptions options);
+  ~Impl();
+
+  void start_epoch(int64_t epoch);
+  bool next(Batch& batch);
+  int64_t samples_per_epoch() const;
+  int64_t batch_index() const;
+  void restore(int64_t epoch, int64_t batch_index);
+  int64_t epoch_progress() const;
+  bool continue_epoch(int64_t epoch, int64_t progress);
+  LoaderCounters counters() const;
+  LoaderTuning tuning() const;
+  int64_t ready_batches() const;
+  std::string summary() const;
+
+  struct Slot;
+  struct WorkerState;
+  void worker_loop(int id);
+  void opener_loop();
+  void process_sample(Slot& slot, int64_t i, WorkerState& st);
+  void finish_batch(Slot& slot);
+  // Moves the consumer to (epoch, first_batch) with the continuation (continued_epoch,
+  // continued_progress) (-1: none) as the plan.
+  void reset_position(int64_t epoch, int64_t first_batch, int64_t continued_epoch,
+                      int64_t continued_progress);
+  void cancel_locked(Slot* slot);
+  void release_if_idle_locked(Slot* slot);
+  Slot* find_work_locked() const;
+  bool can_open_locked() const;
+  void tune_locked(int64_t delivered);
+  void count_skipped_locked(const Slot& slot);
+  std::unique_ptr<Slot> make_slot() const;
+  std::string summary_locked() const;
+  SourceIdentity compute_identity() const;
+
+  const LmdbImageDataset& dataset_;
+  LoaderOptions options_;
+  SourceIdentity identity_;
+  int64_t batches_per_epoch_ = 0;
+  int64_t samples_per_rank_ = 0;
+  size_t batch_bytes_ = 0;        // pinned bytes of one slot
+  Sampler plan_;                  // the opener's: indices of the epoch it is preparing
+  bool epoch_invariant_ = false;  // batches do not depend on the epoch (no shuffle, eval)
+  int max_threads_ = 1;
+  int max_prefetch_ = 1;
+  AutotuneLimits limits_;
+
+  mutable std::mutex mu_;
+  std::condition_variable consumer_cv_, worker_cv_, opener_cv_;
+  std::vector<std::unique_ptr<Slot>> slots_;  // every slot ever allocated (grows, never shrinks)
+  std::deque<Slot*> free_;
+  std::deque<Slot*> outstanding_;  // opened, not yet delivered batches, in position order
+  bool started_ = false;           // a start_epoch/restore happened
+  int64_t epoch_ = -1;
+  int64_t consumer_pos_ = 0;  // position (epoch * batches_per_epoch + batch) next() delivers
+  int64_t epoch_end_pos_ = 0;
+  int64_t resets_ = 0;        // start_epoch/restore calls: batches opened before are "early"
+  int64_t next_to_fill_ = 0;  // position the opener gives the next slot
+  // The continuation in force (continue_epoch): its epoch (-1: none) and progress. The opener
+  // copies it with each slot it opens and brings plan_ to it outside the lock.
+  int64_t continued_epoch_ = -1;
+  int64_t continued_progress_ = 0;
+  LoaderTuning tuning_;
+  std::atomic<bool> stop_{false};
+  std::string fatal_error_;  // an error outside any batch (e.g. a failed allocation)
+  // Policy skip: per epoch (the consumer's and later ones), the bad samples met so far.
+  std::map<int64_t, std::set<int64_t>> bad_seen_;
+
+  // Autotuner state (consumer side, under mu_).
+  bool window_open_ = false;
+  std::chrono::steady_clock::time_point window_start_;
+  LoaderWindow window_;
+  double window_worker_s0_ = 0;
+  int64_t window_made0_ = 0;
+  int64_t tune_windows_ = 0, tune_changes_ = 0;
+  std::string last_decision_;
+
+  LoaderCounters counters_;
+  std::vector<std::thread> workers_;
+  std::thread opener_;
+};
+
 // One batch in flight: pinned host pixels/labels, their device copies, the events that order
 // the copy (worker -> consumer) and the normalization (consumer -> the slot's next copy), and
 // the batch it currently holds.
-struct Loader::Slot {
+struct Loader::Impl::Slot {
   Tensor pixels, labels;          // pinned host, u8 [B, S, S, 3] and i64 [B]
   Tensor dev_pixels, dev_labels;  // on the device (GPU loaders only)
   Event copy_start, copied, consumed;
@@ -128,7 +220,7 @@ struct Loader::Slot {
 
 // A worker's own decoder and LMDB read transaction, and its stage times since it last
 // reported them into the counters.
-struct Loader::WorkerState {
+struct Loader::Impl::WorkerState {
   explicit WorkerState(const LmdbImageDataset& ds) : reader(ds) {}
   JpegDecoder decoder;
   LmdbImageDataset::Reader reader;
@@ -176,7 +268,7 @@ SamplerOptions checked_sampler_options(const LmdbImageDataset& dataset, const Lo
 }
 }  // namespace
 
-Loader::Loader(const LmdbImageDataset& dataset, LoaderOptions options)
+Loader::Impl::Impl(const LmdbImageDataset& dataset, LoaderOptions options)
     : dataset_(dataset),
       options_(options),
       plan_(dataset.size(), checked_sampler_options(dataset, options)) {
@@ -222,7 +314,7 @@ Loader::Loader(const LmdbImageDataset& dataset, LoaderOptions options)
   }
 }
 
-Loader::~Loader() {
+Loader::Impl::~Impl() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -243,7 +335,7 @@ Loader::~Loader() {
   }
 }
 
-std::unique_ptr<Loader::Slot> Loader::make_slot() const {
+std::unique_ptr<Loader::Impl::Slot> Loader::Impl::make_slot() const {
   const int64_t s = options_.transform.output_size, b = options_.batch_size;
   auto slot = std::make_unique<Slot>();
   slot->pixels = Tensor::empty_pinned({b, s, s, 3}, DType::u8);
@@ -258,11 +350,11 @@ std::unique_ptr<Loader::Slot> Loader::make_slot() const {
   return slot;
 }
 
-int64_t Loader::samples_per_epoch() const {
+int64_t Loader::Impl::samples_per_epoch() const {
   return options_.drop_last ? batches_per_epoch_ * options_.batch_size : samples_per_rank_;
 }
 
-SourceIdentity Loader::compute_identity() const {
+SourceIdentity Loader::Impl::compute_identity() const {
   util::Checksum64 names, records;
   for (const std::string& c : dataset_.class_names()) names.update(c.data(), c.size() + 1);
   // Two records stand for the content: reading every one would cost an epoch of I/O.
@@ -287,7 +379,7 @@ SourceIdentity Loader::compute_identity() const {
   return id;
 }
 
-int64_t Loader::batch_index() const {
+int64_t Loader::Impl::batch_index() const {
   std::lock_guard<std::mutex> lock(mu_);
   return consumer_pos_ - (epoch_end_pos_ - batches_per_epoch_);
 }
@@ -295,7 +387,7 @@ int64_t Loader::batch_index() const {
 // ---------------------------------------------------------------------------------------------
 // Positions: start_epoch / restore.
 
-void Loader::release_if_idle_locked(Slot* slot) {
+void Loader::Impl::release_if_idle_locked(Slot* slot) {
   if (slot->cancelled && !slot->preparing && !slot->finishing && slot->finished == slot->claimed) {
     slot->cancelled = false;
     free_.push_back(slot);
@@ -303,13 +395,13 @@ void Loader::release_if_idle_locked(Slot* slot) {
   }
 }
 
-void Loader::cancel_locked(Slot* slot) {
+void Loader::Impl::cancel_locked(Slot* slot) {
   slot->cancelled = true;
   counters_.discarded_batches += 1;
   release_if_idle_locked(slot);
 }
 
-void Loader::reset_position(int64_t epoch, int64_t first_batch, int64_t continued_epoch,
+void Loader::Impl::reset_position(int64_t epoch, int64_t first_batch, int64_t continued_epoch,
                             int64_t continued_progress) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t nb = batches_per_epoch_;
@@ -368,12 +460,12 @@ void Loader::reset_position(int64_t epoch, int64_t first_batch, int64_t continue
   worker_cv_.notify_all();
 }
 
-void Loader::start_epoch(int64_t epoch) { reset_position(epoch, 0, -1, 0); }
-void Loader::restore(int64_t epoch, int64_t batch_index) {
+void Loader::Impl::start_epoch(int64_t epoch) { reset_position(epoch, 0, -1, 0); }
+void Loader::Impl::restore(int64_t epoch, int64_t batch_index) {
   reset_position(epoch, batch_index, -1, 0);
 }
 
-int64_t Loader::epoch_progress() const {
+int64_t Loader::Impl::epoch_progress() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!started_) return 0;
   const int64_t start = epoch_ == continued_epoch_ ? continued_progress_ : 0;
@@ -381,7 +473,7 @@ int64_t Loader::epoch_progress() const {
   return plan_.progress_after(start, consumer_pos_ - (epoch_end_pos_ - batches_per_epoch_));
 }
 
-bool Loader::continue_epoch(int64_t epoch, int64_t progress) {
+bool Loader::Impl::continue_epoch(int64_t epoch, int64_t progress) {
   STOKER_CHECK(epoch >= 0, "Loader::continue_epoch: epoch ", epoch, " must be >= 0");
   const int64_t first = plan_.first_batch_at(progress);  // checks progress
   reset_position(epoch, first, epoch, progress);
@@ -391,7 +483,7 @@ bool Loader::continue_epoch(int64_t epoch, int64_t progress) {
 // ---------------------------------------------------------------------------------------------
 // The opener.
 
-bool Loader::can_open_locked() const {
+bool Loader::Impl::can_open_locked() const {
   if (!started_ || static_cast<int>(outstanding_.size()) >= tuning_.prefetch) return false;
   const int64_t horizon =
       epoch_end_pos_ + (options_.prefetch_next_epoch ? batches_per_epoch_ : int64_t{0});
@@ -399,7 +491,7 @@ bool Loader::can_open_locked() const {
   return !free_.empty() || static_cast<int>(slots_.size()) < max_prefetch_ + 1;
 }
 
-void Loader::opener_loop() {
+void Loader::Impl::opener_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     opener_cv_.wait(lock, [&] { return stop_ || can_open_locked(); });
@@ -487,14 +579,14 @@ void Loader::opener_loop() {
 // ---------------------------------------------------------------------------------------------
 // The workers.
 
-Loader::Slot* Loader::find_work_locked() const {
+Loader::Impl::Slot* Loader::Impl::find_work_locked() const {
   for (Slot* slot : outstanding_) {
     if (!slot->preparing && slot->claimed < slot->count) return slot;
   }
   return nullptr;
 }
 
-void Loader::worker_loop(int id) {
+void Loader::Impl::worker_loop(int id) {
   std::unique_ptr<WorkerState> st;
   std::string init_error;
   try {
@@ -566,7 +658,7 @@ void Loader::worker_loop(int id) {
   }
 }
 
-void Loader::process_sample(Slot& slot, int64_t i, WorkerState& st) {
+void Loader::Impl::process_sample(Slot& slot, int64_t i, WorkerState& st) {
   const auto t0 = Clock::now();
   const int64_t s = options_.transform.output_size;
   const size_t image_bytes = static_cast<size_t>(s * s * 3);
@@ -611,7 +703,7 @@ void Loader::process_sample(Slot& slot, int64_t i, WorkerState& st) {
                   slot.batch, skip ? "no valid sample left to replace a bad one: " : "", reason);
 }
 
-void Loader::finish_batch(Slot& slot) {
+void Loader::Impl::finish_batch(Slot& slot) {
   const auto t0 = Clock::now();
   try {
     const Stream copy = core::copy_stream(options_.device);
@@ -633,7 +725,7 @@ void Loader::finish_batch(Slot& slot) {
 // ---------------------------------------------------------------------------------------------
 // The consumer.
 
-bool Loader::next(Batch& batch) {
+bool Loader::Impl::next(Batch& batch) {
   std::unique_lock<std::mutex> lock(mu_);
   STOKER_CHECK(started_, "Loader::next called before start_epoch");
   if (consumer_pos_ >= epoch_end_pos_) return false;
@@ -713,7 +805,7 @@ bool Loader::next(Batch& batch) {
 // sample counts once per epoch, however many replacement walks meet it) and names the first few.
 // Keyed by the batch's position epoch (an evaluation loader's reused batches belong to one pass);
 // messages say the consumer's epoch, the number start_epoch was given.
-void Loader::count_skipped_locked(const Slot& slot) {
+void Loader::Impl::count_skipped_locked(const Slot& slot) {
   auto it = bad_seen_.find(slot.epoch);
   if (slot.bad.empty() && it == bad_seen_.end()) return;
   bad_seen_.erase(bad_seen_.begin(), bad_seen_.lower_bound(slot.epoch));  // older epochs
@@ -740,7 +832,7 @@ void Loader::count_skipped_locked(const Slot& slot) {
 
 // Called after each delivered batch: opens, extends or closes the measurement window and applies
 // the policy at its end.
-void Loader::tune_locked(int64_t delivered) {
+void Loader::Impl::tune_locked(int64_t delivered) {
   if (!limits_.tune_threads && !limits_.tune_prefetch) return;
   const auto now = Clock::now();
   if (!window_open_) {
@@ -783,29 +875,29 @@ void Loader::tune_locked(int64_t delivered) {
 // ---------------------------------------------------------------------------------------------
 // Reports.
 
-LoaderCounters Loader::counters() const {
+LoaderCounters Loader::Impl::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counters_;
 }
 
-LoaderTuning Loader::tuning() const {
+LoaderTuning Loader::Impl::tuning() const {
   std::lock_guard<std::mutex> lock(mu_);
   return tuning_;
 }
 
-int64_t Loader::ready_batches() const {
+int64_t Loader::Impl::ready_batches() const {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t n = 0;
   for (const Slot* slot : outstanding_) n += slot->done ? 1 : 0;
   return n;
 }
 
-std::string Loader::summary() const {
+std::string Loader::Impl::summary() const {
   std::lock_guard<std::mutex> lock(mu_);
   return summary_locked();
 }
 
-std::string Loader::summary_locked() const {
+std::string Loader::Impl::summary_locked() const {
   return fmt::format(
       "{} threads ({}, at most {}), prefetch {} batches ({}, at most {}, {} pinned each); {} "
       "tuning windows, {} changes{}",
@@ -814,5 +906,30 @@ std::string Loader::summary_locked() const {
       mib(static_cast<double>(batch_bytes_)), tune_windows_, tune_changes_,
       last_decision_.empty() ? std::string() : "; last: " + last_decision_);
 }
+
+Loader::Loader(const LmdbImageDataset& dataset, LoaderOptions options)
+    : impl_(std::make_unique<Impl>(dataset, std::move(options))) {}
+Loader::~Loader() = default;
+
+void Loader::start_epoch(int64_t epoch) { impl_->start_epoch(epoch); }
+bool Loader::next(Batch& batch) { return impl_->next(batch); }
+int64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch_; }
+int64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch(); }
+int64_t Loader::epoch() const { return impl_->epoch_; }
+int64_t Loader::batch_index() const { return impl_->batch_index(); }
+void Loader::restore(int64_t epoch, int64_t batch_index) { impl_->restore(epoch, batch_index); }
+int64_t Loader::epoch_progress() const { return impl_->epoch_progress(); }
+bool Loader::continue_epoch(int64_t epoch, int64_t progress) {
+  return impl_->continue_epoch(epoch, progress);
+}
+SourceIdentity Loader::identity() const { return impl_->identity_; }
+LoaderCounters Loader::counters() const { return impl_->counters(); }
+LoaderTuning Loader::tuning() const { return impl_->tuning(); }
+int Loader::max_threads() const { return impl_->max_threads_; }
+bool Loader::threads_fixed() const { return impl_->options_.threads > 0; }
+int64_t Loader::ready_batches() const { return impl_->ready_batches(); }
+int Loader::output_size() const { return impl_->options_.transform.output_size; }
+std::string Loader::summary() const { return impl_->summary(); }
+const LoaderOptions& Loader::options() const { return impl_->options_; }
 
 }  // namespace stoker::data

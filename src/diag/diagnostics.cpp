@@ -9,7 +9,7 @@
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
-#include "stoker/data/input_pipeline.h"
+#include "stoker/data/batch_source.h"
 #include "diag/doctor.h"
 #include "diag/nvtx.h"
 #include "util/atomic_file.h"

@@ -1,4 +1,4 @@
-#include "stoker/nn/dropout.h"
+#include "stoker/nn/activation.h"
 
 #include <fmt/format.h>
 

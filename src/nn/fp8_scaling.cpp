@@ -1,4 +1,4 @@
-#include "stoker/nn/fp8_scaling.h"
+#include "stoker/nn/linear.h"
 
 #include "stoker/core/error.h"
 #include "stoker/ops/layout.h"

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "stoker/data/loader.h"
+#include "data/loader_autotune.h"
 
 using stoker::data::autotune_policy;
 using stoker::data::AutotuneLimits;

@@ -14,7 +14,6 @@
 #include "stoker/core/stream.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
-#include "stoker/nn/dropout.h"
 #include "stoker/nn/layernorm.h"
 #include "stoker/nn/linear.h"
 #include "test_util.h"

@@ -24,7 +24,6 @@
 
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
-#include "stoker/nn/dropout.h"
 #include "stoker/nn/embedding.h"
 #include "stoker/nn/layernorm.h"
 #include "stoker/nn/linear.h"

@@ -11,7 +11,6 @@
 #include "stoker/core/half.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
-#include "stoker/nn/fp8_scaling.h"
 #include "stoker/nn/linear.h"
 #include "stoker/ops/elementwise.h"
 #include "test_util.h"

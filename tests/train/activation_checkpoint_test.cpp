@@ -14,7 +14,6 @@
 #include "stoker/data/tensor_batches.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
-#include "stoker/nn/dropout.h"
 #include "stoker/nn/layernorm.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"

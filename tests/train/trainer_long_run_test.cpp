@@ -19,7 +19,6 @@
 #include "stoker/data/tensor_batches.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
-#include "stoker/nn/dropout.h"
 #include "stoker/nn/linear.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/train/checkpoint_files.h"

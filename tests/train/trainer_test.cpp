@@ -17,7 +17,6 @@
 #include "dist/thread_communicator.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
-#include "stoker/nn/dropout.h"
 #include "stoker/nn/linear.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/train/safetensors.h"

@@ -61,22 +61,13 @@
 #pragma once
 
 #include <array>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "stoker/core/stream.h"
 #include "stoker/data/batch_source.h"
-#include "stoker/data/input_pipeline.h"
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/sampler.h"
 #include "stoker/data/decode.h"
@@ -112,39 +103,6 @@ struct LoaderOptions {
   bool verbose = false;  // one stderr line whenever the autotuner changes threads or depth
 };
 
-// One measurement window of a running loader, the autotuner's input.
-struct LoaderWindow {
-  double seconds = 0;          // wall time of the window, seen by the consumer
-  int64_t samples = 0;         // samples next() delivered in it
-  double consumer_wait_s = 0;  // time next() blocked in it
-  double worker_s = 0;         // thread-seconds workers spent on the samples they finished
-  int64_t samples_made = 0;    // samples the workers finished in it
-};
-
-struct AutotuneLimits {
-  int max_threads = 1;
-  int max_prefetch = 1;
-  bool tune_threads = true;  // false: the user fixed `threads`
-  bool tune_prefetch = true;
-};
-
-// The autotuner's policy, a pure function (unit-tested with made-up windows). With
-// cost = worker_s / samples_made (thread-seconds per sample), demand = samples / (seconds -
-// consumer_wait_s) (what the consumer would take if it never waited) and capacity =
-// threads / cost:
-//  - the consumer waits (wait share > kWaitHigh) and capacity < kFasterMargin * demand: the
-//    workers are too slow on average → threads = max(needed, threads + 1), where needed =
-//    ceil(demand * cost * kHeadroom), up to max_threads (at max_threads it is input-bound at
-//    the machine's capacity: nothing changes);
-//  - the consumer waits although capacity >= kFasterMargin * demand: production is bursty →
-//    prefetch + 1 (up to max_prefetch), or a thread more when the depth is at its bound;
-//  - the consumer hardly waits (share < kWaitLow) and needed < threads: shrink gradually,
-//    by at most a quarter per window, never below needed (the cores go back to the trainer);
-//  - otherwise, or with too little data (no sample made or delivered), nothing changes.
-// `reason`, when not null, receives a one-line explanation of the decision.
-LoaderTuning autotune_policy(const LoaderWindow& window, LoaderTuning current,
-                             const AutotuneLimits& limits, std::string* reason = nullptr);
-
 class Loader : public BatchSource, public InputPipeline {
  public:
   static constexpr int kAutoPrefetchStart = 4;
@@ -165,9 +123,9 @@ class Loader : public BatchSource, public InputPipeline {
 
   void start_epoch(int64_t epoch) override;
   bool next(Batch& batch) override;
-  int64_t batches_per_epoch() const override { return batches_per_epoch_; }
+  int64_t batches_per_epoch() const override;
   int64_t samples_per_epoch() const override;
-  int64_t epoch() const override { return epoch_; }
+  int64_t epoch() const override;
   int64_t batch_index() const override;
   void restore(int64_t epoch, int64_t batch_index) override;
   int64_t epoch_progress() const override;
@@ -177,7 +135,7 @@ class Loader : public BatchSource, public InputPipeline {
   // first and last records), not its path: a moved database still matches. Computed once at
   // construction, before the workers start (it needs a read transaction, hence a reader slot,
   // which a checkpoint taken mid-epoch could not get when every slot is busy).
-  SourceIdentity identity() const override { return identity_; }
+  SourceIdentity identity() const override;
 
   std::string kind() const override { return "Loader"; }
   const InputPipeline* pipeline() const override { return this; }
@@ -185,80 +143,17 @@ class Loader : public BatchSource, public InputPipeline {
   // InputPipeline (data/input_pipeline.h).
   LoaderCounters counters() const override;
   LoaderTuning tuning() const override;
-  int max_threads() const override { return max_threads_; }
-  bool threads_fixed() const override { return options_.threads > 0; }
+  int max_threads() const override;
+  bool threads_fixed() const override;
   int64_t ready_batches() const override;
-  int output_size() const override { return options_.transform.output_size; }
+  int output_size() const override;
   std::string summary() const override;
   int threads() const { return tuning().threads; }  // tuning().threads
-  const LoaderOptions& options() const { return options_; }
+  const LoaderOptions& options() const;
 
  private:
-  struct Slot;
-  struct WorkerState;
-  void worker_loop(int id);
-  void opener_loop();
-  void process_sample(Slot& slot, int64_t i, WorkerState& st);
-  void finish_batch(Slot& slot);
-  // Moves the consumer to (epoch, first_batch) with the continuation (continued_epoch,
-  // continued_progress) (-1: none) as the plan.
-  void reset_position(int64_t epoch, int64_t first_batch, int64_t continued_epoch,
-                      int64_t continued_progress);
-  void cancel_locked(Slot* slot);
-  void release_if_idle_locked(Slot* slot);
-  Slot* find_work_locked() const;
-  bool can_open_locked() const;
-  void tune_locked(int64_t delivered);
-  void count_skipped_locked(const Slot& slot);
-  std::unique_ptr<Slot> make_slot() const;
-  std::string summary_locked() const;
-  SourceIdentity compute_identity() const;
-
-  const LmdbImageDataset& dataset_;
-  LoaderOptions options_;
-  SourceIdentity identity_;
-  int64_t batches_per_epoch_ = 0;
-  int64_t samples_per_rank_ = 0;
-  size_t batch_bytes_ = 0;        // pinned bytes of one slot
-  Sampler plan_;                  // the opener's: indices of the epoch it is preparing
-  bool epoch_invariant_ = false;  // batches do not depend on the epoch (no shuffle, eval)
-  int max_threads_ = 1;
-  int max_prefetch_ = 1;
-  AutotuneLimits limits_;
-
-  mutable std::mutex mu_;
-  std::condition_variable consumer_cv_, worker_cv_, opener_cv_;
-  std::vector<std::unique_ptr<Slot>> slots_;  // every slot ever allocated (grows, never shrinks)
-  std::deque<Slot*> free_;
-  std::deque<Slot*> outstanding_;  // opened, not yet delivered batches, in position order
-  bool started_ = false;           // a start_epoch/restore happened
-  int64_t epoch_ = -1;
-  int64_t consumer_pos_ = 0;  // position (epoch * batches_per_epoch + batch) next() delivers
-  int64_t epoch_end_pos_ = 0;
-  int64_t resets_ = 0;        // start_epoch/restore calls: batches opened before are "early"
-  int64_t next_to_fill_ = 0;  // position the opener gives the next slot
-  // The continuation in force (continue_epoch): its epoch (-1: none) and progress. The opener
-  // copies it with each slot it opens and brings plan_ to it outside the lock.
-  int64_t continued_epoch_ = -1;
-  int64_t continued_progress_ = 0;
-  LoaderTuning tuning_;
-  std::atomic<bool> stop_{false};
-  std::string fatal_error_;  // an error outside any batch (e.g. a failed allocation)
-  // Policy skip: per epoch (the consumer's and later ones), the bad samples met so far.
-  std::map<int64_t, std::set<int64_t>> bad_seen_;
-
-  // Autotuner state (consumer side, under mu_).
-  bool window_open_ = false;
-  std::chrono::steady_clock::time_point window_start_;
-  LoaderWindow window_;
-  double window_worker_s0_ = 0;
-  int64_t window_made0_ = 0;
-  int64_t tune_windows_ = 0, tune_changes_ = 0;
-  std::string last_decision_;
-
-  LoaderCounters counters_;
-  std::vector<std::thread> workers_;
-  std::thread opener_;
+  struct Impl;  // loader.cpp: the slots, the opener and worker threads, the autotuner's state
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace stoker::data

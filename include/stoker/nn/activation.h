@@ -48,3 +48,31 @@ class Flatten : public Module {
 };
 
 }  // namespace stoker::nn
+
+// Dropout with a Philox mask that is a pure function of (seed, offset): nothing is stored, and
+namespace stoker::nn {
+
+class Dropout : public Module {
+ public:
+  // `seed` 0 draws one from the init generator (reproducible under nn::manual_seed).
+  explicit Dropout(float p, uint64_t seed = 0);
+
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  std::string describe() const override;
+  OutputRecompute output_recompute() const override { return OutputRecompute::from_input; }
+  Tensor recompute_output(const Tensor& x) override;
+
+  float p() const { return p_; }
+  // The generator (registered as "generator"): its position is saved in training checkpoints,
+  // so a resumed run drops the same elements.
+  Generator& generator() { return gen_; }
+
+ private:
+  float p_;
+  Generator gen_;
+  Generator::Draw last_{};
+  bool last_was_training_ = false;
+};
+
+}  // namespace stoker::nn
