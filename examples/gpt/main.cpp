@@ -326,6 +326,13 @@ int run(const Options& o) {
   std::unique_ptr<data::TokenBatches> train_tokens, val_tokens;
   std::unique_ptr<CorpusData> train_corpus, val_corpus;
   if (corpus_run) {
+    // Said, not ignored: the default data is a corpus now, and --on-corrupt skip was honoured
+    // on the byte-level text.
+    STOKER_CHECK_HINT(o.run.on_corrupt != "skip",
+                      "leave --on-corrupt out, or train on the text's bytes with --byte-level (or "
+                      "a raw uint16 file as --data), which can skip",
+                      "--on-corrupt skip: token corpora have no skip policy; an id outside the "
+                      "vocabulary stops the run naming its position");
     CorpusDataOptions co{.context = t,
                          .vocab = config.vocab,
                          .batches = {.batch_size = o.batch,

@@ -130,6 +130,8 @@ expect 1 run --data "$pack" --val-split 0.1 --val "$dir/val" --steps 1
 has "$err" "--val-split needs a --data corpus and no --val"
 expect 1 run --data "$pack" --val-split 180 --steps 1
 has "$err" "would leave none to train on"
+expect 1 run --data "$pack" --steps 1 --on-corrupt skip
+has "$err" "^stoker_gpt: error: --on-corrupt skip: token corpora have no skip policy"
 cp "$pack/tokens.idx" "$dir/val/other.idx"
 expect 1 run --data "$dir/val" --steps 1
 has "$err" "a folder with 2 Megatron indexes"
