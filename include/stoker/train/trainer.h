@@ -1,71 +1,10 @@
-// Trainer: the training loop — micro-batches, gradient accumulation, clipping, the optimizer
-// step, the learning-rate schedule, logging, checkpoints — composed from a model, a loss and an
-// optimizer (docs/architecture.md#a-training-step).
+// Trainer: the training loop — micro-batches, exact gradient accumulation, clipping, the
+// optimizer step, the learning-rate schedule, logging, evaluation, checkpoints and resume —
+// composed from a model, a loss and an optimizer. What a step does and what the loop promises:
+// docs/long_runs.md#what-the-trainer-does-in-a-step; checkpoints: docs/checkpointing.md.
 //
-// One optimizer step:
-//   for each of grad_accum_steps micro-batches: forward, loss, backward(scale = 1/k)
-//   [total gradient norm] -> [clip] -> optimizer.step() -> zero_grad
-// Gradient accumulation is exact: k micro-batches of b samples give the update of one batch of
-// k*b (each micro loss is a mean over b, scaled by 1/k).
-//
-// No host synchronization inside a step: losses and norms stay on the device; the host reads
-// them every `log_interval` steps (and at the end of an epoch), which is also when a NaN/Inf
-// loss is noticed — the error names the first bad step and the last finite loss.
-//
-// Checkpoints (one safetensors file, written atomically; train/training_checkpoint.h,
-// docs/checkpointing.md): weights ("model.<name>"), buffers ("buffer.<name>"), optimizer state
-// ("optim.<name>"), the loss scaler ("scaler.<name>", fp16), and in the metadata the step, epoch,
-// position in the epoch, optimizer steps, generator offsets, a checksum of every tensor, the job's
-// world size and the data source's identity (data::SourceIdentity). `resume()` checks every
-// checksum before it changes anything and restores all of it: a run of 2n steps equals n steps +
-// checkpoint + resume + n steps, bit for bit on the CPU. The next fit() refuses a source that is
-// not the one the checkpoint's run read (another batch size, seed or dataset). Another world size
-// is an elastic resume: the checkpoint records the epoch's progress (data::BatchSource::
-// epoch_progress, independent of the world size) and the new ranks continue the epoch with the
-// samples not yet delivered in it (BatchSource::continue_epoch), keeping the per-rank batch and
-// grad_accum_steps (so the global batch changes, as the log says); ZeRO-1 optimizer state is
-// re-sharded on load (dist/sharded_optimizer.h).
-// Writing a checkpoint first removes the temporaries that killed writers left in its folder.
-//
-// Activation memory: `activation_checkpoint_every` wraps blocks of a Sequential model in
-// nn::Checkpoint and `selective_recompute` turns on selective recomputation (nn/checkpoint.h);
-// both change the model in place at construction and leave gradients bit-identical. Each log
-// line reports the peak tensor memory of the model's device since its epoch began
-// (core::memory_stats; the peak is reset at every epoch start).
-//
-// Gradient synchronization (dist/grad_sync.h): every step goes through one dist::GradSync —
-// `grad_sync`, or a dist::LocalGradSync over the model when it is null (a single process). Every
-// micro-step but the last of a step runs without synchronization (set_sync(false)); after the
-// last backward the Trainer calls finish(), then unscales, checks for overflow
-// (agree_on_overflow), takes the norm (total_norm) of and clips the sync's step_gradients(),
-// and steps the optimizer; it never asks which kind of sync it has. Data parallelism
-// (dist::ReplicatedGradSync): the buckets are all-reduced during backward and the gradients are
-// identical on every rank, so every decision is too. ZeRO-1 (dist::ShardedGradSync with a
-// dist::ShardedOptimizer over it, checked at construction by check_optimizer): the step's
-// gradients are this rank's slices, the overflow flag and the norm are made global by the sync
-// (on the device), and every rank joins the checkpoint's gather of optimizer state. With more
-// than one rank, log lines report this rank's and the job's samples/s (one tiny all-reduce at
-// log time); only rank 0 prints, draws the progress bar and writes checkpoints.
-//
-// Diagnostics (docs/diagnostics.md): every log line shows the share of the
-// window's time spent waiting for data (host time in BatchSource::next()). With
-// `diagnostics.enabled` (or STOKER_DIAG=1) each step's phases are timed, the GPU is sampled,
-// and a report with a verdict (input-, compute-, launch-, communication-bound or throttled)
-// is printed every `diagnostics.report_interval` steps and at the end of every epoch.
-//
-// Step observers (train/step_observer.h): the log line, the progress bar, the metrics file,
-// periodic checkpoints and diagnostics watch the loop through one interface; add_observer()
-// attaches a program's own. The Trainer reads no environment variable: a program that lets
-// `stoker doctor` steer it (STOKER_DIAG*) passes its options through train::apply_environment
-// (train/environment.h) first.
-//
-// Memory (train/memory_report.h): `memory_report()` says where the device's memory goes by
-// category (parameters, compute copies, gradients, optimizer state, the first step's
-// activation peak, ...). fit() prints it after its first step (unless quiet). While a Trainer
-// lives, a CUDA out-of-memory error carries the newest Trainer's report for that device and
-// ranked advice (an out-of-memory hook of the allocator).
-//
-// The model, loss and optimizer are borrowed and must outlive the Trainer. Not thread-safe.
+// Ownership: the model, loss and optimizer are borrowed and must outlive the Trainer; its own
+// state lives in Trainer::Impl (private). Thread-safety: none (one thread drives it).
 #pragma once
 
 #include <chrono>
