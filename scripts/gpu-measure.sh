@@ -17,6 +17,8 @@
 #   parity      stoker_parity vs tests/parity/torch_parity.py (MLP, CNN, ResNet-18; SGD, AdamW)
 #   gemm        stoker_gemm_bench (CUDA) vs torch_gemm_probe.py
 #   ops         memory-bound kernels and attention (stoker_ops_bench, stoker_attention_bench)
+#   llamaops    Llama-3.2-1B's RMSNorm, add + RMSNorm, RoPE and SwiGLU, forward and backward
+#               (stoker_ops_bench) vs torch_llama_ops.py (transformers' eager and torch.compile)
 #   state       the MLP step with f32 / bf16 / 8-bit AdamW state (stoker_train_bench)
 #   memory      GPT-2 124M with AdamW state f32 / bf16 / 8-bit, on the GPU and offloaded
 #               (stoker_gpt, stoker_offload_bench)
@@ -63,7 +65,7 @@ B=${STOKER_BUNDLE:-build-gpu/bundle}
 P=benchmarks/peers
 OUT_DIR=${STOKER_MEASURE_OUT:-build/gpu-measure}
 TMP=${TMPDIR:-/tmp}
-ALL=(train checkpoint parity gemm ops state memory diag health gpt gptc gptparity fp8 fp8curves gptlarge resnet resnetfast multi)
+ALL=(train checkpoint parity gemm ops llamaops state memory diag health gpt gptc gptparity fp8 fp8curves gptlarge resnet resnetfast multi)
 DEFAULT=(train checkpoint parity gemm)
 
 usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$SELF"; }
@@ -75,6 +77,7 @@ peers_of() {
     train|gpt|gptc|gptlarge|resnetfast) echo "$P/torch_train.py $P/gpt_model.py" ;;
     parity) echo "tests/parity/torch_parity.py" ;;
     gemm) echo "$P/torch_gemm_probe.py" ;;
+    llamaops) echo "$P/torch_llama_ops.py" ;;
     gptparity) echo "$P/torch_gpt_parity.py $P/gpt_model.py examples/gpt/data/kjv-genesis-exodus.txt" ;;
     resnet) echo "$P/torch_e2e.py $P/torch_loader.py $P/make_imagenet_like.py scripts/make-imagenet-like.sh" ;;
     multi) echo "$P/torch_allreduce.py $P/torch_ddp.py $P/gpt_model.py scripts/kill-rank-check.sh" ;;
@@ -179,6 +182,14 @@ run_ops() {
   "$B/benchmarks/stoker_ops_bench" --benchmark_min_time=0.2
   section "causal attention core (stoker_attention_bench)"
   "$B/benchmarks/stoker_attention_bench" --benchmark_min_time=0.2
+}
+
+run_llamaops() {
+  section "Llama-3.2-1B kernels, bf16 (stoker_ops_bench)"
+  "$B/benchmarks/stoker_ops_bench" --benchmark_filter='RmsNorm|AddRmsNorm|Rope|SwiGlu' \
+    --benchmark_min_time=0.2
+  section "PyTorch's same ops, eager and torch.compile ($P/torch_llama_ops.py)"
+  python3 "$P/torch_llama_ops.py"
 }
 
 run_state() {
