@@ -521,10 +521,12 @@ unsigned channel_grid(int64_t c) {
 
 // Both training forwards: the statistics (from x, or from the given sums), then the normalize
 // pass.
-void forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
-                   const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                   const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma, const Tensor& beta,
-                   const BatchNormParams& p, const Tensor& residual) {
+void forward_train(const Tensor& y, const BatchNormSaved& saved, const BatchNormRunning& running,
+                   const BatchNormInput& in, const BatchNormSums& sums, const BatchNormParams& p) {
+  const Tensor &save_mean = saved.mean, &save_invstd = saved.invstd;
+  const Tensor &running_mean = running.mean, &running_var = running.var;
+  const Tensor &x = in.x, &gamma = in.gamma, &beta = in.beta, &residual = in.residual;
+  const Tensor &sum = sums.sum, &sum_sq = sums.sum_sq;
   const Device d = x.device();
   const Extent e = extent_of(x);
   if (e.m == 0 || e.c == 0) return;
@@ -578,30 +580,26 @@ void forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_
 
 }  // namespace
 
-void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
-                                  const Tensor& save_invstd, const Tensor& running_mean,
-                                  const Tensor& running_var, const Tensor& x, const Tensor& gamma,
-                                  const Tensor& beta, const BatchNormParams& p,
-                                  const Tensor& residual) {
-  forward_train(y, save_mean, save_invstd, running_mean, running_var, x, Tensor(), Tensor(), gamma,
-                beta, p, residual);
+void batchnorm_nhwc_forward_train(const Tensor& y, const BatchNormSaved& saved,
+                                  const BatchNormRunning& running, const BatchNormInput& in,
+                                  const BatchNormParams& p) {
+  forward_train(y, saved, running, in, BatchNormSums(), p);
 }
 
-void batchnorm_nhwc_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
-                                            const Tensor& save_invstd, const Tensor& running_mean,
-                                            const Tensor& running_var, const Tensor& x,
-                                            const Tensor& sum, const Tensor& sum_sq,
-                                            const Tensor& gamma, const Tensor& beta,
-                                            const BatchNormParams& p, const Tensor& residual) {
-  forward_train(y, save_mean, save_invstd, running_mean, running_var, x, sum, sum_sq, gamma, beta,
-                p, residual);
+void batchnorm_nhwc_forward_train_from_sums(const Tensor& y, const BatchNormSaved& saved,
+                                            const BatchNormRunning& running,
+                                            const BatchNormInput& in, const BatchNormSums& sums,
+                                            const BatchNormParams& p) {
+  forward_train(y, saved, running, in, sums, p);
 }
 
-void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                             const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                             const Tensor& save_mean, const Tensor& save_invstd,
-                             const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
-                             const Tensor& beta) {
+void batchnorm_nhwc_backward(const BatchNormGrads& grads, const Tensor& dy,
+                             const BatchNormInput& in, const BatchNormSaved& saved,
+                             const BatchNormParams& p, const Tensor& y) {
+  const Tensor &dx = grads.dx, &dgamma = grads.dgamma, &dbeta = grads.dbeta;
+  const Tensor& dresidual = grads.dresidual;
+  const Tensor &x = in.x, &gamma = in.gamma, &beta = in.beta;
+  const Tensor &save_mean = saved.mean, &save_invstd = saved.invstd;
   const Device d = x.device();
   const Extent e = extent_of(x);
   if (e.m == 0 || e.c == 0) return;

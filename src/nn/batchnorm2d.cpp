@@ -124,15 +124,16 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     const Tensor run_mean = recomputing() ? running_mean_.clone() : running_mean_;
     const Tensor run_var = recomputing() ? running_var_.clone() : running_var_;
     if (from_sums) {
-      ops::batchnorm_forward_train_from_sums(y, save_mean_, save_invstd_, run_mean, run_var, x, sum,
-                                             sum_sq, weight_.value(), bias_.value(), params_, r);
+      ops::batchnorm_forward_train_from_sums(y, {save_mean_, save_invstd_}, {run_mean, run_var},
+                                             {x, weight_.value(), bias_.value(), r}, {sum, sum_sq},
+                                             params_);
     } else {
-      ops::batchnorm_forward_train(y, save_mean_, save_invstd_, run_mean, run_var, x,
-                                   weight_.value(), bias_.value(), params_, r);
+      ops::batchnorm_forward_train(y, {save_mean_, save_invstd_}, {run_mean, run_var},
+                                   {x, weight_.value(), bias_.value(), r}, params_);
     }
   } else {
-    ops::batchnorm_forward_eval(y, x, weight_.value(), bias_.value(), running_mean_, running_var_,
-                                params_, r);
+    ops::batchnorm_forward_eval(y, {x, weight_.value(), bias_.value(), r},
+                                {running_mean_, running_var_}, params_);
   }
   x_ = x;
   // The fused ReLU's output, for the backward's mask — unless the backward rebuilds the mask
@@ -161,8 +162,8 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
     const Tensor dbeta =
         bias_.requires_grad ? bias_.grad() : Tensor::zeros({channels_}, DType::f32, device_);
     // beta lets the NHWC kernels rebuild the ReLU's mask from x instead of reading y.
-    ops::batchnorm_backward(dx, dgamma, dbeta, dy, x_, weight_.value(), save_mean_, save_invstd_,
-                            params_, y_, dr, bias_.value());
+    ops::batchnorm_backward({dx, dgamma, dbeta, dr}, dy, {x_, weight_.value(), bias_.value()},
+                            {save_mean_, save_invstd_}, params_, y_);
   } else {
     // The fixed affine map's backward, of the gradient before the ReLU.
     ops::BatchNormParams plain = params_;
@@ -178,11 +179,11 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
     const Tensor zeros = Tensor::zeros({channels_}, DType::f32, device_);
     const Tensor ones = Tensor::empty({channels_}, DType::f32, device_);
     ops::fill(ones, 1.0);
-    ops::batchnorm_forward_eval(dx, dz, weight_.value(), zeros, zeros, running_var_, plain);
+    ops::batchnorm_forward_eval(dx, {dz, weight_.value(), zeros}, {zeros, running_var_}, plain);
     if (bias_.requires_grad) ops::channel_bias_grad(bias_.grad(), dz, params_.layout);
     if (weight_.requires_grad) {
       const Tensor xhat = Tensor::empty(x_.shape(), x_.dtype(), device_);
-      ops::batchnorm_forward_eval(xhat, x_, ones, zeros, running_mean_, running_var_, plain);
+      ops::batchnorm_forward_eval(xhat, {x_, ones, zeros}, {running_mean_, running_var_}, plain);
       const Tensor prod = Tensor::empty(x_.shape(), dz.dtype(), device_);
       if (xhat.dtype() == dz.dtype()) {
         ops::mul(prod, dz, xhat);

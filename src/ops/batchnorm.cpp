@@ -51,22 +51,24 @@ void check_channel_vectors(std::string_view op, std::initializer_list<Named> vec
 }
 
 // The arguments both training forwards share.
-void check_training_forward(std::string_view op, const Tensor& y, const Tensor& save_mean,
-                            const Tensor& save_invstd, const Tensor& running_mean,
-                            const Tensor& running_var, const Tensor& x, const Tensor& gamma,
-                            const Tensor& beta, const BatchNormParams& p, const Tensor& residual) {
+void check_training_forward(std::string_view op, const Tensor& y, const BatchNormSaved& saved,
+                            const BatchNormRunning& running, const BatchNormInput& in,
+                            const BatchNormParams& p) {
+  const Tensor& x = in.x;
   check_x(op, x, p);
   check_like_x(op, "y", y, x, p.layout);
-  if (residual.defined()) check_like_x(op, "residual", residual, x, p.layout);
+  if (in.residual.defined()) check_like_x(op, "residual", in.residual, x, p.layout);
   const Dims4 d = dims4(x.shape(), p.layout);
-  check_channel_vectors(
-      op,
-      {{"gamma", gamma}, {"beta", beta}, {"save_mean", save_mean}, {"save_invstd", save_invstd}},
-      d.c, x, p.layout);
-  STOKER_CHECK(running_mean.defined() == running_var.defined(), "ops::", op,
+  check_channel_vectors(op,
+                        {{"gamma", in.gamma},
+                         {"beta", in.beta},
+                         {"save_mean", saved.mean},
+                         {"save_invstd", saved.invstd}},
+                        d.c, x, p.layout);
+  STOKER_CHECK(running.mean.defined() == running.var.defined(), "ops::", op,
                ": running_mean and running_var must both be given or both be undefined");
-  if (running_mean.defined()) {
-    check_channel_vectors(op, {{"running_mean", running_mean}, {"running_var", running_var}}, d.c,
+  if (running.mean.defined()) {
+    check_channel_vectors(op, {{"running_mean", running.mean}, {"running_var", running.var}}, d.c,
                           x, p.layout);
   }
   STOKER_CHECK(d.n * d.h * d.w > 1, "ops::", op, ": x ", x.str(), " has ", d.n * d.h * d.w,
@@ -75,55 +77,46 @@ void check_training_forward(std::string_view op, const Tensor& y, const Tensor& 
 
 }  // namespace
 
-void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
-                             const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
-                             const Tensor& residual) {
+void batchnorm_forward_train(const Tensor& y, const BatchNormSaved& saved,
+                             const BatchNormRunning& running, const BatchNormInput& in,
+                             const BatchNormParams& p) {
   constexpr const char* op = "batchnorm_forward_train";
-  check_training_forward(op, y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta,
-                         p, residual);
-  if (dims4(x.shape(), p.layout).c == 0) return;
-  batchnorm_forward_train_stub(x.device(), y, save_mean, save_invstd, running_mean, running_var, x,
-                               gamma, beta, p, residual);
+  check_training_forward(op, y, saved, running, in, p);
+  if (dims4(in.x.shape(), p.layout).c == 0) return;
+  batchnorm_forward_train_stub(in.x.device(), y, saved, running, in, p);
 }
 
-void batchnorm_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
-                                       const Tensor& save_invstd, const Tensor& running_mean,
-                                       const Tensor& running_var, const Tensor& x,
-                                       const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma,
-                                       const Tensor& beta, const BatchNormParams& p,
-                                       const Tensor& residual) {
+void batchnorm_forward_train_from_sums(const Tensor& y, const BatchNormSaved& saved,
+                                       const BatchNormRunning& running, const BatchNormInput& in,
+                                       const BatchNormSums& sums, const BatchNormParams& p) {
   constexpr const char* op = "batchnorm_forward_train_from_sums";
-  check_training_forward(op, y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta,
-                         p, residual);
-  check_channel_vectors(op, {{"sum", sum}, {"sum_sq", sum_sq}}, dims4(x.shape(), p.layout).c, x,
-                        p.layout);
+  const Tensor& x = in.x;
+  check_training_forward(op, y, saved, running, in, p);
+  check_channel_vectors(op, {{"sum", sums.sum}, {"sum_sq", sums.sum_sq}},
+                        dims4(x.shape(), p.layout).c, x, p.layout);
   STOKER_CHECK(!x.device().is_cuda() || p.layout == Layout::nhwc, "ops::", op, ": x ", x.str(),
                " is NCHW on ", x.device().str(),
                "; the GPU takes precomputed sums on the NHWC path only (cuDNN's NCHW batch norm "
                "sums x itself): call batchnorm_forward_train, or use Layout::nhwc");
   if (dims4(x.shape(), p.layout).c == 0) return;
-  batchnorm_forward_train_from_sums_stub(x.device(), y, save_mean, save_invstd, running_mean,
-                                         running_var, x, sum, sum_sq, gamma, beta, p, residual);
+  batchnorm_forward_train_from_sums_stub(x.device(), y, saved, running, in, sums, p);
 }
 
-void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
-                            const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, const BatchNormParams& p,
-                            const Tensor& residual) {
+void batchnorm_forward_eval(const Tensor& y, const BatchNormInput& in,
+                            const BatchNormRunning& running, const BatchNormParams& p) {
   constexpr const char* op = "batchnorm_forward_eval";
+  const Tensor& x = in.x;
   check_x(op, x, p);
   check_like_x(op, "y", y, x, p.layout);
-  if (residual.defined()) check_like_x(op, "residual", residual, x, p.layout);
+  if (in.residual.defined()) check_like_x(op, "residual", in.residual, x, p.layout);
   check_channel_vectors(op,
-                        {{"gamma", gamma},
-                         {"beta", beta},
-                         {"running_mean", running_mean},
-                         {"running_var", running_var}},
+                        {{"gamma", in.gamma},
+                         {"beta", in.beta},
+                         {"running_mean", running.mean},
+                         {"running_var", running.var}},
                         dims4(x.shape(), p.layout).c, x, p.layout);
   if (x.numel() == 0) return;
-  batchnorm_forward_eval_stub(x.device(), y, x, gamma, beta, running_mean, running_var, p,
-                              residual);
+  batchnorm_forward_eval_stub(x.device(), y, in, running, p);
 }
 
 bool batchnorm_backward_reads_y(Device device, const BatchNormParams& p, bool with_beta,
@@ -133,17 +126,20 @@ bool batchnorm_backward_reads_y(Device device, const BatchNormParams& p, bool wi
   return !(device.is_cuda() && p.layout == Layout::nhwc && with_beta && !with_dresidual);
 }
 
-void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                        const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                        const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
-                        const Tensor& beta) {
+void batchnorm_backward(const BatchNormGrads& grads, const Tensor& dy, const BatchNormInput& in,
+                        const BatchNormSaved& saved, const BatchNormParams& p, const Tensor& y) {
   constexpr const char* op = "batchnorm_backward";
+  const Tensor& x = in.x;
+  const Tensor& dresidual = grads.dresidual;
   check_x(op, x, p);
   check_like_x(op, "dy", dy, x, p.layout);
-  check_like_x(op, "dx", dx, x, p.layout);
+  check_like_x(op, "dx", grads.dx, x, p.layout);
+  // The residual's gradient is an output (grads.dresidual); the backward reads no residual.
+  STOKER_CHECK(!in.residual.defined(), "ops::", op, ": in.residual ", in.residual.str(),
+               " is given, but the backward does not read the residual; leave it undefined and "
+               "pass grads.dresidual for the residual's gradient");
   if (p.relu) {
-    STOKER_CHECK(y.defined() || !batchnorm_backward_reads_y(x.device(), p, beta.defined(),
+    STOKER_CHECK(y.defined() || !batchnorm_backward_reads_y(x.device(), p, in.beta.defined(),
                                                             dresidual.defined()),
                  "ops::", op,
                  ": params.relu is set but y is undefined; pass the training forward's output "
@@ -157,25 +153,24 @@ void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& db
   }
   if (dresidual.defined()) {
     check_like_x(op, "dresidual", dresidual, x, p.layout);
-    STOKER_CHECK(dresidual.data() != dx.data() || dresidual.numel() == 0, "ops::", op,
+    STOKER_CHECK(dresidual.data() != grads.dx.data() || dresidual.numel() == 0, "ops::", op,
                  ": dresidual ", dresidual.str(),
                  " aliases dx; both are outputs (the residual's gradient and the batch-norm "
                  "input's), give dresidual its own buffer (it may alias dy)");
   }
   check_channel_vectors(op,
-                        {{"dgamma", dgamma},
-                         {"dbeta", dbeta},
-                         {"gamma", gamma},
-                         {"save_mean", save_mean},
-                         {"save_invstd", save_invstd}},
+                        {{"dgamma", grads.dgamma},
+                         {"dbeta", grads.dbeta},
+                         {"gamma", in.gamma},
+                         {"save_mean", saved.mean},
+                         {"save_invstd", saved.invstd}},
                         dims4(x.shape(), p.layout).c, x, p.layout);
   // Optional: the forward's beta, from which a backend may rebuild the ReLU's mask.
-  if (beta.defined()) {
-    check_channel_vectors(op, {{"beta", beta}}, dims4(x.shape(), p.layout).c, x, p.layout);
+  if (in.beta.defined()) {
+    check_channel_vectors(op, {{"beta", in.beta}}, dims4(x.shape(), p.layout).c, x, p.layout);
   }
   if (x.numel() == 0) return;
-  batchnorm_backward_stub(x.device(), dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, p, y,
-                          dresidual, beta);
+  batchnorm_backward_stub(x.device(), grads, dy, in, saved, p, y);
 }
 
 }  // namespace stoker::ops

@@ -9,24 +9,18 @@
 namespace stoker::ops {
 
 STOKER_DECLARE_STUB(batchnorm_forward_train,
-                    void(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
-                         const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                         const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
-                         const Tensor& residual));
+                    void(const Tensor& y, const BatchNormSaved& saved,
+                         const BatchNormRunning& running, const BatchNormInput& in,
+                         const BatchNormParams& p));
 STOKER_DECLARE_STUB(batchnorm_forward_train_from_sums,
-                    void(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
-                         const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                         const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma,
-                         const Tensor& beta, const BatchNormParams& p, const Tensor& residual));
+                    void(const Tensor& y, const BatchNormSaved& saved,
+                         const BatchNormRunning& running, const BatchNormInput& in,
+                         const BatchNormSums& sums, const BatchNormParams& p));
 STOKER_DECLARE_STUB(batchnorm_forward_eval,
-                    void(const Tensor& y, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                         const Tensor& running_mean, const Tensor& running_var,
-                         const BatchNormParams& p, const Tensor& residual));
+                    void(const Tensor& y, const BatchNormInput& in, const BatchNormRunning& running,
+                         const BatchNormParams& p));
 STOKER_DECLARE_STUB(batchnorm_backward,
-                    void(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                         const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                         const Tensor& save_mean, const Tensor& save_invstd,
-                         const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
-                         const Tensor& beta));
+                    void(const BatchNormGrads& grads, const Tensor& dy, const BatchNormInput& in,
+                         const BatchNormSaved& saved, const BatchNormParams& p, const Tensor& y));
 
 }  // namespace stoker::ops

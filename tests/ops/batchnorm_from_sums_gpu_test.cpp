@@ -35,10 +35,10 @@ Fwd forward(const Tensor& x, const BnInputs& in, const Tensor& residual, Layout 
   const Tensor g = in.gamma.to(dev), b = in.beta.to(dev);
   const Tensor xd = x.to(dev), r = residual.defined() ? residual.to(dev) : Tensor();
   if (sum.defined()) {
-    ops::batchnorm_forward_train_from_sums(o.y, o.mean, o.invstd, o.rm, o.rv, xd, sum.to(dev),
-                                           sum_sq.to(dev), g, b, p, r);
+    ops::batchnorm_forward_train_from_sums(o.y, {o.mean, o.invstd}, {o.rm, o.rv}, {xd, g, b, r},
+                                           {sum.to(dev), sum_sq.to(dev)}, p);
   } else {
-    ops::batchnorm_forward_train(o.y, o.mean, o.invstd, o.rm, o.rv, xd, g, b, p, r);
+    ops::batchnorm_forward_train(o.y, {o.mean, o.invstd}, {o.rm, o.rv}, {xd, g, b, r}, p);
   }
   return o;
 }

@@ -28,11 +28,11 @@ Fwd forward(const BnInputs& in, const Tensor& residual, const Dims4& d, Layout l
   Fwd o{poisoned(shape4(d, l), in.x.dtype()), poisoned({d.c}, DType::f32),
         poisoned({d.c}, DType::f32), in.rm.clone(), in.rv.clone()};
   if (sum.defined()) {
-    ops::batchnorm_forward_train_from_sums(o.y, o.mean, o.invstd, o.rm, o.rv, in.x, sum, sum_sq,
-                                           in.gamma, in.beta, p, residual);
+    ops::batchnorm_forward_train_from_sums(o.y, {o.mean, o.invstd}, {o.rm, o.rv},
+                                           {in.x, in.gamma, in.beta, residual}, {sum, sum_sq}, p);
   } else {
-    ops::batchnorm_forward_train(o.y, o.mean, o.invstd, o.rm, o.rv, in.x, in.gamma, in.beta, p,
-                                 residual);
+    ops::batchnorm_forward_train(o.y, {o.mean, o.invstd}, {o.rm, o.rv},
+                                 {in.x, in.gamma, in.beta, residual}, p);
   }
   return o;
 }

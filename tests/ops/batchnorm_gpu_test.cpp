@@ -49,11 +49,11 @@ TEST_P(BatchNormGpu, TrainEvalAndBackwardMatchCpu) {
   const Tensor rm_c = rm.clone(), rv_c = rv.clone(), dg_c = dgamma.clone(), db_c = dbeta.clone();
   const Tensor y_c = poisoned(shape4(d, l), dtype());
   const Tensor mean_c = poisoned({d.c}, DType::f32), inv_c = poisoned({d.c}, DType::f32);
-  ops::batchnorm_forward_train(y_c, mean_c, inv_c, rm_c, rv_c, x, gamma, beta, p);
+  ops::batchnorm_forward_train(y_c, {mean_c, inv_c}, {rm_c, rv_c}, {x, gamma, beta}, p);
   const Tensor dx_c = poisoned(shape4(d, l), dtype());
-  ops::batchnorm_backward(dx_c, dg_c, db_c, dy, x, gamma, mean_c, inv_c, p);
+  ops::batchnorm_backward({dx_c, dg_c, db_c}, dy, {x, gamma}, {mean_c, inv_c}, p);
   const Tensor ye_c = poisoned(shape4(d, l), dtype());
-  ops::batchnorm_forward_eval(ye_c, x, gamma, beta, rm_c, rv_c, p);
+  ops::batchnorm_forward_eval(ye_c, {x, gamma, beta}, {rm_c, rv_c}, p);
 
   // GPU.
   const Tensor x_g = gpu(x), gamma_g = gpu(gamma), beta_g = gpu(beta);
@@ -61,11 +61,11 @@ TEST_P(BatchNormGpu, TrainEvalAndBackwardMatchCpu) {
   const Tensor y_g = poisoned(shape4(d, l), dtype(), kGpu);
   const Tensor mean_g = poisoned({d.c}, DType::f32, kGpu);
   const Tensor inv_g = poisoned({d.c}, DType::f32, kGpu);
-  ops::batchnorm_forward_train(y_g, mean_g, inv_g, rm_g, rv_g, x_g, gamma_g, beta_g, p);
+  ops::batchnorm_forward_train(y_g, {mean_g, inv_g}, {rm_g, rv_g}, {x_g, gamma_g, beta_g}, p);
   const Tensor dx_g = poisoned(shape4(d, l), dtype(), kGpu);
-  ops::batchnorm_backward(dx_g, dg_g, db_g, gpu(dy), x_g, gamma_g, mean_g, inv_g, p);
+  ops::batchnorm_backward({dx_g, dg_g, db_g}, gpu(dy), {x_g, gamma_g}, {mean_g, inv_g}, p);
   const Tensor ye_g = poisoned(shape4(d, l), dtype(), kGpu);
-  ops::batchnorm_forward_eval(ye_g, x_g, gamma_g, beta_g, rm_g, rv_g, p);
+  ops::batchnorm_forward_eval(ye_g, {x_g, gamma_g, beta_g}, {rm_g, rv_g}, p);
 
   const std::string what = fmt::format("{}x{}x{}x{} {} {}", d.n, d.c, d.h, d.w, ops::layout_name(l),
                                        dtype_name(dtype()));
@@ -94,12 +94,12 @@ TEST_P(BatchNormGpu, WithoutRunningStatistics) {
   const Tensor beta = random_tensor({d.c}, DType::f32, 11);
   const Tensor y_c = poisoned(shape4(d, l), dtype());
   const Tensor mean_c = poisoned({d.c}, DType::f32), inv_c = poisoned({d.c}, DType::f32);
-  ops::batchnorm_forward_train(y_c, mean_c, inv_c, {}, {}, x, gamma, beta, p);
+  ops::batchnorm_forward_train(y_c, {mean_c, inv_c}, {}, {x, gamma, beta}, p);
   const Tensor y_g = poisoned(shape4(d, l), dtype(), kGpu);
   const Tensor mean_g = poisoned({d.c}, DType::f32, kGpu);
   const Tensor inv_g = poisoned({d.c}, DType::f32, kGpu);
-  ops::batchnorm_forward_train(y_g, mean_g, inv_g, {}, {}, x.to(kGpu), gamma.to(kGpu),
-                               beta.to(kGpu), p);
+  ops::batchnorm_forward_train(y_g, {mean_g, inv_g}, {},
+                               {x.to(kGpu), gamma.to(kGpu), beta.to(kGpu)}, p);
   EXPECT_TRUE(all_close(y_g, y_c, rtol(), rtol()));
   EXPECT_TRUE(all_close(mean_g, mean_c, 1e-5, 1e-5));
 }
@@ -132,9 +132,9 @@ BnOutputs run_nhwc(const Dims4& d, DType dtype, Device device, int64_t offset = 
   o.y = poisoned(shape, dtype, device);
   o.mean = poisoned({d.c}, DType::f32, device);
   o.invstd = poisoned({d.c}, DType::f32, device);
-  ops::batchnorm_forward_train(o.y, o.mean, o.invstd, o.rm, o.rv, xd, gamma, beta, p);
+  ops::batchnorm_forward_train(o.y, {o.mean, o.invstd}, {o.rm, o.rv}, {xd, gamma, beta}, p);
   o.dx = poisoned(shape, dtype, device);
-  ops::batchnorm_backward(o.dx, o.dgamma, o.dbeta, dyd, xd, gamma, o.mean, o.invstd, p);
+  ops::batchnorm_backward({o.dx, o.dgamma, o.dbeta}, dyd, {xd, gamma}, {o.mean, o.invstd}, p);
   return o;
 }
 
@@ -200,12 +200,12 @@ TEST(BatchNormNhwcGpuAlias, InPlaceForwardAndBackward) {
   const Tensor db = random_tensor({d.c}, DType::f32, 27).to(kGpu);
   const Tensor mean = poisoned({d.c}, DType::f32, kGpu), inv = poisoned({d.c}, DType::f32, kGpu);
   // Backward first (dx over dy), from the reference's saved statistics and the original x.
-  ops::batchnorm_backward(dy, dg, db, dy, x, gamma, ref.mean, ref.invstd, p);
+  ops::batchnorm_backward({dy, dg, db}, dy, {x, gamma}, {ref.mean, ref.invstd}, p);
   EXPECT_TRUE(bit_identical(dy, ref.dx));
   EXPECT_TRUE(bit_identical(dg, ref.dgamma));
   EXPECT_TRUE(bit_identical(db, ref.dbeta));
   // Then the forward in place (y over x), without running statistics.
-  ops::batchnorm_forward_train(x, mean, inv, {}, {}, x, gamma, beta, p);
+  ops::batchnorm_forward_train(x, {mean, inv}, {}, {x, gamma, beta}, p);
   EXPECT_TRUE(bit_identical(x, ref.y));
   EXPECT_TRUE(bit_identical(mean, ref.mean));
   EXPECT_TRUE(bit_identical(inv, ref.invstd));

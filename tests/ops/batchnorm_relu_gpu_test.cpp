@@ -52,17 +52,18 @@ BnOutputs run(const Case& k, Device device, bool fused, const Tensor& mask_y = T
   o.invstd = poisoned({c}, DType::f32, device);
   o.dx = poisoned(shape, k.dtype, device);
   if (fused) {
-    ops::batchnorm_forward_train(o.y, o.mean, o.invstd, o.rm, o.rv, xd, gamma, beta, with_relu);
+    ops::batchnorm_forward_train(o.y, {o.mean, o.invstd}, {o.rm, o.rv}, {xd, gamma, beta},
+                                 with_relu);
     const Tensor mask = mask_y.defined() ? on(mask_y) : o.y;
-    ops::batchnorm_backward(o.dx, o.dgamma, o.dbeta, dyd, xd, gamma, o.mean, o.invstd, with_relu,
-                            mask);
+    ops::batchnorm_backward({o.dx, o.dgamma, o.dbeta}, dyd, {xd, gamma}, {o.mean, o.invstd},
+                            with_relu, mask);
   } else {
     const Tensor z = poisoned(shape, k.dtype, device);
-    ops::batchnorm_forward_train(z, o.mean, o.invstd, o.rm, o.rv, xd, gamma, beta, plain);
+    ops::batchnorm_forward_train(z, {o.mean, o.invstd}, {o.rm, o.rv}, {xd, gamma, beta}, plain);
     ops::relu_forward(o.y, z);
     const Tensor dz = poisoned(shape, k.dtype, device);
     ops::relu_backward(dz, dyd, mask_y.defined() ? on(mask_y) : o.y);
-    ops::batchnorm_backward(o.dx, o.dgamma, o.dbeta, dz, xd, gamma, o.mean, o.invstd, plain);
+    ops::batchnorm_backward({o.dx, o.dgamma, o.dbeta}, dz, {xd, gamma}, {o.mean, o.invstd}, plain);
   }
   return o;
 }
@@ -159,7 +160,7 @@ TEST_P(BatchNormReluGpuMaskFromX, SameBitsAsReadingYWhichIsNotRead) {
   const Tensor y = poisoned(shape, k.dtype, kGpu);
   const Tensor mean = poisoned({d.c}, DType::f32, kGpu);
   const Tensor invstd = poisoned({d.c}, DType::f32, kGpu);
-  ops::batchnorm_forward_train(y, mean, invstd, Tensor(), Tensor(), x, gamma, beta, p);
+  ops::batchnorm_forward_train(y, {mean, invstd}, {}, {x, gamma, beta}, p);
   EXPECT_TRUE(partly_zero(y)) << what << ": the ReLU";
 
   struct Grads {
@@ -167,8 +168,8 @@ TEST_P(BatchNormReluGpuMaskFromX, SameBitsAsReadingYWhichIsNotRead) {
   };
   const auto backward = [&](const Tensor& y_arg, const Tensor& beta_arg) {
     Grads g{poisoned(shape, k.dtype, kGpu), dgamma0.clone(), dbeta0.clone()};
-    ops::batchnorm_backward(g.dx, g.dgamma, g.dbeta, dy, x, gamma, mean, invstd, p, y_arg, Tensor(),
-                            beta_arg);
+    ops::batchnorm_backward({g.dx, g.dgamma, g.dbeta}, dy, {x, gamma, beta_arg}, {mean, invstd}, p,
+                            y_arg);
     return g;
   };
   const auto expect_same = [&](const Grads& a, const Grads& b, const std::string& how) {
@@ -218,10 +219,10 @@ TEST(BatchNormReluGpuEval, MatchesCpu) {
     const Tensor rm = random_tensor({d.c}, DType::f32, 44);
     const Tensor rv = random_tensor({d.c}, DType::f32, 45, 0.5f, 2.0f);
     const Tensor y_c = poisoned(shape4(d, l), DType::f32);
-    ops::batchnorm_forward_eval(y_c, x, gamma, beta, rm, rv, p);
+    ops::batchnorm_forward_eval(y_c, {x, gamma, beta}, {rm, rv}, p);
     const Tensor y_g = poisoned(shape4(d, l), DType::f32, kGpu);
-    ops::batchnorm_forward_eval(y_g, x.to(kGpu), gamma.to(kGpu), beta.to(kGpu), rm.to(kGpu),
-                                rv.to(kGpu), p);
+    ops::batchnorm_forward_eval(y_g, {x.to(kGpu), gamma.to(kGpu), beta.to(kGpu)},
+                                {rm.to(kGpu), rv.to(kGpu)}, p);
     EXPECT_TRUE(all_close(y_g, y_c, 1e-4, 1e-4)) << ops::layout_name(l);
     const std::vector<float> yv = y_g.to_floats();
     EXPECT_TRUE(std::all_of(yv.begin(), yv.end(), [](float v) { return v >= 0.0f; }));

@@ -38,7 +38,7 @@ TEST_P(BatchNormReluCpu, FusedEqualsTheCompositionBitForBit) {
   const ops::BatchNormParams plain{.layout = l};
   const Tensor dx_plain = poisoned(shape4(d, l), dt);
   const Tensor dg = in.dgamma.clone(), db = in.dbeta.clone();
-  ops::batchnorm_backward(dx_plain, dg, db, in.dy, in.x, in.gamma, f.mean, f.invstd, plain);
+  ops::batchnorm_backward({dx_plain, dg, db}, in.dy, {in.x, in.gamma}, {f.mean, f.invstd}, plain);
   EXPECT_FALSE(bit_identical(dx_plain, f.dx)) << what;
   EXPECT_FALSE(bit_identical(db, f.dbeta)) << what;
 }
@@ -77,13 +77,13 @@ TEST(BatchNormReluCpuAlias, DxOverDyOrY) {
   const ops::BatchNormParams p{.layout = l, .relu = true};
   {
     const Tensor dy = in.dy.clone(), dg = in.dgamma.clone(), db = in.dbeta.clone();
-    ops::batchnorm_backward(dy, dg, db, dy, in.x, in.gamma, f.mean, f.invstd, p, f.y);
+    ops::batchnorm_backward({dy, dg, db}, dy, {in.x, in.gamma}, {f.mean, f.invstd}, p, f.y);
     EXPECT_TRUE(bit_identical(dy, f.dx));
     EXPECT_TRUE(bit_identical(dg, f.dgamma));
   }
   {
     const Tensor y = f.y.clone(), dg = in.dgamma.clone(), db = in.dbeta.clone();
-    ops::batchnorm_backward(y, dg, db, in.dy, in.x, in.gamma, f.mean, f.invstd, p, y);
+    ops::batchnorm_backward({y, dg, db}, in.dy, {in.x, in.gamma}, {f.mean, f.invstd}, p, y);
     EXPECT_TRUE(bit_identical(y, f.dx));
     EXPECT_TRUE(bit_identical(db, f.dbeta));
   }
@@ -101,14 +101,27 @@ TEST(BatchNormReluCpuBeta, AcceptedAndIgnored) {
       const ops::BatchNormParams p{.layout = l, .relu = relu};
       const Tensor dx = poisoned(shape4(d, l), DType::bf16);
       const Tensor dg = in.dgamma.clone(), db = in.dbeta.clone();
-      ops::batchnorm_backward(dx, dg, db, in.dy, in.x, in.gamma, f.mean, f.invstd, p,
-                              relu ? f.y : Tensor(), Tensor(), in.beta);
+      ops::batchnorm_backward({dx, dg, db}, in.dy, {in.x, in.gamma, in.beta}, {f.mean, f.invstd}, p,
+                              relu ? f.y : Tensor());
       const std::string what = fmt::format("{}{}", ops::layout_name(l), relu ? " relu" : "");
       EXPECT_TRUE(bit_identical(dx, f.dx)) << what;
       EXPECT_TRUE(bit_identical(dg, f.dgamma)) << what;
       EXPECT_TRUE(bit_identical(db, f.dbeta)) << what;
     }
   }
+}
+
+// BatchNormInput carries the forward's residual; the backward reads none (its gradient is the
+// output grads.dresidual), so one given there is refused rather than silently ignored.
+TEST(BatchNormReluCpuErrors, ResidualIsRefusedInTheBackward) {
+  const Tensor x = random_tensor({2, 3, 4, 4}, DType::f32, 1);
+  const Tensor dx = Tensor::empty({2, 3, 4, 4}, DType::f32);
+  const Tensor c3 = random_tensor({3}, DType::f32, 2, 0.5f, 1.5f);
+  EXPECT_TRUE(throws_error_with(
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3}, x, {x, c3, c3, x}, {c3, c3}, {});
+      },
+      {"ops::batchnorm_backward", "in.residual", "grads.dresidual"}));
 }
 
 TEST(BatchNormReluCpuErrors, BetaIsOneF32PerChannel) {
@@ -118,11 +131,15 @@ TEST(BatchNormReluCpuErrors, BetaIsOneF32PerChannel) {
   const ops::BatchNormParams relu{.relu = true};
   const Tensor beta4 = random_tensor({4}, DType::f32, 3);
   EXPECT_TRUE(throws_error_with(
-      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, x, Tensor(), beta4); },
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3}, x, {x, c3, beta4}, {c3, c3}, relu, x);
+      },
       {"ops::batchnorm_backward", "beta is f32[4]", "expected f32[3]", "one value per channel"}));
   const Tensor beta_half = random_tensor({3}, DType::bf16, 3);
   EXPECT_TRUE(throws_error_with(
-      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, x, Tensor(), beta_half); },
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3}, x, {x, c3, beta_half}, {c3, c3}, relu, x);
+      },
       {"ops::batchnorm_backward", "beta is bf16[3]", "expected f32[3]"}));
 }
 
@@ -147,22 +164,32 @@ TEST(BatchNormReluCpuErrors, YMustComeExactlyWithRelu) {
   const Tensor c3 = random_tensor({3}, DType::f32, 2, 0.5f, 1.5f);
   const ops::BatchNormParams relu{.relu = true};
   EXPECT_TRUE(throws_error_with(
-      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu); },
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3}, x, {x, c3}, {c3, c3}, relu);
+      },
       {"ops::batchnorm_backward", "params.relu is set but y is undefined", "relu(bn(x))"}));
   // The CPU reads y even given beta (its forward normalized with fp64 statistics).
   EXPECT_TRUE(throws_error_with(
-      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, Tensor(), Tensor(), c3); },
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3}, x, {x, c3, c3}, {c3, c3}, relu);
+      },
       {"ops::batchnorm_backward", "y is undefined", "batchnorm_backward_reads_y"}));
   EXPECT_TRUE(throws_error_with(
-      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, {}, x); },
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3}, x, {x, c3}, {c3, c3}, {}, x);
+      },
       {"ops::batchnorm_backward", "y f32[2, 3, 4, 4]", "is given but params.relu is not set"}));
   const Tensor y_bad = Tensor::empty({2, 3, 4, 5}, DType::f32);
-  EXPECT_TRUE(
-      throws_error_with([&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, y_bad); },
-                        {"ops::batchnorm_backward", "y is f32[2, 3, 4, 5]"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3}, x, {x, c3}, {c3, c3}, relu, y_bad);
+      },
+      {"ops::batchnorm_backward", "y is f32[2, 3, 4, 5]"}));
   const Tensor y_half = Tensor::empty({2, 3, 4, 4}, DType::bf16);
   EXPECT_TRUE(throws_error_with(
-      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, y_half); },
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3}, x, {x, c3}, {c3, c3}, relu, y_half);
+      },
       {"ops::batchnorm_backward", "y"}));
 }
 

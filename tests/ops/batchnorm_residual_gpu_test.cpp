@@ -64,17 +64,18 @@ Out run(const Case& k, Device device, bool fused, const Tensor& mask_y = Tensor(
   b.dx = poisoned(shape, k.dtype, device);
   o.dr = poisoned(shape, k.dtype, device);
   if (fused) {
-    ops::batchnorm_forward_train(b.y, b.mean, b.invstd, b.rm, b.rv, xd, gamma, beta, p, rd);
-    ops::batchnorm_backward(b.dx, b.dgamma, b.dbeta, dyd, xd, gamma, b.mean, b.invstd, p,
-                            mask_y.defined() ? on(mask_y) : b.y, o.dr);
+    ops::batchnorm_forward_train(b.y, {b.mean, b.invstd}, {b.rm, b.rv}, {xd, gamma, beta, rd}, p);
+    ops::batchnorm_backward({b.dx, b.dgamma, b.dbeta, o.dr}, dyd, {xd, gamma}, {b.mean, b.invstd},
+                            p, mask_y.defined() ? on(mask_y) : b.y);
   } else {
     const Tensor z = poisoned(shape, k.dtype, device);
-    ops::batchnorm_forward_train(z, b.mean, b.invstd, b.rm, b.rv, xd, gamma, beta, plain);
+    ops::batchnorm_forward_train(z, {b.mean, b.invstd}, {b.rm, b.rv}, {xd, gamma, beta}, plain);
     const Tensor sum = poisoned(shape, k.dtype, device);
     ops::add(sum, rd, z);
     ops::relu_forward(b.y, sum);
     ops::relu_backward(o.dr, dyd, mask_y.defined() ? on(mask_y) : b.y);
-    ops::batchnorm_backward(b.dx, b.dgamma, b.dbeta, o.dr, xd, gamma, b.mean, b.invstd, plain);
+    ops::batchnorm_backward({b.dx, b.dgamma, b.dbeta}, o.dr, {xd, gamma}, {b.mean, b.invstd},
+                            plain);
   }
   return o;
 }
@@ -136,10 +137,10 @@ TEST(BatchNormResidualGpuEval, MatchesCpu) {
     const Tensor rm = random_tensor({d.c}, DType::f32, 144);
     const Tensor rv = random_tensor({d.c}, DType::f32, 145, 0.5f, 2.0f);
     const Tensor y_c = poisoned(shape4(d, l), DType::f32);
-    ops::batchnorm_forward_eval(y_c, x, gamma, beta, rm, rv, p, r);
+    ops::batchnorm_forward_eval(y_c, {x, gamma, beta, r}, {rm, rv}, p);
     const Tensor y_g = poisoned(shape4(d, l), DType::f32, kGpu);
-    ops::batchnorm_forward_eval(y_g, x.to(kGpu), gamma.to(kGpu), beta.to(kGpu), rm.to(kGpu),
-                                rv.to(kGpu), p, r.to(kGpu));
+    ops::batchnorm_forward_eval(y_g, {x.to(kGpu), gamma.to(kGpu), beta.to(kGpu), r.to(kGpu)},
+                                {rm.to(kGpu), rv.to(kGpu)}, p);
     EXPECT_TRUE(all_close(y_g, y_c, 1e-4, 1e-4)) << ops::layout_name(l);
     const std::vector<float> yv = y_g.to_floats();
     EXPECT_TRUE(std::all_of(yv.begin(), yv.end(), [](float v) { return v >= 0.0f; }));

@@ -45,7 +45,7 @@ TEST_P(BatchNormResidualCpu, FusedEqualsTheCompositionBitForBit) {
   ops::BatchNormParams p{.layout = l, .relu = relu};
   const Tensor y0 = poisoned(shape4(d, l), dt);
   const Tensor m0 = poisoned({d.c}, DType::f32), s0 = poisoned({d.c}, DType::f32);
-  ops::batchnorm_forward_train(y0, m0, s0, Tensor(), Tensor(), in.x, in.gamma, in.beta, p);
+  ops::batchnorm_forward_train(y0, {m0, s0}, {}, {in.x, in.gamma, in.beta}, p);
   EXPECT_FALSE(bit_identical(y0, f.y)) << what;
   if (!relu) {
     EXPECT_TRUE(bit_identical(f.dr, in.dy)) << what << ": without the ReLU dr is dy";
@@ -64,7 +64,7 @@ TEST_P(BatchNormResidualCpu, FusedEqualsTheCompositionBitForBit) {
   // with the residual-free output y0 differs.
   const Tensor dx0 = poisoned(shape4(d, l), dt);
   const Tensor dg = in.dgamma.clone(), db = in.dbeta.clone();
-  ops::batchnorm_backward(dx0, dg, db, in.dy, in.x, in.gamma, f.mean, f.invstd, p, y0);
+  ops::batchnorm_backward({dx0, dg, db}, in.dy, {in.x, in.gamma}, {f.mean, f.invstd}, p, y0);
   EXPECT_FALSE(bit_identical(dx0, f.dx)) << what;
   EXPECT_FALSE(bit_identical(db, f.dbeta)) << what;
 }
@@ -87,18 +87,18 @@ TEST(BatchNormResidualCpuAlias, OutputsOverInputs) {
   const Tensor m = poisoned({d.c}, DType::f32), s = poisoned({d.c}, DType::f32);
   {
     const Tensor x = in.x.clone();
-    ops::batchnorm_forward_train(x, m, s, Tensor(), Tensor(), x, in.gamma, in.beta, p, res);
+    ops::batchnorm_forward_train(x, {m, s}, {}, {x, in.gamma, in.beta, res}, p);
     EXPECT_TRUE(bit_identical(x, f.y));
   }
   {
     const Tensor r = res.clone();
-    ops::batchnorm_forward_train(r, m, s, Tensor(), Tensor(), in.x, in.gamma, in.beta, p, r);
+    ops::batchnorm_forward_train(r, {m, s}, {}, {in.x, in.gamma, in.beta, r}, p);
     EXPECT_TRUE(bit_identical(r, f.y));
   }
   {
     const Tensor dy = in.dy.clone(), dx = poisoned(shape4(d, l), dt);
     const Tensor dg = in.dgamma.clone(), db = in.dbeta.clone();
-    ops::batchnorm_backward(dx, dg, db, dy, in.x, in.gamma, f.mean, f.invstd, p, f.y, dy);
+    ops::batchnorm_backward({dx, dg, db, dy}, dy, {in.x, in.gamma}, {f.mean, f.invstd}, p, f.y);
     EXPECT_TRUE(bit_identical(dy, f.dr));
     EXPECT_TRUE(bit_identical(dx, f.dx));
     EXPECT_TRUE(bit_identical(dg, f.dgamma));
@@ -106,7 +106,7 @@ TEST(BatchNormResidualCpuAlias, OutputsOverInputs) {
   {
     const Tensor dy = in.dy.clone(), dr = poisoned(shape4(d, l), dt);
     const Tensor dg = in.dgamma.clone(), db = in.dbeta.clone();
-    ops::batchnorm_backward(dy, dg, db, dy, in.x, in.gamma, f.mean, f.invstd, p, f.y, dr);
+    ops::batchnorm_backward({dy, dg, db, dr}, dy, {in.x, in.gamma}, {f.mean, f.invstd}, p, f.y);
     EXPECT_TRUE(bit_identical(dy, f.dx));
     EXPECT_TRUE(bit_identical(dr, f.dr));
     EXPECT_TRUE(bit_identical(db, f.dbeta));
@@ -124,18 +124,24 @@ TEST(BatchNormResidualCpuErrors, ResidualAndDresidualAreChecked) {
   const Tensor bad_dtype = Tensor::empty({2, 3, 4, 4}, DType::bf16);
   EXPECT_TRUE(throws_error_with(
       [&] {
-        ops::batchnorm_forward_train(y, m, s, Tensor(), Tensor(), x, c3, c3, relu, bad_shape);
+        ops::batchnorm_forward_train(y, {m, s}, {}, {x, c3, c3, bad_shape}, relu);
       },
       {"ops::batchnorm_forward_train", "residual is f32[2, 3, 4, 5]"}));
-  EXPECT_TRUE(
-      throws_error_with([&] { ops::batchnorm_forward_eval(y, x, c3, c3, c3, c3, relu, bad_dtype); },
-                        {"ops::batchnorm_forward_eval", "residual"}));
   EXPECT_TRUE(throws_error_with(
-      [&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, x, bad_shape); },
+      [&] {
+        ops::batchnorm_forward_eval(y, {x, c3, c3, bad_dtype}, {c3, c3}, relu);
+      },
+      {"ops::batchnorm_forward_eval", "residual"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3, bad_shape}, x, {x, c3}, {c3, c3}, relu, x);
+      },
       {"ops::batchnorm_backward", "dresidual is f32[2, 3, 4, 5]"}));
-  EXPECT_TRUE(
-      throws_error_with([&] { ops::batchnorm_backward(dx, c3, c3, x, x, c3, c3, c3, relu, x, dx); },
-                        {"ops::batchnorm_backward", "aliases dx", "its own buffer"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3, dx}, x, {x, c3}, {c3, c3}, relu, x);
+      },
+      {"ops::batchnorm_backward", "aliases dx", "its own buffer"}));
 }
 
 }  // namespace

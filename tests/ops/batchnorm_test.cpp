@@ -97,7 +97,7 @@ TEST_P(BatchNormCpu, TrainForwardAndRunningStatistics) {
   const std::vector<float> rm0 = t.rm.to_floats(), rv0 = t.rv.to_floats();
   const Tensor y = poisoned(shape4(d, l), DType::f32);
   const Tensor mean = poisoned({d.c}, DType::f32), invstd = poisoned({d.c}, DType::f32);
-  ops::batchnorm_forward_train(y, mean, invstd, t.rm, t.rv, t.x, t.gamma, t.beta, p);
+  ops::batchnorm_forward_train(y, {mean, invstd}, {t.rm, t.rv}, {t.x, t.gamma, t.beta}, p);
   const BnRef ref =
       naive_bn_train(d, l, t.x.to_floats(), t.gamma.to_floats(), t.beta.to_floats(), p.eps);
   EXPECT_TRUE(all_close(y, ref.y, 1e-5, 1e-5));
@@ -129,7 +129,7 @@ TEST_P(BatchNormCpu, EvalUsesRunningStatistics) {
           want[i] = (x[i] - rm[idx(c)]) / std::sqrt(rv[idx(c)] + 1e-3) * g[idx(c)] + b[idx(c)];
         }
   const Tensor y = poisoned(shape4(d, l), DType::f32);
-  ops::batchnorm_forward_eval(y, t.x, t.gamma, t.beta, t.rm, t.rv, p);
+  ops::batchnorm_forward_eval(y, {t.x, t.gamma, t.beta}, {t.rm, t.rv}, p);
   EXPECT_TRUE(all_close(y, want, 1e-5, 1e-5));
 }
 
@@ -140,10 +140,10 @@ TEST_P(BatchNormCpu, BackwardMatchesChainRule) {
   const BnInputs t = make_bn_inputs(d, l, DType::f32, 30);
   const Tensor y = poisoned(shape4(d, l), DType::f32);
   const Tensor mean = poisoned({d.c}, DType::f32), invstd = poisoned({d.c}, DType::f32);
-  ops::batchnorm_forward_train(y, mean, invstd, {}, {}, t.x, t.gamma, t.beta, p);
+  ops::batchnorm_forward_train(y, {mean, invstd}, {}, {t.x, t.gamma, t.beta}, p);
   const std::vector<float> dg0 = t.dgamma.to_floats(), db0 = t.dbeta.to_floats();
   const Tensor dx = poisoned(shape4(d, l), DType::f32);
-  ops::batchnorm_backward(dx, t.dgamma, t.dbeta, t.dy, t.x, t.gamma, mean, invstd, p);
+  ops::batchnorm_backward({dx, t.dgamma, t.dbeta}, t.dy, {t.x, t.gamma}, {mean, invstd}, p);
   const BnRef ref =
       naive_bn_train(d, l, t.x.to_floats(), t.gamma.to_floats(), t.beta.to_floats(), p.eps);
   BnGrads g = naive_bn_backward(d, l, t.x.to_floats(), t.dy.to_floats(), t.gamma.to_floats(), ref);
@@ -164,14 +164,14 @@ TEST(BatchNormCpuHalf, HalfInputsMatchWithinRounding) {
     const ops::BatchNormParams p{.layout = Layout::nhwc};
     const Tensor y = poisoned(shape4(d, Layout::nhwc), dtype);
     const Tensor mean = poisoned({d.c}, DType::f32), invstd = poisoned({d.c}, DType::f32);
-    ops::batchnorm_forward_train(y, mean, invstd, t.rm, t.rv, t.x, t.gamma, t.beta, p);
+    ops::batchnorm_forward_train(y, {mean, invstd}, {t.rm, t.rv}, {t.x, t.gamma, t.beta}, p);
     const BnRef ref = naive_bn_train(d, Layout::nhwc, t.x.to_floats(), t.gamma.to_floats(),
                                      t.beta.to_floats(), p.eps);
     const double tol = dtype == DType::bf16 ? 1e-2 : 2e-3;
     EXPECT_TRUE(all_close(y, ref.y, tol, tol)) << dtype_name(dtype);
     EXPECT_TRUE(all_close(mean, ref.mean, 1e-6, 1e-6));
     const Tensor dx = poisoned(shape4(d, Layout::nhwc), dtype);
-    ops::batchnorm_backward(dx, t.dgamma, t.dbeta, t.dy, t.x, t.gamma, mean, invstd, p);
+    ops::batchnorm_backward({dx, t.dgamma, t.dbeta}, t.dy, {t.x, t.gamma}, {mean, invstd}, p);
     const std::vector<float> dx_values = dx.to_floats();
     for (float v : dx_values) ASSERT_TRUE(std::isfinite(v));
   }
@@ -183,32 +183,44 @@ TEST(BatchNormCpuErrors, PerChannelTensorsAndLayout) {
   const Tensor c3 = Tensor::zeros({3}, DType::f32);
   // Read as NCHW, the channel extent is 8: every [3] vector is wrong.
   EXPECT_TRUE(throws_error_with(
-      [&] { ops::batchnorm_forward_train(y, c3, c3, c3, c3, x, c3, c3, {}); },
+      [&] {
+        ops::batchnorm_forward_train(y, {c3, c3}, {c3, c3}, {x, c3, c3}, {});
+      },
       {"ops::batchnorm_forward_train", "gamma is f32[3]", "expected f32[8]", "NCHW, C=8"}));
-  ops::batchnorm_forward_train(y, c3, Tensor::zeros({3}, DType::f32), {}, {}, x,
-                               Tensor::zeros({3}, DType::f32), c3, {.layout = Layout::nhwc});
+  ops::batchnorm_forward_train(y, {c3, Tensor::zeros({3}, DType::f32)}, {},
+                               {x, Tensor::zeros({3}, DType::f32), c3}, {.layout = Layout::nhwc});
   EXPECT_TRUE(throws_error_with(
-      [&] { ops::batchnorm_forward_train(y, c3, c3, c3, {}, x, c3, c3, {.layout = Layout::nhwc}); },
+      [&] {
+        ops::batchnorm_forward_train(y, {c3, c3}, {c3}, {x, c3, c3}, {.layout = Layout::nhwc});
+      },
       {"ops::batchnorm_forward_train", "running_mean and running_var"}));
   const Tensor x3 = random_tensor({8, 8, 3}, DType::f32, 2);
-  EXPECT_TRUE(
-      throws_error_with([&] { ops::batchnorm_forward_eval(y, x3, c3, c3, c3, c3, {}); },
-                        {"ops::batchnorm_forward_eval", "x is f32[8, 8, 3]", "expected rank 4"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] {
+        ops::batchnorm_forward_eval(y, {x3, c3, c3}, {c3, c3}, {});
+      },
+      {"ops::batchnorm_forward_eval", "x is f32[8, 8, 3]", "expected rank 4"}));
 }
 
 TEST(BatchNormCpuErrors, OneValuePerChannelAndBadParams) {
   const Tensor x = random_tensor({1, 3, 1, 1}, DType::f32, 1);
   const Tensor y = Tensor::empty({1, 3, 1, 1}, DType::f32);
   const Tensor c3 = Tensor::zeros({3}, DType::f32);
-  EXPECT_TRUE(
-      throws_error_with([&] { ops::batchnorm_forward_train(y, c3, c3, {}, {}, x, c3, c3, {}); },
-                        {"ops::batchnorm_forward_train", "more than one"}));
-  EXPECT_TRUE(
-      throws_error_with([&] { ops::batchnorm_forward_eval(y, x, c3, c3, c3, c3, {.eps = 0.0f}); },
-                        {"ops::batchnorm_forward_eval", "eps 0"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] {
+        ops::batchnorm_forward_train(y, {c3, c3}, {}, {x, c3, c3}, {});
+      },
+      {"ops::batchnorm_forward_train", "more than one"}));
+  EXPECT_TRUE(throws_error_with(
+      [&] {
+        ops::batchnorm_forward_eval(y, {x, c3, c3}, {c3, c3}, {.eps = 0.0f});
+      },
+      {"ops::batchnorm_forward_eval", "eps 0"}));
   const Tensor dx = Tensor::empty({1, 3, 2, 1}, DType::f32);
   EXPECT_TRUE(throws_error_with(
-      [&] { ops::batchnorm_backward(dx, c3, c3, y, x, c3, c3, c3, {}); },
+      [&] {
+        ops::batchnorm_backward({dx, c3, c3}, y, {x, c3}, {c3, c3}, {});
+      },
       {"ops::batchnorm_backward", "dx is f32[1, 3, 2, 1]", "expected [1, 3, 1, 1]"}));
 }
 

@@ -112,11 +112,11 @@ inline BnRun run_batchnorm(const BnInputs& in, const Tensor& residual, const Dim
           in.dbeta.clone(),
           has_residual ? poisoned(shape, dt) : Tensor()};
   if (fused) {
-    ops::batchnorm_forward_train(r.y, r.mean, r.invstd, r.rm, r.rv, in.x, in.gamma, in.beta, p,
-                                 residual);
-    ops::batchnorm_forward_eval(r.y_eval, in.x, in.gamma, in.beta, r.rm, r.rv, p, residual);
-    ops::batchnorm_backward(r.dx, r.dgamma, r.dbeta, in.dy, in.x, in.gamma, r.mean, r.invstd, p,
-                            relu ? r.y : Tensor(), r.dr);
+    ops::batchnorm_forward_train(r.y, {r.mean, r.invstd}, {r.rm, r.rv},
+                                 {in.x, in.gamma, in.beta, residual}, p);
+    ops::batchnorm_forward_eval(r.y_eval, {in.x, in.gamma, in.beta, residual}, {r.rm, r.rv}, p);
+    ops::batchnorm_backward({r.dx, r.dgamma, r.dbeta, r.dr}, in.dy, {in.x, in.gamma},
+                            {r.mean, r.invstd}, p, relu ? r.y : Tensor());
     return r;
   }
   const auto tail = [&](const Tensor& out, const Tensor& z) {
@@ -132,10 +132,11 @@ inline BnRun run_batchnorm(const BnInputs& in, const Tensor& residual, const Dim
     }
   };
   const Tensor z = poisoned(shape, dt);
-  ops::batchnorm_forward_train(z, r.mean, r.invstd, r.rm, r.rv, in.x, in.gamma, in.beta, plain);
+  ops::batchnorm_forward_train(z, {r.mean, r.invstd}, {r.rm, r.rv}, {in.x, in.gamma, in.beta},
+                               plain);
   tail(r.y, z);
   const Tensor ze = poisoned(shape, dt);
-  ops::batchnorm_forward_eval(ze, in.x, in.gamma, in.beta, r.rm, r.rv, plain);
+  ops::batchnorm_forward_eval(ze, {in.x, in.gamma, in.beta}, {r.rm, r.rv}, plain);
   tail(r.y_eval, ze);
   const Tensor dz = has_residual ? r.dr : poisoned(shape, dt);
   if (relu) {
@@ -143,7 +144,8 @@ inline BnRun run_batchnorm(const BnInputs& in, const Tensor& residual, const Dim
   } else {
     ops::copy(dz, in.dy);
   }
-  ops::batchnorm_backward(r.dx, r.dgamma, r.dbeta, dz, in.x, in.gamma, r.mean, r.invstd, plain);
+  ops::batchnorm_backward({r.dx, r.dgamma, r.dbeta}, dz, {in.x, in.gamma}, {r.mean, r.invstd},
+                          plain);
   return r;
 }
 

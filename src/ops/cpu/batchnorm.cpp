@@ -61,31 +61,31 @@ const T* opt_in(const Tensor& t) {
 // saved and running statistics, then y.
 template <typename T>
 void normalize_channel(int64_t c, double mean, double var, double m, const Dims4& d, const T* in,
-                       const T* res, T* out, const Tensor& save_mean, const Tensor& save_invstd,
-                       const Tensor& running_mean, const Tensor& running_var, const Tensor& gamma,
-                       const Tensor& beta, const BatchNormParams& p) {
+                       const T* res, T* out, const BatchNormSaved& saved,
+                       const BatchNormRunning& running, const BatchNormInput& bn,
+                       const BatchNormParams& p) {
   const double invstd = 1.0 / std::sqrt(var + static_cast<double>(p.eps));
-  mf(save_mean)[c] = static_cast<float>(mean);
-  mf(save_invstd)[c] = static_cast<float>(invstd);
-  if (running_mean.defined()) {
+  mf(saved.mean)[c] = static_cast<float>(mean);
+  mf(saved.invstd)[c] = static_cast<float>(invstd);
+  if (running.mean.defined()) {
     const double mo = p.momentum;
-    float& rm = mf(running_mean)[c];
-    float& rv = mf(running_var)[c];
+    float& rm = mf(running.mean)[c];
+    float& rv = mf(running.var)[c];
     rm = static_cast<float>((1.0 - mo) * rm + mo * mean);
     rv = static_cast<float>((1.0 - mo) * rv + mo * var * m / (m - 1.0));
   }
-  const double scale = invstd * cf(gamma)[c];
-  const double shift = cf(beta)[c] - mean * scale;
+  const double scale = invstd * cf(bn.gamma)[c];
+  const double shift = cf(bn.beta)[c] - mean * scale;
   for_channel(d, p.layout, c,
               [&](int64_t i) { out[i] = bn_out<T>(load(in[i]) * scale + shift, p.relu, res, i); });
 }
 
 }  // namespace
 
-void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
-                             const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
-                             const Tensor& residual) {
+void batchnorm_forward_train(const Tensor& y, const BatchNormSaved& saved,
+                             const BatchNormRunning& running, const BatchNormInput& bn,
+                             const BatchNormParams& p) {
+  const Tensor& x = bn.x;
   const Dims4 d = dims4(x.shape(), p.layout);
   const double m = static_cast<double>(d.n * d.h * d.w);
   visit_float(x.dtype(), [&](auto tag) {
@@ -100,37 +100,34 @@ void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Ten
         const double dv = load(in[i]) - mean;
         sq += dv * dv;
       });
-      normalize_channel<T>(c, mean, sq / m, m, d, in, opt_in<T>(residual),
-                           static_cast<T*>(y.data()), save_mean, save_invstd, running_mean,
-                           running_var, gamma, beta, p);
+      normalize_channel<T>(c, mean, sq / m, m, d, in, opt_in<T>(bn.residual),
+                           static_cast<T*>(y.data()), saved, running, bn, p);
     });
   });
 }
 
-void batchnorm_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
-                                       const Tensor& save_invstd, const Tensor& running_mean,
-                                       const Tensor& running_var, const Tensor& x,
-                                       const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma,
-                                       const Tensor& beta, const BatchNormParams& p,
-                                       const Tensor& residual) {
+void batchnorm_forward_train_from_sums(const Tensor& y, const BatchNormSaved& saved,
+                                       const BatchNormRunning& running, const BatchNormInput& bn,
+                                       const BatchNormSums& sums, const BatchNormParams& p) {
+  const Tensor& x = bn.x;
   const Dims4 d = dims4(x.shape(), p.layout);
   const double m = static_cast<double>(d.n * d.h * d.w);
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     tbb::parallel_for(int64_t{0}, d.c, [&](int64_t c) {
-      const double mean = cf(sum)[c] / m;
-      const double var = std::max(cf(sum_sq)[c] / m - mean * mean, 0.0);
-      normalize_channel<T>(c, mean, var, m, d, static_cast<const T*>(x.data()), opt_in<T>(residual),
-                           static_cast<T*>(y.data()), save_mean, save_invstd, running_mean,
-                           running_var, gamma, beta, p);
+      const double mean = cf(sums.sum)[c] / m;
+      const double var = std::max(cf(sums.sum_sq)[c] / m - mean * mean, 0.0);
+      normalize_channel<T>(c, mean, var, m, d, static_cast<const T*>(x.data()),
+                           opt_in<T>(bn.residual), static_cast<T*>(y.data()), saved, running, bn,
+                           p);
     });
   });
 }
 
-void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
-                            const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, const BatchNormParams& p,
-                            const Tensor& residual) {
+void batchnorm_forward_eval(const Tensor& y, const BatchNormInput& bn,
+                            const BatchNormRunning& running, const BatchNormParams& p) {
+  const Tensor &x = bn.x, &gamma = bn.gamma, &beta = bn.beta, &residual = bn.residual;
+  const Tensor &running_mean = running.mean, &running_var = running.var;
   const Dims4 d = dims4(x.shape(), p.layout);
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -149,11 +146,12 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
   });
 }
 
-void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                        const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                        const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
-                        const Tensor& /*beta*/) {  // the mask comes from y
+void batchnorm_backward(const BatchNormGrads& grads, const Tensor& dy, const BatchNormInput& bn,
+                        const BatchNormSaved& saved, const BatchNormParams& p, const Tensor& y) {
+  // The mask comes from y (bn.beta is not read).
+  const Tensor &dx = grads.dx, &dgamma = grads.dgamma, &dbeta = grads.dbeta;
+  const Tensor& dresidual = grads.dresidual;
+  const Tensor &x = bn.x, &gamma = bn.gamma, &save_mean = saved.mean, &save_invstd = saved.invstd;
   const Dims4 d = dims4(x.shape(), p.layout);
   const double m = static_cast<double>(d.n * d.h * d.w);
   visit_float(x.dtype(), [&](auto tag) {

@@ -69,44 +69,39 @@ void finish_forward(const Tensor& y, const Tensor& residual, bool relu) {
 
 }  // namespace
 
-void batchnorm_forward_train(const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
-                             const Tensor& running_mean, const Tensor& running_var, const Tensor& x,
-                             const Tensor& gamma, const Tensor& beta, const BatchNormParams& p,
-                             const Tensor& residual) {
+void batchnorm_forward_train(const Tensor& y, const BatchNormSaved& saved,
+                             const BatchNormRunning& running, const BatchNormInput& in,
+                             const BatchNormParams& p) {
+  const Tensor &x = in.x, &gamma = in.gamma, &beta = in.beta;
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
   if (p.layout == Layout::nhwc) {
-    batchnorm_nhwc_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, gamma,
-                                 beta, p, residual);
+    batchnorm_nhwc_forward_train(y, saved, running, in, p);
     return;
   }
   const BnDescs desc(x, p.layout);
   const CudnnLease lease(d);
   const float one = 1.0f, zero = 0.0f;
-  check_call(cudnnBatchNormalizationForwardTraining(
-                 lease.handle(), desc.mode, &one, &zero, desc.x.get(), x.data(), desc.x.get(),
-                 y.data(), desc.channel.get(), gamma.data(), beta.data(), p.momentum,
-                 opt(running_mean), opt(running_var), p.eps, save_mean.data(), save_invstd.data()),
+  check_call(cudnnBatchNormalizationForwardTraining(lease.handle(), desc.mode, &one, &zero,
+                                                    desc.x.get(), x.data(), desc.x.get(), y.data(),
+                                                    desc.channel.get(), gamma.data(), beta.data(),
+                                                    p.momentum, opt(running.mean), opt(running.var),
+                                                    p.eps, saved.mean.data(), saved.invstd.data()),
              "batchnorm_forward_train", "cudnnBatchNormalizationForwardTraining", x, p.layout);
-  finish_forward(y, residual, p.relu);
+  finish_forward(y, in.residual, p.relu);
 }
 
 // The front end refuses NCHW: cuDNN's batch norm sums x itself.
-void batchnorm_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
-                                       const Tensor& save_invstd, const Tensor& running_mean,
-                                       const Tensor& running_var, const Tensor& x,
-                                       const Tensor& sum, const Tensor& sum_sq, const Tensor& gamma,
-                                       const Tensor& beta, const BatchNormParams& p,
-                                       const Tensor& residual) {
-  const core::DeviceScope scope(x.device().index);
-  batchnorm_nhwc_forward_train_from_sums(y, save_mean, save_invstd, running_mean, running_var, x,
-                                         sum, sum_sq, gamma, beta, p, residual);
+void batchnorm_forward_train_from_sums(const Tensor& y, const BatchNormSaved& saved,
+                                       const BatchNormRunning& running, const BatchNormInput& in,
+                                       const BatchNormSums& sums, const BatchNormParams& p) {
+  const core::DeviceScope scope(in.x.device().index);
+  batchnorm_nhwc_forward_train_from_sums(y, saved, running, in, sums, p);
 }
 
-void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamma,
-                            const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, const BatchNormParams& p,
-                            const Tensor& residual) {
+void batchnorm_forward_eval(const Tensor& y, const BatchNormInput& in,
+                            const BatchNormRunning& running, const BatchNormParams& p) {
+  const Tensor &x = in.x, &gamma = in.gamma, &beta = in.beta;
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
   const BnDescs desc(x, p.layout);
@@ -114,22 +109,21 @@ void batchnorm_forward_eval(const Tensor& y, const Tensor& x, const Tensor& gamm
   const float one = 1.0f, zero = 0.0f;
   check_call(cudnnBatchNormalizationForwardInference(
                  lease.handle(), desc.mode, &one, &zero, desc.x.get(), x.data(), desc.x.get(),
-                 y.data(), desc.channel.get(), gamma.data(), beta.data(), running_mean.data(),
-                 running_var.data(), p.eps),
+                 y.data(), desc.channel.get(), gamma.data(), beta.data(), running.mean.data(),
+                 running.var.data(), p.eps),
              "batchnorm_forward_eval", "cudnnBatchNormalizationForwardInference", x, p.layout);
-  finish_forward(y, residual, p.relu);
+  finish_forward(y, in.residual, p.relu);
 }
 
-void batchnorm_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                        const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                        const Tensor& save_mean, const Tensor& save_invstd,
-                        const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
-                        const Tensor& beta) {
+void batchnorm_backward(const BatchNormGrads& grads, const Tensor& dy, const BatchNormInput& in,
+                        const BatchNormSaved& saved, const BatchNormParams& p, const Tensor& y) {
+  const Tensor &dx = grads.dx, &dgamma = grads.dgamma, &dbeta = grads.dbeta;
+  const Tensor& dresidual = grads.dresidual;
+  const Tensor &x = in.x, &gamma = in.gamma, &save_mean = saved.mean, &save_invstd = saved.invstd;
   const Device d = x.device();
   const core::DeviceScope scope(d.index);
   if (p.layout == Layout::nhwc) {
-    batchnorm_nhwc_backward(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, p, y,
-                            dresidual, beta);
+    batchnorm_nhwc_backward(grads, dy, in, saved, p, y);
     return;
   }
   // The fused ReLU's composition: cuDNN reads dz = dy * (y > 0) from a temporary, or from

@@ -12,21 +12,15 @@
 
 namespace stoker::ops::cuda {
 
-void batchnorm_nhwc_forward_train(const Tensor& y, const Tensor& save_mean,
-                                  const Tensor& save_invstd, const Tensor& running_mean,
-                                  const Tensor& running_var, const Tensor& x, const Tensor& gamma,
-                                  const Tensor& beta, const BatchNormParams& p,
-                                  const Tensor& residual);
-void batchnorm_nhwc_forward_train_from_sums(const Tensor& y, const Tensor& save_mean,
-                                            const Tensor& save_invstd, const Tensor& running_mean,
-                                            const Tensor& running_var, const Tensor& x,
-                                            const Tensor& sum, const Tensor& sum_sq,
-                                            const Tensor& gamma, const Tensor& beta,
-                                            const BatchNormParams& p, const Tensor& residual);
-void batchnorm_nhwc_backward(const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                             const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                             const Tensor& save_mean, const Tensor& save_invstd,
-                             const BatchNormParams& p, const Tensor& y, const Tensor& dresidual,
-                             const Tensor& beta);
+void batchnorm_nhwc_forward_train(const Tensor& y, const BatchNormSaved& saved,
+                                  const BatchNormRunning& running, const BatchNormInput& in,
+                                  const BatchNormParams& p);
+void batchnorm_nhwc_forward_train_from_sums(const Tensor& y, const BatchNormSaved& saved,
+                                            const BatchNormRunning& running,
+                                            const BatchNormInput& in, const BatchNormSums& sums,
+                                            const BatchNormParams& p);
+void batchnorm_nhwc_backward(const BatchNormGrads& grads, const Tensor& dy,
+                             const BatchNormInput& in, const BatchNormSaved& saved,
+                             const BatchNormParams& p, const Tensor& y);
 
 }  // namespace stoker::ops::cuda
