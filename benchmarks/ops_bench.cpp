@@ -11,7 +11,9 @@
 // BM_MaxPoolBackward and BM_ResNetStemConv are ResNet-50's stem: its max pool without and with
 // the argmax bytes (bytes/s) and its 7x7 convolution with 3 input channels as they are or padded
 // to 4 / 8 (useful FLOP/s). BM_WeightGradBiasGrad is a GPT-2 Linear's weight gradient with its
-// bias gradient as a separate pass or from the GEMM (FLOP/s of the GEMM).
+// bias gradient as a separate pass or from the GEMM (FLOP/s of the GEMM). BM_RmsNorm*,
+// BM_AddRmsNorm*, BM_Rope* and BM_SwiGlu* are Llama-3.2-1B's kernels (B 4 x T 2048 bf16); their
+// bytes are the ones benchmarks/peers/torch_llama_ops.py counts for PyTorch's same ops.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -436,6 +438,189 @@ void BM_ResNetStemConv(benchmark::State& state) {
                                                 benchmark::Counter::kIsRate);
 }
 
+// ---- Llama-3.2-1B (issue #40): 8192 rows (B 4 x T 2048) of width 2048, bf16 ----
+//
+// Bytes (the same counts as benchmarks/peers/torch_llama_ops.py): the bf16 activations each op
+// must read once and write once; the f32 [C] weight, the f32 [N] rstd and the positions (under
+// 0.5 % of the total) are not counted.
+//   rmsnorm      forward: x read, y written (2 N C x 2 B);   backward: dy, x read, dx written (3)
+//   add_rmsnorm  forward: x, residual read, sum, y written (4); backward: dy, dsum_in, sum read,
+//                dsum written (4)
+//   rope_qkv     forward and backward: the q and k heads read and written in place,
+//                2 x tokens x (H + KV) D x 2 B (the value heads are not touched)
+//   swiglu       forward: x [N, 2F] read, y [N, F] written (3 N F x 2 B); backward: dy [N, F],
+//                x [N, 2F] read, dx [N, 2F] written (5 N F x 2 B)
+// Checked on the first rows against the CPU reference: SwiGLU and the residual sum to the bit,
+// the others with room for the one-ulp differences tests/ops/rmsnorm_gpu_test.cpp and
+// rope_gpu_test.cpp allow.
+constexpr int64_t kRowsLlama = 8192, kWidthLlama = 2048, kCheckRows = 64;
+constexpr int64_t kHeadsLlama = 32, kKvHeadsLlama = 8, kHeadDimLlama = 64, kFfnLlama = 8192;
+constexpr float kEpsLlama = 1e-5f;
+const double kBf16Ulp = std::ldexp(1.0, -7);
+
+Tensor first_rows(const Tensor& t, int64_t rows) { return t.slice(0, rows).to(Device::cpu()); }
+
+struct Rms {
+  Tensor x, residual, weight, sum, y, rstd;
+  explicit Rms(Device gpu) {
+    x = random_tensor({kRowsLlama, kWidthLlama}, DType::bf16, gpu, 61);
+    residual = random_tensor(x.shape(), DType::bf16, gpu, 62);
+    weight = Tensor::empty({kWidthLlama}, DType::f32, gpu);
+    ops::random_normal(weight, 1.0f, 0.1f, 63, 0);  // near 1, as trained RMSNorm weights are
+    sum = Tensor::empty(x.shape(), DType::bf16, gpu);
+    y = Tensor::empty(x.shape(), DType::bf16, gpu);
+    rstd = Tensor::empty({kRowsLlama}, DType::f32, gpu);
+  }
+};
+
+void BM_RmsNormForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Rms m(Device::cuda(0));
+  time_calls(state, 2.0 * m.x.nbytes(),
+             [&] { ops::rmsnorm_forward(m.y, m.rstd, m.x, m.weight, kEpsLlama); });
+  const Device cpu = Device::cpu();
+  Tensor yc = Tensor::empty({kCheckRows, kWidthLlama}, DType::bf16, cpu);
+  Tensor rc = Tensor::empty({kCheckRows}, DType::f32, cpu);
+  ops::rmsnorm_forward(yc, rc, first_rows(m.x, kCheckRows), m.weight.to(cpu), kEpsLlama);
+  check(state, std::max(worst(m.y, yc, kCheckRows * kWidthLlama, 2 * kBf16Ulp, 1e-3),
+                        worst(m.rstd, rc, kCheckRows, 1e-5, 0.0)));
+}
+
+void BM_RmsNormBackward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0), cpu = Device::cpu();
+  Rms m(gpu);
+  ops::rmsnorm_forward(m.y, m.rstd, m.x, m.weight, kEpsLlama);
+  const Tensor dy = random_tensor(m.x.shape(), DType::bf16, gpu, 64);
+  Tensor dx = Tensor::empty(m.x.shape(), DType::bf16, gpu);
+  Tensor dweight = Tensor::zeros({kWidthLlama}, DType::f32, gpu);  // accumulates while timed
+  time_calls(state, 3.0 * m.x.nbytes(),
+             [&] { ops::rmsnorm_backward(dx, dweight, dy, m.x, m.rstd, m.weight); });
+  Tensor dxc = Tensor::empty({kCheckRows, kWidthLlama}, DType::bf16, cpu);
+  Tensor dwc = Tensor::zeros({kWidthLlama}, DType::f32, cpu);
+  ops::rmsnorm_backward(dxc, dwc, first_rows(dy, kCheckRows), first_rows(m.x, kCheckRows),
+                        first_rows(m.rstd, kCheckRows), m.weight.to(cpu));
+  check(state, worst(dx, dxc, kCheckRows * kWidthLlama, 2 * kBf16Ulp, 1e-2));
+}
+
+void BM_AddRmsNormForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Rms m(Device::cuda(0));
+  time_calls(state, 4.0 * m.x.nbytes(), [&] {
+    ops::add_rmsnorm_forward(m.y, m.sum, m.rstd, m.x, m.residual, m.weight, kEpsLlama);
+  });
+  const Device cpu = Device::cpu();
+  Tensor yc = Tensor::empty({kCheckRows, kWidthLlama}, DType::bf16, cpu);
+  Tensor sc = Tensor::empty({kCheckRows, kWidthLlama}, DType::bf16, cpu);
+  Tensor rc = Tensor::empty({kCheckRows}, DType::f32, cpu);
+  ops::add_rmsnorm_forward(yc, sc, rc, first_rows(m.x, kCheckRows),
+                           first_rows(m.residual, kCheckRows), m.weight.to(cpu), kEpsLlama);
+  // The sum is one fp32 add rounded once on both sides: the same bits.
+  check(state, std::max(worst(m.y, yc, kCheckRows * kWidthLlama, 2 * kBf16Ulp, 1e-3),
+                        worst(m.sum, sc, kCheckRows * kWidthLlama, 0.0, 1e-30)));
+}
+
+void BM_AddRmsNormBackward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0), cpu = Device::cpu();
+  Rms m(gpu);
+  ops::add_rmsnorm_forward(m.y, m.sum, m.rstd, m.x, m.residual, m.weight, kEpsLlama);
+  const Tensor dy = random_tensor(m.x.shape(), DType::bf16, gpu, 65);
+  const Tensor dsum_in = random_tensor(m.x.shape(), DType::bf16, gpu, 66);
+  Tensor dsum = Tensor::empty(m.x.shape(), DType::bf16, gpu);
+  Tensor dweight = Tensor::zeros({kWidthLlama}, DType::f32, gpu);  // accumulates while timed
+  time_calls(state, 4.0 * m.x.nbytes(), [&] {
+    ops::add_rmsnorm_backward(dsum, dweight, dy, dsum_in, m.sum, m.rstd, m.weight);
+  });
+  Tensor dc = Tensor::empty({kCheckRows, kWidthLlama}, DType::bf16, cpu);
+  Tensor dwc = Tensor::zeros({kWidthLlama}, DType::f32, cpu);
+  ops::add_rmsnorm_backward(dc, dwc, first_rows(dy, kCheckRows), first_rows(dsum_in, kCheckRows),
+                            first_rows(m.sum, kCheckRows), first_rows(m.rstd, kCheckRows),
+                            m.weight.to(cpu));
+  check(state, worst(dsum, dc, kCheckRows * kWidthLlama, 2 * kBf16Ulp, 1e-2));
+}
+
+// qkv [8192, (32 + 2 x 8) x 64] bf16 at positions t % 2048 (4 sequences of 2048), Llama 3.2's
+// frequencies (theta 500000, llama3 scaling with factor 32).
+struct Rope {
+  Tensor qkv0, qkv, positions, inv_freq;
+  Rope(Device gpu, uint64_t seed) {
+    qkv0 = random_tensor({kRowsLlama, (kHeadsLlama + 2 * kKvHeadsLlama) * kHeadDimLlama},
+                         DType::bf16, gpu, seed);
+    qkv = qkv0.clone();
+    std::vector<int64_t> pos(kRowsLlama);
+    for (int64_t t = 0; t < kRowsLlama; ++t) pos[t] = t % 2048;
+    positions = Tensor::from_vector(pos, {kRowsLlama}).to(gpu);
+    const std::vector<float> inv = ops::rope_inverse_frequencies(
+        {.head_dim = kHeadDimLlama, .llama3_scaling = true, .factor = 32.0});
+    inv_freq = Tensor::from_floats(inv, {kHeadDimLlama / 2}, DType::f32).to(gpu);
+  }
+  double bytes() const {
+    return 2.0 * kRowsLlama * (kHeadsLlama + kKvHeadsLlama) * kHeadDimLlama * 2.0;
+  }
+  // Runs the pass once more from the untouched input (the timed calls rotated qkv many times
+  // over) and compares the first tokens with the CPU's. Tolerance as rope_gpu_test.cpp: cos,
+  // sin, two products and the sum rounded to bf16, |x| up to ~5.
+  double check(bool backward) {
+    const auto pass = [&](const Tensor& t, const Tensor& pos, const Tensor& inv) {
+      if (backward) {
+        ops::rope_qkv_backward(t, pos, inv, kHeadsLlama, kKvHeadsLlama);
+      } else {
+        ops::rope_qkv_forward(t, pos, inv, kHeadsLlama, kKvHeadsLlama);
+      }
+    };
+    qkv = qkv0.clone();
+    pass(qkv, positions, inv_freq);
+    const Tensor want = first_rows(qkv0, kCheckRows);
+    pass(want, first_rows(positions, kCheckRows), inv_freq.to(Device::cpu()));
+    return worst(qkv, want, want.numel(), 2 * kBf16Ulp, 2 * kBf16Ulp * 5.0);
+  }
+};
+
+void BM_RopeForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Rope r(Device::cuda(0), 67);
+  time_calls(state, r.bytes(), [&] {
+    ops::rope_qkv_forward(r.qkv, r.positions, r.inv_freq, kHeadsLlama, kKvHeadsLlama);
+  });
+  check(state, r.check(false));
+}
+
+void BM_RopeBackward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  Rope r(Device::cuda(0), 68);  // qkv stands for the gradient dqkv here
+  time_calls(state, r.bytes(), [&] {
+    ops::rope_qkv_backward(r.qkv, r.positions, r.inv_freq, kHeadsLlama, kKvHeadsLlama);
+  });
+  check(state, r.check(true));
+}
+
+// x [8192, 2 x 8192] (gate half, up half) -> y [8192, 8192], bf16.
+void BM_SwiGluForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0), cpu = Device::cpu();
+  const Tensor x = random_tensor({kRowsLlama, 2 * kFfnLlama}, DType::bf16, gpu, 69, 2.0f);
+  Tensor y = Tensor::empty({kRowsLlama, kFfnLlama}, DType::bf16, gpu);
+  time_calls(state, 3.0 * kRowsLlama * kFfnLlama * 2.0, [&] { ops::swiglu_forward(y, x); });
+  const int64_t rows = 4;
+  Tensor yc = Tensor::empty({rows, kFfnLlama}, DType::bf16, cpu);
+  ops::swiglu_forward(yc, first_rows(x, rows));
+  check(state, worst(y, yc, rows * kFfnLlama, 0.0, 1e-30));  // bit for bit, as swiglu_gpu_test
+}
+
+void BM_SwiGluBackward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0), cpu = Device::cpu();
+  const Tensor x = random_tensor({kRowsLlama, 2 * kFfnLlama}, DType::bf16, gpu, 70, 2.0f);
+  const Tensor dy = random_tensor({kRowsLlama, kFfnLlama}, DType::bf16, gpu, 71);
+  Tensor dx = Tensor::empty(x.shape(), DType::bf16, gpu);  // not x: every call reads the same x
+  time_calls(state, 5.0 * kRowsLlama * kFfnLlama * 2.0, [&] { ops::swiglu_backward(dx, dy, x); });
+  const int64_t rows = 4;
+  Tensor dxc = Tensor::empty({rows, 2 * kFfnLlama}, DType::bf16, cpu);
+  ops::swiglu_backward(dxc, first_rows(dy, rows), first_rows(x, rows));
+  check(state, worst(dx, dxc, rows * 2 * kFfnLlama, 0.0, 1e-30));
+}
+
 }  // namespace
 
 BENCHMARK(BM_MaxPoolForward)
@@ -474,6 +659,15 @@ BENCHMARK(BM_AdamWStateFormat)
     ->Arg(2)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_RmsNormForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RmsNormBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AddRmsNormForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AddRmsNormBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RopeForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RopeBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SwiGluForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SwiGluBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
