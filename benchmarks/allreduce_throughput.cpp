@@ -37,9 +37,9 @@
 #include <vector>
 
 #include "bench_context.h"
+#include "dist/nccl_communicator.h"
 #include "stoker/dist/env.h"
 #include "stoker/dist/grad_sync.h"
-#include "dist/nccl_communicator.h"
 #include "stoker/dist/sharded_optimizer.h"
 #include "stoker/stoker.h"
 

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "bench_context.h"
-#include "stoker/ops/attention.h"
 #include "ops/flash_attention.h"
+#include "stoker/ops/attention.h"
 #include "stoker/stoker.h"
 
 namespace {

@@ -25,8 +25,8 @@
 
 #include "bench_context.h"
 #include "data/jpeg_restart.h"
-#include "stoker/data/decode.h"
 #include "data/resize.h"
+#include "stoker/data/decode.h"
 
 namespace {
 

@@ -15,8 +15,8 @@
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/train/checkpoint_files.h"
-#include "stoker/train/trainer.h"
 #include "stoker/train/safetensors.h"
+#include "stoker/train/trainer.h"
 
 namespace stoker::program {
 

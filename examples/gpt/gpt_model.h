@@ -52,9 +52,9 @@
 #include <string>
 #include <vector>
 
+#include "stoker/nn/activation.h"
 #include "stoker/nn/attention.h"
 #include "stoker/nn/containers.h"
-#include "stoker/nn/activation.h"
 #include "stoker/nn/embedding.h"
 #include "stoker/nn/layernorm.h"
 #include "stoker/nn/loss.h"

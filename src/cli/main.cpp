@@ -36,10 +36,10 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset_scan.h"
 #include "stoker/core/device.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
-#include "data/dataset_scan.h"
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/pack.h"
 #include "stoker/dist/launcher.h"

@@ -27,7 +27,6 @@ namespace stoker::data {
 
 namespace {
 
-
 constexpr const char* kRepackHint =
     "build the database with `stoker pack SOURCE --out DIR` (or `stoker pack synth --out DIR`)";
 constexpr const char* kDamagedHint =

@@ -15,20 +15,20 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
+#include "data/loader_autotune.h"
+#include "ops/image.h"
 #include "stoker/core/error.h"
 #include "stoker/data/decode.h"
 #include "stoker/data/lmdb_dataset.h"
-#include "data/loader_autotune.h"
-#include "ops/image.h"
 #include "util/checksum.h"
 
 namespace stoker::data {
@@ -402,7 +402,7 @@ void Loader::Impl::cancel_locked(Slot* slot) {
 }
 
 void Loader::Impl::reset_position(int64_t epoch, int64_t first_batch, int64_t continued_epoch,
-                            int64_t continued_progress) {
+                                  int64_t continued_progress) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t nb = batches_per_epoch_;
   STOKER_CHECK(epoch >= 0, "Loader: epoch ", epoch, " must be >= 0");

@@ -13,7 +13,6 @@
 
 namespace stoker::data::detail {
 
-
 namespace {
 
 // Why `path` cannot be stat()ed, after stat failed with `error`.

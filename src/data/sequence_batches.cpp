@@ -27,7 +27,6 @@ namespace stoker::data {
 
 namespace {
 
-
 constexpr int64_t kPeriod = int64_t{1} << 20;
 constexpr int kMaxSources = 255;
 

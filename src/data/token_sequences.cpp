@@ -14,7 +14,6 @@ namespace stoker::data {
 
 namespace {
 
-
 template <typename T>
 void store(void* out, int64_t j, int64_t v) {
   static_cast<T*>(out)[j] = static_cast<T>(v);

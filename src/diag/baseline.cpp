@@ -10,10 +10,10 @@
 #include <sstream>
 #include <thread>
 
-#include "stoker/core/error.h"
-#include "stoker/core/device.h"
 #include "diag/breakdown.h"
 #include "diag/gpu_info.h"
+#include "stoker/core/device.h"
+#include "stoker/core/error.h"
 #include "util/atomic_file.h"
 
 namespace stoker::diag {

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "stoker/core/device.h"
 #include "diag/step_timer.h"
+#include "stoker/core/device.h"
 
 namespace stoker::diag {
 

@@ -16,8 +16,8 @@
 #include <span>
 #include <vector>
 
-#include "stoker/diag/report.h"
 #include "diag/step_timer.h"
+#include "stoker/diag/report.h"
 
 namespace stoker::diag {
 

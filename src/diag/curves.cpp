@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <span>
 
-#include "diag/number_format.h"
 #include "diag/breakdown.h"
+#include "diag/number_format.h"
 #include "stoker/diag/report.h"
 
 namespace stoker::diag {

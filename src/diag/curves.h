@@ -17,11 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "stoker/diag/report.h"
 #include "diag/gpu_monitor.h"
+#include "stoker/diag/report.h"
 
 namespace stoker::diag {
-
 
 // One optimizer step on the run's time line.
 struct TimelinePoint {

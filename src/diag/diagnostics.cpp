@@ -5,15 +5,15 @@
 #include <fstream>
 #include <thread>
 
+#include "diag/breakdown.h"
+#include "diag/doctor.h"
+#include "diag/nvtx.h"
 #include "diag/op_timer.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
 #include "stoker/data/batch_source.h"
-#include "diag/doctor.h"
-#include "diag/nvtx.h"
 #include "util/atomic_file.h"
-#include "diag/breakdown.h"
 
 namespace stoker::diag {
 

@@ -26,16 +26,16 @@
 #include <string>
 #include <vector>
 
-#include "stoker/core/device.h"
-#include "stoker/data/batch_source.h"
 #include "diag/baseline.h"
 #include "diag/curves.h"
 #include "diag/gpu_monitor.h"
 #include "diag/html_report.h"
 #include "diag/op_profile.h"
-#include "stoker/diag/report.h"
 #include "diag/step_timer.h"
 #include "diag/trace.h"
+#include "stoker/core/device.h"
+#include "stoker/data/batch_source.h"
+#include "stoker/diag/report.h"
 
 namespace stoker::data {
 struct LoaderCounters;

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <map>
 
-#include "diag/number_format.h"
 #include "diag/gpu_monitor.h"
+#include "diag/number_format.h"
 #include "stoker/diag/report.h"
 
 namespace stoker::diag {

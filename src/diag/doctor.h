@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "stoker/core/device.h"
 #include "diag/gpu_info.h"
+#include "stoker/core/device.h"
 
 namespace stoker::diag {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "diag/number_format.h"
 #include "diag/doctor.h"
+#include "diag/number_format.h"
 #include "stoker/diag/report.h"
 
 namespace stoker::diag {

@@ -8,9 +8,9 @@
 #include <mutex>
 
 #include "diag/nvml_api.h"
+#include "diag/step_timer.h"
 #include "stoker/core/error.h"
 #include "stoker/diag/report.h"
-#include "diag/step_timer.h"
 
 #if STOKER_WITH_CUDA
 #include <cuda_runtime.h>

@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "stoker/diag/report.h"
 #include "stoker/core/device.h"
+#include "stoker/diag/report.h"
 
 namespace stoker::diag {
 

@@ -19,10 +19,10 @@
 #include <string_view>
 #include <vector>
 
-#include "stoker/diag/report.h"
 #include "stoker/core/device.h"
 #include "stoker/core/dtype.h"
 #include "stoker/core/op_listener.h"
+#include "stoker/diag/report.h"
 
 namespace stoker::diag {
 

@@ -17,10 +17,10 @@
 #include <deque>
 #include <vector>
 
+#include "diag/op_profile.h"
 #include "stoker/core/device.h"
 #include "stoker/core/op_listener.h"
 #include "stoker/core/stream.h"
-#include "diag/op_profile.h"
 
 namespace stoker::diag {
 

@@ -4,8 +4,8 @@
 #include <thread>
 #include <vector>
 
-#include "stoker/core/device.h"
 #include "diag/doctor.h"
+#include "stoker/core/device.h"
 
 namespace stoker::diag {
 

@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
-#include "stoker/diag/report.h"
 #include "stoker/core/device.h"
 #include "stoker/core/stream.h"
+#include "stoker/diag/report.h"
 
 namespace stoker::diag {
 

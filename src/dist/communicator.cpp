@@ -6,8 +6,8 @@
 #include <exception>
 #include <filesystem>
 
-#include "stoker/core/error.h"
 #include "dist/flight_recorder.h"
+#include "stoker/core/error.h"
 #include "util/atomic_file.h"
 
 namespace stoker::dist {

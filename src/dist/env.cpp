@@ -5,12 +5,12 @@
 #include <cstdlib>
 #include <vector>
 
-#include "stoker/core/error.h"
 #include "dist/flight_recorder.h"
 #include "dist/nccl_communicator.h"
 #include "dist/peer_watch.h"
 #include "dist/rendezvous.h"
 #include "dist/tcp_communicator.h"
+#include "stoker/core/error.h"
 
 namespace stoker::core::detail {
 // Defined in src/core/error.cpp: the rank that stoker::Error's location names (-1: none).

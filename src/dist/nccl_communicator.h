@@ -29,8 +29,8 @@
 #include <memory>
 #include <string>
 
-#include "stoker/dist/communicator.h"
 #include "dist/peer_watch.h"
+#include "stoker/dist/communicator.h"
 
 namespace stoker::dist {
 

@@ -1,7 +1,7 @@
 // NcclCommunicator in a build without CUDA: the class links, and using it says why it cannot
 // work. (The real implementation is src/dist/cuda/nccl_communicator.cpp.)
-#include "stoker/core/error.h"
 #include "dist/nccl_communicator.h"
+#include "stoker/core/error.h"
 
 #if !STOKER_WITH_CUDA
 namespace stoker::dist {

@@ -5,8 +5,8 @@
 #include <span>
 #include <vector>
 
-#include "dist/socket.h"
 #include "dist/rendezvous.h"
+#include "dist/socket.h"
 
 namespace stoker::dist::detail {
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "dist/collective_kind.h"
-#include "dist/host_reduce.h"
 #include "dist/flight_recorder.h"
+#include "dist/host_reduce.h"
 #include "dist/rendezvous_links.h"
 #include "stoker/core/error.h"
 

@@ -22,8 +22,8 @@
 #include <memory>
 #include <string>
 
-#include "stoker/dist/communicator.h"
 #include "dist/rendezvous.h"
+#include "stoker/dist/communicator.h"
 
 namespace stoker::dist {
 

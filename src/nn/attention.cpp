@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "ops/flash_attention.h"
 #include "stoker/core/error.h"
 #include "stoker/ops/attention.h"
-#include "ops/flash_attention.h"
 
 namespace stoker::nn {
 

@@ -19,8 +19,8 @@
 #include "stoker/core/error.h"
 #include "stoker/ops/activation.h"
 #include "stoker/ops/conv.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::nn {
 

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "stoker/core/error.h"
-#include "stoker/ops/embedding.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/embedding.h"
 
 namespace stoker::nn {
 

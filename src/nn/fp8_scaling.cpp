@@ -1,8 +1,8 @@
 #include "stoker/nn/linear.h"
 
 #include "stoker/core/error.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::nn {
 

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "stoker/core/error.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/layernorm.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::nn {
 

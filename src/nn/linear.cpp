@@ -6,8 +6,8 @@
 #include "stoker/core/error.h"
 #include "stoker/ops/activation.h"
 #include "stoker/ops/elementwise.h"
-#include "stoker/ops/gemm.h"
 #include "stoker/ops/fp8.h"
+#include "stoker/ops/gemm.h"
 
 namespace stoker::nn {
 

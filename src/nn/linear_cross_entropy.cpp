@@ -6,8 +6,8 @@
 
 #include "stoker/core/error.h"
 #include "stoker/nn/module.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/gemm.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/loss.h"
 
 namespace stoker::nn {

@@ -7,8 +7,8 @@
 #include "ops/gemm_stubs.h"
 #include "ops/validate.h"
 #include "stoker/ops/activation.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::ops {
 

@@ -5,9 +5,9 @@
 
 #include "ops/attention_stubs.h"
 #include "ops/validate.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
 #include "stoker/ops/gemm.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::ops {
 

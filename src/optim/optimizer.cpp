@@ -5,9 +5,9 @@
 #include <map>
 
 #include "stoker/core/error.h"
+#include "stoker/ops/fp8.h"
 #include "stoker/ops/layout.h"
 #include "stoker/ops/optim.h"
-#include "stoker/ops/fp8.h"
 
 namespace stoker::optim {
 

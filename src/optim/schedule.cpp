@@ -9,7 +9,6 @@
 
 namespace stoker::optim {
 
-
 LrSchedule constant_lr(float lr) {
   return {[lr](int64_t) { return lr; }, fmt::format("constant({:g})", lr)};
 }
@@ -36,18 +35,17 @@ LrSchedule cosine_with_warmup(float lr, int64_t warmup_steps, int64_t total_step
                "cosine_with_warmup: need 0 <= "
                "warmup_steps (",
                warmup_steps, ") < total_steps (", total_steps, ")");
-  return {
-      [=](int64_t s) {
-        if (s < warmup_steps)
-          return static_cast<float>(lr * static_cast<double>(s + 1) / warmup_steps);
-        const double t = std::min(1.0, static_cast<double>(s - warmup_steps) /
-                                           static_cast<double>(total_steps - warmup_steps));
-        return static_cast<float>(min_lr +
-                                  0.5 * (lr - min_lr) * (1.0 + std::cos(std::numbers::pi * t)));
-      },
-      fmt::format("cosine({:g} -> {:g}, warmup {}, total {})", lr, min_lr, warmup_steps,
-                  total_steps),
-      total_steps};
+  return {[=](int64_t s) {
+            if (s < warmup_steps)
+              return static_cast<float>(lr * static_cast<double>(s + 1) / warmup_steps);
+            const double t = std::min(1.0, static_cast<double>(s - warmup_steps) /
+                                               static_cast<double>(total_steps - warmup_steps));
+            return static_cast<float>(min_lr +
+                                      0.5 * (lr - min_lr) * (1.0 + std::cos(std::numbers::pi * t)));
+          },
+          fmt::format("cosine({:g} -> {:g}, warmup {}, total {})", lr, min_lr, warmup_steps,
+                      total_steps),
+          total_steps};
 }
 
 LrSchedule polynomial_with_warmup(float lr, int64_t warmup_steps, int64_t total_steps, float end_lr,

@@ -104,7 +104,8 @@ void check_graph_options(const TrainerOptions& options, const optim::Optimizer& 
 }
 
 // The Trainer's step as this graph (TrainerOptions::cuda_graph).
-bool Trainer::Impl::graph_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm) {
+bool Trainer::Impl::graph_step(std::span<const data::Batch> batches, int micro, int k,
+                               bool want_norm) {
   // Eager: the warm-up steps (cuBLASLt plans and autotunes each GEMM shape with host syncs, the
   // half compute copies are made), a partial accumulation group, an op-timed step (its ops are
   // timed one by one on the host's side).

@@ -5,16 +5,16 @@
 #include <cmath>
 #include <cstdio>
 
+#include "diag/replay_source.h"
+#include "dist/local_grad_sync.h"
 #include "stoker/core/allocator.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
 #include "stoker/core/stream.h"
-#include "diag/replay_source.h"
 #include "stoker/dist/grad_sync.h"
-#include "dist/local_grad_sync.h"
 #include "stoker/nn/containers.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/optim.h"
 #include "stoker/train/checkpoint_files.h"
 #include "train/checkpoint_observer.h"
@@ -60,13 +60,9 @@ class EvalCallbackObserver final : public StepObserver {
 
 }  // namespace
 
-Trainer::Impl::Impl(Trainer& self, nn::Module& model, nn::Loss& loss,
-                     optim::Optimizer& optimizer, TrainerOptions options)
-    : model_(model),
-      loss_(loss),
-      optimizer_(optimizer),
-      options_(std::move(options)),
-      self_(self) {
+Trainer::Impl::Impl(Trainer& self, nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
+                    TrainerOptions options)
+    : model_(model), loss_(loss), optimizer_(optimizer), options_(std::move(options)), self_(self) {
   STOKER_CHECK(options_.grad_accum_steps >= 1, "TrainerOptions: grad_accum_steps ",
                options_.grad_accum_steps, " must be >= 1");
   STOKER_CHECK(options_.log_interval >= 1, "TrainerOptions: log_interval ", options_.log_interval,
@@ -307,7 +303,8 @@ void Trainer::Impl::train_step(std::span<const data::Batch> micro_batches) {
 
 size_t Trainer::Impl::cuda_graph_nodes() const { return graph_ ? graph_->node_count() : 0; }
 
-void Trainer::Impl::eager_step(std::span<const data::Batch> batches, int micro, int k, bool want_norm) {
+void Trainer::Impl::eager_step(std::span<const data::Batch> batches, int micro, int k,
+                               bool want_norm) {
   for (int i = 0; i < micro; ++i) {
     sync_->set_sync(i == micro - 1);
     micro_step(batches[static_cast<size_t>(i)], k);
@@ -386,7 +383,8 @@ EvalRecord Trainer::Impl::evaluate_in_fit(data::BatchSource& validation, int64_t
   return rec;
 }
 
-FitResult Trainer::Impl::fit(data::BatchSource& source, int64_t epochs, data::BatchSource* validation) {
+FitResult Trainer::Impl::fit(data::BatchSource& source, int64_t epochs,
+                             data::BatchSource* validation) {
   STOKER_CHECK(epochs >= 0, "Trainer::fit: epochs ", epochs, " must be >= 0");
   STOKER_CHECK(options_.checkpoint_interval >= 0 && options_.checkpoint_interval_seconds >= 0 &&
                    options_.keep_last >= 0,

@@ -6,19 +6,20 @@
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/safetensors.h"
 #include "stoker/train/trainer.h"
-#include "train/trainer_impl.h"
 #include "stoker/train/training_checkpoint.h"
 #include "train/step_graph.h"
+#include "train/trainer_impl.h"
 
 namespace stoker::train {
 
 void Trainer::Impl::save_checkpoint(const std::filesystem::path& path,
-                              const data::BatchSource* source) const {
+                                    const data::BatchSource* source) const {
   write_checkpoint(path, source);
 }
 
-void Trainer::Impl::write_checkpoint(const std::filesystem::path& path, const data::BatchSource* source,
-                               std::optional<CheckpointPosition> position) const {
+void Trainer::Impl::write_checkpoint(const std::filesystem::path& path,
+                                     const data::BatchSource* source,
+                                     std::optional<CheckpointPosition> position) const {
   TrainingCheckpoint c{
       .step = step_,
       .evaluated_step = evaluated_step_,
@@ -73,7 +74,8 @@ void Trainer::Impl::resume(const std::filesystem::path& path) {
   resumed_ = std::move(c);
 }
 
-std::optional<std::filesystem::path> Trainer::Impl::resume_latest(const std::filesystem::path& dir) {
+std::optional<std::filesystem::path> Trainer::Impl::resume_latest(
+    const std::filesystem::path& dir) {
   return resume_newest(dir, [this](const std::filesystem::path& p) { resume(p); });
 }
 

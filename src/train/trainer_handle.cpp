@@ -11,8 +11,7 @@ Trainer::Trainer(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer,
 
 Trainer::~Trainer() = default;
 
-FitResult Trainer::fit(data::BatchSource& train, int64_t epochs,
-                       data::BatchSource* validation) {
+FitResult Trainer::fit(data::BatchSource& train, int64_t epochs, data::BatchSource* validation) {
   return impl_->fit(train, epochs, validation);
 }
 

@@ -18,69 +18,29 @@ struct Trainer::Impl {
        TrainerOptions options);
   ~Impl();
 
-  // Trains for `epochs` epochs (or until options.max_steps). Continues from the position a
-  // resume() restored. With `validation`, evaluates on it as options.evaluation says (borrowed
-  // for the call).
+  // The public methods (documented in stoker/train/trainer.h).
   FitResult fit(data::BatchSource& train, int64_t epochs, data::BatchSource* validation = nullptr);
-  // Loss (and accuracy for classification) over epoch 0 of `data` in evaluation mode: all of
-  // it, or its first `max_samples` samples in whole batches (0: all).
   EvalResult evaluate(data::BatchSource& data, int64_t max_samples = 0);
 
-  // Writes a training checkpoint (atomic, version 2). `source` supplies the data position and
-  // identity (nullptr: none recorded). In a data-parallel job only rank 0 writes: call it on
-  // every rank (a ZeRO-1 optimizer gathers its state from every rank here; other ranks return).
-  // Temporaries that dead checkpoint writers left in the folder
-  // ("*.safetensors.tmp.<pid>.<n>" of a pid that no longer runs) are removed first, with one
-  // line on stderr.
   void save_checkpoint(const std::filesystem::path& path, const data::BatchSource* source) const;
-  // Restores model, optimizer, generators and position from a checkpoint; the next fit()
-  // continues from there. Every tensor is checked against its checksum before anything is
-  // changed (version 1 files, which have none, load unchecked). Errors name the file and the
-  // tensor that is damaged or does not fit. The recorded world size and data identity are
-  // compared by the next fit(), against the source it is given: the source is not known here.
   void resume(const std::filesystem::path& path);
-  // Resumes from the newest checkpoint of `dir` (train/checkpoint_files.h) and returns its path;
-  // none there: returns nothing and changes nothing. A newest one that fails its checks (a
-  // damaged file) is named on stderr and the one before it is tried; when every one fails, the
-  // error names them all. Changed settings that are refused (ChangedRunError) end it at once.
   std::optional<std::filesystem::path> resume_latest(const std::filesystem::path& dir);
 
   int64_t step() const { return step_; }
-  // Samples (every rank's) the optimizer steps so far consumed, resumed runs included.
   int64_t samples_seen() const { return samples_seen_; }
-  // Ends the fit() in progress after the step being done, as reaching max_steps would (the
-  // window's log line, the evaluation due, the final checkpoint): for observers (early
-  // stopping). In a data-parallel job every rank must request it at the same step — decide
-  // from numbers every rank shares. Reset when the next fit() begins.
   void request_stop() { stop_requested_ = true; }
-  // TrainerOptions::cuda_graph: the nodes of the captured step (0: none captured yet).
   size_t cuda_graph_nodes() const;
-  // The fp16 loss scaler (nullptr for fp32/bf16).
   const amp::GradScaler* scaler() const { return scaler_.get(); }
 
-  // One optimizer step over `micro_batches` (gradient accumulation across them, each a mean
-  // loss scaled by 1/k), with precision, loss scaling, clipping, schedule and the loss monitor
-  // as in fit() but no logging and no data source: for custom loops and benchmarks. It makes
-  // no host synchronization, so on a GPU a whole step can be captured into a CUDA graph.
   void train_step(std::span<const data::Batch> micro_batches);
 
-  // Where the model's device memory goes now (activations_peak: measured during the first
-  // step; 0 before it). No host synchronization.
   MemoryReport memory_report() const;
-  // What the advice of memory_advice() takes as already applied.
   MemorySettings memory_settings() const;
 
-  // The diagnostics of this Trainer (nullptr unless enabled).
   const diag::Diagnostics* diagnostics() const;
 
-  // Attaches `observer` to every later fit() (train/step_observer.h), after the Trainer's own
-  // and those added before it. Borrowed: it must outlive the Trainer's fits.
   void add_observer(StepObserver& observer);
-  using Callback = std::function<void(const StepStats&)>;
-  // Called after each log line (an observer's on_log).
   void add_log_callback(Callback cb);
-  using EvalCallback = std::function<void(const EvalRecord&)>;
-  // Called after each evaluation inside fit() (an observer's on_eval).
   void add_eval_callback(EvalCallback cb);
 
   // The loop's parts.

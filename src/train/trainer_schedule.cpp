@@ -40,7 +40,8 @@ bool Trainer::Impl::max_steps_reached() const {
   return step_ >= options_.max_steps;
 }
 
-void Trainer::Impl::plan_fit(const data::BatchSource& train, int64_t epochs, bool positioned_first) {
+void Trainer::Impl::plan_fit(const data::BatchSource& train, int64_t epochs,
+                             bool positioned_first) {
   const int world = world_size();
   const int64_t k = options_.grad_accum_steps;
   const int64_t b = train.identity().batch_size;

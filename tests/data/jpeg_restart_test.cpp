@@ -7,8 +7,8 @@
 
 #include "data/jpeg_restart.h"
 #include "data/jpeg_test_util.h"
-#include "stoker/data/decode.h"
 #include "data/resize.h"
+#include "stoker/data/decode.h"
 #include "test_util.h"
 
 namespace stoker::data {

@@ -19,7 +19,6 @@
 namespace stoker::data {
 namespace {
 
-
 const PackOptions kQuiet{.threads = 2, .progress = false, .report_skipped = false};
 
 std::string record(int32_t label, const std::string& payload = "jpegbytes") {

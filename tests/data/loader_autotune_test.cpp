@@ -7,8 +7,8 @@
 #include <cmath>
 #include <string>
 
-#include "stoker/data/loader.h"
 #include "data/loader_autotune.h"
+#include "stoker/data/loader.h"
 
 using stoker::data::autotune_policy;
 using stoker::data::AutotuneLimits;

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "stoker/core/error.h"
-#include "diag/step_timer.h"
 #include "diag/breakdown.h"
+#include "diag/step_timer.h"
+#include "stoker/core/error.h"
 
 namespace diag = stoker::diag;
 using diag::Phase;

@@ -9,12 +9,14 @@
 #include <fstream>
 #include <sstream>
 
-#include "stoker/data/loader.h"
-#include "stoker/data/pack.h"
-#include "stoker/data/tensor_batches.h"
+#include "diag/breakdown.h"
 #include "diag/diagnostics.h"
 #include "diag/nvtx.h"
 #include "diag/replay_source.h"
+#include "diag/step_timer.h"
+#include "stoker/data/loader.h"
+#include "stoker/data/pack.h"
+#include "stoker/data/tensor_batches.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
@@ -25,8 +27,6 @@
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"
 #include "test_util.h"
-#include "diag/step_timer.h"
-#include "diag/breakdown.h"
 
 namespace fs = std::filesystem;
 namespace diag = stoker::diag;

@@ -12,9 +12,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "diag/diagnostics.h"
 #include "html_report_fixture.h"
 #include "stoker/data/tensor_batches.h"
-#include "diag/diagnostics.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"

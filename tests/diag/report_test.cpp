@@ -1,8 +1,8 @@
 // The verdict rules on recorded timings: one window per verdict, the thresholds' edges, and
 // the numbers the advice quotes.
 #include "stoker/diag/report.h"
-#include "diag/step_timer.h"
 #include "diag/breakdown.h"
+#include "diag/step_timer.h"
 
 #include <gtest/gtest.h>
 

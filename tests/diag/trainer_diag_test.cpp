@@ -16,11 +16,11 @@
 #include <set>
 #include <sstream>
 
+#include "diag/diagnostics.h"
+#include "diag/replay_source.h"
 #include "stoker/data/loader.h"
 #include "stoker/data/pack.h"
 #include "stoker/data/tensor_batches.h"
-#include "diag/diagnostics.h"
-#include "diag/replay_source.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"

@@ -15,13 +15,13 @@
 #include <thread>
 #include <vector>
 
-#include "dist/grad_sync_probe.h"
-#include "dist_test_util.h"
 #include "core/graph.h"
-#include "stoker/data/tensor_batches.h"
-#include "stoker/dist/env.h"
+#include "dist/grad_sync_probe.h"
 #include "dist/nccl_communicator.h"
 #include "dist/rendezvous.h"
+#include "dist_test_util.h"
+#include "stoker/data/tensor_batches.h"
+#include "stoker/dist/env.h"
 #include "stoker/dist/grad_sync.h"
 #include "stoker/nn/loss.h"
 #include "stoker/ops/layout.h"

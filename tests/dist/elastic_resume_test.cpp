@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "dist/thread_communicator.h"
 #include "stoker/core/error.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/dist/grad_sync.h"
 #include "stoker/dist/sharded_optimizer.h"
-#include "dist/thread_communicator.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"

@@ -4,8 +4,8 @@
 
 #include <map>
 
-#include "dist_test_util.h"
 #include "dist/tcp_communicator.h"
+#include "dist_test_util.h"
 
 namespace dist = stoker::dist;
 using stoker::test::error_of;

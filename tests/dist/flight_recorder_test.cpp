@@ -17,13 +17,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "dist_test_util.h"
-#include "stoker/dist/env.h"
-#include "stoker/dist/launcher.h"
-#include "stoker/dist/grad_sync.h"
 #include "dist/tcp_communicator.h"
 #include "dist/thread_communicator.h"
 #include "dist/watchdog_policy.h"
+#include "dist_test_util.h"
+#include "stoker/dist/env.h"
+#include "stoker/dist/grad_sync.h"
+#include "stoker/dist/launcher.h"
 #include "test_util.h"
 
 namespace dist = stoker::dist;

@@ -10,9 +10,9 @@
 #include <mutex>
 
 #include "dist/grad_sync_probe.h"
+#include "dist/thread_communicator.h"
 #include "dist_test_util.h"
 #include "stoker/data/tensor_batches.h"
-#include "dist/thread_communicator.h"
 #include "stoker/nn/loss.h"
 #include "stoker/ops/layout.h"
 #include "stoker/optim/optimizer.h"

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "dist_test_util.h"
 #include "core/graph.h"
+#include "dist_test_util.h"
 #include "stoker/dist/env.h"
 #include "stoker/dist/grad_sync.h"
 #include "stoker/dist/sharded_optimizer.h"

@@ -18,10 +18,10 @@
 #include <limits>
 #include <type_traits>
 
-#include "dist_test_util.h"
-#include "stoker/dist/grad_sync.h"
 #include "dist/tcp_communicator.h"
 #include "dist/thread_communicator.h"
+#include "dist_test_util.h"
+#include "stoker/dist/grad_sync.h"
 #include "stoker/nn/loss.h"
 #include "stoker/ops/layout.h"
 #include "stoker/optim/optimizer.h"

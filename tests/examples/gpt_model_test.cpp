@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "dist/thread_communicator.h"
 #include "gpt_block_reference.h"
 #include "gpt_flops.h"
-#include "dist/thread_communicator.h"
 #include "gpt_model.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/nn/loss.h"

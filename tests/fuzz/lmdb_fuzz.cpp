@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "../data/lmdb_pages.h"
+#include "data/dataset_scan.h"
 #include "fuzz_util.h"
 #include "stoker/core/error.h"
-#include "data/dataset_scan.h"
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/pack.h"
 

@@ -13,9 +13,9 @@
 #include <span>
 #include <string>
 
+#include "dist/rendezvous.h"
 #include "dist/rendezvous_message.h"
 #include "fuzz_util.h"
-#include "dist/rendezvous.h"
 
 namespace {
 

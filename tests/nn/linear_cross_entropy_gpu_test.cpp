@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "stoker/nn/loss.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/gemm.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/loss.h"
 #include "test_util.h"
 

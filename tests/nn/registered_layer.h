@@ -14,8 +14,8 @@
 
 #include "stoker/nn/linear.h"
 #include "stoker/nn/module.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/gemm.h"
+#include "stoker/ops/layout.h"
 
 namespace stoker::test {
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "stoker/ops/attention.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/gemm.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace stoker::ops {

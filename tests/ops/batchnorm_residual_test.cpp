@@ -10,8 +10,8 @@
 #include "ops/batchnorm_test_util.h"
 #include "stoker/ops/activation.h"
 #include "stoker/ops/batchnorm.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace stoker::test {

@@ -23,10 +23,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "ops/flash_attention.h"
 #include "stoker/nn/attention.h"
 #include "stoker/ops/attention.h"
 #include "stoker/ops/layout.h"
-#include "ops/flash_attention.h"
 #include "test_util.h"
 
 namespace stoker::ops {

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <vector>
 
-#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace stoker::ops {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "stoker/ops/layout.h"
 #include "stoker/ops/gemm.h"
+#include "stoker/ops/layout.h"
 #include "test_util.h"
 
 namespace stoker::ops {

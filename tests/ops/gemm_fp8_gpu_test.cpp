@@ -11,8 +11,8 @@
 
 #include "stoker/core/op_listener.h"
 #include "stoker/nn/linear.h"
-#include "stoker/ops/fp8.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/fp8.h"
 #include "test_util.h"
 
 namespace stoker::ops {

@@ -14,8 +14,8 @@
 
 #include "stoker/ops/activation.h"
 #include "stoker/ops/embedding.h"
-#include "stoker/ops/layernorm.h"
 #include "stoker/ops/gemm.h"
+#include "stoker/ops/layernorm.h"
 #include "stoker/ops/loss.h"
 #include "test_util.h"
 

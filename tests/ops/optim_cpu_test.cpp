@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "stoker/core/half.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/ops/layout.h"
 #include "stoker/ops/optim.h"
-#include "stoker/ops/elementwise.h"
 
 using stoker::DType;
 using stoker::Tensor;

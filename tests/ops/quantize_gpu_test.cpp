@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "ops/quantize_test_util.h"
-#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
-#include "stoker/ops/optim.h"
 #include "stoker/ops/fp8.h"
+#include "stoker/ops/layout.h"
+#include "stoker/ops/optim.h"
 #include "test_util.h"
 
 using stoker::Device;

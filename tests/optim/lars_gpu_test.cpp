@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "stoker/core/stream.h"
+#include "stoker/ops/elementwise.h"
 #include "stoker/ops/layout.h"
 #include "stoker/ops/optim.h"
-#include "stoker/ops/elementwise.h"
 #include "stoker/optim/optimizer.h"
 #include "test_util.h"
 

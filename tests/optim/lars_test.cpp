@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
+#include "stoker/ops/layout.h"
 #include "stoker/ops/optim.h"
 #include "test_util.h"
 

@@ -3,9 +3,9 @@
 #include <cstring>
 #include <vector>
 
+#include "stoker/ops/elementwise.h"
 #include "stoker/ops/layout.h"
 #include "stoker/ops/optim.h"
-#include "stoker/ops/elementwise.h"
 #include "test_util.h"
 
 using stoker::Device;

@@ -5,10 +5,10 @@
 
 #include <vector>
 
-#include "stoker/ops/layout.h"
 #include "stoker/ops/elementwise.h"
-#include "stoker/ops/optim.h"
 #include "stoker/ops/fp8.h"
+#include "stoker/ops/layout.h"
+#include "stoker/ops/optim.h"
 #include "stoker/optim/optimizer.h"
 #include "test_util.h"
 

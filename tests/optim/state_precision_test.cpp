@@ -16,10 +16,10 @@
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"
 #include "stoker/nn/loss.h"
+#include "stoker/ops/elementwise.h"
+#include "stoker/ops/fp8.h"
 #include "stoker/ops/layout.h"
 #include "stoker/ops/optim.h"
-#include "stoker/ops/fp8.h"
-#include "stoker/ops/elementwise.h"
 #include "stoker/optim/optimizer.h"
 #include "test_util.h"
 

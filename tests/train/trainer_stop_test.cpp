@@ -11,10 +11,10 @@
 #include <memory>
 #include <vector>
 
+#include "dist/thread_communicator.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/dist/communicator.h"
 #include "stoker/dist/grad_sync.h"
-#include "dist/thread_communicator.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"

@@ -9,12 +9,12 @@
 #include <fstream>
 #include <memory>
 
+#include "dist/thread_communicator.h"
 #include "stoker/data/loader.h"
 #include "stoker/data/pack.h"
 #include "stoker/data/tensor_batches.h"
 #include "stoker/data/token_batches.h"
 #include "stoker/dist/grad_sync.h"
-#include "dist/thread_communicator.h"
 #include "stoker/nn/activation.h"
 #include "stoker/nn/containers.h"
 #include "stoker/nn/linear.h"

@@ -119,7 +119,6 @@ struct BFloat16 {
 
 }  // namespace stoker::core
 
-
 // Host and device conversions between float and the two 8-bit float formats of FP8 training (the
 // OCP FP8 formats that Hopper's tensor cores take):
 namespace stoker::core {

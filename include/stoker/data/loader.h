@@ -17,9 +17,9 @@
 
 #include "stoker/core/stream.h"
 #include "stoker/data/batch_source.h"
+#include "stoker/data/decode.h"
 #include "stoker/data/lmdb_dataset.h"
 #include "stoker/data/sampler.h"
-#include "stoker/data/decode.h"
 #include "stoker/ops/layout.h"
 
 namespace stoker::data {

@@ -11,11 +11,11 @@
 //                            (worker.cpp)
 #include <cstdio>
 
+#include "diag/replay_source.h"
 #include "parts.h"
 #include "stoker/core/error.h"
 #include "stoker/data/loader.h"
 #include "stoker/data/pack.h"
-#include "diag/replay_source.h"
 
 namespace stoker::cli::doctor {
 

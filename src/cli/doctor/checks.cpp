@@ -7,12 +7,12 @@
 #include <thread>
 #include <vector>
 
+#include "diag/gpu_info.h"
 #include "parts.h"
 #include "stoker/core/allocator.h"
+#include "stoker/core/device.h"
 #include "stoker/core/stream.h"
 #include "stoker/core/tensor.h"
-#include "stoker/core/device.h"
-#include "diag/gpu_info.h"
 
 namespace stoker::cli::doctor {
 

@@ -12,9 +12,9 @@
 #include <fstream>
 
 #include "parts.h"
+#include "stoker/core/device.h"
 #include "stoker/core/error.h"
 #include "stoker/core/output_path.h"
-#include "stoker/core/device.h"
 
 namespace stoker::cli {
 

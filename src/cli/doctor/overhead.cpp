@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "diag/breakdown.h"
 #include "parts.h"
 #include "stoker/core/stream.h"
-#include "diag/breakdown.h"
 #include "stoker/nn/loss.h"
 #include "stoker/optim/optimizer.h"
 #include "stoker/train/trainer.h"

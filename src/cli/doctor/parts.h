@@ -18,12 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "diag/diagnostics.h"
+#include "diag/doctor.h"
 #include "doctor.h"
 #include "stoker/amp/precision.h"
 #include "stoker/core/device.h"
 #include "stoker/data/batch_source.h"
-#include "diag/diagnostics.h"
-#include "diag/doctor.h"
 #include "stoker/diag/report.h"
 #include "stoker/dist/grad_sync.h"
 #include "stoker/nn/containers.h"

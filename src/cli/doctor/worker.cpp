@@ -6,8 +6,8 @@
 #include "parts.h"
 #include "stoker/core/tensor.h"
 #include "stoker/dist/env.h"
-#include "stoker/dist/launcher.h"
 #include "stoker/dist/grad_sync.h"
+#include "stoker/dist/launcher.h"
 
 namespace stoker::cli::doctor {
 

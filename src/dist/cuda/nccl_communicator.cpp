@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "core/cuda_util.h"
+#include "dist/nccl_communicator.h"
+#include "dist/watchdog_policy.h"
 #include "stoker/core/device.h"
 #include "stoker/core/error.h"
 #include "stoker/core/stream.h"
-#include "dist/nccl_communicator.h"
-#include "dist/watchdog_policy.h"
 
 namespace stoker::dist {
 
