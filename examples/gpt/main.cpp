@@ -61,24 +61,24 @@
 #include <vector>
 
 #include "common/program.h"
+#include "common/token_data.h"
 #include "data/text/pack_text.h"
 #include "gpt_flops.h"
 #include "gpt_program.h"
 #include "stoker/core/output_path.h"
 #include "stoker/diag/report.h"
-#include "token_data.h"
 
 namespace {
 
 using namespace stoker;
-using gpt_program::CorpusData;
-using gpt_program::CorpusDataOptions;
-using gpt_program::open_corpus_data;
+using program::CorpusData;
+using program::CorpusDataOptions;
+using program::open_corpus_data;
 using gpt_program::Options;
 using gpt_program::ParityRun;
-using gpt_program::parse_mix;
-using gpt_program::resolve_token_source;
-using gpt_program::TokenSource;
+using program::parse_mix;
+using program::resolve_token_source;
+using program::TokenSource;
 using Tokenizer = data::detail::SentencePieceTokenizer;
 namespace fs = std::filesystem;
 
@@ -167,11 +167,11 @@ int run(const Options& o) {
   // corpus or a --tokenizer says its own.
   const bool text_run = !o.synthetic && o.data.empty() && o.mix.empty();
   if (text_run && o.byte_level && o.vocab == 0) config.vocab = 256;
-  if (text_run && !o.byte_level) config.vocab = o.vocab > 0 ? o.vocab : gpt_program::kTextVocab;
+  if (text_run && !o.byte_level) config.vocab = o.vocab > 0 ? o.vocab : program::kTextVocab;
   // The default text packed (every rank: the first rename wins) and the tokenizer of samples.
   std::string data_arg = o.data;
   if (text_run && !o.byte_level)
-    data_arg = gpt_program::prepare_text_corpus(o.text, o.cache, config.vocab, root).string();
+    data_arg = program::prepare_text_corpus(o.text, o.cache, config.vocab, root).string();
   std::string tokenizer_path = o.tokenizer;
   if (tokenizer_path.empty() && !data_arg.empty() && !o.synthetic) {
     const TokenSource src = resolve_token_source("--data", data_arg);
@@ -693,8 +693,8 @@ int main(int argc, char** argv) {
         inputs.push_back({"--data-cache", val, false, false, /*trained_on=*/false});
       } else {  // the pack-text folder: nothing is written into it
         inputs.push_back({"--data-cache",
-                          gpt_program::text_corpus_folder(
-                              o.text, o.cache, o.vocab > 0 ? o.vocab : gpt_program::kTextVocab),
+                          program::text_corpus_folder(
+                              o.text, o.cache, o.vocab > 0 ? o.vocab : program::kTextVocab),
                           /*database=*/true, /*exists=*/false});
       }
     }

@@ -1,4 +1,4 @@
-// stoker_gpt's token corpora (token_data.h): which arguments are corpora, --mix parsing, and the
+// The token trainers' corpora (token_data.h): which arguments are corpora, --mix parsing, and the
 // sources cut into sequences.
 #include "token_data.h"
 
@@ -17,7 +17,7 @@
 #include "stoker/data/pack.h"
 #include "util/checksum.h"
 
-namespace stoker::gpt_program {
+namespace stoker::program {
 
 namespace fs = std::filesystem;
 
@@ -214,4 +214,4 @@ fs::path prepare_text_corpus(const fs::path& text, const fs::path& cache, int64_
   return folder;
 }
 
-}  // namespace stoker::gpt_program
+}  // namespace stoker::program

@@ -1,7 +1,9 @@
-// Private to stoker_gpt: --data / --val / --mix as token corpora (data::TokenCorpus: a Megatron
-// prefix, .idx or .bin, a `stoker pack-text` folder, llm.c shards or a glob of them) served by
-// data::SequenceBatches (each sequence once per epoch, mixtures, elastic resume). A plain file of
-// raw uint16 ids given alone to --data keeps today's data::TokenBatches (random windows).
+// What the token trainers (stoker_gpt, stoker_llm) share: --data / --val / --mix as token
+// corpora (data::TokenCorpus: a Megatron prefix, .idx or .bin, a `stoker pack-text` folder, llm.c
+// shards or a glob of them) served by data::SequenceBatches (each sequence once per epoch,
+// mixtures, elastic resume), and the bundled text packed with SentencePiece. A plain file of raw
+// uint16 ids given alone to --data keeps data::TokenBatches (random windows). Owns nothing
+// global; call from the main thread.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,7 @@
 
 #include "stoker/stoker.h"
 
-namespace stoker::gpt_program {
+namespace stoker::program {
 
 // What a --data/--val/--mix argument names.
 struct TokenSource {
@@ -78,4 +80,4 @@ std::filesystem::path prepare_text_corpus(const std::filesystem::path& text,
                                           const std::filesystem::path& cache, int64_t vocab,
                                           bool report);
 
-}  // namespace stoker::gpt_program
+}  // namespace stoker::program
