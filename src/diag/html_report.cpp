@@ -59,6 +59,8 @@ const char* verdict_color(Verdict v) {
       return "#c62828";
     case Verdict::bandwidth_bound:
       return "#00838f";
+    case Verdict::misaligned_gemms:
+      return "#ad1457";
   }
   return "#455a64";
 }

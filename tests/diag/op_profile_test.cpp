@@ -212,13 +212,20 @@ TEST(OpProfileTest, BandwidthBoundVerdictAndItsPlaceAmongTheOthers) {
         << text;
   }
   EXPECT_NE(r.text().find("diag  ops: 1 op-timed step"), std::string::npos) << r.text();
-  // A moderate input share comes first (more certain); bandwidth is then an "also".
+  // Of two moderate findings the larger share heads the report: bandwidth 30 % over input 8 %,
+  // input is then an "also"; a stronger (high) input share takes the headline.
   b.input_share = 0.08;
+  r = diag::make_report(b, {}, {}, {}, t);
+  EXPECT_EQ(r.verdict, diag::Verdict::bandwidth_bound) << r.text();
+  EXPECT_NE(r.text().find("also input: 8.0 % of the step (moderate)"), std::string::npos)
+      << r.text();
+  b.input_share = 0.35;
   r = diag::make_report(b, {}, {}, {}, t);
   EXPECT_EQ(r.verdict, diag::Verdict::input_bound);
   EXPECT_NE(r.text().find("also bandwidth-bound ops: 30.0 % of the step (moderate)"),
             std::string::npos)
       << r.text();
+  b.input_share = 0.08;
   // A high bandwidth share beats moderate input.
   diag::OpStep heavy = recorded_step();
   heavy.ops[0].ms = 1.0;  // the GEMM shrinks: layer norm + add are 3 of 5.5 ms
@@ -270,6 +277,26 @@ TEST(OpProfileTest, MisalignedGemmsAreFoundAndAdvised) {
             std::string::npos)
       << advice;
   EXPECT_NE(advice.find("50,304"), std::string::npos) << advice;
+  // 40 % of the step heads the report (high), even with a bandwidth-bound share beside it.
+  const diag::Report headed = diag::make_report(b, {}, {}, {}, t);
+  EXPECT_EQ(headed.verdict, diag::Verdict::misaligned_gemms);
+  EXPECT_EQ(headed.level, diag::Level::high);
+  EXPECT_EQ(std::string(diag::verdict_name(headed.verdict)), "misaligned-GEMMs");
+  EXPECT_NE(headed.headline.find("misaligned GEMMs (high): 40.0 % of the step"),
+            std::string::npos)
+      << headed.headline;
+  {  // GPT-2 with 50,257: 15 % bandwidth-bound, 49 % misaligned GEMMs -> the GEMMs.
+    diag::OpStep g;
+    g.step_ms = 10;
+    g.ops = {gemm(4.9, 8192, 50257, 768), op("layernorm_forward", "", 1.5, 1e6, 3.2e9),
+             gemm(3.6, 16384, 768, 768)};
+    const diag::OpTable gt =
+        diag::summarize_ops({g}, diag::peaks_for_gpu("NVIDIA H100 80GB HBM3"));
+    ASSERT_GT(gt.bandwidth_bound_share, 0.14) << gt.text();
+    const diag::Report gr = diag::make_report(b, {}, {}, {}, gt);
+    EXPECT_EQ(gr.verdict, diag::Verdict::misaligned_gemms) << gr.text();
+    EXPECT_NE(gr.text().find("also bandwidth-bound ops: 15.0 %"), std::string::npos) << gr.text();
+  }
   // Aligned shapes only: no line, no advice.
   s.ops = {gemm(4.0, 16384, 768, 768), gemm(3.0, 8192, 50304, 768)};
   const diag::OpTable ok = diag::summarize_ops({s}, diag::peaks_for_gpu("NVIDIA H100 80GB HBM3"));

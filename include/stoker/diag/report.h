@@ -43,6 +43,9 @@ struct Thresholds {
   double bandwidth_moderate = 0.15;
   double bandwidth_high = 0.50;
   double near_bandwidth_roof = 0.20;
+  // Misaligned GEMMs (op_profile.h's misaligned_gemm_share, device-timed steps only).
+  double misaligned_moderate = 0.05;
+  double misaligned_high = 0.20;
   // Curves (curves.h). Saw-tooth: utilization samples below `sawtooth_low_util` percent are
   // gaps, at or above `sawtooth_high_util` bursts; found when at least `sawtooth_min_cycles`
   // burst-gap-burst cycles occur and gaps are >= sawtooth_moderate (high: sawtooth_high) of the
@@ -120,7 +123,8 @@ enum class Verdict {
   launch_bound,
   communication_bound,
   throttled,
-  bandwidth_bound
+  bandwidth_bound,
+  misaligned_gemms  // GEMMs off the tensor-core path: a dimension not a whole 16-byte row
 };
 // "compute-bound", "input-bound", ...
 const char* verdict_name(Verdict v);
@@ -341,7 +345,7 @@ struct LoaderView {
 };
 
 struct Finding {
-  std::string what;  // "input", "launch", "communication", "bandwidth"
+  std::string what;  // "input", "launch", "communication", "bandwidth", "misaligned GEMMs"
   double share = 0;
   Level level = Level::none;
 };
