@@ -1,9 +1,12 @@
-// Causal multi-head self-attention core (GPT-2's), forward and backward, from a packed qkv
-// [B, T, 3C] (PyTorch's split into q, k, v, each H heads of D = C / H) to out [B, T, C]; and
-// rotary position embeddings applied to such a qkv (Llama's; at the end).
-// One float dtype and device for all tensors; GEMMs and softmax statistics in fp32; CUDA needs
-// T <= kAttentionMaxSeqLenCuda. Work runs on the current stream; thread-safe as the ops are.
-// Details: docs/ops.md#attention.
+// Causal self-attention core, forward and backward, from a packed qkv [B, T, (H + 2 KV) D] —
+// per token H query heads, then KV key heads, then KV value heads: GPT-2's multi-head attention
+// (KV = H, PyTorch's split of [B, T, 3C] into q, k, v) or Llama's grouped-query attention
+// (KV < H dividing H, Hugging Face's q_proj | k_proj | v_proj outputs side by side) — to out
+// [B, T, H D], with an optional document mask for packed sequences; and rotary position
+// embeddings applied to such a qkv (Llama's; at the end).
+// One float dtype and device for all float tensors; GEMMs and softmax statistics in fp32; CUDA
+// needs T <= kAttentionMaxSeqLenCuda. Work runs on the current stream; thread-safe as the ops
+// are. Details: docs/ops.md#attention.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +18,25 @@ namespace stoker::ops {
 
 inline constexpr int64_t kAttentionMaxSeqLenCuda = 2048;
 
-// out [B, T, C], heads [3, B, H, T, D], probs [B, H, T, T] are written; qkv [B, T, 3C] is read.
+// out [B, T, H D], heads [3, B, H, T, D], probs [B, H, T, T] are written; qkv
+// [B, T, (H + 2 KV) D] is read (D = qkv.size(2) / (H + 2 KV)). H = num_heads; KV = num_kv_heads
+// (0: H), dividing H: query head h attends with key/value head h / (H / KV), and `heads` holds
+// the key and value heads expanded to H (the unfused composition, as transformers' repeat_kv).
+// Query i sees key j iff j <= i, and with positions (i32 or i64 [B, T] on qkv's device, each
+// token's position in its document: 0 at a document's first token, as data::Batch::positions)
+// also i - positions[i] <= j: tokens of earlier documents are masked (probability exactly 0).
+// A position above i reaches back to key 0, a negative one is read as 0. Undefined positions:
+// plain causal attention.
 void attention_forward(const Tensor& out, const Tensor& heads, const Tensor& probs,
-                       const Tensor& qkv, int64_t num_heads);
-// dqkv [B, T, 3C] is overwritten; dout [B, T, C] and the forward's heads and probs are read.
+                       const Tensor& qkv, int64_t num_heads, int64_t num_kv_heads = 0,
+                       const Tensor& positions = Tensor());
+// dqkv [B, T, (H + 2 KV) D] is overwritten (each key/value head's gradient the sum over its
+// group's query heads); dout [B, T, H D] and the forward's heads and probs are read. H is
+// heads.size(2) (num_heads: 0, or checked against it); num_kv_heads and positions as given to
+// the forward.
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& heads,
-                        const Tensor& probs);
+                        const Tensor& probs, int64_t num_heads = 0, int64_t num_kv_heads = 0,
+                        const Tensor& positions = Tensor());
 
 // ---- Rotary position embeddings (Llama's RoPE), applied to a QKV projection's output ----
 //
