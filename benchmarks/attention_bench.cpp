@@ -15,10 +15,19 @@
 // rows compare as inverse times; the fused backward really runs 5 half-size (causal) products,
 // recomputing S. No bytes/s column: nothing of size T x T is read or written. Correctness:
 // batch element 0 against the CPU reference (f32 math path on the same rounded inputs).
+//
+// BM_CudaFlashAttentionGqa: the fused kernels at Llama 3.2's grouped-query shapes (1B: H 32,
+// KV 8, D 64; 3B: H 24, KV 8, D 128; B 4, T 2048, causal, bf16), forward ("fwd") and forward +
+// backward ("fwd+bwd", the training step's cost), with TFLOP/s by the causal count that
+// benchmarks/peers/torch_attention.py also uses: 2 B T^2 H D forward (QK^T and PV over half
+// the scores of the H query heads), 2.5 times that backward, so fwd+bwd is 3.5 times it.
+// Correctness: batch element 0 against the CPU math path (ops::attention_forward in f32 on the
+// same rounded inputs, the kv heads repeated to H), relative L2 error below 3e-2.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "bench_context.h"
@@ -121,28 +130,82 @@ void BM_CudaAttention(benchmark::State& state) {
     state.SkipWithError("attention does not match the CPU reference");
 }
 
-struct FlashProblem {
-  int64_t b, t, h;
-  Tensor qkv, dout, out, lse, dqkv;
-  FlashProblem(int64_t b_, int64_t t_, int64_t h_, DType dt, Device dev) : b(b_), t(t_), h(h_) {
-    const int64_t c = h * ops::kFlashAttentionHeadDim;
-    qkv = Tensor::empty({b, t, 3 * c}, dt, dev);
-    ops::random_normal(qkv, 0.0f, 1.0f, 1, 0);
-    dout = Tensor::empty({b, t, c}, dt, dev);
-    ops::random_normal(dout, 0.0f, 1.0f, 2, 0);
-    out = Tensor::empty({b, t, c}, dt, dev);
-    lse = Tensor::empty({b, h, t}, DType::f32, dev);
-    dqkv = Tensor::empty({b, t, 3 * c}, dt, dev);
-  }
-  void forward() { ops::flash_attention_forward(out, lse, qkv, h); }
-  void backward() { ops::flash_attention_backward(dqkv, dout, qkv, out, lse, h); }
-};
-
 Tensor as_f32(const Tensor& t) {
   const Tensor host = t.to(Device::cpu());
   Tensor f = Tensor::empty(host.shape(), DType::f32);
   ops::cast(f, host);
   return f;
+}
+
+// The fused kernels' tensors for H query and KV key/value heads of dim D (KV = H: multi-head).
+struct FlashProblem {
+  int64_t b, t, h, kv, d;
+  Tensor qkv, dout, out, lse, dqkv;
+  FlashProblem(int64_t b_, int64_t t_, int64_t h_, int64_t kv_, int64_t d_, DType dt, Device dev)
+      : b(b_), t(t_), h(h_), kv(kv_), d(d_) {
+    qkv = Tensor::empty({b, t, (h + 2 * kv) * d}, dt, dev);
+    ops::random_normal(qkv, 0.0f, 1.0f, 1, 0);
+    dout = Tensor::empty({b, t, h * d}, dt, dev);
+    ops::random_normal(dout, 0.0f, 1.0f, 2, 0);
+    out = Tensor::empty({b, t, h * d}, dt, dev);
+    lse = Tensor::empty({b, h, t}, DType::f32, dev);
+    dqkv = Tensor::empty({b, t, (h + 2 * kv) * d}, dt, dev);
+  }
+  void forward() { ops::flash_attention_forward(out, lse, qkv, h, kv); }
+  void backward() { ops::flash_attention_backward(dqkv, dout, qkv, out, lse, h, kv); }
+};
+
+// Both passes, for the fwd+bwd rows.
+struct FlashStep {
+  FlashProblem& p;
+  void forward() { p.forward(); }
+  void backward() {
+    p.forward();
+    p.backward();
+  }
+};
+
+// Batch element 0 of `p` against the CPU math path in f32 on the same rounded inputs, its kv
+// heads repeated to H (transformers' repeat_kv) and their gradients summed back over each
+// group: relative L2 errors of out and dqkv.
+std::pair<double, double> flash_error(const FlashProblem& p, DType dt, Device gpu) {
+  FlashProblem one(1, p.t, p.h, p.kv, p.d, dt, gpu);
+  ops::copy(one.qkv, p.qkv.slice(0, 1));
+  ops::copy(one.dout, p.dout.slice(0, 1));
+  one.forward();
+  one.backward();
+  const int64_t t = p.t, h = p.h, kv = p.kv, d = p.d, group = h / kv;
+  const int64_t w = (h + 2 * kv) * d, wm = 3 * h * d;
+  const std::vector<float> x = one.qkv.to_floats();
+  std::vector<float> xm(static_cast<size_t>(t * wm));
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t hh = 0; hh < h; ++hh)
+      for (int64_t e = 0; e < d; ++e) {
+        const int64_t g = hh / group;
+        xm[i * wm + hh * d + e] = x[i * w + hh * d + e];
+        xm[i * wm + (h + hh) * d + e] = x[i * w + (h + g) * d + e];
+        xm[i * wm + (2 * h + hh) * d + e] = x[i * w + (h + kv + g) * d + e];
+      }
+  const Tensor qkv = Tensor::from_floats(xm, {1, t, wm});
+  const Tensor dout = as_f32(one.dout);
+  const Tensor out = Tensor::empty({1, t, h * d}, DType::f32);
+  const Tensor heads = Tensor::empty({3, 1, h, t, d}, DType::f32);
+  const Tensor probs = Tensor::empty({1, h, t, t}, DType::f32);
+  const Tensor dqkv_m = Tensor::empty({1, t, wm}, DType::f32);
+  ops::attention_forward(out, heads, probs, qkv, h);
+  ops::attention_backward(dqkv_m, dout, heads, probs);
+  const std::vector<float> gm = dqkv_m.to_floats();
+  std::vector<float> g(static_cast<size_t>(t * w), 0.0f);
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t hh = 0; hh < h; ++hh)
+      for (int64_t e = 0; e < d; ++e) {
+        const int64_t kvh = hh / group;
+        g[i * w + hh * d + e] = gm[i * wm + hh * d + e];
+        g[i * w + (h + kvh) * d + e] += gm[i * wm + (h + hh) * d + e];
+        g[i * w + (h + kv + kvh) * d + e] += gm[i * wm + (2 * h + hh) * d + e];
+      }
+  return {rel_l2(as_f32(one.out), out),
+          rel_l2(as_f32(one.dqkv), Tensor::from_floats(g, {1, t, w}))};
 }
 
 // args: {B, T, H, D (must be 64), dtype (1 f16, 2 bf16), backward (0: forward only)}
@@ -155,8 +218,8 @@ void BM_CudaFlashAttention(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(4));
   const bool bwd = state.range(5) != 0;
   const Device gpu = Device::cuda(0);
-  FlashProblem p(b, t, h, dt, gpu);
-  if (d != ops::kFlashAttentionHeadDim || !ops::flash_attention_supported(p.qkv, h)) {
+  FlashProblem p(b, t, h, h, d, dt, gpu);
+  if (!ops::flash_attention_supported(p.qkv, h, h)) {
     state.SkipWithError("shape or dtype not supported by the fused kernels");
     return;
   }
@@ -167,18 +230,34 @@ void BM_CudaFlashAttention(benchmark::State& state) {
       benchmark::Counter((bwd ? 4 : 2) * gemm * state.iterations(), benchmark::Counter::kIsRate);
 
   // Batch element 0 against the CPU reference (the math path in f32 on the same inputs).
-  FlashProblem one(1, t, h, dt, gpu);
-  ops::copy(one.qkv, p.qkv.slice(0, 1));
-  ops::copy(one.dout, p.dout.slice(0, 1));
-  one.forward();
-  one.backward();
-  Problem ref(1, t, h, d, DType::f32, Device::cpu());
-  ops::cast(ref.qkv, one.qkv.to(Device::cpu()));
-  ops::cast(ref.dout, one.dout.to(Device::cpu()));
-  ref.forward();
-  ref.backward();
-  const double err_out = rel_l2(as_f32(one.out), ref.out);
-  const double err_grad = rel_l2(as_f32(one.dqkv), ref.dqkv);
+  const auto [err_out, err_grad] = flash_error(p, dt, gpu);
+  state.counters["err_out"] = err_out;
+  state.counters["err_dqkv"] = err_grad;
+  if (!(err_out < 3e-2 && err_grad < 3e-2))
+    state.SkipWithError("fused attention does not match the CPU reference");
+}
+
+// args: {B, T, H, KV, D, fwd+bwd (0: forward only)}; bf16, causal.
+void BM_CudaFlashAttentionGqa(benchmark::State& state) {
+  if (stoker::core::cuda_device_count() == 0) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const int64_t b = state.range(0), t = state.range(1), h = state.range(2), kv = state.range(3),
+                d = state.range(4);
+  const bool bwd = state.range(5) != 0;
+  const Device gpu = Device::cuda(0);
+  FlashProblem p(b, t, h, kv, d, DType::bf16, gpu);
+  if (!ops::flash_attention_supported(p.qkv, h, kv)) {
+    state.SkipWithError("shape not supported by the fused kernels");
+    return;
+  }
+  FlashStep step{p};
+  time_calls(state, step, bwd, gpu);
+  const double causal = 2.0 * b * t * t * h * d;  // the forward's causal FLOPs
+  state.counters["TFLOP/s"] = benchmark::Counter(
+      (bwd ? 3.5 : 1.0) * causal / 1e12 * state.iterations(), benchmark::Counter::kIsRate);
+  const auto [err_out, err_grad] = flash_error(p, DType::bf16, gpu);
   state.counters["err_out"] = err_out;
   state.counters["err_dqkv"] = err_grad;
   if (!(err_out < 3e-2 && err_grad < 3e-2))
@@ -186,6 +265,15 @@ void BM_CudaFlashAttention(benchmark::State& state) {
 }
 
 }  // namespace
+
+BENCHMARK(BM_CudaFlashAttentionGqa)
+    ->ArgNames({"B", "T", "H", "KV", "D", "bwd"})
+    ->Args({4, 2048, 32, 8, 64, 0})
+    ->Args({4, 2048, 32, 8, 64, 1})
+    ->Args({4, 2048, 24, 8, 128, 0})
+    ->Args({4, 2048, 24, 8, 128, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_CudaFlashAttention)
     ->ArgNames({"B", "T", "H", "D", "dtype", "bwd"})

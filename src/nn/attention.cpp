@@ -46,7 +46,7 @@ Tensor CausalSelfAttention::attention(const Tensor& x) {
   qkv_heads_ = probs_ = qkv_out_ = attn_out_ = lse_ = Tensor();
   if (use_fused(qkv)) {
     Tensor lse = Tensor::empty({b, heads_, t}, DType::f32, device_);
-    ops::flash_attention_forward(a, lse, qkv, heads_);
+    ops::flash_attention_forward(a, lse, qkv, heads_, heads_);
     if (saving_activations()) {  // else inside a Checkpoint's forward: keep nothing
       qkv_out_ = qkv;
       attn_out_ = a;
@@ -69,7 +69,7 @@ Tensor CausalSelfAttention::attention(const Tensor& x) {
 
 bool CausalSelfAttention::use_fused(const Tensor& qkv) const {
   const AttentionKernel k = kernel_ == AttentionKernel::from_env ? kernel_from_env() : kernel_;
-  return k == AttentionKernel::fused && ops::flash_attention_supported(qkv, heads_);
+  return k == AttentionKernel::fused && ops::flash_attention_supported(qkv, heads_, heads_);
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) { return proj_->forward(attention(x)); }
@@ -83,7 +83,7 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
   if (lse_.defined()) {  // the forward ran the fused kernels
     const Tensor da = proj_->backward(dy);
     Tensor dqkv = Tensor::empty(qkv_out_.shape(), da.dtype(), device_);
-    ops::flash_attention_backward(dqkv, da, qkv_out_, attn_out_, lse_, heads_);
+    ops::flash_attention_backward(dqkv, da, qkv_out_, attn_out_, lse_, heads_, heads_);
     qkv_out_ = attn_out_ = lse_ = Tensor();
     return qkv_->backward(dqkv);
   }

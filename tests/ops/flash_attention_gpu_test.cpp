@@ -1,9 +1,17 @@
-// Fused attention (ops/flash_attention.h) on the GPU, bf16 and f16, D = 64, against
-//   - the CPU reference: ops::attention_forward/backward on the CPU in f32 over the same
-//     (already rounded) inputs; lse against a double-precision loop in this file;
-//   - the unfused GPU path (ops::attention_forward/backward in the same dtype);
-// outputs (out, lse, dqkv) NaN-poisoned first, so an unwritten element fails. Shapes (B, T, H):
-// (2,64,2) one tile, (1,77,3) a tail tile, (2,256,4) several tiles, (1,1,1), (2,1024,12) GPT-2.
+// Fused attention (ops/flash_attention.h) on the GPU, bf16 and f16, outputs (out, lse, dqkv)
+// NaN-poisoned first, so an unwritten element fails:
+//   - multi-head, D = 64, against the CPU math path (ops::attention_forward/backward in f32 on
+//     the same rounded inputs), lse against a double loop, and against the unfused GPU path.
+//     Shapes (B, T, H): (2,64,2) one tile, (1,77,3) a tail tile, (2,256,4) several tiles,
+//     (1,1,1), (2,1024,12) GPT-2;
+//   - grouped-query heads (H, KV, D): (4,4,64), (8,2,64), (32,8,64) Llama-3.2-1B, (24,8,128)
+//     Llama-3.2-3B, (4,1,128), for T in {1, 63, 64, 65, 200} (B = 2) and T = 1030 (B = 1; the
+//     (8,2,64) and (4,1,128) heads), causal and with a document mask (random documents of 1 to
+//     T/2 tokens, length 1 included, crossing tiles; the last T/8 tokens padding, position 0;
+//     i64 positions with bf16, i32 with f16), against a reference written here: the unfused
+//     composition q.k, mask, softmax, .v and the analytic backward (dP = dO V^T, dS = P (dP -
+//     rowsum(P dP)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D), dV = P^T dO, a kv head's dK and
+//     dV summed over its group), in double from the same rounded inputs.
 // Tolerances, relative to the largest magnitude of the reference tensor (max |got - want| <=
 // tol * max |want|), and a relative L2 error bound:
 //   bf16: out 1e-2, dqkv 2e-2; L2 1e-2 / 2e-2.   f16: out 2e-3, dqkv 5e-3; L2 2e-3 / 5e-3.
@@ -11,16 +19,20 @@
 // Against the unfused GPU path the bounds are 3x those (bf16: out 3e-2, dqkv 6e-2), since that
 // path carries its own rounding of S, P, dP and dS to the dtype (AttentionGpu allows it a
 // relative L2 error of 3e-2 in bf16); the test prints every measured error, for the margins.
-// Also: the backward is deterministic (two runs, same bits); unsupported inputs are reported
-// by flash_attention_supported and refused with an error; nn::CausalSelfAttention with the
-// fused kernel (by option and by STOKER_ATTENTION=fused) equals the math path within the bounds
-// used against the unfused GPU path.
+// Also: the backward is deterministic (two runs, same bits; grouped heads, with and without
+// documents); unsupported inputs (D 96, KV not dividing H, f32, CPU) are reported by
+// flash_attention_supported and refused with an error naming the reason, and so are bad
+// positions; nn::CausalSelfAttention with the fused kernel (by option and by
+// STOKER_ATTENTION=fused) equals the math path within the bounds used against the unfused GPU
+// path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "ops/flash_attention.h"
@@ -48,13 +60,13 @@ struct Tol {
 Tol tolerance(DType dt) { return dt == DType::bf16 ? Tol{1e-2, 2e-2} : Tol{2e-3, 5e-3}; }
 
 // max |got - want| <= tol * max |want|, and relative L2 error <= tol; NaN fails.
-::testing::AssertionResult close_rel(const Tensor& got_t, const Tensor& want_t, double tol,
-                                     const char* what, double* worst = nullptr) {
-  const std::vector<float> got = got_t.to_floats(), want = want_t.to_floats();
+template <typename Want>
+::testing::AssertionResult close_rel(const std::vector<float>& got, const std::vector<Want>& want,
+                                     double tol, const char* what, double* worst = nullptr) {
   if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
   double scale = 0.0, err2 = 0.0, norm2 = 0.0, max_err = 0.0;
   size_t at = 0;
-  for (float w : want) scale = std::max(scale, std::fabs(double(w)));
+  for (Want w : want) scale = std::max(scale, std::fabs(double(w)));
   for (size_t i = 0; i < got.size(); ++i) {
     if (!std::isfinite(got[i]))
       return ::testing::AssertionFailure()
@@ -72,6 +84,11 @@ Tol tolerance(DType dt) { return dt == DType::bf16 ? Tol{1e-2, 2e-2} : Tol{2e-3,
          << what << ": max error " << max_err << " at [" << at << "] (got " << got[at] << ", want "
          << want[at] << ") = " << rel_max << " of max |want| " << scale << ", relative L2 "
          << rel_l2 << "; tolerance " << tol;
+}
+
+::testing::AssertionResult close_rel(const Tensor& got, const Tensor& want, double tol,
+                                     const char* what, double* worst = nullptr) {
+  return close_rel(got.to_floats(), want.to_floats(), tol, what, worst);
 }
 
 // lse[b, h, i] = ln sum_{j <= i} exp(q_i . k_j / 8), in double, from qkv's values.
@@ -107,9 +124,9 @@ Fused run_fused(const Tensor& qkv_gpu, const Tensor& dout_gpu, const Dims& s) {
   Fused r;
   r.out = test::poisoned({s.b, s.t, s.c()}, dt, gpu());
   r.lse = test::poisoned({s.b, s.h, s.t}, DType::f32, gpu());
-  flash_attention_forward(r.out, r.lse, qkv_gpu, s.h);
+  flash_attention_forward(r.out, r.lse, qkv_gpu, s.h, s.h);
   r.dqkv = test::poisoned({s.b, s.t, 3 * s.c()}, dt, gpu());
-  flash_attention_backward(r.dqkv, dout_gpu, qkv_gpu, r.out, r.lse, s.h);
+  flash_attention_backward(r.dqkv, dout_gpu, qkv_gpu, r.out, r.lse, s.h, s.h);
   return r;
 }
 
@@ -143,7 +160,8 @@ TEST(FlashAttentionGpu, MatchesCpuReferenceAndUnfusedGpu) {
     for (const Dims& s : shapes) {
       SCOPED_TRACE(testing::Message()
                    << dtype_name(dt) << " B=" << s.b << " T=" << s.t << " H=" << s.h << " D=64");
-      ASSERT_TRUE(flash_attention_supported(Tensor::empty({s.b, s.t, 3 * s.c()}, dt, gpu()), s.h));
+      ASSERT_TRUE(
+          flash_attention_supported(Tensor::empty({s.b, s.t, 3 * s.c()}, dt, gpu()), s.h, s.h));
       // Scores q.k/8 of standard deviation ~0.9: peaked enough that P is far from uniform.
       const Tensor qkv = test::random_tensor({s.b, s.t, 3 * s.c()}, dt, seed++, -1.5f, 1.5f);
       const Tensor dout = test::random_tensor({s.b, s.t, s.c()}, dt, seed++);
@@ -177,32 +195,270 @@ TEST(FlashAttentionGpu, MatchesCpuReferenceAndUnfusedGpu) {
   }
 }
 
+// ---- grouped-query heads, D 64 and 128, document masks: against a double reference ----
+
+struct Gqa {
+  int64_t b, t, h, kv, d;
+  int64_t width() const { return (h + 2 * kv) * d; }  // qkv, dqkv
+  int64_t q_width() const { return h * d; }           // out, dout
+};
+
+struct Reference {
+  std::vector<double> out, lse, dqkv;
+};
+
+// The unfused composition in double: per query head h (kv head g = h / (H / KV)) and row i,
+// the scores s_j = q_i . k_j / sqrt(D) over the visible keys j (first..i; first = 0, or with
+// positions i - positions[i] clamped to 0..i), P = softmax(s), out_i = sum_j P_j v_j,
+// lse_i = ln sum_j exp(s_j); backward dP_j = dO_i . v_j, dS_j = P_j (dP_j - sum_j P_j dP_j),
+// dQ_i = sum_j dS_j k_j / sqrt(D), dK_j += dS_j q_i / sqrt(D), dV_j += P_j dO_i (so a kv
+// head's dK and dV sum over every query head of its group).
+Reference reference(const std::vector<float>& qkv, const std::vector<float>& dout,
+                    const std::vector<int64_t>& positions, const Gqa& s) {
+  const int64_t w = s.width(), wo = s.q_width(), d = s.d, group = s.h / s.kv;
+  const double scale = 1.0 / std::sqrt(double(d));
+  Reference r;
+  r.out.assign(static_cast<size_t>(s.b * s.t * wo), 0.0);
+  r.lse.assign(static_cast<size_t>(s.b * s.h * s.t), 0.0);
+  r.dqkv.assign(static_cast<size_t>(s.b * s.t * w), 0.0);
+  std::vector<double> p(static_cast<size_t>(s.t)), dp(static_cast<size_t>(s.t));
+  for (int64_t b = 0; b < s.b; ++b)
+    for (int64_t h = 0; h < s.h; ++h) {
+      const int64_t g = h / group, qc = h * d, kc = (s.h + g) * d, vc = (s.h + s.kv + g) * d;
+      auto at = [&](int64_t row, int64_t col) {
+        return static_cast<size_t>((b * s.t + row) * w + col);
+      };
+      for (int64_t i = 0; i < s.t; ++i) {
+        int64_t first = 0;
+        if (!positions.empty())
+          first = i - std::clamp<int64_t>(positions[static_cast<size_t>(b * s.t + i)], 0, i);
+        const float* q = &qkv[at(i, qc)];
+        double mx = -INFINITY;
+        for (int64_t j = first; j <= i; ++j) {
+          const float* k = &qkv[at(j, kc)];
+          double dot = 0.0;
+          for (int64_t e = 0; e < d; ++e) dot += double(q[e]) * k[e];
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = first; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        r.lse[static_cast<size_t>((b * s.h + h) * s.t + i)] = mx + std::log(sum);
+        double* o = &r.out[static_cast<size_t>((b * s.t + i) * wo + qc)];
+        const float* go = &dout[static_cast<size_t>((b * s.t + i) * wo + qc)];
+        double rowsum = 0.0;
+        for (int64_t j = first; j <= i; ++j) {
+          p[j] /= sum;
+          const float* v = &qkv[at(j, vc)];
+          double dot = 0.0;
+          for (int64_t e = 0; e < d; ++e) {
+            o[e] += p[j] * v[e];
+            dot += double(go[e]) * v[e];
+          }
+          dp[j] = dot;
+          rowsum += p[j] * dot;
+        }
+        double* dq = &r.dqkv[at(i, qc)];
+        for (int64_t j = first; j <= i; ++j) {
+          const double ds = p[j] * (dp[j] - rowsum) * scale;
+          const float* k = &qkv[at(j, kc)];
+          double* dk = &r.dqkv[at(j, kc)];
+          double* dv = &r.dqkv[at(j, vc)];
+          for (int64_t e = 0; e < d; ++e) {
+            dq[e] += ds * k[e];
+            dk[e] += ds * q[e];
+            dv[e] += p[j] * go[e];
+          }
+        }
+      }
+    }
+  return r;
+}
+
+// Each row of [B, T]: documents of random lengths (a quarter of length 1, a quarter 2..8, the
+// rest up to T/2, so some cross 64-row tiles), positions 0, 1, ... within each, then T/8
+// padding tokens of position 0.
+std::vector<int64_t> document_positions(int64_t b, int64_t t, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int64_t> pos(static_cast<size_t>(b * t), 0);
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t end = t - t / 8;
+    int64_t i = 0;
+    while (i < end) {
+      const uint32_t kind = gen() % 4;
+      const int64_t len = kind == 0 ? 1
+                          : kind == 1
+                              ? 2 + gen() % 7
+                              : 9 + gen() % static_cast<uint32_t>(std::max<int64_t>(1, t / 2));
+      for (int64_t k = 0; k < len && i < end; ++k, ++i) pos[static_cast<size_t>(r * t + i)] = k;
+    }
+  }
+  return pos;
+}
+
+Tensor positions_tensor(const std::vector<int64_t>& pos, const Gqa& s, DType dt) {
+  if (dt == DType::i64) return Tensor::from_vector(pos, {s.b, s.t}, gpu());
+  const std::vector<int32_t> p32(pos.begin(), pos.end());
+  return Tensor::from_vector(p32, {s.b, s.t}, gpu());
+}
+
+Fused run_fused_gqa(const Tensor& qkv, const Tensor& dout, const Tensor& positions, const Gqa& s) {
+  const DType dt = qkv.dtype();
+  Fused r;
+  r.out = test::poisoned({s.b, s.t, s.q_width()}, dt, gpu());
+  r.lse = test::poisoned({s.b, s.h, s.t}, DType::f32, gpu());
+  flash_attention_forward(r.out, r.lse, qkv, s.h, s.kv, positions);
+  r.dqkv = test::poisoned({s.b, s.t, s.width()}, dt, gpu());
+  flash_attention_backward(r.dqkv, dout, qkv, r.out, r.lse, s.h, s.kv, positions);
+  return r;
+}
+
+// One shape in bf16 and f16, causal and with documents, against reference().
+void check_against_reference(const Gqa& s, uint32_t seed) {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const Tol tol = tolerance(dt);
+    for (bool docs : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << dtype_name(dt) << " B=" << s.b << " T=" << s.t << " H=" << s.h
+                   << " KV=" << s.kv << " D=" << s.d << (docs ? " documents" : " causal"));
+      const Tensor qkv = test::random_tensor({s.b, s.t, s.width()}, dt, seed++, -1.5f, 1.5f);
+      const Tensor dout = test::random_tensor({s.b, s.t, s.q_width()}, dt, seed++);
+      ASSERT_TRUE(flash_attention_supported(qkv.to(gpu()), s.h, s.kv));
+      const std::vector<int64_t> pos =
+          docs ? document_positions(s.b, s.t, seed++) : std::vector<int64_t>{};
+      // i64 positions with bf16, i32 with f16: both index types run.
+      const Tensor positions =
+          docs ? positions_tensor(pos, s, dt == DType::bf16 ? DType::i64 : DType::i32) : Tensor();
+      const Fused f = run_fused_gqa(qkv.to(gpu()), dout.to(gpu()), positions, s);
+      const Reference want = reference(qkv.to_floats(), dout.to_floats(), pos, s);
+
+      double e_out = 0, e_grad = 0;
+      EXPECT_TRUE(close_rel(f.out.to_floats(), want.out, tol.out, "out", &e_out));
+      EXPECT_TRUE(close_rel(f.dqkv.to_floats(), want.dqkv, tol.grad, "dqkv", &e_grad));
+      const std::vector<float> got_lse = f.lse.to_floats();
+      double lse_scale = 0.0;
+      for (double v : want.lse) lse_scale = std::max(lse_scale, std::fabs(v));
+      for (size_t i = 0; i < got_lse.size(); ++i)
+        ASSERT_LE(std::fabs(got_lse[i] - want.lse[i]), 1e-4 * lse_scale + 1e-5)
+            << "lse[" << i << "]: gpu " << got_lse[i] << ", reference " << want.lse[i];
+      std::printf(
+          "[ flash    ] %s B=%lld T=%lld H=%lld KV=%lld D=%lld %s: error/max out %.2e "
+          "dqkv %.2e\n",
+          std::string(dtype_name(dt)).c_str(), (long long)s.b, (long long)s.t, (long long)s.h,
+          (long long)s.kv, (long long)s.d, docs ? "documents" : "causal", e_out, e_grad);
+    }
+  }
+}
+
+// T of one tile, one row short of and past a tile, a tail after three tiles; B = 2.
+constexpr int64_t kSeqLens[] = {1, 63, 64, 65, 200};
+
+TEST(FlashAttentionGpu, MultiHeadD64MatchesReference) {
+  STOKER_REQUIRE_GPU();
+  for (int64_t t : kSeqLens) check_against_reference({2, t, 4, 4, 64}, 100);
+}
+
+TEST(FlashAttentionGpu, GroupedQueryD64MatchesReference) {
+  STOKER_REQUIRE_GPU();
+  for (int64_t t : kSeqLens) check_against_reference({2, t, 8, 2, 64}, 200);
+  check_against_reference({1, 1030, 8, 2, 64}, 250);
+}
+
+TEST(FlashAttentionGpu, Llama1BHeadsMatchReference) {
+  STOKER_REQUIRE_GPU();
+  for (int64_t t : kSeqLens) check_against_reference({2, t, 32, 8, 64}, 300);
+}
+
+TEST(FlashAttentionGpu, Llama3BHeadsD128MatchReference) {
+  STOKER_REQUIRE_GPU();
+  for (int64_t t : kSeqLens) check_against_reference({2, t, 24, 8, 128}, 400);
+}
+
+TEST(FlashAttentionGpu, OneKvHeadD128MatchesReference) {
+  STOKER_REQUIRE_GPU();
+  for (int64_t t : kSeqLens) check_against_reference({2, t, 4, 1, 128}, 500);
+  check_against_reference({1, 1030, 4, 1, 128}, 550);
+}
+
 TEST(FlashAttentionGpu, BackwardIsDeterministic) {
   STOKER_REQUIRE_GPU();
-  const Dims s{2, 300, 3};
-  const Tensor qkv = test::random_tensor({s.b, s.t, 3 * s.c()}, DType::bf16, 3).to(gpu());
-  const Tensor dout = test::random_tensor({s.b, s.t, s.c()}, DType::bf16, 4).to(gpu());
-  const Fused a = run_fused(qkv, dout, s), b = run_fused(qkv, dout, s);
-  EXPECT_TRUE(test::bit_identical(a.out, b.out));
-  EXPECT_TRUE(test::bit_identical(a.lse, b.lse));
-  EXPECT_TRUE(test::bit_identical(a.dqkv, b.dqkv));
+  {
+    const Dims s{2, 300, 3};
+    const Tensor qkv = test::random_tensor({s.b, s.t, 3 * s.c()}, DType::bf16, 3).to(gpu());
+    const Tensor dout = test::random_tensor({s.b, s.t, s.c()}, DType::bf16, 4).to(gpu());
+    const Fused a = run_fused(qkv, dout, s), b = run_fused(qkv, dout, s);
+    EXPECT_TRUE(test::bit_identical(a.out, b.out));
+    EXPECT_TRUE(test::bit_identical(a.lse, b.lse));
+    EXPECT_TRUE(test::bit_identical(a.dqkv, b.dqkv));
+  }
+  // Grouped heads (dK, dV summed over the group in one CTA), with and without documents.
+  for (const Gqa& s : {Gqa{2, 300, 8, 2, 64}, Gqa{2, 300, 4, 1, 128}}) {
+    for (bool docs : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "H=" << s.h << " KV=" << s.kv << " D=" << s.d
+                                      << (docs ? " documents" : " causal"));
+      const Tensor qkv = test::random_tensor({s.b, s.t, s.width()}, DType::bf16, 5).to(gpu());
+      const Tensor dout = test::random_tensor({s.b, s.t, s.q_width()}, DType::bf16, 6).to(gpu());
+      const Tensor positions =
+          docs ? positions_tensor(document_positions(s.b, s.t, 7), s, DType::i32) : Tensor();
+      const Fused a = run_fused_gqa(qkv, dout, positions, s);
+      const Fused b = run_fused_gqa(qkv, dout, positions, s);
+      EXPECT_TRUE(test::bit_identical(a.out, b.out));
+      EXPECT_TRUE(test::bit_identical(a.lse, b.lse));
+      EXPECT_TRUE(test::bit_identical(a.dqkv, b.dqkv));
+    }
+  }
 }
 
 TEST(FlashAttentionGpu, ReportsAndRefusesUnsupportedInputs) {
   STOKER_REQUIRE_GPU();
-  EXPECT_TRUE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::bf16, gpu()), 2));
-  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::bf16, gpu()), 4))
-      << "D = 32";
-  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::f32, gpu()), 2));
-  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::bf16), 2)) << "CPU";
-  const Tensor qkv = Tensor::empty({1, 5, 3 * 128}, DType::bf16, gpu());
+  const Tensor qkv = Tensor::empty({1, 5, 3 * 128}, DType::bf16, gpu());  // H = KV = 2: D 64
+  EXPECT_TRUE(flash_attention_supported(qkv, 2, 2));
+  EXPECT_TRUE(flash_attention_supported(Tensor::empty({1, 5, 6 * 128}, DType::bf16, gpu()), 4, 1))
+      << "H 4, KV 1, D 128";
+  EXPECT_FALSE(flash_attention_supported(qkv, 4, 4)) << "D = 32";
+  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 4 * 96}, DType::bf16, gpu()), 2, 1))
+      << "D = 96";
+  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 7 * 64}, DType::bf16, gpu()), 3, 2))
+      << "KV does not divide H";
+  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::f32, gpu()), 2, 2));
+  EXPECT_FALSE(flash_attention_supported(Tensor::empty({1, 5, 3 * 128}, DType::bf16), 2, 2))
+      << "CPU";
+
+  // forward refuses each with the reason.
+  auto refused = [](const Tensor& q, int64_t h, int64_t kv, const char* reason) {
+    const int64_t d = 64;  // out and lse are valid for H heads of 64 where it matters
+    const Tensor out = Tensor::empty({1, 5, h * d}, DType::bf16, gpu());
+    const Tensor lse = Tensor::empty({1, h, 5}, DType::f32, gpu());
+    return test::throws_error_with([&] { flash_attention_forward(out, lse, q, h, kv); },
+                                   {"flash_attention_forward", reason});
+  };
+  EXPECT_TRUE(refused(qkv, 4, 4, "head dim 32"));
+  EXPECT_TRUE(refused(Tensor::empty({1, 5, 4 * 96}, DType::bf16, gpu()), 2, 1, "head dim 96"));
+  EXPECT_TRUE(refused(Tensor::empty({1, 5, 7 * 64}, DType::bf16, gpu()), 3, 2, "does not divide"));
+  EXPECT_TRUE(refused(Tensor::empty({1, 5, 3 * 128}, DType::f32, gpu()), 2, 2, "bf16 or f16"));
+  EXPECT_TRUE(refused(Tensor::empty({1, 5, 3 * 128}, DType::bf16), 2, 2, "CUDA device"));
+
   const Tensor out = Tensor::empty({1, 5, 128}, DType::bf16, gpu());
-  const Tensor lse = Tensor::empty({1, 4, 5}, DType::f32, gpu());
-  EXPECT_TRUE(test::throws_error_with([&] { flash_attention_forward(out, lse, qkv, 4); },
-                                      {"flash_attention_forward", "head dim"}));
+  const Tensor lse = Tensor::empty({1, 2, 5}, DType::f32, gpu());
   const Tensor lse_bad = Tensor::empty({1, 2, 5}, DType::bf16, gpu());
-  EXPECT_TRUE(test::throws_error_with([&] { flash_attention_forward(out, lse_bad, qkv, 2); },
+  EXPECT_TRUE(test::throws_error_with([&] { flash_attention_forward(out, lse_bad, qkv, 2, 2); },
                                       {"lse", "f32"}));
+  // positions: [B, T] i32 or i64 on qkv's device.
+  const Tensor pos_shape = Tensor::zeros({1, 4}, DType::i32, gpu());
+  const Tensor pos_dtype = Tensor::zeros({1, 5}, DType::f32, gpu());
+  const Tensor pos_cpu = Tensor::zeros({1, 5}, DType::i64);
+  for (const Tensor* p : {&pos_shape, &pos_dtype}) {
+    EXPECT_TRUE(test::throws_error_with(
+        [&] { flash_attention_forward(out, lse, qkv, 2, 2, *p); },
+        {"flash_attention_forward", "positions", "i32 or i64", "plain causal"}));
+    const Tensor dqkv = Tensor::empty({1, 5, 3 * 128}, DType::bf16, gpu());
+    EXPECT_TRUE(test::throws_error_with(
+        [&] { flash_attention_backward(dqkv, out, qkv, out, lse, 2, 2, *p); },
+        {"flash_attention_backward", "positions"}));
+  }
+  EXPECT_TRUE(
+      test::throws_error_with([&] { flash_attention_forward(out, lse, qkv, 2, 2, pos_cpu); },
+                              {"flash_attention_forward", "positions"}));
 }
 
 // ---- nn::CausalSelfAttention: fused vs math ----
