@@ -209,7 +209,7 @@ void RunFlags::check_inputs_and_outputs(const std::vector<Input>& inputs) const 
   using Kind = core::PathGuard::Kind;
   guard.output("--checkpoint-dir", checkpoint_dir, Kind::folder, {"--resume"});
   guard.output("--metrics", metrics, Kind::file);
-  guard.output("--save", save, Kind::file);
+  guard.output("--save", save, save_folder ? Kind::folder : Kind::file);
   const std::pair<const char*, const std::filesystem::path*> diag_outputs[] = {
       {"STOKER_DIAG_REPORT_JSON", &env.report_json},     {"STOKER_DIAG_TRACE", &env.trace_path},
       {"STOKER_DIAG_BASELINE_SAVE", &env.baseline_save}, {"STOKER_DIAG_HTML", &env.html_report},
@@ -272,7 +272,9 @@ void RunFlags::check(const CLI::App& app, bool has_validation, bool main_rank,
   if (!metrics.empty())
     locks_.push_back(train::RunLock::acquire(train::RunLock::file_lock_path(metrics),
                                              "--metrics " + metrics, "--metrics"));
-  if (!save.empty()) {
+  if (!save.empty() && save_folder) {
+    core::check_output_dir(save, "--save");
+  } else if (!save.empty()) {
     core::check_output_path(save, "--save");
     refuse_save_over_a_training_checkpoint(save);
   }

@@ -72,6 +72,8 @@ struct RunFlags {
   std::string on_corrupt = "fail";
   int activation_checkpoint_every = 0;
   std::string stop_signals = "TERM,INT,USR1";
+  // --save names a folder the program writes (stoker_llm: a Hugging Face folder), not a file.
+  bool save_folder = false;
 
   // An input of the program, checked by check(): a regular file it reads (a token file) or a
   // database folder from `stoker pack` (its data.mdb a regular file). `exists`: checked now

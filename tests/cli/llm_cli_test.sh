@@ -1,0 +1,115 @@
+#!/bin/sh
+# stoker_llm on the CPU (docs/llm.md):
+#  - llama3-debug trains on the bundled text (packed on the first run) and its validation loss
+#    falls; the sample at the end is decoded text;
+#  - a run stopped at its last step resumes from --checkpoint-dir and continues to more steps;
+#  - --save DIR writes a transformers folder, --init-from DIR continues from it (its loss starts
+#    where the first run ended, not at ln V);
+#  - `stoker launch -n 2` with --zero1 and 8-bit optimizer state trains;
+#  - --memory-plan prints the plan; llama3-8b on a device too small says what it needs and which
+#    flags would fit, before allocating anything (exit 1);
+#  - bad inputs (an unknown preset, --init-from a missing or non-Llama folder, --save onto an
+#    input, a shape flag contradicting --init-from, --document-mask on a raw token file) exit 1
+#    naming the flag, no signal.
+# Every check runs and the failures are listed at the end.
+# Usage: llm_cli_test.sh STOKER STOKER_LLM TEXT SCRATCH
+set -u
+stoker="$1"
+llm="$2"
+text="$3"
+dir="$4"
+rm -rf "$dir"
+mkdir -p "$dir"
+out="$dir/out.txt"
+err="$dir/err.txt"
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  echo "  stdout: $(tail -c 800 "$out")"
+  echo "  stderr: $(tail -c 800 "$err")"
+  failures=$((failures + 1))
+}
+expect() {
+  want="$1"
+  shift
+  status=0
+  "$@" > "$out" 2> "$err" || status=$?
+  [ "$status" = "$want" ] || fail "status $status, expected $want: $*"
+}
+has() { grep -q -- "$2" "$1" || fail "no '$2' in $(basename "$1")"; }
+# The number after "$2" on the first line of file $1 holding it.
+number_after() { grep -- "$2" "$1" | head -n 1 | sed "s/.*$2 *\([-0-9.]*\).*/\1/"; }
+below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+
+base() {
+  "$llm" --device cpu --data-cache "$dir/cache" --text "$text" --batch 8 --context 64 \
+    --log-interval 10 --eval-subset 16 --sample 0 "$@"
+}
+
+# 1. llama3-debug learns the bundled text: the validation loss falls well below ln 1024.
+expect 0 base --steps 60 --sample 20 --prompt "And God said" --checkpoint-dir "$dir/ck"
+has "$out" "memory plan:"
+has "$out" "Llama(V=1024 C=128 L=4 H=4 KV=2 D=32 F=384"
+has "$out" "sample (top-5"
+before=$(number_after "$out" "validation loss before training:")
+after=$(number_after "$out" "validation loss after training:")
+below "$after" "$before" || fail "validation loss did not fall: $before -> $after"
+below "$after" 5.5 || fail "validation loss $after after 60 steps is not below 5.5"
+cp "$out" "$dir/first.txt"
+
+# 2. The same command with more steps resumes the run's last checkpoint and continues.
+expect 0 base --steps 70 --checkpoint-dir "$dir/ck"
+has "$out" "resum"
+has "$out" "trained 10 steps"
+
+# 3. --save DIR writes a transformers folder; --init-from DIR continues from its weights.
+expect 0 base --steps 5 --save "$dir/hf"
+for f in config.json model.safetensors; do
+  [ -f "$dir/hf/$f" ] || fail "--save wrote no $f"
+done
+has "$dir/hf/config.json" '"model_type": *"llama"'
+saved=$(number_after "$out" "validation loss after training:")
+expect 0 base --steps 5 --init-from "$dir/hf" --lr 1e-4
+has "$out" "from $dir/hf"
+resumed=$(number_after "$out" "validation loss before training:")
+below "$resumed" 6.5 || fail "--init-from starts at $resumed, not near the saved run's $saved"
+
+# 4. Two ranks under `stoker launch`, ZeRO-1 and 8-bit optimizer state.
+expect 0 "$stoker" launch -n 2 --master-port 0 "$llm" --device cpu --data-cache "$dir/cache" \
+  --text "$text" --batch 4 --context 32 --steps 4 --log-interval 2 --eval-subset 8 --sample 0 \
+  --zero1 --optimizer-state 8bit
+has "$out" "x 2 ranks"
+
+# 5. The memory plan, and a run that cannot fit.
+expect 0 "$llm" --device cpu --preset llama3-8b --memory-plan --precision bf16 --batch 1 \
+  --context 2048
+has "$out" "optimizer"
+has "$out" "activations"
+expect 1 "$llm" --device cpu --preset llama3-8b --batch 64 --context 8192
+has "$err" "does not fit on cpu"
+has "$err" "activation-checkpoint-every"
+
+# 6. Bad inputs: exit 1, the flag named, no signal.
+expect 1 "$llm" --device cpu --preset llama9
+has "$err" "--preset"
+expect 1 base --init-from "$dir/no-such-folder"
+has "$err" "--init-from"
+mkdir -p "$dir/not-llama"
+echo '{"model_type": "gpt2", "vocab_size": 10}' > "$dir/not-llama/config.json"
+expect 1 base --init-from "$dir/not-llama"
+has "$err" "model_type"
+expect 1 base --init-from "$dir/hf" --layers 7
+has "$err" "--layers 7 contradicts --init-from"
+expect 1 base --init-from "$dir/hf" --save "$dir/hf"
+has "$err" "--save"
+has "$err" "--init-from"
+head -c 4000 /dev/urandom > "$dir/raw.u16"
+expect 1 base --data "$dir/raw.u16" --document-mask
+has "$err" "--document-mask"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all stoker_llm checks passed"
