@@ -350,6 +350,32 @@ void check_against_reference(const Gqa& s, uint32_t seed) {
   }
 }
 
+// The reference itself, against an independent implementation: the CPU math path
+// (ops::attention_forward/backward with kv heads and positions, f32) on the same inputs. Needs
+// no GPU, so it runs on every machine.
+TEST(FlashAttentionGpu, ReferenceAgreesWithTheCpuMathPath) {
+  for (const Gqa& s : {Gqa{2, 130, 4, 2, 64}, Gqa{1, 70, 3, 1, 128}}) {
+    for (bool docs : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "H=" << s.h << " KV=" << s.kv << " D=" << s.d
+                                      << (docs ? " documents" : " causal"));
+      const Tensor qkv = test::random_tensor({s.b, s.t, s.width()}, DType::f32, 21, -1.5f, 1.5f);
+      const Tensor dout = test::random_tensor({s.b, s.t, s.q_width()}, DType::f32, 22);
+      const std::vector<int64_t> pos =
+          docs ? document_positions(s.b, s.t, 23) : std::vector<int64_t>{};
+      const Tensor positions = docs ? Tensor::from_vector(pos, {s.b, s.t}) : Tensor();
+      const Tensor out = Tensor::empty({s.b, s.t, s.q_width()}, DType::f32);
+      const Tensor heads = Tensor::empty({3, s.b, s.h, s.t, s.d}, DType::f32);
+      const Tensor probs = Tensor::empty({s.b, s.h, s.t, s.t}, DType::f32);
+      const Tensor dqkv = Tensor::empty({s.b, s.t, s.width()}, DType::f32);
+      attention_forward(out, heads, probs, qkv, s.h, s.kv, positions);
+      attention_backward(dqkv, dout, heads, probs, s.h, s.kv, positions);
+      const Reference want = reference(qkv.to_floats(), dout.to_floats(), pos, s);
+      EXPECT_TRUE(close_rel(out.to_floats(), want.out, 1e-5, "out"));
+      EXPECT_TRUE(close_rel(dqkv.to_floats(), want.dqkv, 1e-5, "dqkv"));
+    }
+  }
+}
+
 // T of one tile, one row short of and past a tile, a tail after three tiles; B = 2.
 constexpr int64_t kSeqLens[] = {1, 63, 64, 65, 200};
 
