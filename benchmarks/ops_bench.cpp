@@ -14,6 +14,8 @@
 // bias gradient as a separate pass or from the GEMM (FLOP/s of the GEMM). BM_RmsNorm*,
 // BM_AddRmsNorm*, BM_Rope* and BM_SwiGlu* are Llama-3.2-1B's kernels (B 4 x T 2048 bf16); their
 // bytes are the ones benchmarks/peers/torch_llama_ops.py counts for PyTorch's same ops.
+// BM_LinearCrossEntropy/vocab:V/pad:0|1 is GPT-2's head + loss (forward and backward, FLOP/s)
+// at vocabularies 50,257 / 50,256 / 50,304, padded to a multiple of 64 classes or not.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -164,6 +166,40 @@ void BM_CrossEntropyBackward(benchmark::State& state) {
   ops::cross_entropy_forward(l, c, s, lc, tc, -100, 0.0f);
   ops::cross_entropy_backward(dc, lc, tc, s, c, -100, 0.0f, 1.0f / kTokens);
   check(state, worst(dl, dc, kVocab, std::ldexp(1.0, -7), 1e-12));
+}
+
+// GPT-2 124M's LM head and loss as the trainers run them (nn::LinearCrossEntropyLoss's
+// forward_backward from a zeroed weight gradient: three GEMMs and the cross-entropy, chunked):
+// x [16384, 768] bf16, weight [vocab, 768], at vocab 50,257 (GPT-2's), 50,256 (16-byte rows,
+// not a multiple of 64) and 50,304, with the head padded to a multiple of 64 (pad:0, the CUDA
+// default) or not (pad:1). FLOP/s counts the unpadded problem's 3 x 2 N vocab K: the useful
+// rate. Checked: the loss of the first 64 rows against the CPU's unpadded head.
+void BM_LinearCrossEntropy(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const Device gpu = Device::cuda(0);
+  const int64_t vocab = state.range(0);
+  const stoker::nn::LinearCrossEntropyOptions o{.pad_classes_to = state.range(1)};
+  const Tensor x = random_tensor({kTokens, kWidthGpt}, DType::bf16, gpu, 61);
+  std::vector<int64_t> t(kTokens);
+  for (int64_t i = 0; i < kTokens; ++i) t[i] = (i * 7919) % vocab;
+  const Tensor target = Tensor::from_vector<int64_t>(t, {kTokens}).to(gpu);
+  stoker::nn::Parameter w(random_tensor({vocab, kWidthGpt}, DType::f32, gpu, 62, 0.02f));
+  stoker::nn::LinearCrossEntropyLoss loss(w, o);
+  time_calls(state, 0.0, [&] {
+    w.zero_grad();
+    loss.forward_backward(x, target, 1.0f);
+  });
+  state.counters["padded"] = static_cast<double>(loss.padded_classes());
+  state.counters["FLOP/s"] = benchmark::Counter(
+      3.0 * ops::gemm_flops(kTokens, vocab, kWidthGpt) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+  const int64_t rows = 64;
+  const Device cpu = Device::cpu();
+  stoker::nn::Parameter wc(w.value().to(cpu));
+  stoker::nn::LinearCrossEntropyLoss ref(wc, {.pad_classes_to = 1});
+  const Tensor got = loss.forward(x.slice(0, rows), target.slice(0, rows));
+  const Tensor want = ref.forward(x.slice(0, rows).to(cpu), target.slice(0, rows).to(cpu));
+  check(state, worst(got, want, 1, 1e-3, 1e-3));
 }
 
 struct Norm {
@@ -649,6 +685,11 @@ BENCHMARK(BM_GeluForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GeluBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CrossEntropyForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CrossEntropyBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LinearCrossEntropy)
+    ->ArgNames({"vocab", "pad"})
+    ->ArgsProduct({{50257, 50256, 50304}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LayerNormForward)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LayerNormBackward)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CastMultiRefresh)->UseManualTime()->Unit(benchmark::kMicrosecond);

@@ -12,6 +12,9 @@
 // counts are integers until the final division.
 // Backward: one row group per row, dlogits = scale / count * (exp(x - lse) - (1-s) onehot - s/C),
 // count read from the device scalar; ignored rows are zeros, bad targets NaN rows.
+// Both take rows of `ld` elements of which the first `c` are classes (a padded head: ld rounded
+// up so that every row starts on 16 bytes and the Pack path runs); the forward never reads the
+// padding, the backward writes it as zeros.
 //
 // MSE forward: grid-stride squared differences, per-block partials, one ordered final fold.
 // MSE backward: the shared ops/nn_math.h expression through kernel_util's map kernel: the CPU's
@@ -99,7 +102,7 @@ __device__ STOKER_FORCEINLINE bool valid_class(I t, int64_t c) {
 template <int kThreads, int V, typename T, typename I>
 __global__ void __launch_bounds__(kRowBlock)
     xent_forward_kernel(float* lse, float* partial_loss, unsigned* partial_count, const T* logits,
-                        const I* target, int64_t n, int64_t c, int64_t ignore_index,
+                        const I* target, int64_t n, int64_t ld, int64_t c, int64_t ignore_index,
                         float smoothing) {
   __shared__ LseAcc smem[kRowBlock / 32];
   __shared__ float block_loss[kRowBlock / 32];
@@ -111,7 +114,7 @@ __global__ void __launch_bounds__(kRowBlock)
   unsigned count_acc = 0;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads; r < n;
        r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
-    const T* xr = logits + r * c;
+    const T* xr = logits + r * ld;
     LseAcc acc{-INFINITY, 0.0f, 0.0f};
     const int64_t packs = c / V;
     for (int64_t p = lane; p < packs; p += kThreads) {
@@ -190,7 +193,7 @@ __global__ void __launch_bounds__(kRowBlock)
 template <int kThreads, int V, typename T, typename I>
 __global__ void __launch_bounds__(kRowBlock)
     xent_backward_kernel(T* dlogits, const T* logits, const I* target, const float* lse,
-                         const float* count, int64_t n, int64_t c, int64_t ignore_index,
+                         const float* count, int64_t n, int64_t ld, int64_t c, int64_t ignore_index,
                          float smoothing, float scale, const float* grad_scale) {
   constexpr int kRowsPerBlock = kRowBlock / kThreads;
   const int lane = threadIdx.x % kThreads;
@@ -199,20 +202,22 @@ __global__ void __launch_bounds__(kRowBlock)
   const float on = (1.0f - smoothing) + off;            // ... and of the labelled class
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads; r < n;
        r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
-    T* dr = dlogits + r * c;
+    T* dr = dlogits + r * ld;
     const I t = __ldg(target + r);
     if (static_cast<int64_t>(t) == ignore_index) {
-      row_fill<kThreads, V>(dr, c, lane, 0.0f);
+      row_fill<kThreads, V>(dr, ld, lane, 0.0f);
       continue;
     }
     if (!valid_class(t, c)) {
-      row_fill<kThreads, V>(dr, c, lane, std::numeric_limits<float>::quiet_NaN());
+      row_fill<kThreads, V>(dr, ld, lane, std::numeric_limits<float>::quiet_NaN());
       continue;
     }
     const float l = __ldg(lse + r);
     const int64_t tc = static_cast<int64_t>(t);
-    row_map<kThreads, V>(dr, logits + r * c, c, lane, [&](int64_t j, float v) {
-      return (expf(v - l) - (j == tc ? on : off)) * factor;
+    // The whole padded row in Packs; a padding column's gradient is 0 (its logit is not read
+    // into the result, so even a NaN there stays out).
+    row_map<kThreads, V>(dr, logits + r * ld, ld, lane, [&](int64_t j, float v) {
+      return j < c ? (expf(v - l) - (j == tc ? on : off)) * factor : 0.0f;
     });
   }
 }
@@ -284,10 +289,10 @@ struct MseGradOp {  // op(pred, target)
 
 void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,
                            const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                           float label_smoothing, const Tensor& divide_by) {
+                           float label_smoothing, const Tensor& divide_by, int64_t classes) {
   const core::Device device = logits.device();
   const core::DeviceScope scope(device.index);
-  const int64_t n = logits.size(0), c = logits.size(1);
+  const int64_t n = logits.size(0), ld = logits.size(1), c = classes;
   const cudaStream_t stream = core::cuda_stream(device);
   const unsigned grid = row_grid(n, wide_rows(c) ? kRowBlock : 32, kMaxPartials);
   // Scratch: [grid] f32 partial losses, then [grid] u32 partial counts (pool memory, released
@@ -298,13 +303,13 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
   visit_targets(target, [&](const auto* t) {
     visit_float(logits.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const bool vec = rows_aligned(logits.data(), c, sizeof(T));
+      const bool vec = rows_aligned(logits.data(), ld, sizeof(T));
       visit_row_config(c, vec, [&](auto threads, auto use_vec) {
         constexpr int kThreads = decltype(threads)::value;
         constexpr int V = decltype(use_vec)::value ? 16 / sizeof(T) : 1;
         xent_forward_kernel<kThreads, V><<<grid, kRowBlock, 0, stream>>>(
             static_cast<float*>(lse.data()), partial_loss, partial_count,
-            static_cast<const T*>(logits.data()), t, n, c, ignore_index, label_smoothing);
+            static_cast<const T*>(logits.data()), t, n, ld, c, ignore_index, label_smoothing);
         STOKER_CUDA_CHECK(cudaGetLastError());
       });
     });
@@ -330,24 +335,25 @@ void count_targets(const Tensor& count, const Tensor& target, int64_t ignore_ind
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,
                             const Tensor& lse, const Tensor& count, int64_t ignore_index,
-                            float label_smoothing, float scale, const Tensor& grad_scale) {
+                            float label_smoothing, float scale, const Tensor& grad_scale,
+                            int64_t classes) {
   const core::Device device = logits.device();
   const core::DeviceScope scope(device.index);
-  const int64_t n = logits.size(0), c = logits.size(1);
+  const int64_t n = logits.size(0), ld = logits.size(1), c = classes;
   const cudaStream_t stream = core::cuda_stream(device);
   visit_targets(target, [&](const auto* t) {
     visit_float(logits.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const bool vec =
-          rows_aligned(logits.data(), c, sizeof(T)) && rows_aligned(dlogits.data(), c, sizeof(T));
-      visit_row_config(c, vec, [&](auto threads, auto use_vec) {
+          rows_aligned(logits.data(), ld, sizeof(T)) && rows_aligned(dlogits.data(), ld, sizeof(T));
+      visit_row_config(ld, vec, [&](auto threads, auto use_vec) {
         constexpr int kThreads = decltype(threads)::value;
         constexpr int V = decltype(use_vec)::value ? 16 / sizeof(T) : 1;
         const unsigned grid = row_grid(n, kThreads, int64_t{sm_count(device.index)} * kBlocksPerSm);
         xent_backward_kernel<kThreads, V><<<grid, kRowBlock, 0, stream>>>(
             static_cast<T*>(dlogits.data()), static_cast<const T*>(logits.data()), t,
-            static_cast<const float*>(lse.data()), static_cast<const float*>(count.data()), n, c,
-            ignore_index, label_smoothing, scale,
+            static_cast<const float*>(lse.data()), static_cast<const float*>(count.data()), n, ld,
+            c, ignore_index, label_smoothing, scale,
             grad_scale.defined() ? static_cast<const float*>(grad_scale.data()) : nullptr);
         STOKER_CUDA_CHECK(cudaGetLastError());
       });

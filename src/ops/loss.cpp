@@ -43,6 +43,14 @@ void check_xent(const char* op, const Tensor& logits, const Tensor& target, cons
                ": label_smoothing = ", label_smoothing, " is outside [0, 1]");
 }
 
+// The leading columns of logits that are classes (0: all of them), checked and resolved.
+int64_t valid_classes(const char* op, const Tensor& logits, int64_t classes) {
+  STOKER_CHECK(classes >= 0 && classes <= logits.size(1), "ops::", op, ": classes = ", classes,
+               " for logits ", logits.str(), "; expected 1..", logits.size(1),
+               " (the leading columns that are classes) or 0 for all");
+  return classes == 0 ? logits.size(1) : classes;
+}
+
 void check_mse(const char* op, const char* out_name, const Tensor* out, const Tensor& pred,
                const Tensor& target) {
   detail::check_float(op, "pred", pred);
@@ -80,7 +88,7 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
     return;
   }
   cross_entropy_forward_stub(logits.device(), loss, count, lse, logits, target, ignore_index,
-                             label_smoothing, Tensor());
+                             label_smoothing, Tensor(), logits.size(1));
 }
 
 void count_targets(const Tensor& count, const Tensor& target, int64_t ignore_index) {
@@ -100,20 +108,22 @@ void count_targets(const Tensor& count, const Tensor& target, int64_t ignore_ind
 
 void cross_entropy_forward_chunk(const Tensor& loss, const Tensor& lse, const Tensor& logits,
                                  const Tensor& target, const Tensor& count, int64_t ignore_index,
-                                 float label_smoothing) {
+                                 float label_smoothing, int64_t classes) {
   const char* op = "cross_entropy_forward_chunk";
   check_xent(op, logits, target, lse, label_smoothing);
   check_scalar(op, "loss", loss, "logits", logits);
   check_scalar(op, "count", count, "logits", logits);
+  classes = valid_classes(op, logits, classes);
   if (logits.size(0) == 0) return;  // adds nothing
   const Tensor no_count;            // the chunk's own count is not wanted
   cross_entropy_forward_stub(logits.device(), loss, no_count, lse, logits, target, ignore_index,
-                             label_smoothing, count);
+                             label_smoothing, count, classes);
 }
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,
                             const Tensor& lse, const Tensor& count, int64_t ignore_index,
-                            float label_smoothing, float scale, const Tensor& grad_scale) {
+                            float label_smoothing, float scale, const Tensor& grad_scale,
+                            int64_t classes) {
   const char* op = "cross_entropy_backward";
   check_grad_scale(op, grad_scale, logits);
   check_xent(op, logits, target, lse, label_smoothing);
@@ -123,9 +133,10 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const T
   detail::check_same_dtype(op, "logits", logits, "dlogits", dlogits);
   STOKER_CHECK(dlogits.shape() == logits.shape(), "ops::", op, ": dlogits is ", dlogits.str(),
                " but logits is ", logits.str(), "; expected the same shape");
+  classes = valid_classes(op, logits, classes);
   if (logits.size(0) == 0) return;
   cross_entropy_backward_stub(logits.device(), dlogits, logits, target, lse, count, ignore_index,
-                              label_smoothing, scale, grad_scale);
+                              label_smoothing, scale, grad_scale, classes);
 }
 
 void mse_forward(const Tensor& loss, const Tensor& pred, const Tensor& target) {

@@ -3,7 +3,9 @@
 // the rows and that do not, ignored rows, label smoothing, the backward scale and the fp16 loss
 // scale; the weight gradient's overwrite/accumulate semantics and its grad_ready; forward then
 // backward (recomputation) against forward_backward; the ops underneath (count_targets,
-// cross_entropy_forward_chunk); bad input.
+// cross_entropy_forward_chunk); the head padded to a multiple of 64 classes (pad_classes_to)
+// against the unpadded one, and the loss ops' `classes` argument that leaves the padding out;
+// bad input.
 #include "stoker/nn/loss.h"
 
 #include <gtest/gtest.h>
@@ -203,6 +205,192 @@ TEST(LinearCrossEntropyLoss, ChunkOpsSumToTheWholeLoss) {
   EXPECT_EQ(lse2.to_floats(), lse.to_floats());
 }
 
+Tensor filled(const Shape& shape, double value, DType dt) {
+  Tensor t = Tensor::empty(shape, dt);
+  ops::fill(t, value);
+  return t;
+}
+
+Tensor in_dtype(const Tensor& x32, DType dt) {
+  Tensor x = Tensor::empty(x32.shape(), dt);
+  ops::cast(x, x32);
+  return x;
+}
+
+// Loss, dx and dW of one forward_backward from a zeroed gradient.
+Result run_head(Parameter& w, const Tensor& x, const Tensor& target,
+                const LinearCrossEntropyOptions& o, float scale) {
+  w.zero_grad();
+  LinearCrossEntropyLoss loss(w, o);
+  const Loss::ForwardBackward r = loss.forward_backward(x, target, scale);
+  return {static_cast<float>(r.loss.item()), r.grad.to_floats(), w.grad().to_floats()};
+}
+
+TEST(LinearCrossEntropyLoss, PaddedHeadEqualsTheUnpaddedOne) {
+  const int64_t n = 23, k = 12;
+  for (const int64_t classes : {13, 50}) {
+    const Tensor x32 = test::random_tensor({n, k}, DType::f32, 21, -2.0f, 2.0f);
+    Parameter w(test::random_tensor({classes, k}, DType::f32, 22));
+    for (const DType dt : {DType::f32, DType::bf16}) {
+      const Tensor x = in_dtype(x32, dt);
+      for (const int64_t ignore_every : {0, 3}) {
+        for (const float smoothing : {0.0f, 0.1f}) {
+          const Tensor target = targets_of(n, classes, 4, ignore_every);
+          // The truth for f32: one GEMM and CrossEntropyLoss over exactly `classes` columns (a
+          // smoothing spread over the 64 padded columns would not match it).
+          const Result truth =
+              unfused(x32, w.value(), target, {.label_smoothing = smoothing}, 0.5f);
+          for (const int64_t rows : {5, 0}) {
+            SCOPED_TRACE(testing::Message()
+                         << "classes " << classes << " " << dtype_name(dt) << " chunk_rows " << rows
+                         << " ignore_every " << ignore_every << " smoothing " << smoothing);
+            const LinearCrossEntropyOptions o{.label_smoothing = smoothing, .chunk_rows = rows};
+            LinearCrossEntropyOptions off = o, pad = o;
+            off.pad_classes_to = 1;
+            pad.pad_classes_to = 64;
+            EXPECT_EQ(LinearCrossEntropyLoss(w, pad).padded_classes(), 64);
+            const Result want = run_head(w, x, target, off, 0.5f);
+            const Result got = run_head(w, x, target, pad, 0.5f);
+            // The padding adds exact zeros to every sum (here the results have the same bits);
+            // a BLAS whose kernels order a longer sum differently may move an fp32 rounding,
+            // which a bf16 dx may carry to one bf16 rounding of the largest value.
+            EXPECT_NEAR(got.loss, want.loss, 1e-6f * (1.0f + std::abs(want.loss)));
+            test::expect_max_abs_close(got.dx, want.dx, dt == DType::f32 ? 1e-6 : 0x1p-8, "dx",
+                                       0.0);
+            test::expect_max_abs_close(got.dw, want.dw, 1e-6, "dW", 0.0);
+            if (dt == DType::f32) {
+              EXPECT_NEAR(got.loss, truth.loss, 1e-5f * (1.0f + std::abs(truth.loss)));
+              expect_close(got.dx, truth.dx, 1e-5f, "dx against the unfused head");
+              expect_close(got.dw, truth.dw, 1e-5f, "dW against the unfused head");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearCrossEntropyLoss, PaddedWeightGradientOverwritesThenAccumulatesOnce) {
+  const int64_t n = 10, k = 6, classes = 9;
+  const Tensor x = test::random_tensor({n, k}, DType::f32, 23);
+  const Tensor target = targets_of(n, classes, 1, 4);
+  Parameter w(test::random_tensor({classes, k}, DType::f32, 24));
+  int ready = 0;
+  w.add_grad_ready_hook([&](Parameter&) { ++ready; });
+  const std::vector<float> want = unfused(x, w.value(), target, {}, 1.0f).dw;
+  LinearCrossEntropyLoss loss(w, {.chunk_rows = 3, .pad_classes_to = 64});
+  ops::fill(w.grad(), 5.0);  // stale values a zero_grad must hide
+  w.zero_grad();
+  loss.forward_backward(x, target, 1.0f);
+  const std::vector<float> once = w.grad().to_floats();
+  EXPECT_EQ(ready, 1);
+  expect_close(once, want, 1e-5f, "dW");
+  loss.forward_backward(x, target, 1.0f);  // a second micro-batch adds (all chunks, once)
+  const std::vector<float> twice = w.grad().to_floats();
+  EXPECT_EQ(ready, 2);
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2.0f * once[i], 1e-6f);
+  // forward, then backward: the same as forward_backward.
+  w.zero_grad();
+  loss.forward(x, target);
+  loss.backward(1.0f);
+  EXPECT_EQ(w.grad().to_floats(), once);
+  EXPECT_EQ(ready, 3);
+
+  // Shared (a tied embedding announces it) and frozen weights.
+  LinearCrossEntropyLoss shared(w, {.weight_shared = true, .pad_classes_to = 64});
+  shared.forward_backward(x, target, 1.0f);
+  EXPECT_EQ(ready, 3);
+  w.requires_grad = false;
+  const std::vector<float> before = w.grad().to_floats();
+  const Loss::ForwardBackward r = loss.forward_backward(x, target, 1.0f);
+  EXPECT_EQ(w.grad().to_floats(), before);
+  EXPECT_EQ(ready, 3);
+  expect_close(r.grad.to_floats(), unfused(x, w.value(), target, {}, 1.0f).dx, 1e-5f, "dx");
+}
+
+TEST(LinearCrossEntropyLoss, PaddedClassesFollowTheOptionAndTheDevice) {
+  Parameter w(Tensor::zeros({50257, 4}, DType::f32));
+  // Auto: no padding on the CPU (its BLAS has no alignment cliff); CUDA is the GPU suite's.
+  EXPECT_EQ(LinearCrossEntropyLoss(w).padded_classes(), 50257);
+  EXPECT_EQ(LinearCrossEntropyLoss(w, {.pad_classes_to = 1}).padded_classes(), 50257);
+  EXPECT_EQ(LinearCrossEntropyLoss(w, {.pad_classes_to = 64}).padded_classes(), 50304);
+  EXPECT_EQ(LinearCrossEntropyLoss(w, {.pad_classes_to = 128}).padded_classes(), 50304);
+  EXPECT_EQ(LinearCrossEntropyLoss(w, {.pad_classes_to = 48}).padded_classes(), 50304);
+  EXPECT_NE(
+      LinearCrossEntropyLoss(w, {.pad_classes_to = 64}).describe().find("padded_classes=50304"),
+      std::string::npos);
+  Parameter aligned(Tensor::zeros({50304, 4}, DType::f32));
+  EXPECT_EQ(LinearCrossEntropyLoss(aligned, {.pad_classes_to = 64}).padded_classes(), 50304);
+  // The 1 GiB of logits counts the padded width: 10,680 bf16 rows fit at 50,257 classes, not at
+  // 50,304 (2 chunks of 5,340, rounded up to whole 64-row tiles).
+  EXPECT_EQ(LinearCrossEntropyLoss(w, {.pad_classes_to = 1}).chunk_rows(10680, DType::bf16), 10680);
+  EXPECT_EQ(LinearCrossEntropyLoss(w, {.pad_classes_to = 64}).chunk_rows(10680, DType::bf16), 5376);
+}
+
+TEST(LinearCrossEntropyLoss, LossOpsLeaveThePaddingColumnsOut) {
+  const int64_t n = 7, classes = 5, width = 8;
+  // Padding holding large values: any that entered the max, the sum or the mean would show.
+  std::vector<float> wide = test::random_floats(static_cast<size_t>(n * width), 25, -3.0f, 3.0f);
+  std::vector<float> narrow;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < width; ++j) {
+      if (j < classes) {
+        narrow.push_back(wide[static_cast<size_t>(r * width + j)]);
+      } else {
+        wide[static_cast<size_t>(r * width + j)] = 40.0f;
+      }
+    }
+  }
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor lw = Tensor::from_floats(wide, {n, width}, dt);
+    const Tensor ln = Tensor::from_floats(narrow, {n, classes}, dt);
+    const Tensor target = targets_of(n, classes, 2, 3);
+    Tensor count = Tensor::empty({}, DType::f32);
+    ops::count_targets(count, target, -100);
+    Tensor loss_w = Tensor::zeros({}, DType::f32), loss_n = Tensor::zeros({}, DType::f32);
+    Tensor lse_w = Tensor::empty({n}, DType::f32), lse_n = Tensor::empty({n}, DType::f32);
+    ops::cross_entropy_forward_chunk(loss_w, lse_w, lw, target, count, -100, 0.1f, classes);
+    ops::cross_entropy_forward_chunk(loss_n, lse_n, ln, target, count, -100, 0.1f);
+    EXPECT_EQ(loss_w.item(), loss_n.item());
+    EXPECT_EQ(lse_w.to_floats(), lse_n.to_floats());
+    Tensor dw = filled({n, width}, 7.0, dt), dn = Tensor::empty({n, classes}, dt);
+    ops::cross_entropy_backward(dw, lw, target, lse_w, count, -100, 0.1f, 0.5f, {}, classes);
+    ops::cross_entropy_backward(dn, ln, target, lse_n, count, -100, 0.1f, 0.5f);
+    const std::vector<float> gw = dw.to_floats(), gn = dn.to_floats();
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < width; ++j) {
+        const float want = j < classes ? gn[static_cast<size_t>(r * classes + j)] : 0.0f;
+        EXPECT_EQ(gw[static_cast<size_t>(r * width + j)], want) << "row " << r << " col " << j;
+      }
+    }
+  }
+  // A target in the padding is outside the classes; `classes` must be 0..C.
+  const Tensor lw = Tensor::from_floats(wide, {n, width});
+  Tensor loss = Tensor::zeros({}, DType::f32), lse = Tensor::empty({n}, DType::f32);
+  Tensor count = filled({}, 7.0, DType::f32);
+  std::vector<int64_t> t(static_cast<size_t>(n), 1);
+  t[4] = 6;
+  EXPECT_TRUE(test::throws_error_with(
+      [&] {
+        ops::cross_entropy_forward_chunk(loss, lse, lw, Tensor::from_vector(t, {n}), count, -100,
+                                         0.0f, classes);
+      },
+      {"target 6", "row 4", "outside [0, 5)"}));
+  EXPECT_TRUE(test::throws_error_with(
+      [&] {
+        ops::cross_entropy_forward_chunk(loss, lse, lw, targets_of(n, classes, 0), count, -100,
+                                         0.0f, 9);
+      },
+      {"cross_entropy_forward_chunk", "classes = 9", "expected 1..8"}));
+  EXPECT_TRUE(test::throws_error_with(
+      [&] {
+        ops::cross_entropy_backward(lw, lw, targets_of(n, classes, 0), lse, count, -100, 0.0f, 1.0f,
+                                    {}, -1);
+      },
+      {"cross_entropy_backward", "classes = -1"}));
+}
+
 TEST(LinearCrossEntropyLoss, BadInputNamesTheFix) {
   Parameter w(test::random_tensor({7, 4}, DType::f32, 13));
   LinearCrossEntropyLoss loss(w);
@@ -227,6 +415,9 @@ TEST(LinearCrossEntropyLoss, BadInputNamesTheFix) {
       {"target", "outside [0, 7)"}));
   EXPECT_TRUE(test::throws_error_with([&] { LinearCrossEntropyLoss bad(w, {.chunk_rows = -1}); },
                                       {"chunk_rows -1"}));
+  EXPECT_TRUE(
+      test::throws_error_with([&] { LinearCrossEntropyLoss bad(w, {.pad_classes_to = -64}); },
+                              {"pad_classes_to -64", "1: no padding"}));
   Tensor c = Tensor::empty({}, DType::f32);
   EXPECT_TRUE(test::throws_error_with(
       [&] {

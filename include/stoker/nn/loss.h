@@ -83,6 +83,7 @@ class MSELoss : public Loss {
 }  // namespace stoker::nn
 
 // LinearCrossEntropyLoss: a linear layer without bias and the softmax cross-entropy after it,
+// a chunk of rows at a time, so the [N, classes] logits never exist whole.
 namespace stoker::nn {
 
 struct LinearCrossEntropyOptions {
@@ -92,6 +93,15 @@ struct LinearCrossEntropyOptions {
   int64_t chunk_rows = 0;
   // True: another use of the weight calls grad_ready() after this loss wrote its gradient.
   bool weight_shared = false;
+  // The head's GEMMs and the loss see the classes padded to a multiple of this (the parameter
+  // keeps its [classes, K] shape): 0 auto (64 on CUDA when classes is not a multiple of 64 —
+  // GPT-2's 50,257 rows are not 16-byte aligned and cuBLASLt falls off its fast kernels; off on
+  // the CPU, whose BLAS has no such cliff), 1 off, n > 1 a multiple of n. Padded, each run
+  // copies the weight (in x's dtype) into a zero-padded [classes', K] buffer and, with a
+  // gradient, writes dW into an f32 [classes', K] scratch that is added into the gradient once;
+  // the padding columns are excluded from the softmax, so results equal the unpadded path's
+  // within fp32 rounding. Extra memory while it runs: classes' * K * (dtype size + 4) bytes.
+  int64_t pad_classes_to = 0;
 };
 
 class LinearCrossEntropyLoss : public Loss {
@@ -108,8 +118,12 @@ class LinearCrossEntropyLoss : public Loss {
   bool predictions_are_scores() const override { return false; }  // x are features
   std::string describe() const override;
 
-  // The rows per chunk for N rows of x in `dtype` (chunk_rows, or the 1 GiB rule).
+  // The rows per chunk for N rows of x in `dtype` (chunk_rows, or the 1 GiB rule over the
+  // padded width).
   int64_t chunk_rows(int64_t n, DType dtype) const;
+  // The width of the logits the head computes on the weight's current device: the classes
+  // rounded up as pad_classes_to says.
+  int64_t padded_classes() const;
 
  private:
   ForwardBackward run(const Tensor& x, const Tensor& target, bool want_grad, float scale);

@@ -6,6 +6,8 @@
 //   lse = max + log(sum exp(x - max))                      (stable for any logit range)
 //   loss_row = (1 - s) (lse - x[t]) + s (lse - mean_c x[c])
 //   dlogits  = scale / count * (exp(x - lse) - (1 - s) one_hot(t) - s / C)
+// over the first `classes` columns of each row (C = classes); the columns after them are a
+// padded head's padding: never read by the forward, zeros in the gradient.
 // Targets are checked, in row order, before anything is written: the error names the first bad
 // target and its row.
 #include <oneapi/tbb/parallel_reduce.h>
@@ -46,8 +48,9 @@ int64_t row_grain(int64_t c) { return std::max<int64_t>(1, kGrain / std::max<int
 
 void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor& lse,
                            const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                           float label_smoothing, const Tensor& divide_by) {
-  const int64_t n = logits.size(0), c = logits.size(1);
+                           float label_smoothing, const Tensor& divide_by, int64_t classes) {
+  // Row stride ld, of which the first c columns are classes.
+  const int64_t n = logits.size(0), ld = logits.size(1), c = classes;
   const double s = label_smoothing;
   float* out_lse = static_cast<float*>(lse.data());
   std::vector<double> row_loss(static_cast<size_t>(n), 0.0);
@@ -61,7 +64,7 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
           n,
           [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r) {
-              const T* xr = x + r * c;
+              const T* xr = x + r * ld;
               double m = -INFINITY;
               for (int64_t j = 0; j < c; ++j) m = std::max<double>(m, load(xr[j]));
               double sum_exp = 0.0, sum_x = 0.0;
@@ -103,9 +106,10 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& count, const Tensor
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& target,
                             const Tensor& lse, const Tensor& count, int64_t ignore_index,
-                            float label_smoothing, float scale, const Tensor& grad_scale) {
+                            float label_smoothing, float scale, const Tensor& grad_scale,
+                            int64_t classes) {
   if (grad_scale.defined()) scale *= *static_cast<const float*>(grad_scale.data());
-  const int64_t n = logits.size(0), c = logits.size(1);
+  const int64_t n = logits.size(0), ld = logits.size(1), c = classes;
   const double s = label_smoothing;
   const double smooth = s / static_cast<double>(c);
   const double factor =
@@ -121,11 +125,11 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const T
           n,
           [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r) {
-              const T* xr = x + r * c;
-              T* dr = d + r * c;
+              const T* xr = x + r * ld;
+              T* dr = d + r * ld;
               const int64_t tr = t[r];
               if (tr == ignore_index) {
-                std::fill(dr, dr + c, store<T>(0.0f));
+                std::fill(dr, dr + ld, store<T>(0.0f));
                 continue;
               }
               for (int64_t j = 0; j < c; ++j) {
@@ -133,6 +137,7 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const T
                 const double want = (j == tr ? 1.0 - s : 0.0) + smooth;
                 dr[j] = store<T>(static_cast<float>((p - want) * factor));
               }
+              std::fill(dr + c, dr + ld, store<T>(0.0f));  // padding: no gradient
             }
           },
           row_grain(c));
