@@ -1,30 +1,13 @@
 #include "stoker/nn/attention.h"
 
 #include <fmt/format.h>
-#include <cstdlib>
-#include <string_view>
 
+#include "nn/attention_kernel.h"
 #include "ops/flash_attention.h"
 #include "stoker/core/error.h"
 #include "stoker/ops/attention.h"
 
 namespace stoker::nn {
-
-namespace {
-
-// STOKER_ATTENTION: unset, "" or "fused" -> fused (where supported); "math" -> math.
-AttentionKernel kernel_from_env() {
-  const char* v = std::getenv("STOKER_ATTENTION");
-  const std::string_view s = v ? v : "";
-  if (s.empty() || s == "fused") return AttentionKernel::fused;
-  if (s == "math") return AttentionKernel::math;
-  STOKER_CHECK_HINT(false, "set STOKER_ATTENTION=fused or math, or unset it",
-                    "CausalSelfAttention: environment variable STOKER_ATTENTION is '", s,
-                    "'; expected 'fused' or 'math'");
-  return AttentionKernel::fused;
-}
-
-}  // namespace
 
 CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t heads, AttentionKernel kernel)
     : d_model_(d_model), heads_(heads), kernel_(kernel) {
@@ -68,7 +51,7 @@ Tensor CausalSelfAttention::attention(const Tensor& x) {
 }
 
 bool CausalSelfAttention::use_fused(const Tensor& qkv) const {
-  const AttentionKernel k = kernel_ == AttentionKernel::from_env ? kernel_from_env() : kernel_;
+  const AttentionKernel k = detail::resolve_attention_kernel(kernel_, "CausalSelfAttention");
   return k == AttentionKernel::fused && ops::flash_attention_supported(qkv, heads_, heads_);
 }
 

@@ -10,12 +10,17 @@
 //     f32  rtol 1e-4, atol 1e-5 (forward); L2 1e-5 (backward)
 //     f16  rtol 2^-8, atol 2e-4;            L2 5e-3
 //     bf16 rtol 2^-5, atol 2e-3;            L2 3e-2
+// - grouped-query heads (KV < H) and document masks (i32 and i64 positions: random document
+//   lengths, 1 included, and padding): the same comparisons, masked probabilities exactly 0, and
+//   dqkv's summed key/value heads within the L2 bounds;
 // - gemm_batched on the GPU against ops::gemm on the GPU per matrix (same cuBLASLt, possibly
 //   another algorithm), and batch counts that share (M, N, K) in one process, so a plan keyed
 //   without the batch would compute the wrong number of matrices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -121,6 +126,92 @@ TEST(AttentionGpu, MatchesCpu) {
       }
       EXPECT_TRUE(close_l2(dev.dqkv, cpu.dqkv, tol.l2, "dqkv"));
     }
+  }
+}
+
+// ---- grouped-query heads and document masks ----
+
+struct Gqa {
+  int64_t b, t, h, kv, d;
+  int64_t c() const { return h * d; }
+  int64_t width() const { return (h + 2 * kv) * d; }
+};
+
+// Per row: documents of random lengths (a third of length 1), then T/8 padding tokens
+// (position 0); odd rows start inside a document (position 5 at token 0).
+std::vector<int64_t> document_positions(int64_t b, int64_t t, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int64_t> pos(static_cast<size_t>(b * t), 0);
+  for (int64_t r = 0; r < b; ++r) {
+    int64_t p = r % 2 == 1 ? 5 : 0, length = r % 2 == 1 ? 40 : 1 + gen() % 3;
+    for (int64_t i = 0; i < t - t / 8; ++i) {
+      pos[static_cast<size_t>(r * t + i)] = p;
+      if (++p >= length) {
+        p = 0;
+        length =
+            gen() % 3 == 0 ? 1 : 2 + gen() % static_cast<uint32_t>(std::max<int64_t>(2, t / 3));
+      }
+    }
+  }
+  return pos;
+}
+
+AttnRun run_gqa(const Tensor& qkv, const Tensor& dout, const Gqa& s, const Tensor& positions,
+                Device dev) {
+  AttnRun r;
+  const DType dt = qkv.dtype();
+  const Tensor pos = positions.defined() ? positions.to(dev) : Tensor();
+  r.out = test::poisoned({s.b, s.t, s.c()}, dt, dev);
+  r.heads = test::poisoned({3, s.b, s.h, s.t, s.d}, dt, dev);
+  r.probs = test::poisoned({s.b, s.h, s.t, s.t}, dt, dev);
+  attention_forward(r.out, r.heads, r.probs, qkv.to(dev), s.h, s.kv, pos);
+  r.dqkv = test::poisoned({s.b, s.t, s.width()}, dt, dev);
+  attention_backward(r.dqkv, dout.to(dev), r.heads, r.probs, s.h, s.kv, pos);
+  return r;
+}
+
+TEST(AttentionGpu, GroupedQueryAndDocumentMaskMatchCpu) {
+  STOKER_REQUIRE_GPU();
+  const Gqa shapes[] = {{2, 1, 4, 2, 8},    {2, 37, 4, 2, 8},    {1, 45, 6, 1, 5},
+                        {2, 128, 8, 2, 64}, {1, 300, 4, 1, 128}, {1, 512, 32, 8, 64}};
+  uint32_t seed = 100;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const Tol tol = tolerance(dt);
+    for (const Gqa& s : shapes)
+      for (int mask = 0; mask < 3; ++mask) {             // none, i32 positions, i64 positions
+        if (s.h == 32 && dt != DType::bf16) continue;  // the Llama shape: bf16 only
+        SCOPED_TRACE(testing::Message()
+                     << dtype_name(dt) << " B=" << s.b << " T=" << s.t << " H=" << s.h
+                     << " KV=" << s.kv << " D=" << s.d << " mask=" << mask);
+        const std::vector<int64_t> pos = document_positions(s.b, s.t, seed);
+        Tensor positions;
+        if (mask == 1)
+          positions = Tensor::from_vector(std::vector<int32_t>(pos.begin(), pos.end()), {s.b, s.t});
+        else if (mask == 2)
+          positions = Tensor::from_vector(pos, {s.b, s.t});
+        const float range = dt == DType::f32 ? 3.0f : 1.0f;
+        const Tensor qkv = test::random_tensor({s.b, s.t, s.width()}, dt, seed++, -range, range);
+        const Tensor dout = test::random_tensor({s.b, s.t, s.c()}, dt, seed++);
+        const AttnRun cpu = run_gqa(qkv, dout, s, positions, Device::cpu());
+        const AttnRun dev = run_gqa(qkv, dout, s, positions, gpu());
+        EXPECT_TRUE(test::bit_identical(dev.heads, cpu.heads)) << "per-head q, k, v (expanded)";
+        EXPECT_TRUE(close(dev.out, cpu.out, tol, "out"));
+        EXPECT_TRUE(close(dev.probs, cpu.probs, tol, "probs"));
+        const std::vector<float> p = dev.probs.to_floats();
+        for (size_t i = 0; i < p.size(); ++i) {
+          const int64_t row = static_cast<int64_t>(i) / s.t % s.t,
+                        col = static_cast<int64_t>(i) % s.t,
+                        b = static_cast<int64_t>(i) / (s.h * s.t * s.t);
+          const int64_t first =
+              mask == 0
+                  ? 0
+                  : row - std::clamp<int64_t>(pos[static_cast<size_t>(b * s.t + row)], 0, row);
+          if (col > row || col < first)
+            ASSERT_EQ(p[i], 0.0f) << "masked probability [" << b << ", " << row << ", " << col
+                                  << "]";
+        }
+        EXPECT_TRUE(close_l2(dev.dqkv, cpu.dqkv, tol.l2, "dqkv"));
+      }
   }
 }
 
