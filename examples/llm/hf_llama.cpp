@@ -155,8 +155,7 @@ void read_rope_type(const fs::path& file, const json& object, const std::string&
   rope.factor = k.number("factor", std::nullopt);
   rope.low_freq_factor = k.number("low_freq_factor", std::nullopt);
   rope.high_freq_factor = k.number("high_freq_factor", std::nullopt);
-  rope.original_max_position_embeddings =
-      k.count("original_max_position_embeddings", std::nullopt);
+  rope.original_max_position_embeddings = k.count("original_max_position_embeddings", std::nullopt);
   STOKER_CHECK_HINT(rope.high_freq_factor > rope.low_freq_factor, kFolderHint, file.string(), ": ",
                     key, ".high_freq_factor ", rope.high_freq_factor,
                     " must exceed low_freq_factor ", rope.low_freq_factor,
@@ -207,11 +206,11 @@ Shape rows_of(const Shape& shape, int64_t rows) {
 void check_same_network(const LlamaConfig& model, const LlamaConfig& file, const fs::path& path) {
   auto differ = [&](const char* key, const auto& ours, const auto& theirs) {
     // fmt: bools as true/false, floats as their shortest decimal.
-    STOKER_CHECK_HINT(ours == theirs,
-                      "build the model from llm::read_hf_config(folder), or give the folder "
-                      "saved from this model",
-                      fmt::format("the model has {} {} but {} says {}", key, ours, path.string(),
-                                  theirs));
+    STOKER_CHECK_HINT(
+        ours == theirs,
+        "build the model from llm::read_hf_config(folder), or give the folder "
+        "saved from this model",
+        fmt::format("the model has {} {} but {} says {}", key, ours, path.string(), theirs));
   };
   differ("vocab_size", model.vocab, file.vocab);
   differ("hidden_size", model.d_model, file.d_model);
@@ -230,8 +229,7 @@ void check_same_network(const LlamaConfig& model, const LlamaConfig& file, const
     differ("rope_scaling.high_freq_factor", model.rope.high_freq_factor,
            file.rope.high_freq_factor);
     differ("rope_scaling.original_max_position_embeddings",
-           model.rope.original_max_position_embeddings,
-           file.rope.original_max_position_embeddings);
+           model.rope.original_max_position_embeddings, file.rope.original_max_position_embeddings);
   }
 }
 
@@ -249,7 +247,8 @@ WeightFiles open_weights(const fs::path& dir) {
   if (fs::exists(fs::symlink_status(single, ec))) {
     core::check_input_file(single, "the Hugging Face folder's weights");
     w.readers.push_back(std::make_unique<train::SafetensorsReader>(single));
-    for (const std::string& name : w.readers.back()->names()) w.where[name] = w.readers.back().get();
+    for (const std::string& name : w.readers.back()->names())
+      w.where[name] = w.readers.back().get();
     w.listing = single;
     return w;
   }
@@ -301,11 +300,11 @@ LlamaConfig read_hf_config(const fs::path& dir) {
                     model_type.empty() ? std::string("missing") : "\"" + model_type + "\"",
                     "; expected \"llama\"");
   if (const json* arch = k.get("architectures")) {
-    STOKER_CHECK_HINT(arch->is_array() && std::find(arch->begin(), arch->end(),
-                                                    json("LlamaForCausalLM")) != arch->end(),
-                      "stoker's Llama is the causal LM (an embedding, the blocks and lm_head)",
-                      file.string(), ": architectures is ", arch->dump(),
-                      "; expected [\"LlamaForCausalLM\"]");
+    STOKER_CHECK_HINT(
+        arch->is_array() &&
+            std::find(arch->begin(), arch->end(), json("LlamaForCausalLM")) != arch->end(),
+        "stoker's Llama is the causal LM (an embedding, the blocks and lm_head)", file.string(),
+        ": architectures is ", arch->dump(), "; expected [\"LlamaForCausalLM\"]");
   }
   const std::string act = k.text("hidden_act", "silu");
   STOKER_CHECK_HINT(act == "silu", "stoker's Llama MLP is SwiGLU (silu)", file.string(),
@@ -321,9 +320,8 @@ LlamaConfig read_hf_config(const fs::path& dir) {
   c.heads = k.count("num_attention_heads", std::nullopt);
   c.kv_heads = k.count("num_key_value_heads", c.heads);
   c.ffn = k.count("intermediate_size", std::nullopt);
-  STOKER_CHECK_HINT(c.heads % c.kv_heads == 0, kFolderHint, file.string(),
-                    ": num_key_value_heads ", c.kv_heads, " does not divide num_attention_heads ",
-                    c.heads);
+  STOKER_CHECK_HINT(c.heads % c.kv_heads == 0, kFolderHint, file.string(), ": num_key_value_heads ",
+                    c.kv_heads, " does not divide num_attention_heads ", c.heads);
   if (k.get("head_dim") == nullptr)
     STOKER_CHECK_HINT(c.d_model % c.heads == 0, kFolderHint, file.string(), ": hidden_size ",
                       c.d_model, " is not a multiple of num_attention_heads ", c.heads,
@@ -396,8 +394,8 @@ void write_hf_config(const fs::path& file, const LlamaConfig& c, DType dtype) {
                   {"use_cache", true},
                   {"vocab_size", c.vocab}};
   const std::string text = j.dump(2) + "\n";
-  util::write_file_atomically(
-      file, [&](int fd) { util::write_all(fd, text.data(), text.size(), file); });
+  util::write_file_atomically(file,
+                              [&](int fd) { util::write_all(fd, text.data(), text.size(), file); });
 }
 
 void save_hf(Llama& model, const fs::path& dir, DType dtype) {
@@ -410,8 +408,8 @@ void save_hf(Llama& model, const fs::path& dir, DType dtype) {
     STOKER_CHECK_HINT(fs::is_directory(st), "pick another --save folder (a new or empty one)",
                       "the Hugging Face folder ", dir.string(), " is a file, not a folder");
     // What killed earlier saves left behind (their writers are gone) is not a foreign file.
-    util::remove_stale_temporaries(dir, kWeightsFile);
-    util::remove_stale_temporaries(dir, kConfigFile);
+    util::remove_stale_temporaries(dir, ".safetensors");
+    util::remove_stale_temporaries(dir, ".json");
     std::vector<std::string> foreign;
     for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
@@ -438,9 +436,8 @@ void save_hf(Llama& model, const fs::path& dir, DType dtype) {
     // bf16 is cast on the host, one parameter at a time: a GPU model needs no second copy.
     if (dtype == DType::bf16 && !value.device().is_cpu()) value = value.to(Device::cpu());
     for (const Part& part : hf_parts(name, value.shape(), c)) {
-      Tensor rows = part.begin == 0 && part.end == value.size(0)
-                        ? value
-                        : value.slice(part.begin, part.end);
+      Tensor rows =
+          part.begin == 0 && part.end == value.size(0) ? value : value.slice(part.begin, part.end);
       if (dtype == DType::bf16) {
         Tensor half = Tensor::empty(rows.shape(), DType::bf16);
         ops::cast(half, rows);
@@ -476,9 +473,9 @@ void load_hf(Llama& model, const fs::path& dir) {
       STOKER_CHECK_HINT(e.shape == want, kFolderHint, it->second->path().string(), ", tensor '",
                         part.hf_name, "': the file holds ", e.shape.str(), " but config.json's ",
                         c.str(), " needs ", want.str());
-      STOKER_CHECK_HINT(is_float(e.dtype), kFolderHint, it->second->path().string(),
-                        ", tensor '", part.hf_name, "': dtype ",
-                        train::safetensors_dtype_name(e.dtype), " is not F32, BF16 or F16");
+      STOKER_CHECK_HINT(is_float(e.dtype), kFolderHint, it->second->path().string(), ", tensor '",
+                        part.hf_name, "': dtype ", train::safetensors_dtype_name(e.dtype),
+                        " is not F32, BF16 or F16");
       used.insert(part.hf_name);
     }
     targets.push_back(std::move(t));
