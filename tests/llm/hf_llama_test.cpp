@@ -120,6 +120,63 @@ TEST_F(HfLlama, ReadsTheConfigsTransformersWrote) {
   }
 }
 
+// Every field read_hf_config fills, compared.
+void expect_same_config(const LlamaConfig& got, const LlamaConfig& want) {
+  EXPECT_EQ(got.str(), want.str());
+  EXPECT_EQ(got.rms_eps, want.rms_eps);
+  EXPECT_EQ(got.init_std, want.init_std);
+  EXPECT_EQ(got.bos_id, want.bos_id);
+  EXPECT_EQ(got.eos_id, want.eos_id);
+  EXPECT_EQ(got.rope.head_dim, want.rope.head_dim);
+  EXPECT_EQ(got.rope.theta, want.rope.theta);
+  EXPECT_EQ(got.rope.llama3_scaling, want.rope.llama3_scaling);
+  if (want.rope.llama3_scaling) {
+    EXPECT_EQ(got.rope.factor, want.rope.factor);
+    EXPECT_EQ(got.rope.low_freq_factor, want.rope.low_freq_factor);
+    EXPECT_EQ(got.rope.high_freq_factor, want.rope.high_freq_factor);
+    EXPECT_EQ(got.rope.original_max_position_embeddings,
+              want.rope.original_max_position_embeddings);
+  }
+}
+
+// The config.json files published with Llama 3.2 1B (transformers 4.45's spelling) and Llama 3
+// 8B (before head_dim and rope_type were written) read as the presets of the same names; each
+// preset written by write_hf_config reads back unchanged.
+TEST_F(HfLlama, PublishedConfigsReadAsThePresets) {
+  const json llama32_1b = json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+    "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})");
+  const json llama3_8b = json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 8192,
+    "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.0.dev0", "use_cache": true, "vocab_size": 128256})");
+  for (const auto& [preset, published] :
+       {std::pair{"llama3.2-1b", llama32_1b}, std::pair{"llama3-8b", llama3_8b}}) {
+    SCOPED_TRACE(preset);
+    LlamaConfig want = LlamaConfig::preset(preset);
+    const fs::path dir = tmp_ / preset;
+    fs::create_directories(dir);
+    write_json_file(dir / "config.json", published);
+    want.bos_id = 128000;
+    want.eos_id = 128001;
+    expect_same_config(read_hf_config(dir), want);
+    write_hf_config(dir / "config.json", want, DType::bf16);
+    expect_same_config(read_hf_config(dir), want);
+  }
+}
+
 TEST_F(HfLlama, LogitsAndLossEqualTransformers) {
   const train::SafetensorsReader ref(kReference);
   const Tensor ids = ref.load("ids");
