@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "stoker/core/allocator.h"
+#include "stoker/ops/optim.h"
 #if STOKER_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -66,7 +67,8 @@ int64_t optimizer_state_bytes(const LlamaConfig& c, const std::string& state, bo
       bytes += 8 * n;
     }
   }
-  return zero1 ? (bytes + world - 1) / std::max(1, world) : bytes;
+  bytes = zero1 ? (bytes + world - 1) / std::max(1, world) : bytes;
+  return bytes + static_cast<int64_t>(sizeof(ops::AdamWStepState));  // the step count
 }
 
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
