@@ -82,7 +82,7 @@ void GroupedQueryAttention::set_positions(const Tensor& positions, bool document
   STOKER_CHECK(!positions.defined() ||
                    ((positions.dtype() == DType::i32 || positions.dtype() == DType::i64) &&
                     positions.rank() == 2),
-               describe(), ": positions is ", positions.defined() ? positions.str() : "",
+               describe(), ": positions is ", positions.str(),
                "; expected i32 or i64 [B, T] (each token's position in its document)");
   positions_ = positions;
   document_mask_ = document_mask;
