@@ -5,6 +5,7 @@
 #  - a run stopped at its last step resumes from --checkpoint-dir and continues to more steps;
 #  - --save DIR writes a transformers folder (f32 for an fp32 run), --init-from DIR continues from
 #    it: its validation loss before training is the saved run's after training;
+#  - bf16 with activation checkpointing saves bf16 weights; --document-mask trains;
 #  - `stoker launch -n 2` with --zero1 and 8-bit optimizer state trains;
 #  - --memory-plan prints the plan; llama3-8b on a device too small says what it needs and which
 #    flags would fit, before allocating anything (exit 1);
@@ -84,6 +85,14 @@ has "$out" "from $dir/hf"
 resumed=$(number_after "$out" "validation loss before training:")
 [ -n "$saved" ] && [ "$resumed" = "$saved" ] ||
   fail "--init-from starts at validation loss $resumed, not the saved run's $saved"
+
+# 3b. bf16 with every block checkpointed saves bf16 weights; --document-mask trains on the
+# packed text's documents.
+expect 0 quiet --steps 3 --precision bf16 --activation-checkpoint-every 1 --save "$dir/hf16"
+has "$out" "4 blocks checkpointed"
+has "$dir/hf16/config.json" '"torch_dtype": *"bfloat16"'
+expect 0 quiet --steps 3 --document-mask
+has "$out" "document-masked"
 
 # 4. Two ranks under `stoker launch`, ZeRO-1 and 8-bit optimizer state.
 expect 0 "$stoker" launch -n 2 --master-port 0 "$llm" --device cpu --data-cache "$dir/cache" \
