@@ -7,6 +7,7 @@
 #    it: its validation loss before training is the saved run's after training;
 #  - bf16 with activation checkpointing saves bf16 weights; --document-mask trains;
 #  - `stoker launch -n 2` with --zero1 and 8-bit optimizer state trains;
+#  - --synthetic prints its timed line;
 #  - --memory-plan prints the plan; llama3-8b on a device too small says what it needs and which
 #    flags would fit, before allocating anything (exit 1);
 #  - bad inputs (an unknown preset, --init-from a missing or non-Llama folder, --save onto an
@@ -99,6 +100,11 @@ expect 0 "$stoker" launch -n 2 --master-port 0 "$llm" --device cpu --data-cache 
   --text "$text" --batch 4 --context 32 --steps 4 --log-interval 2 --eval-subset 8 --sample 0 \
   --zero1 --optimizer-state 8bit
 has "$out" "x 2 ranks"
+
+# 4b. --synthetic: timed steps on random ids, in torch_train.py llama's line format.
+expect 0 "$llm" --device cpu --synthetic --steps 3 --bench-warmup 1 --batch 2 --context 32
+has "$out" "stoker Llama llama3-debug B=2 T=32 fp32"
+has "$out" "tok/s"
 
 # 5. The memory plan, and a run that cannot fit.
 expect 0 "$llm" --device cpu --preset llama3-8b --memory-plan --precision bf16 --batch 1 \
