@@ -36,10 +36,24 @@
 
 namespace stoker::llm_program {
 
+// Runs f(), an error of it restated as one of --init-from DIR (the flag the user gave).
+template <typename F>
+auto from_init_folder(const std::string& dir, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    STOKER_CHECK_HINT(false,
+                      e.hint().empty() ? "give --init-from a transformers Llama folder" : e.hint(),
+                      "--init-from ", dir, ": ", e.message());
+    throw;  // not reached
+  }
+}
+
 llm::LlamaConfig model_config(const Options& o) {
   const bool hf = !o.init_from.empty();
   llm::LlamaConfig c =
-      hf ? llm::read_hf_config(o.init_from) : llm::LlamaConfig::preset(o.preset);
+      hf ? from_init_folder(o.init_from, [&] { return llm::read_hf_config(o.init_from); })
+         : llm::LlamaConfig::preset(o.preset);
   const auto shape = [&](const char* flag, int64_t value, int64_t& field) {
     if (value == 0) return;
     STOKER_CHECK_HINT(!hf || value == field,
@@ -307,7 +321,8 @@ int run(const Options& o) {
 
   nn::manual_seed(o.seed);
   llm::Llama model(config);
-  if (!o.init_from.empty()) llm::load_hf(model, o.init_from);
+  if (!o.init_from.empty())
+    llm_program::from_init_folder(o.init_from, [&] { llm::load_hf(model, o.init_from); });
   model.to(device);
   const int wrapped = o.run.activation_checkpoint_every > 0
                           ? model.checkpoint_blocks(o.run.activation_checkpoint_every)

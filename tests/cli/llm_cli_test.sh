@@ -123,6 +123,7 @@ has "$err" "--init-from"
 mkdir -p "$dir/not-llama"
 echo '{"model_type": "gpt2", "vocab_size": 10}' > "$dir/not-llama/config.json"
 expect 1 quiet --init-from "$dir/not-llama"
+has "$err" "--init-from $dir/not-llama"
 has "$err" "model_type"
 expect 1 quiet --init-from "$dir/hf" --layers 7
 has "$err" "--layers 7 contradicts --init-from"
