@@ -12,8 +12,8 @@
 namespace stoker::llm_program {
 
 double training_flops_per_token(const llm::LlamaConfig& c, int64_t seq) {
-  const double n = static_cast<double>(c.parameter_count() -
-                                       (c.tie_embeddings ? 0 : c.vocab * c.d_model));
+  const double n =
+      static_cast<double>(c.parameter_count() - (c.tie_embeddings ? 0 : c.vocab * c.d_model));
   return 6.0 * n + 12.0 * static_cast<double>(c.layers) * static_cast<double>(c.heads) *
                        static_cast<double>(c.head_dim) * static_cast<double>(seq);
 }
@@ -75,21 +75,20 @@ int run_bench(const Options& o, const BenchSetup& b) {
   if (rank == 0) {
     // benchmarks/peers/torch_train.py's `llama` line, so scripts parse both alike.
     const std::string name = fmt::format(
-        "stoker Llama {} B={} T={}{} {}{}{}", o.init_from.empty() ? o.preset : o.init_from,
-        o.batch, t, o.accum > 1 ? fmt::format(" accum={}", o.accum) : std::string(),
+        "stoker Llama {} B={} T={}{} {}{}{}", o.init_from.empty() ? o.preset : o.init_from, o.batch,
+        t, o.accum > 1 ? fmt::format(" accum={}", o.accum) : std::string(),
         b.precision == amp::Precision::fp32 ? (o.tf32 ? "fp32(tf32)" : "fp32") : o.precision,
         b.wrapped > 0 ? fmt::format(" +ckpt(every {})", o.run.activation_checkpoint_every) : "",
         world > 1 ? fmt::format(" x{} ranks", world) : "");
-    std::printf("%s: %s tok/s, %.1f ms/step, peak %.1f GiB, ~%.0f TFLOP/s%s\n", name.c_str(),
-                fmt::format("{}", static_cast<long long>(tokens / dt)).c_str(), dt * 1e3,
-                static_cast<double>(core::memory_stats(b.device).peak_bytes) /
-                    (1024.0 * 1024 * 1024),
-                tokens / dt * per_token / 1e12,
-                peak > 0 ? fmt::format(", MFU {:.1f} % of {:g} TFLOP/s ({})",
-                                       100 * tokens / dt * per_token / (peak * 1e12), peak,
-                                       peaks.source)
-                               .c_str()
-                         : "");
+    std::printf(
+        "%s: %s tok/s, %.1f ms/step, peak %.1f GiB, ~%.0f TFLOP/s%s\n", name.c_str(),
+        fmt::format("{}", static_cast<long long>(tokens / dt)).c_str(), dt * 1e3,
+        static_cast<double>(core::memory_stats(b.device).peak_bytes) / (1024.0 * 1024 * 1024),
+        tokens / dt * per_token / 1e12,
+        peak > 0 ? fmt::format(", MFU {:.1f} % of {:g} TFLOP/s ({})",
+                               100 * tokens / dt * per_token / (peak * 1e12), peak, peaks.source)
+                       .c_str()
+                 : "");
     if (world > 1)
       std::printf("job: %.0f tok/s over %d ranks (slowest rank's step time)\n", tokens * world / dt,
                   world);

@@ -81,8 +81,8 @@ class KvDecoder {
     const Tensor attn = Tensor::empty({n * c_.heads, c_.head_dim}, DType::f32, dev);
     const Tensor rows = qkv.reshape({n * (c_.heads + 2 * c_.kv_heads), c_.head_dim});
     for (int64_t i = 0; i < n; ++i) attend(l, rows, attn, i, pos + i);
-    Tensor h = linear(attn.reshape({n, c_.heads * c_.head_dim}),
-                      param(b.self_attn(), "o_proj.weight"));
+    Tensor h =
+        linear(attn.reshape({n, c_.heads * c_.head_dim}), param(b.self_attn(), "o_proj.weight"));
     ops::add(h, h, x);
     const Tensor gate_up =
         linear(rmsnorm(h, b.post_attention_layernorm().weight().value(), c_.rms_eps),
@@ -141,8 +141,8 @@ class KvDecoder {
 
 }  // namespace
 
-int64_t sample_token(const std::vector<float>& logits, int top_k, float temperature,
-                     uint64_t seed, uint64_t draw) {
+int64_t sample_token(const std::vector<float>& logits, int top_k, float temperature, uint64_t seed,
+                     uint64_t draw) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
   if (top_k <= 1) return std::max_element(logits.begin(), logits.end()) - logits.begin();
   // Softmax over the k largest logits at `temperature`, one Philox draw per token.
@@ -187,8 +187,8 @@ std::vector<int64_t> generate(Llama& model, const std::vector<int64_t>& prompt, 
   std::vector<int64_t> out;
   Tensor h = decoder.run(prompt, 0);
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t next =
-        sample_token(model.logits(h).to_floats(), top_k, temperature, seed, static_cast<uint64_t>(i));
+    const int64_t next = sample_token(model.logits(h).to_floats(), top_k, temperature, seed,
+                                      static_cast<uint64_t>(i));
     out.push_back(next);
     if (i + 1 < count) h = decoder.run({next}, static_cast<int64_t>(prompt.size()) + i);
   }

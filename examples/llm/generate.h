@@ -25,7 +25,7 @@ std::vector<int64_t> generate(Llama& model, const std::vector<int64_t>& prompt, 
                               int top_k, float temperature, uint64_t seed);
 
 // The next token of `logits` (one row of V) as generate() draws it; `draw`: the token's index.
-int64_t sample_token(const std::vector<float>& logits, int top_k, float temperature,
-                     uint64_t seed, uint64_t draw);
+int64_t sample_token(const std::vector<float>& logits, int top_k, float temperature, uint64_t seed,
+                     uint64_t draw);
 
 }  // namespace stoker::llm

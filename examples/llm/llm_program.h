@@ -25,8 +25,8 @@ struct Options {
   std::string preset = "llama3-debug";
   // Shape flags, 0: the preset's (or --init-from's config.json, which they may not contradict).
   int64_t layers = 0, width = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
-  int64_t context = 0;  // T trained on; 0: min(max_position_embeddings, 2048)
-  std::string init_from;  // a transformers Llama folder (hf_llama.h)
+  int64_t context = 0;     // T trained on; 0: min(max_position_embeddings, 2048)
+  std::string init_from;   // a transformers Llama folder (hf_llama.h)
   std::string save_dtype;  // --save's dtype: f32 | bf16 (default: bf16 for bf16/fp8 runs)
   int64_t batch = 8;
   int accum = 1;

@@ -81,14 +81,14 @@ llm::LlamaConfig model_config(const Options& o) {
 
 int64_t sequence_length(const Options& o, const llm::LlamaConfig& c) {
   if (o.context == 0) return std::min<int64_t>(c.context, 2048);
-  STOKER_CHECK_HINT(o.context <= c.context,
-                    fmt::format("give --context {} or less", c.context), "--context ", o.context,
-                    " is longer than the model's max_position_embeddings ", c.context);
+  STOKER_CHECK_HINT(o.context <= c.context, fmt::format("give --context {} or less", c.context),
+                    "--context ", o.context, " is longer than the model's max_position_embeddings ",
+                    c.context);
   return o.context;
 }
 
 llm::MemoryPlanInput plan_input(const Options& o, const llm::LlamaConfig& c, Device device,
-                           int world) {
+                                int world) {
   return {.config = c,
           .batch = o.batch,
           .seq = sequence_length(o, c),
@@ -133,8 +133,7 @@ TextSetup prepare_text(const Options& o, const llm::LlamaConfig& c, bool root) {
   if (path.empty() && !t.data_arg.empty() && !o.synthetic) {
     const TokenSource src = program::resolve_token_source("--data", t.data_arg);
     if (!src.raw && !src.glob)
-      if (const auto recorded = data::recorded_tokenizer(src.path))
-        path = recorded->model.string();
+      if (const auto recorded = data::recorded_tokenizer(src.path)) path = recorded->model.string();
   }
   if (!o.tokenizer.empty() || (!path.empty() && o.sample > 0)) {
     t.tokenizer =
@@ -149,31 +148,29 @@ TextSetup prepare_text(const Options& o, const llm::LlamaConfig& c, bool root) {
 
 // The memory plan: one line at the start; --memory-plan prints it whole and ends the program;
 // a run that cannot fit stops here, before anything is allocated.
-bool plan_memory(const Options& o, const llm::LlamaConfig& c, Device device, int world,
-                 bool root) {
+bool plan_memory(const Options& o, const llm::LlamaConfig& c, Device device, int world, bool root) {
   const llm::MemoryPlanInput in = llm_program::plan_input(o, c, device, world);
   const llm::MemoryPlan plan = llm::plan_memory(in);
   const int64_t free = llm::free_device_memory(device);
   const std::string advice = llm::advice_to_fit(in, free);
   if (o.memory_plan) {
     if (root)
-      std::printf("%s on %s, batch %lld x %lld tokens, %s, optimizer state %s%s:\n%s%s%s",
-                  c.str().c_str(), device.str().c_str(), static_cast<long long>(in.batch),
-                  static_cast<long long>(in.seq), o.precision.c_str(), o.optimizer_state.c_str(),
-                  o.zero1 ? fmt::format(", ZeRO-1 over {} ranks", world).c_str() : "",
-                  plan.table().c_str(),
-                  free >= 0 ? fmt::format("  free now    {:>10}  on {}\n",
-                                          core::format_bytes(static_cast<size_t>(free)),
-                                          device.str())
-                                  .c_str()
-                            : "  free now    unknown\n",
-                  advice.c_str());
+      std::printf(
+          "%s on %s, batch %lld x %lld tokens, %s, optimizer state %s%s:\n%s%s%s", c.str().c_str(),
+          device.str().c_str(), static_cast<long long>(in.batch), static_cast<long long>(in.seq),
+          o.precision.c_str(), o.optimizer_state.c_str(),
+          o.zero1 ? fmt::format(", ZeRO-1 over {} ranks", world).c_str() : "", plan.table().c_str(),
+          free >= 0 ? fmt::format("  free now    {:>10}  on {}\n",
+                                  core::format_bytes(static_cast<size_t>(free)), device.str())
+                          .c_str()
+                    : "  free now    unknown\n",
+          advice.c_str());
     return false;
   }
   if (root) std::printf("%s\n", plan.line().c_str());
-  STOKER_CHECK_HINT(advice.empty(), "add the flags above (or run on a larger device)",
-                    "--preset ", o.init_from.empty() ? o.preset : o.init_from,
-                    " does not fit on ", device.str(), ": ", advice);
+  STOKER_CHECK_HINT(advice.empty(), "add the flags above (or run on a larger device)", "--preset ",
+                    o.init_from.empty() ? o.preset : o.init_from, " does not fit on ", device.str(),
+                    ": ", advice);
   return true;
 }
 
@@ -240,8 +237,8 @@ Optimization make_optimizer(const Options& o, dist::DistContext& ctx, llm::Llama
 // Training and validation batches: token corpora served by SequenceBatches (the packed text's
 // last 10 % of tokens for validation unless --val / --val-split).
 std::unique_ptr<program::CorpusData> open_data(const Options& o, const std::string& data_arg,
-                                               const llm::LlamaConfig& c, int64_t t,
-                                               Device device, int rank, int world,
+                                               const llm::LlamaConfig& c, int64_t t, Device device,
+                                               int rank, int world,
                                                std::unique_ptr<program::CorpusData>* val) {
   program::CorpusDataOptions co{.context = t,
                                 .vocab = c.vocab,
@@ -275,20 +272,20 @@ std::string sample_text(const Options& o, llm::Llama& model, const std::optional
                       "\" could not be tokenized: ", why);
     prompt.assign(ids.begin(), ids.end());
   }
-  if (prompt.empty()) prompt.push_back(model.config().bos_id >= 0 &&
-                                               model.config().bos_id < model.config().vocab
-                                           ? model.config().bos_id
-                                           : 0);
+  if (prompt.empty())
+    prompt.push_back(model.config().bos_id >= 0 && model.config().bos_id < model.config().vocab
+                         ? model.config().bos_id
+                         : 0);
   const int64_t room = model.config().context - static_cast<int64_t>(prompt.size());
-  std::vector<int64_t> out = llm::generate(model, prompt, std::min(o.sample, room), o.top_k,
-                                           o.temperature, o.seed);
+  std::vector<int64_t> out =
+      llm::generate(model, prompt, std::min(o.sample, room), o.top_k, o.temperature, o.seed);
   if (!tok) return o.prompt + " " + fmt::format("{}", fmt::join(out, " "));
   out.insert(out.begin(), prompt.begin(), prompt.end());
   return tok->decode(out);
 }
 
-void report_fit(const Options& o, const train::FitResult& fit, const llm::LlamaConfig& c,
-                int64_t t, int world, Device device) {
+void report_fit(const Options& o, const train::FitResult& fit, const llm::LlamaConfig& c, int64_t t,
+                int world, Device device) {
   const double tokens = static_cast<double>(fit.steps * o.batch * t * o.accum * world);
   std::printf(
       "trained %lld steps in %.1f s: %.0f tok/s (job), %.1f ms/step, peak %.1f MiB on %s, final "
@@ -346,8 +343,8 @@ int run(const Options& o) {
       .precision = precision,
       .grad_accum_steps = o.accum,
       .clip_grad_norm = o.clip,
-      .schedule = optim::cosine_with_warmup(o.lr, std::min(o.warmup, o.steps - 1), o.steps,
-                                            o.min_lr),
+      .schedule =
+          optim::cosine_with_warmup(o.lr, std::min(o.warmup, o.steps - 1), o.steps, o.min_lr),
       .log_interval = o.log_interval,
       .max_steps = o.steps,
       .grad_sync = optimization.sync.get(),
@@ -362,8 +359,8 @@ int run(const Options& o) {
   const auto train_corpus =
       open_data(o, text.data_arg, config, t, device, rank, world, &val_corpus);
   data::BatchSource* train_data = train_corpus->batches.get();
-  data::BatchSource* val_data = val_corpus ? val_corpus->batches.get()
-                                           : train_corpus->validation.get();
+  data::BatchSource* val_data =
+      val_corpus ? val_corpus->batches.get() : train_corpus->validation.get();
   std::optional<llm_program::DocumentPositions> train_docs, val_docs;
   if (o.document_mask) {
     train_data = &train_docs.emplace(*train_data, model);
@@ -405,7 +402,8 @@ int run(const Options& o) {
   if (o.sample > 0)
     std::printf("sample (%s, seed %llu):\n%s\n",
                 o.top_k <= 1 ? "greedy" : fmt::format("top-{}", o.top_k).c_str(),
-                static_cast<unsigned long long>(o.seed), sample_text(o, model, text.tokenizer).c_str());
+                static_cast<unsigned long long>(o.seed),
+                sample_text(o, model, text.tokenizer).c_str());
   return 0;
 }
 
@@ -430,7 +428,8 @@ void add_model_flags(CLI::App& app, Options& o) {
   app.add_option("--context", o.context,
                  "tokens per training sequence T (0: max_position_embeddings, at most 2048)")
       ->check(at_least(0));
-  app.add_option("--save-dtype", o.save_dtype, "--save's weights: f32 | bf16 (default: bf16 "
+  app.add_option("--save-dtype", o.save_dtype,
+                 "--save's weights: f32 | bf16 (default: bf16 "
                  "for bf16/fp8 runs, else f32)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_flag("--memory-plan", o.memory_plan,
@@ -495,9 +494,11 @@ void add_data_flags(CLI::App& app, Options& o) {
                  "validation split of the --data corpus by document: a fraction in (0, 1) or a "
                  "count of documents")
       ->check(CLI::PositiveNumber);
-  app.add_option("--mix", o.mix, "a weighted mixture of corpora instead of --data: "
+  app.add_option("--mix", o.mix,
+                 "a weighted mixture of corpora instead of --data: "
                  "\"a.idx:0.7,b:0.3\"");
-  app.add_option("--text", o.text, "the text trained on without --data (packed with a "
+  app.add_option("--text", o.text,
+                 "the text trained on without --data (packed with a "
                  "SentencePiece tokenizer of 1024 ids trained on it)")
       ->check(program::non_empty_path())
       ->capture_default_str();
@@ -565,8 +566,8 @@ int check_and_run(const CLI::App& app, Options& o) {
                       /*database=*/true, /*exists=*/false});
   }
   o.run.save_folder = true;
-  o.run.check(app, text_run(o) || !o.run.val.empty() || o.val_split > 0,
-              dist::read_env().rank == 0, inputs);
+  o.run.check(app, text_run(o) || !o.run.val.empty() || o.val_split > 0, dist::read_env().rank == 0,
+              inputs);
   STOKER_CHECK_HINT(o.sample == 0 || !o.prompt.empty(), "give --prompt TEXT, or --sample 0",
                     "--prompt is empty: --sample ", o.sample, " needs a text to continue");
   return run(o);

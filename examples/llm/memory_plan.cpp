@@ -16,8 +16,8 @@ namespace stoker::llm {
 
 namespace {
 
-constexpr int64_t kQuantizedMin = 4096;  // optim::StateFormat::min_quantized_numel
-constexpr int64_t kStateBlock = 2048;    // optim::StateFormat::block
+constexpr int64_t kQuantizedMin = 4096;             // optim::StateFormat::min_quantized_numel
+constexpr int64_t kStateBlock = 2048;               // optim::StateFormat::block
 constexpr int64_t kLogitsChunk = int64_t{1} << 30;  // nn::LinearCrossEntropyLoss's 1 GiB rule
 
 // The sizes of the model's parameter tensors (nn::Parameter values), in parameter order.
@@ -25,9 +25,9 @@ std::vector<int64_t> tensor_sizes(const LlamaConfig& c) {
   const int64_t d = c.head_dim;
   std::vector<int64_t> out{c.vocab * c.d_model};
   for (int64_t l = 0; l < c.layers; ++l)
-    for (const int64_t n : {c.d_model, (c.heads + 2 * c.kv_heads) * d * c.d_model,
-                            c.heads * d * c.d_model, c.d_model, 2 * c.ffn * c.d_model,
-                            c.ffn * c.d_model})
+    for (const int64_t n :
+         {c.d_model, (c.heads + 2 * c.kv_heads) * d * c.d_model, c.heads * d * c.d_model, c.d_model,
+          2 * c.ffn * c.d_model, c.ffn * c.d_model})
       out.push_back(n);
   out.push_back(c.d_model);
   if (!c.tie_embeddings) out.push_back(c.vocab * c.d_model);
@@ -133,15 +133,15 @@ std::string advice_to_fit(const MemoryPlanInput& in, int64_t free_bytes) {
       "the run needs {} per rank ({} B x {} T, {}, optimizer state {}{}) and the device has {} "
       "free. Each of these, added to the ones above it, gives:\n",
       gib(need), in.batch, in.seq, amp::precision_name(in.precision), in.optimizer_state,
-      in.checkpoint_every > 0 ? fmt::format(", activation checkpointing every {}",
-                                            in.checkpoint_every)
-                              : "",
+      in.checkpoint_every > 0
+          ? fmt::format(", activation checkpointing every {}", in.checkpoint_every)
+          : "",
       gib(free_bytes));
   MemoryPlanInput t = in;
   auto step = [&](const std::string& flags) {
     const int64_t total = plan_memory(t).total();
-    out += fmt::format("  {:<40} {:>10}{}\n", flags, gib(total),
-                       total <= free_bytes ? "  fits" : "");
+    out +=
+        fmt::format("  {:<40} {:>10}{}\n", flags, gib(total), total <= free_bytes ? "  fits" : "");
     return total <= free_bytes;
   };
   if (t.checkpoint_every != 1) {
@@ -166,8 +166,9 @@ std::string advice_to_fit(const MemoryPlanInput& in, int64_t free_bytes) {
     t.precision = amp::Precision::bf16;
     if (step("--precision bf16")) return out;
   }
-  out += "  none of these fits: use more ranks with --zero1, a shorter --context, or a GPU with "
-         "more memory\n";
+  out +=
+      "  none of these fits: use more ranks with --zero1, a shorter --context, or a GPU with "
+      "more memory\n";
   return out;
 }
 

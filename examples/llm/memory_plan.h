@@ -29,7 +29,7 @@ struct MemoryPlanInput {
   int64_t batch = 1;  // B: sequences per micro-batch per rank
   int64_t seq = 1;    // T: tokens per sequence
   amp::Precision precision = amp::Precision::fp32;
-  int checkpoint_every = 0;           // --activation-checkpoint-every (0: off)
+  int checkpoint_every = 0;             // --activation-checkpoint-every (0: off)
   std::string optimizer_state = "f32";  // f32 | bf16 | 8bit
   bool zero1 = false;
   int world = 1;                // ranks (ZeRO-1 shards the optimizer state over them)

@@ -104,7 +104,9 @@ TEST(LlamaGenerate, RefusesEmptyPromptsBadIdsAndTooLongWindows) {
     return message.find(part) != std::string::npos;
   };
   EXPECT_PRED2(has, error_of([&] { generate(model, {}, 4, 1, 1.0f, 0); }), "prompt is empty");
-  EXPECT_PRED2(has, error_of([&] { generate(model, {1, 2024}, 4, 1, 1.0f, 0); }),
+  EXPECT_PRED2(has, error_of([&] {
+                 generate(model, {1, 2024}, 4, 1, 1.0f, 0);
+               }),
                "outside the vocabulary");
   EXPECT_PRED2(has, error_of([&] { generate(model, std::vector<int64_t>(40, 1), 9, 1, 1.0f, 0); }),
                "more than the model's context of 48");

@@ -32,8 +32,7 @@ TEST(MemoryPlan, OptimizerStateMatchesAdamW) {
   const LlamaConfig c = small_config();
   nn::manual_seed(0);
   Llama model(c);
-  for (const auto& [name, format] :
-       std::vector<std::pair<std::string, optim::StateFormat>>{
+  for (const auto& [name, format] : std::vector<std::pair<std::string, optim::StateFormat>>{
            {"f32", {}},
            {"bf16", {.dtype = optim::StateDType::bf16}},
            {"8bit", {.dtype = optim::StateDType::int8_blockwise}}}) {
