@@ -1,6 +1,6 @@
 // Private to stoker_llm: its options (main.cpp parses them and trains), the model's shape from
-// a preset, shape flags or a Hugging Face folder, the memory plan's input, the document-mask
-// batch source and the --synthetic benchmark (bench.cpp). Call from the main thread.
+// a preset, shape flags or a Hugging Face folder, the memory plan's input and the --synthetic
+// benchmark (bench.cpp). Call from the main thread.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/run_flags.h"
+#include "document_positions.h"
 #include "llama_model.h"
 #include "memory_plan.h"
 #include "stoker/stoker.h"
@@ -66,36 +67,6 @@ llm::LlamaConfig model_config(const Options& o);
 int64_t sequence_length(const Options& o, const llm::LlamaConfig& c);
 llm::MemoryPlanInput plan_input(const Options& o, const llm::LlamaConfig& c, Device device,
                                 int world);
-
-// --document-mask: hands each batch's positions (data::SequenceBatches' document_masks) to the
-// model before the Trainer's forward sees the batch (it fetches a micro-batch and forwards it
-// at once; evaluation too). Everything else is the wrapped source's.
-class DocumentPositions : public data::BatchSource {
- public:
-  DocumentPositions(data::BatchSource& inner, llm::Llama& model) : inner_(inner), model_(model) {}
-  void start_epoch(int64_t epoch) override { inner_.start_epoch(epoch); }
-  bool next(data::Batch& batch) override {
-    if (!inner_.next(batch)) return false;
-    model_.set_positions(batch.positions, true);
-    return true;
-  }
-  int64_t batches_per_epoch() const override { return inner_.batches_per_epoch(); }
-  int64_t samples_per_epoch() const override { return inner_.samples_per_epoch(); }
-  int64_t epoch() const override { return inner_.epoch(); }
-  int64_t batch_index() const override { return inner_.batch_index(); }
-  void restore(int64_t epoch, int64_t index) override { inner_.restore(epoch, index); }
-  int64_t epoch_progress() const override { return inner_.epoch_progress(); }
-  bool continue_epoch(int64_t epoch, int64_t progress) override {
-    return inner_.continue_epoch(epoch, progress);
-  }
-  data::SourceIdentity identity() const override { return inner_.identity(); }
-  std::string kind() const override { return inner_.kind(); }
-  const data::InputPipeline* pipeline() const override { return inner_.pipeline(); }
-
- private:
-  data::BatchSource& inner_;
-  llm::Llama& model_;
-};
 
 // ---- --synthetic (bench.cpp)
 

@@ -361,7 +361,7 @@ int run(const Options& o) {
   data::BatchSource* train_data = train_corpus->batches.get();
   data::BatchSource* val_data =
       val_corpus ? val_corpus->batches.get() : train_corpus->validation.get();
-  std::optional<llm_program::DocumentPositions> train_docs, val_docs;
+  std::optional<llm::DocumentPositions> train_docs, val_docs;
   if (o.document_mask) {
     train_data = &train_docs.emplace(*train_data, model);
     if (val_data) val_data = &val_docs.emplace(*val_data, model);
