@@ -1,5 +1,5 @@
-// The flags that make an example trainer (stoker_classifier, stoker_gpt) a tool for runs of
-// hours or days — the same names, checks and meaning in both (docs/long_runs.md):
+// The flags that make an example trainer (stoker_classifier, stoker_gpt, stoker_llm) a tool for
+// runs of hours or days — the same names, checks and meaning in each (docs/long_runs.md):
 //
 //   --checkpoint-dir DIR         training checkpoints go here (step_N.safetensors, and
 //                                last.safetensors at the end); a restart of the same command
@@ -10,7 +10,8 @@
 //                                last.safetensors is always kept
 //   --resume [FILE]              resume from FILE, or (no value) from DIR's newest, which must
 //                                exist; without --resume, DIR's newest is resumed when there is one
-//   --save FILE                  the trained weights (safetensors, PyTorch names)
+//   --save FILE                  the trained weights (safetensors, PyTorch names; a folder with
+//                                save_folder: stoker_llm's transformers folder)
 //   --val DB|FILE                the validation set
 //   --eval-every N               evaluate every N steps (0: at each epoch's end) and at the end
 //   --eval-subset K              evaluate on the first K validation samples (0: all)
