@@ -166,9 +166,11 @@ std::string advice_to_fit(const MemoryPlanInput& in, int64_t free_bytes) {
     t.precision = amp::Precision::bf16;
     if (step("--precision bf16")) return out;
   }
-  out +=
-      "  none of these fits: use more ranks with --zero1, a shorter --context, or a GPU with "
-      "more memory\n";
+  const MemoryPlan last = plan_memory(t);
+  out += fmt::format(
+      "  none of these fits: the weights and gradients alone take {} per rank (ZeRO-1 shards "
+      "only the optimizer state); use a shorter --context or a device with more memory\n",
+      gib(last.weights + last.gradients));
   return out;
 }
 
