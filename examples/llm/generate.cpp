@@ -108,28 +108,26 @@ class KvDecoder {
       ops::copy(v_cache.slice(g * t_max_ + p, g * t_max_ + p + 1),
                 rows.slice(row + h + kv + g, row + h + kv + g + 1));
     }
-    const int64_t len = p + 1;
-    const Tensor scores = Tensor::empty({h, len}, DType::f32, rows.device());
-    for (int64_t g = 0; g < kv; ++g)
-      ops::gemm(scores.slice(g * g_size, (g + 1) * g_size),
-                rows.slice(row + g * g_size, row + (g + 1) * g_size),
-                k_cache.slice(g * t_max_, g * t_max_ + len),
-                {.trans_b = true, .alpha = 1.0f / std::sqrt(static_cast<float>(d))});
-    // Softmax on the host (one row per query head), in double for the sums.
+    // Each group's G query heads [KV, G, D] against its whole cache [KV, T_max, D]: one batched
+    // GEMM; the positions after p (zeros, not yet written) get probability 0 below.
+    const Tensor q = rows.slice(row, row + h).reshape({kv, g_size, d});
+    const Tensor scores = Tensor::empty({kv, g_size, t_max_}, DType::f32, rows.device());
+    ops::gemm_batched(scores, q, k_cache.reshape({kv, t_max_, d}),
+                      {.trans_b = true, .alpha = 1.0f / std::sqrt(static_cast<float>(d))});
+    // Softmax over positions 0..p on the host (one row per query head), in double for the sums.
     std::vector<float> s = scores.to_floats();
     for (int64_t r = 0; r < h; ++r) {
-      float* x = s.data() + r * len;
-      const float m = *std::max_element(x, x + len);
+      float* x = s.data() + r * t_max_;
+      const float m = *std::max_element(x, x + p + 1);
       double sum = 0;
-      for (int64_t j = 0; j < len; ++j) sum += std::exp(static_cast<double>(x[j] - m));
-      for (int64_t j = 0; j < len; ++j)
+      for (int64_t j = 0; j <= p; ++j) sum += std::exp(static_cast<double>(x[j] - m));
+      for (int64_t j = 0; j <= p; ++j)
         x[j] = static_cast<float>(std::exp(static_cast<double>(x[j] - m)) / sum);
+      std::fill(x + p + 1, x + t_max_, 0.0f);
     }
-    const Tensor probs = Tensor::from_floats(s, {h, len}, DType::f32, rows.device());
-    for (int64_t g = 0; g < kv; ++g)
-      ops::gemm(attn.slice(i * h + g * g_size, i * h + (g + 1) * g_size),
-                probs.slice(g * g_size, (g + 1) * g_size),
-                v_cache.slice(g * t_max_, g * t_max_ + len));
+    const Tensor probs = Tensor::from_floats(s, {kv, g_size, t_max_}, DType::f32, rows.device());
+    ops::gemm_batched(attn.slice(i * h, (i + 1) * h).reshape({kv, g_size, d}), probs,
+                      v_cache.reshape({kv, t_max_, d}));
   }
 
   Llama& model_;

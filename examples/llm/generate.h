@@ -3,9 +3,10 @@
 // [KV, T_max, D] on the model's device, then one token at a time only the new token is
 // projected and attends over the cache. The arithmetic is f32 on the model's master weights
 // (Parameter::value()), whatever precision the model trains in; nothing is saved for backward.
-// The attention of a group's H / KV query heads over its cached keys is one ops::gemm per group
-// (the rows of a group are contiguous, the cached rows of a head too), its softmax on the host:
-// a batch of one sequence, one host sync per layer and token.
+// The attention of the H query heads over the cache is two ops::gemm_batched over the KV groups
+// (the H / KV query heads of a group as the rows) against the whole cache, positions not yet
+// written given probability 0 by the softmax, which runs on the host: a batch of one sequence,
+// one host sync per layer and token, attention work O(T_max) per token.
 //
 // Not thread-safe (it runs the model's device's current stream); the model is only read.
 #pragma once
