@@ -33,6 +33,7 @@
 #include "generate.h"
 #include "hf_llama.h"
 #include "llm_program.h"
+#include "stoker/diag/report.h"
 
 namespace stoker::llm_program {
 
@@ -284,18 +285,31 @@ std::string sample_text(const Options& o, llm::Llama& model, const std::optional
   return tok->decode(out);
 }
 
-void report_fit(const Options& o, const train::FitResult& fit, const llm::LlamaConfig& c, int64_t t,
-                int world, Device device) {
-  const double tokens = static_cast<double>(fit.steps * o.batch * t * o.accum * world);
+// `done`: the steps this job ran (a resumed fit counts from the checkpoint's step).
+void report_fit(const Options& o, const train::FitResult& fit, int64_t done,
+                const llm::LlamaConfig& c, int64_t t, int world, Device device) {
+  const double tokens = static_cast<double>(done * o.batch * t * o.accum * world);
+  const double tok_s = fit.seconds > 0 ? tokens / fit.seconds : 0;
   std::printf(
-      "trained %lld steps in %.1f s: %.0f tok/s (job), %.1f ms/step, peak %.1f MiB on %s, final "
-      "train loss %.4f\n",
-      static_cast<long long>(fit.steps), fit.seconds, fit.seconds > 0 ? tokens / fit.seconds : 0,
-      fit.seconds * 1e3 / std::max<int64_t>(1, fit.steps),
+      "trained %lld steps (to step %lld) in %.1f s: %.0f tok/s (job), %.1f ms/step, peak %.1f MiB "
+      "on %s, final train loss %.4f\n",
+      static_cast<long long>(done), static_cast<long long>(fit.steps), fit.seconds, tok_s,
+      fit.seconds * 1e3 / std::max<int64_t>(1, done),
       static_cast<double>(core::memory_stats(device).peak_bytes) / (1024.0 * 1024.0),
       device.str().c_str(), fit.final_loss);
-  std::printf("model FLOPs: %.3f GFLOP per token (6 N' + 12 L H D T, docs/llm.md#flops)\n",
-              llm_program::training_flops_per_token(c, t) / 1e9);
+  // MFU over the whole fit (its time includes data, log lines and evaluation).
+  const double per_token = llm_program::training_flops_per_token(c, t);
+  const amp::Precision precision = amp::parse_precision(o.precision);
+  const diag::DevicePeaks peaks = diag::device_peaks(device);
+  const double peak = peaks.compute_tflops(
+      precision == amp::Precision::fp32 ? DType::f32 : amp::compute_dtype(precision), o.tf32);
+  std::printf(
+      "model FLOPs: %.3f GFLOP per token (6 N' + 12 L H D T, docs/llm.md), %.2f TFLOP/s%s\n",
+      per_token / 1e9, tok_s * per_token / 1e12,
+      peak > 0 ? fmt::format(", MFU {:.1f} % of {:g} TFLOP/s ({})",
+                             100 * tok_s * per_token / (peak * 1e12), peak, peaks.source)
+                     .c_str()
+               : "");
   if (!fit.evaluations.empty())
     std::printf("validation loss after training: %.4f (%lld sequences)\n",
                 fit.evaluations.back().loss,
@@ -388,10 +402,11 @@ int run(const Options& o) {
   }
   core::reset_peak_memory(device);
   const int64_t epochs = (o.steps * o.accum) / train_data->batches_per_epoch() + 1;
+  const int64_t first_step = trainer.step();
   const train::FitResult fit = trainer.fit(*train_data, epochs, val_data);
   if (const int status = o.run.stopped(fit, "stoker_llm", root)) return status;
   if (!root) return 0;
-  report_fit(o, fit, config, t, world, device);
+  report_fit(o, fit, fit.steps - first_step, config, t, world, device);
   if (!o.run.save.empty()) {
     const std::string dt =
         !o.save_dtype.empty() ? o.save_dtype : (precision == amp::Precision::fp32 ? "f32" : "bf16");

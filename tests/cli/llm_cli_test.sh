@@ -72,6 +72,7 @@ cp "$out" "$dir/first.txt"
 expect 0 quiet --steps 70 --checkpoint-dir "$dir/ck"
 has "$out" "resum"
 has "$out" "step     70 |"
+has "$out" "trained 10 steps (to step 70)"
 hasnt "$out" "step     10 |"
 
 # 3. --save DIR writes a transformers folder; --init-from DIR continues from its weights.
