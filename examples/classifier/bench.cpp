@@ -26,14 +26,15 @@ double time_steps(train::Trainer& t, const data::Batch& batch, int n, Device dev
 
 // The bench's Trainer: quiet, no gradient norm, the run's checkpointing and graph flags (and
 // STOKER_DIAG*: `stoker doctor` steers it, train/environment.h).
-train::TrainerOptions bench_trainer_options(const Args& a, Precision p, dist::GradSync* sync) {
+train::TrainerOptions bench_trainer_options(const Args& a, Precision p, dist::GradSync* sync,
+                                            bool graph) {
   return train::apply_environment({.precision = p,
                                    .log_grad_norm = false,
                                    .progress_bar = false,
                                    .quiet = true,
                                    .activation_checkpoint_every = a.run.activation_checkpoint_every,
                                    .grad_sync = sync,
-                                   .cuda_graph = a.cuda_graph});
+                                   .cuda_graph = graph});
 }
 
 }  // namespace
@@ -51,7 +52,7 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx) {
   const int64_t classes = ds ? checked_classes(a, *ds, 1000) : (a.classes > 0 ? a.classes : 1000);
   const std::string tag = a.arch + " " + a.precision + " " + std::string(layout_name(layout)) +
                           " B=" + std::to_string(a.batch) + (a.fuse_bn_relu ? " +fused" : "") +
-                          (a.cuda_graph ? " +graph" : "") +
+                          (use_cuda_graph(a, device, world) ? " +graph" : "") +
                           (a.conv_autotune ? " +conv-autotune" : "");
   if (root)
     std::printf(
@@ -71,7 +72,9 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx) {
     if (world > 1) grad_sync = std::make_unique<dist::ReplicatedGradSync>(*ctx->comm, *model);
     const auto opt = make_optimizer(a, *model, lr, bench_decay);
     nn::CrossEntropyLoss loss({.label_smoothing = a.label_smoothing});
-    train::Trainer t(*model, loss, *opt, bench_trainer_options(a, p, grad_sync.get()));
+    train::Trainer t(
+        *model, loss, *opt,
+        bench_trainer_options(a, p, grad_sync.get(), use_cuda_graph(a, device, world)));
     data::Batch b;
     const stoker::ops::Dims4 d{a.batch, 3, a.image_size, a.image_size};
     b.input = Tensor::empty(stoker::ops::shape4(d, layout), dtype, device);
@@ -112,7 +115,8 @@ int run_bench(const Args& a, Device device, dist::DistContext* ctx) {
   auto model = build_model(a, classes, layout, device);
   const auto opt = make_optimizer(a, *model, lr, bench_decay);
   nn::CrossEntropyLoss loss({.label_smoothing = a.label_smoothing});
-  train::Trainer t(*model, loss, *opt, bench_trainer_options(a, p, nullptr));
+  train::Trainer t(*model, loss, *opt,
+                   bench_trainer_options(a, p, nullptr, use_cuda_graph(a, device, 1)));
   Args la = a;
   if (la.crop_scale < 0) la.crop_scale = 0.08;
   if (la.eval_resize <= 0) la.eval_resize = la.image_size * 8 / 7;

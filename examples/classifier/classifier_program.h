@@ -47,7 +47,8 @@ struct Args {
   std::string device = "auto";
   bool synthetic = false;
   bool fuse_bn_relu = true;    // --fuse-bn-relu / --no-fuse-bn-relu
-  bool cuda_graph = false;     // --cuda-graph
+  bool cuda_graph = false;     // --cuda-graph: insisted on
+  bool no_cuda_graph = false;  // --no-cuda-graph (default: the graph whenever it can run)
   bool conv_autotune = false;  // --conv-autotune
   int steps = 20;
   int warmup = 5;
@@ -77,6 +78,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& mode
                                                  float weight_decay);
 data::LoaderOptions loader_options(const Args& a, Device device, Layout layout, DType dtype,
                                    int rank, int world, bool train_split);
+// The step as a CUDA graph: --cuda-graph insists, --no-cuda-graph runs eagerly, and by default
+// the step is captured whenever it can run as one (a CUDA device, one process; SGD and LARS
+// read their learning rate on the device).
+bool use_cuda_graph(const Args& a, Device device, int world);
 // --classes against the dataset (`fallback` when --classes is not given).
 int64_t checked_classes(const Args& a, const data::LmdbImageDataset& ds, int64_t fallback);
 

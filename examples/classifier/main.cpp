@@ -96,6 +96,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& mode
       stoker::optim::SgdOptions{.lr = lr, .momentum = 0.9f, .weight_decay = weight_decay});
 }
 
+bool use_cuda_graph(const Args& a, Device device, int world) {
+  return a.cuda_graph || (!a.no_cuda_graph && device.is_cuda() && world == 1);
+}
+
 data::LoaderOptions loader_options(const Args& a, Device device, Layout layout, DType dtype,
                                    int rank, int world, bool train_split) {
   data::LoaderOptions o;
@@ -284,7 +288,7 @@ int run_train(const Args& a_in, Device device, dist::DistContext* ctx) {
   to.diagnostics.enabled = a.diagnostics;
   to.diagnostics.print = false;  // the final report is printed below, once
   to.activation_checkpoint_every = a.run.activation_checkpoint_every;
-  to.cuda_graph = a.cuda_graph;
+  to.cuda_graph = use_cuda_graph(a, device, world);
   a.run.apply(to);  // checkpoints, metrics, evaluation
   {
     // What defines the run, recorded in its checkpoints: a resume states each changed one and
@@ -540,8 +544,11 @@ int main(int argc, char** argv) {
                "fewer passes over the activations; --no-fuse-bn-relu runs torchvision's "
                "separate modules)");
   app.add_flag("--cuda-graph", a.cuda_graph,
-               "capture the training step once as a CUDA graph and replay it (one launch per "
-               "step; one GPU, one process; SGD or LARS)");
+               "insist on capturing the training step as a CUDA graph (the default whenever it "
+               "can: one GPU, one process); an error says why it cannot");
+  app.add_flag("--no-cuda-graph", a.no_cuda_graph,
+               "run every step eagerly (default: a CUDA graph after 2 eager steps when it can)")
+      ->excludes("--cuda-graph");
   app.add_flag("--conv-autotune", a.conv_autotune,
                "time cuDNN's convolution algorithms on each shape's first call and keep the "
                "fastest (PyTorch's cudnn.benchmark; also STOKER_CONV_AUTOTUNE=1)");

@@ -83,12 +83,12 @@ int run_bench(const Options& o, const BenchSetup& b) {
         o.accum > 1 ? fmt::format(" accum={}", o.accum) : std::string(),
         b.precision == amp::Precision::fp32 ? (o.tf32 ? "fp32(tf32)" : "fp32") : o.precision,
         b.wrapped > 0 ? fmt::format(" +ckpt(every {})", o.run.activation_checkpoint_every) : "",
-        o.selective ? " +selective" : "", o.cuda_graph ? " +graph" : "",
+        o.selective ? " +selective" : "", b.topts.cuda_graph ? " +graph" : "",
         world > 1 ? fmt::format(" x{} ranks", world) : "");
     std::printf(
         "%s: %s tok/s, %.1f ms/step, peak %.1f GiB%s, ~%.0f TFLOP/s%s\n", name.c_str(),
         fmt::format("{}", static_cast<long long>(tokens / dt)).c_str(), dt * 1e3, peak_gib,
-        o.cuda_graph ? " (with the graph's own memory)" : "", flops / dt / 1e12,
+        b.topts.cuda_graph ? " (with the graph's own memory)" : "", flops / dt / 1e12,
         util > 0 ? fmt::format(", MFU {:g} % of {:g} TFLOP/s ({})", std::lround(1000 * util) / 10.0,
                                peaks.compute_tflops(dtype, o.tf32), peaks.source)
                        .c_str()

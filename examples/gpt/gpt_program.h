@@ -38,7 +38,8 @@ struct Options {
   bool selective = false;
   bool fused_head = true;   // the head in the loss, in chunks (Gpt::set_head_in_loss)
   bool fused_gelu = true;   // GptConfig::fuse_gelu
-  bool cuda_graph = false;  // TrainerOptions::cuda_graph
+  bool cuda_graph = false;     // --cuda-graph: TrainerOptions::cuda_graph insisted on
+  bool no_cuda_graph = false;  // --no-cuda-graph (default: the graph whenever it can run)
   std::string data;
   std::string mix;       // --mix "a.idx:0.7,b:0.3" (token_data.h)
   double val_split = 0;  // --val-split: a fraction or count of --data's documents

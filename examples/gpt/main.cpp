@@ -270,7 +270,17 @@ int run(const Options& o) {
       .grad_sync = grad_sync.get(),
   };
   topts.diagnostics.enabled = o.diagnostics;
-  topts.cuda_graph = o.cuda_graph;
+  // Fast by default: the step is captured as a CUDA graph whenever it can run as one (one CUDA
+  // device, one process, an optimizer that reads its learning rate on the device); --cuda-graph
+  // insists (and fails naming why it cannot), --no-cuda-graph runs eagerly.
+  const std::string graph_blocker = train::cuda_graph_blocker(opt, device, world);
+  topts.cuda_graph = o.cuda_graph || (!o.no_cuda_graph && !parity && graph_blocker.empty());
+  if (root && device.is_cuda() && !parity)
+    std::printf("step: %s\n", topts.cuda_graph
+                                  ? "a CUDA graph after 2 eager steps (--no-cuda-graph: eager)"
+                                  : (o.no_cuda_graph ? std::string("eager (--no-cuda-graph)")
+                                                     : "eager: " + graph_blocker)
+                                        .c_str());
   o.run.apply(topts);  // checkpoints, metrics, evaluation (activation checkpointing: above)
   {
     // What defines the run, recorded in its checkpoints: a resume states each changed one and
@@ -576,8 +586,11 @@ int main(int argc, char** argv) {
                "LM head and cross-entropy fused, a chunk of rows at a time (default on; "
                "--no-fused-head: whole logits, nn::CrossEntropyLoss)");
   app.add_flag("--cuda-graph", o.cuda_graph,
-               "capture the training step as a CUDA graph after 2 eager steps and replay it "
-               "(one launch per step; one GPU, AdamW with f32 state)");
+               "insist on capturing the training step as a CUDA graph (the default whenever it "
+               "can: one GPU, AdamW with f32 state); an error says why it cannot");
+  app.add_flag("--no-cuda-graph", o.no_cuda_graph,
+                "run every step eagerly (default: a CUDA graph after 2 eager steps when it can)")
+      ->excludes("--cuda-graph");
   app.add_flag("--fused-gelu,!--no-fused-gelu", o.fused_gelu,
                "the MLP's bias + GELU in the GEMMs' epilogues (default on; --no-fused-gelu: "
                "GELU as its own passes, to compare)");

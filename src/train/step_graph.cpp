@@ -103,6 +103,15 @@ void check_graph_options(const TrainerOptions& options, const optim::Optimizer& 
                "for CPU training)");
 }
 
+std::string cuda_graph_blocker(const optim::Optimizer& optimizer, Device device, int world_size) {
+  if (!device.is_cuda()) return "the model is on " + device.str() + ", not a CUDA device";
+  if (world_size > 1)
+    return fmt::format("the job has {} ranks; the graph step is for one process", world_size);
+  if (!optimizer.supports_device_lr())
+    return optimizer.describe() + " cannot read its learning rate on the device";
+  return "";
+}
+
 // The Trainer's step as this graph (TrainerOptions::cuda_graph).
 bool Trainer::Impl::graph_step(std::span<const data::Batch> batches, int micro, int k,
                                bool want_norm) {

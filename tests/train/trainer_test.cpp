@@ -510,3 +510,29 @@ TEST_F(TrainerTest, CheckpointWritesRemoveTemporariesOfDeadWriters) {
 }
 
 }  // namespace
+
+namespace stoker::train {
+namespace {
+
+// The example trainers' default (a CUDA graph whenever it can run) asks cuda_graph_blocker: each
+// reason that makes TrainerOptions::cuda_graph refuse is named, and a plain AdamW on one CUDA
+// device in one process has none. (No GPU is needed: only the device's kind is read.)
+TEST(CudaGraphBlocker, NamesWhatKeepsTheStepEager) {
+  nn::Linear plain_layer(64, 64);
+  optim::AdamW plain(plain_layer.named_parameters());
+  nn::Linear compact_layer(64, 4096);
+  optim::AdamW compact(
+      compact_layer.named_parameters(),
+      {.state = {.dtype = optim::StateDType::int8_blockwise, .block = 256}});
+  ASSERT_FALSE(compact.supports_device_lr());
+  const Device gpu = Device::cuda(0);
+  EXPECT_EQ(cuda_graph_blocker(plain, gpu, 1), "");
+  EXPECT_NE(cuda_graph_blocker(plain, Device::cpu(), 1).find("not a CUDA device"),
+            std::string::npos);
+  EXPECT_NE(cuda_graph_blocker(plain, gpu, 2).find("2 ranks"), std::string::npos);
+  EXPECT_NE(cuda_graph_blocker(compact, gpu, 1).find("learning rate on the device"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoker::train

@@ -365,4 +365,9 @@ namespace stoker::train {
 // malformed (a flag that is not 0/1, a number that is not an integer or is negative).
 TrainerOptions apply_environment(TrainerOptions options);
 
+// Why TrainerOptions::cuda_graph cannot run for this optimizer on this device in a job of
+// `world_size` processes — empty when it can. The example trainers capture their step whenever
+// it is empty (fast by default) and name the reason otherwise.
+std::string cuda_graph_blocker(const optim::Optimizer& optimizer, Device device, int world_size);
+
 }  // namespace stoker::train
