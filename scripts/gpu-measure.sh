@@ -29,7 +29,7 @@
 #   gpt         GPT-2 124M (stoker_gpt --synthetic) vs torch_train.py gpt, eager
 #   gptc        the PyTorch GPT-2 124M step under torch.compile (slow to compile)
 #   gptparity   the loss curve of stoker_gpt --parity-dir vs torch_gpt_parity.py (~30 s)
-#   fp8         GPT-2 124M B=16 bf16 vs --precision fp8 (each with and without --cuda-graph)
+#   fp8         GPT-2 124M B=16 bf16 vs --precision fp8 (each eager and with the CUDA graph)
 #   fp8curves   2,000 steps of GPT-2 124M B=8 on the bundled text, bf16 and fp8, each with the
 #               seeds of STOKER_FP8_SEEDS (default "1 2"): final train and validation losses and
 #               the curves (fp8_curves.txt: step, loss per run) against bf16's own spread
@@ -43,9 +43,9 @@
 #               with STOKER_RESNET_REALISTIC=1 also 20,000 realistic ones (make --realistic:
 #               ImageNet-sized files, about twice the decode cost per core): the loader's
 #               throughput on them at 16 threads and auto, and ResNet-50 fed from them
-#   resnetfast  ResNet-50 bf16 NHWC B=256 synthetic: stoker unfused (--no-fuse-bn-relu), as is
-#               (fused BN + ReLU and block tails), with --cuda-graph, with --conv-autotune, with
-#               both (SGD, then LARS), op tables
+#   resnetfast  ResNet-50 bf16 NHWC B=256 synthetic: stoker unfused (--no-fuse-bn-relu) and
+#               fused BN + ReLU and block tails, both eager (--no-cuda-graph), the default (the
+#               CUDA graph), with --conv-autotune eager and with the graph (SGD, then LARS), op tables
 #               (unfused and as is, one step in 10 op-timed), and PyTorch eager and torch.compile
 #               (torch_train.py resnet)
 #   multi       2+ GPUs: the multi-rank tests under stoker launch and torchrun, all-reduce vs
@@ -278,10 +278,10 @@ run_gptparity() {
 
 run_fp8() {
   local g=$B/examples/stoker_gpt p
-  section "GPT-2 124M B=16 T=1024: stoker bf16 / fp8, each eager and with --cuda-graph"
+  section "GPT-2 124M B=16 T=1024: stoker bf16 / fp8, each eager and with the CUDA graph (default)"
   for p in bf16 fp8; do
+    "$g" "${GPT_ARGS[@]}" --batch 16 --precision "$p" --no-cuda-graph
     "$g" "${GPT_ARGS[@]}" --batch 16 --precision "$p"
-    "$g" "${GPT_ARGS[@]}" --batch 16 --precision "$p" --cuda-graph
   done
 }
 
@@ -369,9 +369,9 @@ run_resnet() {
 run_resnetfast() {
   local cls=$B/examples/stoker_classifier f rc=0
   local -a r50=(--arch resnet50 --synthetic --batch 256 --precision bf16 --layout nhwc --steps 40)
-  local all="--cuda-graph --conv-autotune"
-  section "ResNet-50 synthetic, bf16 NHWC B=256: stoker unfused / as is (fused BN) / graph / timed convs"
-  for f in --no-fuse-bn-relu "" --cuda-graph --conv-autotune "$all"; do
+  local all="--conv-autotune"
+  section "ResNet-50 synthetic, bf16 NHWC B=256: stoker unfused / fused BN (eager) / default (graph) / timed convs"
+  for f in "--no-fuse-bn-relu --no-cuda-graph" --no-cuda-graph "" "--no-cuda-graph --conv-autotune" "$all"; do
     # shellcheck disable=SC2086 # $f: zero to three flags
     "$cls" "${r50[@]}" $f || rc=1
   done
