@@ -3,6 +3,7 @@
 #  - llama3-debug trains on the bundled text (packed on the first run) and its validation loss
 #    falls; the sample at the end is decoded text;
 #  - a run stopped at its last step resumes from --checkpoint-dir and continues to more steps;
+#    SIGTERM stops a run with a checkpoint (exit 143) that the same command continues from;
 #  - --save DIR writes a transformers folder (f32 for an fp32 run), --init-from DIR continues from
 #    it: its validation loss before training is the saved run's after training;
 #  - bf16 with activation checkpointing saves bf16 weights; --document-mask trains;
@@ -74,6 +75,30 @@ has "$out" "resum"
 has "$out" "step     70 |"
 has "$out" "trained 10 steps (to step 70)"
 hasnt "$out" "step     10 |"
+
+# 2b. SIGTERM (a scheduler's preemption) stops after the step in progress with a checkpoint
+# (exit 143); the same command then continues from it.
+# (The program itself in the background, not a shell function: $! must be its pid.)
+"$llm" --device cpu --data-cache "$dir/cache" --text "$text" --batch 8 --context 64 \
+  --log-interval 10 --sample 0 --steps 400 --checkpoint-dir "$dir/ck3" \
+  --metrics "$dir/m.jsonl" > "$out" 2> "$err" &
+pid=$!
+i=0
+while ! grep -q '"kind":"train"' "$dir/m.jsonl" 2> /dev/null && [ $i -lt 1200 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+kill -TERM "$pid"
+status=0
+wait "$pid" || status=$?
+[ "$status" = 143 ] || fail "status $status after SIGTERM, expected 143"
+has "$err" "stopped by SIGTERM after step"
+has "$err" "run the same command to continue"
+stopped=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\).*/\1/p' "$err")
+expect 0 quiet --steps $((${stopped:-0} + 2)) --checkpoint-dir "$dir/ck3" \
+  --metrics "$dir/m.jsonl"
+has "$out" "resuming from $dir/ck3/step_$stopped.safetensors"
+has "$out" "trained 2 steps"
 
 # 3. --save DIR writes a transformers folder; --init-from DIR continues from its weights.
 expect 0 quiet --steps 5 --save "$dir/hf"
