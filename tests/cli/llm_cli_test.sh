@@ -77,7 +77,7 @@ has "$out" "trained 10 steps (to step 70)"
 hasnt "$out" "step     10 |"
 
 # 2b. SIGTERM (a scheduler's preemption) stops after the step in progress with a checkpoint
-# (exit 143); the same command then continues from it.
+# (exit 143); the next run on that folder continues from it.
 # (The program itself in the background, not a shell function: $! must be its pid.)
 "$llm" --device cpu --data-cache "$dir/cache" --text "$text" --batch 8 --context 64 \
   --log-interval 10 --sample 0 --steps 400 --checkpoint-dir "$dir/ck3" \
