@@ -70,6 +70,7 @@ llm::MemoryPlanInput plan_input(const Options& o, const llm::LlamaConfig& c, Dev
 
 // ---- --synthetic (bench.cpp)
 
+// What run() has built when the benchmark (or main.cpp's training on data) takes over.
 struct BenchSetup {
   dist::DistContext& ctx;
   Device device;

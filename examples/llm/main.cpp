@@ -316,6 +316,71 @@ void report_fit(const Options& o, const train::FitResult& fit, int64_t done,
                 static_cast<long long>(fit.evaluations.back().samples));
 }
 
+// The training run proper: its data, the Trainer (resumed when --checkpoint-dir holds a
+// checkpoint), the report, --save and the sample. `b` is what run() built (bench.cpp's setup).
+int train_on_data(const Options& o, const llm_program::BenchSetup& b,
+                  const std::optional<Tokenizer>& tokenizer, const std::string& data_arg) {
+  const int rank = b.ctx.env.rank, world = b.ctx.env.world_size;
+  const bool root = rank == 0;
+  const Device device = b.device;
+  const llm::LlamaConfig& config = b.config;
+  const int64_t t = b.seq;
+  llm::Llama& model = b.model;
+  std::unique_ptr<program::CorpusData> val_corpus;
+  const auto train_corpus = open_data(o, data_arg, config, t, device, rank, world, &val_corpus);
+  data::BatchSource* train_data = train_corpus->batches.get();
+  data::BatchSource* val_data =
+      val_corpus ? val_corpus->batches.get() : train_corpus->validation.get();
+  std::optional<llm::DocumentPositions> train_docs, val_docs;
+  if (o.document_mask) {
+    train_data = &train_docs.emplace(*train_data, model);
+    if (val_data) val_data = &val_docs.emplace(*val_data, model);
+  }
+  if (root)
+    std::printf(
+        "data: %lld sequences of %lld tokens per epoch, each once (seed %llu)%s\n%s"
+        "run: %lld steps of %lld sequences per step%s\n",
+        static_cast<long long>(train_corpus->batches->sequences_per_epoch()),
+        static_cast<long long>(t), static_cast<unsigned long long>(o.seed),
+        o.document_mask ? ", document-masked" : "", train_corpus->summary.c_str(),
+        static_cast<long long>(o.steps), static_cast<long long>(o.batch * o.accum * world),
+        o.run.checkpoint_dir.empty() ? ", no checkpoints (--checkpoint-dir)"
+                                     : (", checkpoints in " + o.run.checkpoint_dir).c_str());
+  std::fflush(stdout);
+
+  train::Trainer trainer(model, b.loss, b.opt, train::apply_environment(b.topts));
+  o.run.resume_run(trainer, root);
+  if (val_data && trainer.step() == 0) {
+    const double before = trainer.evaluate(*val_data, o.run.eval_subset).loss;
+    if (root)
+      std::printf("validation loss before training: %.4f (ln %lld = %.4f)\n", before,
+                  static_cast<long long>(config.vocab), std::log(double(config.vocab)));
+  }
+  // Room for the weights at the end, checked before the first step (not after the whole run).
+  if (root && !o.run.save.empty())
+    train::check_space_for_weights(model, fs::path(o.run.save) / "model.safetensors", "--save");
+  core::reset_peak_memory(device);
+  const int64_t epochs = (o.steps * o.accum) / train_data->batches_per_epoch() + 1;
+  const int64_t first_step = trainer.step();
+  const train::FitResult fit = trainer.fit(*train_data, epochs, val_data);
+  if (const int status = o.run.stopped(fit, "stoker_llm", root)) return status;
+  if (!root) return 0;
+  report_fit(o, fit, fit.steps - first_step, config, t, world, device);
+  if (!o.run.save.empty()) {
+    const std::string dt = !o.save_dtype.empty()
+                               ? o.save_dtype
+                               : (b.precision == amp::Precision::fp32 ? "f32" : "bf16");
+    llm::save_hf(model, o.run.save, dt == "bf16" ? DType::bf16 : DType::f32);
+    std::printf("weights written to %s (a transformers Llama folder, %s)\n", o.run.save.c_str(),
+                dt.c_str());
+  }
+  if (o.sample > 0)
+    std::printf("sample (%s, seed %llu):\n%s\n",
+                o.top_k <= 1 ? "greedy" : fmt::format("top-{}", o.top_k).c_str(),
+                static_cast<unsigned long long>(o.seed), sample_text(o, model, tokenizer).c_str());
+  return 0;
+}
+
 int run(const Options& o) {
   dist::DistContext ctx = dist::init_from_env(
       {.backend = o.device == "cpu" ? dist::Backend::tcp : dist::Backend::automatic});
@@ -369,57 +434,8 @@ int run(const Options& o) {
     return llm_program::run_bench(
         o, {ctx, device, config, t, model, *loss, opt, topts, precision, wrapped});
 
-  std::unique_ptr<program::CorpusData> val_corpus;
-  const auto train_corpus =
-      open_data(o, text.data_arg, config, t, device, rank, world, &val_corpus);
-  data::BatchSource* train_data = train_corpus->batches.get();
-  data::BatchSource* val_data =
-      val_corpus ? val_corpus->batches.get() : train_corpus->validation.get();
-  std::optional<llm::DocumentPositions> train_docs, val_docs;
-  if (o.document_mask) {
-    train_data = &train_docs.emplace(*train_data, model);
-    if (val_data) val_data = &val_docs.emplace(*val_data, model);
-  }
-  if (root)
-    std::printf(
-        "data: %lld sequences of %lld tokens per epoch, each once (seed %llu)%s\n%s"
-        "run: %lld steps of %lld sequences per step%s\n",
-        static_cast<long long>(train_corpus->batches->sequences_per_epoch()),
-        static_cast<long long>(t), static_cast<unsigned long long>(o.seed),
-        o.document_mask ? ", document-masked" : "", train_corpus->summary.c_str(),
-        static_cast<long long>(o.steps), static_cast<long long>(o.batch * o.accum * world),
-        o.run.checkpoint_dir.empty() ? ", no checkpoints (--checkpoint-dir)"
-                                     : (", checkpoints in " + o.run.checkpoint_dir).c_str());
-  std::fflush(stdout);
-
-  train::Trainer trainer(model, *loss, opt, train::apply_environment(topts));
-  o.run.resume_run(trainer, root);
-  if (val_data && trainer.step() == 0) {
-    const double before = trainer.evaluate(*val_data, o.run.eval_subset).loss;
-    if (root)
-      std::printf("validation loss before training: %.4f (ln %lld = %.4f)\n", before,
-                  static_cast<long long>(config.vocab), std::log(double(config.vocab)));
-  }
-  core::reset_peak_memory(device);
-  const int64_t epochs = (o.steps * o.accum) / train_data->batches_per_epoch() + 1;
-  const int64_t first_step = trainer.step();
-  const train::FitResult fit = trainer.fit(*train_data, epochs, val_data);
-  if (const int status = o.run.stopped(fit, "stoker_llm", root)) return status;
-  if (!root) return 0;
-  report_fit(o, fit, fit.steps - first_step, config, t, world, device);
-  if (!o.run.save.empty()) {
-    const std::string dt =
-        !o.save_dtype.empty() ? o.save_dtype : (precision == amp::Precision::fp32 ? "f32" : "bf16");
-    llm::save_hf(model, o.run.save, dt == "bf16" ? DType::bf16 : DType::f32);
-    std::printf("weights written to %s (a transformers Llama folder, %s)\n", o.run.save.c_str(),
-                dt.c_str());
-  }
-  if (o.sample > 0)
-    std::printf("sample (%s, seed %llu):\n%s\n",
-                o.top_k <= 1 ? "greedy" : fmt::format("top-{}", o.top_k).c_str(),
-                static_cast<unsigned long long>(o.seed),
-                sample_text(o, model, text.tokenizer).c_str());
-  return 0;
+  return train_on_data(o, {ctx, device, config, t, model, *loss, opt, topts, precision, wrapped},
+                       text.tokenizer, text.data_arg);
 }
 
 void add_model_flags(CLI::App& app, Options& o) {
