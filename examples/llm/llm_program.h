@@ -57,7 +57,8 @@ struct Options {
   std::string prompt = "And God said";
   int log_interval = 10;
   bool tf32 = true;
-  program::RunFlags run;  // checkpoints, resume, --val, evaluation, --save DIR, --metrics, ...
+  bool cuda_graph = false;  // --cuda-graph: TrainerOptions::cuda_graph (opt-in: not yet run here)
+  program::RunFlags run;    // checkpoints, resume, --val, evaluation, --save DIR, --metrics, ...
 };
 
 // The model's shape: --init-from's config.json, else the preset, then the shape flags (refused

@@ -428,6 +428,7 @@ int run(const Options& o) {
       .max_steps = o.steps,
       .grad_sync = optimization.sync.get(),
   };
+  topts.cuda_graph = o.cuda_graph;
   o.run.apply(topts);
   topts.run_settings = run_settings(o, config, t);
   if (o.synthetic)
@@ -508,6 +509,9 @@ void add_training_flags(CLI::App& app, Options& o) {
   app.add_option("--log-interval", o.log_interval, "steps between log lines")
       ->check(at_least(1))
       ->capture_default_str();
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "capture the training step as a CUDA graph after 2 eager steps and replay it (one "
+               "GPU, AdamW with f32 state; not with --document-mask)");
   app.add_flag("--synthetic", o.synthetic, "random tokens, timed steps: the benchmark mode");
   app.add_option("--bench-warmup", o.bench_warmup, "synthetic: untimed steps first")
       ->check(at_least(0))
@@ -585,6 +589,11 @@ int check_and_run(const CLI::App& app, Options& o) {
                         "--document-mask out",
                         "--document-mask: ", arg,
                         " is a raw file of token ids: it has no document boundaries to mask");
+  // A graph replays its captured step on the batches it holds: the positions handed to the
+  // model as each batch is fetched would all be the last batch's.
+  STOKER_CHECK_HINT(!(o.cuda_graph && o.document_mask), "leave --cuda-graph out",
+                    "--cuda-graph with --document-mask: the captured step cannot take each "
+                    "batch's document positions");
   if (!o.mix.empty())
     for (const auto& [source, weight] : program::parse_mix(o.mix))
       inputs.push_back(guarded("--mix", source));

@@ -159,6 +159,8 @@ has "$err" "--init-from"
 head -c 4000 /dev/urandom > "$dir/raw.u16"
 expect 1 quiet --data "$dir/raw.u16" --document-mask
 has "$err" "--document-mask"
+expect 1 quiet --document-mask --cuda-graph
+has "$err" "--cuda-graph with --document-mask"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
