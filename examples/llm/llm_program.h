@@ -57,8 +57,9 @@ struct Options {
   std::string prompt = "And God said";
   int log_interval = 10;
   bool tf32 = true;
-  bool cuda_graph = false;  // --cuda-graph: TrainerOptions::cuda_graph (opt-in: not yet run here)
-  program::RunFlags run;    // checkpoints, resume, --val, evaluation, --save DIR, --metrics, ...
+  bool diagnostics = false;  // --diagnostics: the step breakdown and verdict reports
+  bool cuda_graph = false;   // --cuda-graph: TrainerOptions::cuda_graph (opt-in: not yet run here)
+  program::RunFlags run;     // checkpoints, resume, --val, evaluation, --save DIR, --metrics, ...
 };
 
 // The model's shape: --init-from's config.json, else the preset, then the shape flags (refused

@@ -429,6 +429,7 @@ int run(const Options& o) {
       .grad_sync = optimization.sync.get(),
   };
   topts.cuda_graph = o.cuda_graph;
+  topts.diagnostics.enabled = o.diagnostics;
   o.run.apply(topts);
   topts.run_settings = run_settings(o, config, t);
   if (o.synthetic)
@@ -512,6 +513,7 @@ void add_training_flags(CLI::App& app, Options& o) {
   app.add_flag("--cuda-graph", o.cuda_graph,
                "capture the training step as a CUDA graph after 2 eager steps and replay it (one "
                "GPU, AdamW with f32 state; not with --document-mask)");
+  app.add_flag("--diagnostics", o.diagnostics, "step breakdown and verdict reports");
   app.add_flag("--synthetic", o.synthetic, "random tokens, timed steps: the benchmark mode");
   app.add_option("--bench-warmup", o.bench_warmup, "synthetic: untimed steps first")
       ->check(at_least(0))
