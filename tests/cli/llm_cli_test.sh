@@ -75,6 +75,9 @@ has "$out" "resum"
 has "$out" "step     70 |"
 has "$out" "trained 10 steps (to step 70)"
 hasnt "$out" "step     10 |"
+# Resuming into another model shape is refused before any work, naming the flag.
+expect 1 quiet --steps 80 --checkpoint-dir "$dir/ck" --layers 2
+has "$err" "--layers"
 
 # 2b. SIGTERM (a scheduler's preemption) stops after the step in progress with a checkpoint
 # (exit 143); the next run on that folder continues from it.
