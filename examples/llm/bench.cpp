@@ -85,7 +85,7 @@ int run_bench(const Options& o, const BenchSetup& b) {
         o.batch, t, o.accum > 1 ? fmt::format(" accum={}", o.accum) : std::string(),
         b.precision == amp::Precision::fp32 ? (o.tf32 ? "fp32(tf32)" : "fp32") : o.precision,
         b.wrapped > 0 ? fmt::format(" +ckpt(every {})", o.run.activation_checkpoint_every) : "",
-        o.cuda_graph ? " +graph" : "", world > 1 ? fmt::format(" x{} ranks", world) : "");
+        b.topts.cuda_graph ? " +graph" : "", world > 1 ? fmt::format(" x{} ranks", world) : "");
     std::printf("%s: %s tok/s, %.1f ms/step, peak %.1f GiB, ~%.0f TFLOP/s%s\n", name.c_str(),
                 fmt::format("{}", static_cast<long long>(tokens / dt)).c_str(), dt * 1e3, peak_gib,
                 tokens / dt * per_token / 1e12,

@@ -58,7 +58,8 @@ struct Options {
   int log_interval = 10;
   bool tf32 = true;
   bool diagnostics = false;  // --diagnostics: the step breakdown and verdict reports
-  bool cuda_graph = false;   // --cuda-graph: TrainerOptions::cuda_graph (opt-in: not yet run here)
+  bool cuda_graph = false;     // --cuda-graph: TrainerOptions::cuda_graph insisted on
+  bool no_cuda_graph = false;  // --no-cuda-graph (default: the graph whenever it can run)
   program::RunFlags run;     // checkpoints, resume, --val, evaluation, --save DIR, --metrics, ...
 };
 

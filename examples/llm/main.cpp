@@ -428,7 +428,19 @@ int run(const Options& o) {
       .max_steps = o.steps,
       .grad_sync = optimization.sync.get(),
   };
-  topts.cuda_graph = o.cuda_graph;
+  // Fast by default, as stoker_gpt: the step is a CUDA graph whenever it can run as one, except
+  // with --document-mask (each batch's positions reach the model as it is fetched, which a
+  // replayed step would not see).
+  const std::string graph_blocker =
+      o.document_mask ? std::string("--document-mask hands each batch's positions to the model")
+                      : train::cuda_graph_blocker(opt, device, world);
+  topts.cuda_graph = o.cuda_graph || (!o.no_cuda_graph && graph_blocker.empty());
+  if (root && device.is_cuda())
+    std::printf("step: %s\n", topts.cuda_graph
+                                  ? "a CUDA graph after 2 eager steps (--no-cuda-graph: eager)"
+                                  : (o.no_cuda_graph ? std::string("eager (--no-cuda-graph)")
+                                                     : "eager: " + graph_blocker)
+                                        .c_str());
   topts.diagnostics.enabled = o.diagnostics;
   o.run.apply(topts);
   topts.run_settings = run_settings(o, config, t);
@@ -511,8 +523,11 @@ void add_training_flags(CLI::App& app, Options& o) {
       ->check(at_least(1))
       ->capture_default_str();
   app.add_flag("--cuda-graph", o.cuda_graph,
-               "capture the training step as a CUDA graph after 2 eager steps and replay it (one "
-               "GPU, AdamW with f32 state; not with --document-mask)");
+               "insist on capturing the training step as a CUDA graph (the default whenever it "
+               "can: one GPU, AdamW with f32 state, no --document-mask); an error says why not");
+  app.add_flag("--no-cuda-graph", o.no_cuda_graph,
+               "run every step eagerly (default: a CUDA graph after 2 eager steps when it can)")
+      ->excludes("--cuda-graph");
   app.add_flag("--diagnostics", o.diagnostics, "step breakdown and verdict reports");
   app.add_flag("--synthetic", o.synthetic, "random tokens, timed steps: the benchmark mode");
   app.add_option("--bench-warmup", o.bench_warmup, "synthetic: untimed steps first")
