@@ -1,6 +1,6 @@
 // stoker_llm --synthetic: the benchmark mode (one fixed batch of random ids per rank,
 // --bench-warmup untimed steps, a device sync, --steps timed steps, a device sync), and the FLOP
-// model of its MFU (llm_program.h, docs/llm.md#flops).
+// model of its MFU (llm_program.h, docs/llm.md#benchmark-mode-and-flops).
 #include <fmt/format.h>
 #include <chrono>
 #include <cmath>

@@ -91,7 +91,7 @@ struct BenchSetup {
 // memory and MFU (training_flops_per_token). Exit status 0 when the loss on the batch fell.
 int run_bench(const Options& o, const BenchSetup& b);
 
-// The training FLOPs per token (docs/llm.md#flops): 6 N' + 12 L H D T, PaLM's (appendix B)
+// The training FLOPs per token (docs/llm.md#benchmark-mode-and-flops): 6 N' + 12 L H D T, PaLM's (appendix B)
 // convention: N' = the parameters whose GEMMs run (all but an untied embedding table, whose
 // lookup costs nothing; a tied table is the head's GEMM), 2 FLOPs per weight per token forward
 // and 4 backward; attention's QK^T and PV 4 L H D T forward, x3 with backward, the causal half

@@ -253,7 +253,7 @@ TEST(LinearCrossEntropyLoss, PaddedHeadEqualsTheUnpaddedOne) {
             const Result got = run_head(w, x, target, pad, 0.5f);
             // The padding adds exact zeros to every sum (here the results have the same bits);
             // a BLAS whose kernels order a longer sum differently may move an fp32 rounding,
-            // which a bf16 dx may carry to one bf16 rounding of the largest value.
+            // which a bf16 dx may take to one bf16 rounding of the largest value.
             EXPECT_NEAR(got.loss, want.loss, 1e-6f * (1.0f + std::abs(want.loss)));
             test::expect_max_abs_close(got.dx, want.dx, dt == DType::f32 ? 1e-6 : 0x1p-8, "dx",
                                        0.0);
