@@ -6,7 +6,7 @@
 # `#line` directive naming the markdown file and the block's first line: a compile error names
 # the doc's own line. Each file is compiled as an object library (doc_snippet_<name>; all of
 # them: the target doc_snippets) with stoker::stoker's headers plus STOKER_DOC_INCLUDE_DIRS (the
-# examples' model headers: "resnet.h", "gpt_model.h"). Nothing is linked or run: the snippets open
+# examples' model headers: "resnet.h", "gpt_model.h", "llama_model.h"). Nothing is linked or run: the snippets open
 # datasets and GPUs. Editing a markdown file, or adding one to the docs folder, re-runs the
 # extraction at the next build.
 #
@@ -19,8 +19,8 @@ set(STOKER_DOC_README "${CMAKE_CURRENT_SOURCE_DIR}/../../README.md"
 set(STOKER_DOC_DIR "${CMAKE_CURRENT_SOURCE_DIR}/../../docs"
     CACHE PATH "Folder whose *.md files' ```cpp blocks must compile (empty: none)")
 set(STOKER_DOC_INCLUDE_DIRS
-    "${CMAKE_CURRENT_SOURCE_DIR}/../../examples/classifier;${CMAKE_CURRENT_SOURCE_DIR}/../../examples/gpt"
-    CACHE STRING "Extra include folders of the snippets (the examples' resnet.h, gpt_model.h)")
+    "${CMAKE_CURRENT_SOURCE_DIR}/../../examples/classifier;${CMAKE_CURRENT_SOURCE_DIR}/../../examples/gpt;${CMAKE_CURRENT_SOURCE_DIR}/../../examples/llm"
+    CACHE STRING "Extra include folders of the snippets (the examples' resnet.h, gpt_model.h, llama_model.h)")
 
 set(_doc_out "${CMAKE_CURRENT_BINARY_DIR}/doc_snippets")
 file(MAKE_DIRECTORY "${_doc_out}")
