@@ -38,7 +38,7 @@ struct Options {
   float weight_decay = 0.1f;
   float clip = 1.0f;
   std::string precision = "fp32";
-  std::string optimizer_state = "f32";  // f32 | bf16 | 8bit
+  std::string optimizer_state = "f32";  // f32 | bf16 | int8
   bool zero1 = false;
   std::string data, mix;
   double val_split = 0;

@@ -113,7 +113,7 @@ namespace fs = std::filesystem;
 
 optim::StateFormat parse_state(const std::string& s) {
   if (s == "bf16") return {.dtype = optim::StateDType::bf16};
-  if (s == "8bit") return {.dtype = optim::StateDType::int8_blockwise};
+  if (s == "int8") return {.dtype = optim::StateDType::int8_blockwise};
   return {};
 }
 
@@ -510,8 +510,8 @@ void add_training_flags(CLI::App& app, Options& o) {
                  "fp32 | bf16 | fp8 (bf16 with the Linears' GEMMs in FP8: Ada, Hopper)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp8"}))
       ->capture_default_str();
-  app.add_option("--optimizer-state", o.optimizer_state, "AdamW's moments: f32 | bf16 | 8bit")
-      ->check(CLI::IsMember({"f32", "bf16", "8bit"}))
+  app.add_option("--optimizer-state", o.optimizer_state, "AdamW's moments: f32 | bf16 | int8")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}))
       ->capture_default_str();
   app.add_flag("--zero1", o.zero1, "shard AdamW's state over the data-parallel ranks (ZeRO-1)");
   app.add_option("--tf32", o.tf32, "fp32 GEMMs on TF32 tensor cores")->capture_default_str();

@@ -61,7 +61,7 @@ int64_t optimizer_state_bytes(const LlamaConfig& c, const std::string& state, bo
   for (const int64_t n : tensor_sizes(c)) {
     if (state == "bf16") {
       bytes += 4 * n;
-    } else if (state == "8bit" && n >= kQuantizedMin) {
+    } else if (state == "int8" && n >= kQuantizedMin) {
       bytes += 2 * (n + (n + kStateBlock - 1) / kStateBlock * 4);
     } else {
       bytes += 8 * n;
@@ -148,9 +148,9 @@ std::string advice_to_fit(const MemoryPlanInput& in, int64_t free_bytes) {
     t.checkpoint_every = 1;
     if (step("--activation-checkpoint-every 1")) return out;
   }
-  if (t.optimizer_state != "8bit") {
-    t.optimizer_state = "8bit";
-    if (step("--optimizer-state 8bit")) return out;
+  if (t.optimizer_state != "int8") {
+    t.optimizer_state = "int8";
+    if (step("--optimizer-state int8")) return out;
   }
   for (const int world : {2, 4, 8}) {
     if (t.zero1 && t.world >= world) continue;

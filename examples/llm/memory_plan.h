@@ -30,7 +30,7 @@ struct MemoryPlanInput {
   int64_t seq = 1;    // T: tokens per sequence
   amp::Precision precision = amp::Precision::fp32;
   int checkpoint_every = 0;             // --activation-checkpoint-every (0: off)
-  std::string optimizer_state = "f32";  // f32 | bf16 | 8bit
+  std::string optimizer_state = "f32";  // f32 | bf16 | int8
   bool zero1 = false;
   int world = 1;                // ranks (ZeRO-1 shards the optimizer state over them)
   bool fused_attention = true;  // the fused attention kernel (CUDA) or the math path (CPU)
@@ -50,7 +50,7 @@ struct MemoryPlan {
 // SwiGLU's gate|up output, and the attention's (fused: qkv, output and log-sum-exp; math: q, k,
 // v for each of the H query heads and the probabilities [B, H, T, T]).
 int64_t block_activation_bytes(const MemoryPlanInput& in);
-// The optimizer state bytes per rank for `state` ("f32", "bf16", "8bit").
+// The optimizer state bytes per rank for `state` ("f32", "bf16", "int8").
 int64_t optimizer_state_bytes(const LlamaConfig& config, const std::string& state, bool zero1,
                               int world);
 MemoryPlan plan_memory(const MemoryPlanInput& in);

@@ -127,7 +127,7 @@ has "$out" "document-masked"
 # 4. Two ranks under `stoker launch`, ZeRO-1 and 8-bit optimizer state.
 expect 0 "$stoker" launch -n 2 --master-port 0 "$llm" --device cpu --data-cache "$dir/cache" \
   --text "$text" --batch 4 --context 32 --steps 4 --log-interval 2 --eval-subset 8 --sample 0 \
-  --zero1 --optimizer-state 8bit
+  --zero1 --optimizer-state int8
 has "$out" "x 2 ranks"
 
 # 4b. --synthetic: timed steps on random ids, in torch_train.py llama's line format.

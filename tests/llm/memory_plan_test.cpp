@@ -35,7 +35,7 @@ TEST(MemoryPlan, OptimizerStateMatchesAdamW) {
   for (const auto& [name, format] : std::vector<std::pair<std::string, optim::StateFormat>>{
            {"f32", {}},
            {"bf16", {.dtype = optim::StateDType::bf16}},
-           {"8bit", {.dtype = optim::StateDType::int8_blockwise}}}) {
+           {"int8", {.dtype = optim::StateDType::int8_blockwise}}}) {
     optim::AdamW opt(model.named_parameters(), {.state = format});
     // AdamW allocates its state at the first step: give every parameter a gradient.
     for (nn::Parameter* p : model.parameters()) p->zero_grad();
@@ -107,12 +107,12 @@ TEST(MemoryPlan, AdviceNamesTheFlagsThatFit) {
   // nothing after it is proposed.
   MemoryPlanInput t = in;
   t.checkpoint_every = 1;
-  t.optimizer_state = "8bit";
+  t.optimizer_state = "int8";
   const int64_t room = plan_memory(t).total();
   ASSERT_LT(room, need);
   const std::string advice = advice_to_fit(in, room);
   EXPECT_NE(advice.find("--activation-checkpoint-every 1"), std::string::npos) << advice;
-  EXPECT_NE(advice.find("--optimizer-state 8bit"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("--optimizer-state int8"), std::string::npos) << advice;
   EXPECT_NE(advice.find("fits"), std::string::npos) << advice;
   EXPECT_EQ(advice.find("--zero1"), std::string::npos) << advice;
   // Far too little room: every remedy is listed, and that none fits.
