@@ -60,6 +60,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/decoder_flags.h"
 #include "common/program.h"
 #include "common/token_data.h"
 #include "data/text/pack_text.h"
@@ -555,28 +556,7 @@ int main(int argc, char** argv) {
   app.add_option("--init", o.init, "gpt2 (N(0, 0.02)) | torch (PyTorch's defaults, the peer's)")
       ->check(CLI::IsMember({"gpt2", "torch"}))
       ->capture_default_str();
-  app.add_option("--batch", o.batch, "sequences per micro-batch per rank")
-      ->check(at_least(1))
-      ->capture_default_str();
-  app.add_option("--accum", o.accum, "gradient accumulation steps")
-      ->check(at_least(1))
-      ->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps (synthetic: timed steps)")
-      ->check(at_least(1))
-      ->capture_default_str();
-  app.add_option("--lr", o.lr, "peak learning rate")->check(positive())->capture_default_str();
-  app.add_option("--warmup", o.warmup, "linear warmup steps")
-      ->check(at_least(0))
-      ->capture_default_str();
-  app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine")
-      ->check(at_least(0))
-      ->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")
-      ->check(at_least(0))
-      ->capture_default_str();
-  app.add_option("--clip", o.clip, "gradient norm clipping (0: off)")
-      ->check(at_least(0))
-      ->capture_default_str();
+  program::add_schedule_flags(app, o);
   app.add_option("--precision", o.precision,
                  "fp32 | bf16 | fp16 | fp8 (bf16 with the block Linears in FP8: Ada, Hopper)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
@@ -630,17 +610,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "initialization, data order and sampling seed")
       ->check(at_least(0))  // CLI11 would wrap a negative seed around
       ->capture_default_str();
-  app.add_option("--sample", o.sample, "tokens to generate at the end (0: none)")
-      ->check(at_least(0))
-      ->capture_default_str();
-  app.add_option("--top-k", o.top_k, "sampling: 1 = greedy, k > 1 = top-k")
-      ->check(at_least(1))
-      ->capture_default_str();
-  app.add_option("--temperature", o.temperature, "sampling temperature")
-      ->check(positive())
-      ->capture_default_str();
-  app.add_option("--prompt", o.prompt, "text the sample continues (not empty with --sample)")
-      ->capture_default_str();
+  program::add_sampling_flags(app, o);
   app.add_option("--log-interval", o.log_interval, "steps between log lines")
       ->check(at_least(1))
       ->capture_default_str();

@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/decoder_flags.h"
 #include "common/program.h"
 #include "common/token_data.h"
 #include "data/text/pack_text.h"
@@ -484,28 +485,7 @@ void add_model_flags(CLI::App& app, Options& o) {
 void add_training_flags(CLI::App& app, Options& o) {
   using program::at_least;
   using program::positive;
-  app.add_option("--batch", o.batch, "sequences per micro-batch per rank")
-      ->check(at_least(1))
-      ->capture_default_str();
-  app.add_option("--accum", o.accum, "gradient accumulation steps")
-      ->check(at_least(1))
-      ->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps (synthetic: timed steps)")
-      ->check(at_least(1))
-      ->capture_default_str();
-  app.add_option("--lr", o.lr, "peak learning rate")->check(positive())->capture_default_str();
-  app.add_option("--warmup", o.warmup, "linear warmup steps")
-      ->check(at_least(0))
-      ->capture_default_str();
-  app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine")
-      ->check(at_least(0))
-      ->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")
-      ->check(at_least(0))
-      ->capture_default_str();
-  app.add_option("--clip", o.clip, "gradient norm clipping (0: off)")
-      ->check(at_least(0))
-      ->capture_default_str();
+  program::add_schedule_flags(app, o);
   app.add_option("--precision", o.precision,
                  "fp32 | bf16 | fp8 (bf16 with the Linears' GEMMs in FP8: Ada, Hopper)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp8"}))
@@ -563,16 +543,7 @@ void add_data_flags(CLI::App& app, Options& o) {
       ->check(program::non_empty_path());
   app.add_flag("--document-mask", o.document_mask,
                "RoPE positions restart at each document and attention stops at its start");
-  app.add_option("--sample", o.sample, "tokens to generate at the end (0: none)")
-      ->check(at_least(0))
-      ->capture_default_str();
-  app.add_option("--top-k", o.top_k, "sampling: 1 = greedy, k > 1 = top-k")
-      ->check(at_least(1))
-      ->capture_default_str();
-  app.add_option("--temperature", o.temperature, "sampling temperature")
-      ->check(positive())
-      ->capture_default_str();
-  app.add_option("--prompt", o.prompt, "text the sample continues")->capture_default_str();
+  program::add_sampling_flags(app, o);
   o.run.add_to(app, "validation token corpus (default: the last 10 % of the bundled text)");
   app.get_option("--save")->description(
       "write the trained model here as a transformers Llama folder (config.json + "
