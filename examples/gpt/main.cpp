@@ -287,31 +287,15 @@ int run(const Options& o) {
     // What defines the run, recorded in its checkpoints: a resume states each changed one and
     // refuses those that break the run (train/run_settings.h, docs/long_runs.md).
     using train::SettingChange;
-    // Floats as a stream writes them (6 significant digits): a resumed run compares these
-    // texts with the ones its checkpoint recorded.
-    const auto v = [](const auto& x) {
-      if constexpr (std::is_floating_point_v<std::decay_t<decltype(x)>>) {
-        return fmt::format("{:g}", x);
-      } else {
-        return fmt::format("{}", x);
-      }
-    };
+    const auto v = [](const auto& x) { return program::setting_text(x); };
     topts.run_settings = {{"--layers", v(config.layers), SettingChange::model_shape},
                           {"--heads", v(config.heads), SettingChange::model_shape},
                           {"--width", v(config.d_model), SettingChange::model_shape},
                           {"--context", v(config.context), SettingChange::model_shape},
                           {"--vocab", v(config.vocab), SettingChange::model_shape},
-                          {"--accum", v(o.accum), SettingChange::global_batch},
-                          {"--optimizer-state", o.optimizer_state, SettingChange::refuse},
-                          {"--lr", v(o.lr), SettingChange::note},
-                          {"--min-lr", v(o.min_lr), SettingChange::note},
-                          {"--warmup", v(o.warmup), SettingChange::note},
-                          {"--steps", v(o.steps), SettingChange::note},
-                          {"--weight-decay", v(o.weight_decay), SettingChange::note},
-                          {"--clip", v(o.clip), SettingChange::note},
-                          {"--dropout", v(o.dropout), SettingChange::note},
-                          {"--precision", o.precision, SettingChange::note},
-                          {"--zero1", o.zero1 ? "on" : "off", SettingChange::note}};
+                          {"--dropout", v(o.dropout), SettingChange::note}};
+    for (train::RunSetting& s : program::optimization_settings(o))
+      topts.run_settings.push_back(std::move(s));
   }
   if (parity_run) parity_run->adjust(topts);  // exact and simple: constant lr, no clipping
 

@@ -179,31 +179,18 @@ bool plan_memory(const Options& o, const llm::LlamaConfig& c, Device device, int
 std::vector<train::RunSetting> run_settings(const Options& o, const llm::LlamaConfig& c,
                                             int64_t t) {
   using train::SettingChange;
-  const auto v = [](const auto& x) {
-    if constexpr (std::is_floating_point_v<std::decay_t<decltype(x)>>) {
-      return fmt::format("{:g}", x);
-    } else {
-      return fmt::format("{}", x);
-    }
-  };
-  return {{"--layers", v(c.layers), SettingChange::model_shape},
-          {"--heads", v(c.heads), SettingChange::model_shape},
-          {"--kv-heads", v(c.kv_heads), SettingChange::model_shape},
-          {"--width", v(c.d_model), SettingChange::model_shape},
-          {"--ffn", v(c.ffn), SettingChange::model_shape},
-          {"--vocab", v(c.vocab), SettingChange::model_shape},
-          {"--context", v(t), SettingChange::refuse},
-          {"--document-mask", o.document_mask ? "on" : "off", SettingChange::refuse},
-          {"--accum", v(o.accum), SettingChange::global_batch},
-          {"--optimizer-state", o.optimizer_state, SettingChange::refuse},
-          {"--lr", v(o.lr), SettingChange::note},
-          {"--min-lr", v(o.min_lr), SettingChange::note},
-          {"--warmup", v(o.warmup), SettingChange::note},
-          {"--steps", v(o.steps), SettingChange::note},
-          {"--weight-decay", v(o.weight_decay), SettingChange::note},
-          {"--clip", v(o.clip), SettingChange::note},
-          {"--precision", o.precision, SettingChange::note},
-          {"--zero1", o.zero1 ? "on" : "off", SettingChange::note}};
+  const auto v = [](const auto& x) { return program::setting_text(x); };
+  std::vector<train::RunSetting> settings{
+      {"--layers", v(c.layers), SettingChange::model_shape},
+      {"--heads", v(c.heads), SettingChange::model_shape},
+      {"--kv-heads", v(c.kv_heads), SettingChange::model_shape},
+      {"--width", v(c.d_model), SettingChange::model_shape},
+      {"--ffn", v(c.ffn), SettingChange::model_shape},
+      {"--vocab", v(c.vocab), SettingChange::model_shape},
+      {"--context", v(t), SettingChange::refuse},
+      {"--document-mask", o.document_mask ? "on" : "off", SettingChange::refuse}};
+  for (train::RunSetting& s : program::optimization_settings(o)) settings.push_back(std::move(s));
+  return settings;
 }
 
 // The optimizer (and the gradient sync it needs): ZeRO-1's sharded AdamW with --zero1, else
