@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/recording_source.h"
 #include "common/run_flags.h"
 #include "gpt_model.h"
 #include "stoker/stoker.h"
@@ -91,8 +92,6 @@ int run_bench(const Options& o, const BenchSetup& b);
 
 // ---- --parity-dir (parity.cpp)
 
-class RecordingSource;
-
 // The files of a run to compare with PyTorch (benchmarks/peers/torch_gpt_parity.py DIR, see
 // main.cpp's header), written as the run goes: init.safetensors when constructed, config.json
 // and batches.i32 from record(), losses.json and final.safetensors in finish().
@@ -117,7 +116,7 @@ class ParityRun {
   const Options& o_;
   gpt::Gpt& model_;
   std::filesystem::path dir_;
-  std::unique_ptr<RecordingSource> recorder_;
+  std::unique_ptr<program::RecordingSource> recorder_;
   std::vector<double> losses_;
 };
 

@@ -4,59 +4,13 @@
 #include <fstream>
 #include <iomanip>
 
+#include "common/recording_source.h"
 #include "gpt_program.h"
 #include "stoker/core/output_path.h"
 
 namespace stoker::gpt_program {
 
 namespace fs = std::filesystem;
-
-// Forwards another BatchSource and appends every batch it hands out to `out` as int32: the
-// B*T input ids, then the B*T target ids (batches.i32 of --parity-dir). Reading the ids back
-// from a GPU costs a host sync per batch, which a parity run does not mind.
-class RecordingSource : public data::BatchSource {
- public:
-  RecordingSource(data::BatchSource& inner, const fs::path& path)
-      : inner_(inner), out_(path, std::ios::binary | std::ios::trunc) {
-    STOKER_CHECK(out_.good(), "stoker_gpt: cannot write ", path.string());
-  }
-  void start_epoch(int64_t epoch) override { inner_.start_epoch(epoch); }
-  bool next(data::Batch& batch) override {
-    if (!inner_.next(batch)) return false;
-    write_ids(batch.input);
-    write_ids(batch.target);
-    ++batches_;
-    return true;
-  }
-  int64_t batches_per_epoch() const override { return inner_.batches_per_epoch(); }
-  int64_t samples_per_epoch() const override { return inner_.samples_per_epoch(); }
-  int64_t epoch() const override { return inner_.epoch(); }
-  int64_t batch_index() const override { return inner_.batch_index(); }
-  void restore(int64_t epoch, int64_t batch_index) override { inner_.restore(epoch, batch_index); }
-  int64_t batches() const { return batches_; }
-  void close() {
-    out_.close();
-    STOKER_CHECK(!out_.fail(), "stoker_gpt: writing batches.i32 failed");
-  }
-
- private:
-  void write_ids(const Tensor& ids) {
-    std::vector<int32_t> v;
-    if (ids.dtype() == DType::i32) {
-      v = ids.to_vector<int32_t>();
-    } else {
-      STOKER_CHECK(ids.dtype() == DType::i64, "stoker_gpt: token ids of dtype ",
-                   dtype_name(ids.dtype()));
-      const std::vector<int64_t> w = ids.to_vector<int64_t>();
-      v.assign(w.begin(), w.end());
-    }
-    out_.write(reinterpret_cast<const char*>(v.data()),
-               static_cast<std::streamsize>(v.size() * sizeof(int32_t)));
-  }
-  data::BatchSource& inner_;
-  std::ofstream out_;
-  int64_t batches_ = 0;
-};
 
 void ParityRun::check(const Options& o, int world) {
   STOKER_CHECK(world == 1, "--parity-dir: one rank only, not ", world);
@@ -83,7 +37,8 @@ void ParityRun::adjust(train::TrainerOptions& t) const {
 
 data::BatchSource& ParityRun::record(data::BatchSource& train_data, const gpt::GptConfig& config,
                                      const optim::AdamWOptions& adamw, Device device) {
-  recorder_ = std::make_unique<RecordingSource>(train_data, dir_ / "batches.i32");
+  recorder_ = std::make_unique<program::RecordingSource>(train_data, dir_ / "batches.i32",
+                                                        "stoker_gpt");
   const char* data_name = o_.data.empty() ? o_.text.c_str() : o_.data.c_str();
   std::ofstream cfg(dir_ / "config.json");
   cfg << "{\n"

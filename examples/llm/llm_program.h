@@ -60,6 +60,7 @@ struct Options {
   bool diagnostics = false;  // --diagnostics: the step breakdown and verdict reports
   bool cuda_graph = false;     // --cuda-graph: TrainerOptions::cuda_graph insisted on
   bool no_cuda_graph = false;  // --no-cuda-graph (default: the graph whenever it can run)
+  std::string parity_dir;    // --parity-dir: a run to repeat with transformers (parity.h)
   program::RunFlags run;     // checkpoints, resume, --val, evaluation, --save DIR, --metrics, ...
 };
 

@@ -34,6 +34,8 @@
 #include "generate.h"
 #include "hf_llama.h"
 #include "llm_program.h"
+#include "parity.h"
+#include "stoker/core/output_path.h"
 #include "stoker/diag/report.h"
 
 namespace stoker::llm_program {
@@ -200,13 +202,18 @@ struct Optimization {
   std::unique_ptr<optim::Optimizer> opt;
 };
 
+// AdamW with Llama's betas (0.9, 0.95), decay on every parameter.
+optim::AdamWOptions adamw_options(const Options& o) {
+  return {.lr = o.lr,
+          .beta1 = 0.9f,
+          .beta2 = 0.95f,
+          .eps = 1e-8f,
+          .weight_decay = o.weight_decay,
+          .state = parse_state(o.optimizer_state)};
+}
+
 Optimization make_optimizer(const Options& o, dist::DistContext& ctx, llm::Llama& model) {
-  const optim::AdamWOptions adamw{.lr = o.lr,
-                                  .beta1 = 0.9f,
-                                  .beta2 = 0.95f,
-                                  .eps = 1e-8f,
-                                  .weight_decay = o.weight_decay,
-                                  .state = parse_state(o.optimizer_state)};
+  const optim::AdamWOptions adamw = adamw_options(o);
   Optimization out;
   const auto make = [&](optim::NamedParameters p) {
     return std::make_unique<optim::AdamW>(std::move(p), adamw);
@@ -307,7 +314,8 @@ void report_fit(const Options& o, const train::FitResult& fit, int64_t done,
 // The training run proper: its data, the Trainer (resumed when --checkpoint-dir holds a
 // checkpoint), the report, --save and the sample. `b` is what run() built (bench.cpp's setup).
 int train_on_data(const Options& o, const llm_program::BenchSetup& b,
-                  const std::optional<Tokenizer>& tokenizer, const std::string& data_arg) {
+                  const std::optional<Tokenizer>& tokenizer, const std::string& data_arg,
+                  llm_program::ParityRun* parity) {
   const int rank = b.ctx.env.rank, world = b.ctx.env.world_size;
   const bool root = rank == 0;
   const Device device = b.device;
@@ -324,6 +332,7 @@ int train_on_data(const Options& o, const llm_program::BenchSetup& b,
     train_data = &train_docs.emplace(*train_data, model);
     if (val_data) val_data = &val_docs.emplace(*val_data, model);
   }
+  if (parity) train_data = &parity->record(*train_data, adamw_options(o), t, device);
   if (root)
     std::printf(
         "data: %lld sequences of %lld tokens per epoch, each once (seed %llu)%s\n%s"
@@ -338,6 +347,7 @@ int train_on_data(const Options& o, const llm_program::BenchSetup& b,
 
   train::Trainer trainer(model, b.loss, b.opt, train::apply_environment(b.topts));
   o.run.resume_run(trainer, root);
+  if (parity) parity->watch(trainer);
   if (val_data && trainer.step() == 0) {
     const double before = trainer.evaluate(*val_data, o.run.eval_subset).loss;
     if (root)
@@ -353,6 +363,7 @@ int train_on_data(const Options& o, const llm_program::BenchSetup& b,
   const train::FitResult fit = trainer.fit(*train_data, epochs, val_data);
   if (const int status = o.run.stopped(fit, "stoker_llm", root)) return status;
   if (!root) return 0;
+  if (parity) parity->finish(fit);
   report_fit(o, fit, fit.steps - first_step, config, t, world, device);
   if (!o.run.save.empty()) {
     const std::string dt = !o.save_dtype.empty()
@@ -376,7 +387,9 @@ int run(const Options& o) {
   const bool root = rank == 0;
   Device device = ctx.device;
   if (world == 1 && !o.device.empty()) device = program::device(o.device);
-  ops::set_allow_tf32(o.tf32);
+  const bool parity = !o.parity_dir.empty();
+  if (parity) llm_program::ParityRun::check(o, world);
+  ops::set_allow_tf32(o.tf32 && !parity);
   const llm::LlamaConfig config = llm_program::model_config(o);
   const int64_t t = llm_program::sequence_length(o, config);
   if (!plan_memory(o, config, device, world, root)) return 0;
@@ -388,6 +401,9 @@ int run(const Options& o) {
   if (!o.init_from.empty())
     llm_program::from_init_folder(o.init_from, [&] { llm::load_hf(model, o.init_from); });
   model.to(device);
+  // Written before anything trains: the initial weights as a transformers folder.
+  const std::unique_ptr<llm_program::ParityRun> parity_run =
+      parity ? std::make_unique<llm_program::ParityRun>(o, model) : nullptr;
   const int wrapped = o.run.activation_checkpoint_every > 0
                           ? model.checkpoint_blocks(o.run.activation_checkpoint_every)
                           : 0;
@@ -432,12 +448,13 @@ int run(const Options& o) {
   topts.diagnostics.enabled = o.diagnostics;
   o.run.apply(topts);
   topts.run_settings = run_settings(o, config, t);
+  if (parity_run) parity_run->adjust(topts);  // exact and simple: constant lr, no clipping
   if (o.synthetic)
     return llm_program::run_bench(
         o, {ctx, device, config, t, model, *loss, opt, topts, precision, wrapped});
 
   return train_on_data(o, {ctx, device, config, t, model, *loss, opt, topts, precision, wrapped},
-                       text.tokenizer, text.data_arg);
+                       text.tokenizer, text.data_arg, parity_run.get());
 }
 
 void add_model_flags(CLI::App& app, Options& o) {
@@ -465,6 +482,11 @@ void add_model_flags(CLI::App& app, Options& o) {
                  "--save's weights: f32 | bf16 (default: bf16 "
                  "for bf16/fp8 runs, else f32)")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--parity-dir", o.parity_dir,
+                 "write a run to repeat with transformers (benchmarks/peers/"
+                 "torch_llama_parity.py DIR): init/ and final/ folders, every batch, every loss; "
+                 "constant --lr, no clipping, one rank")
+      ->check(program::non_empty_path());
   app.add_flag("--memory-plan", o.memory_plan,
                "print what the run needs per device (and what would make it fit), then exit");
 }
@@ -583,6 +605,13 @@ int check_and_run(const CLI::App& app, Options& o) {
   o.run.save_folder = true;
   o.run.check(app, text_run(o) || !o.run.val.empty() || o.val_split > 0, dist::read_env().rank == 0,
               inputs);
+  if (!o.parity_dir.empty()) {
+    program::RunFlags::refuse_in(app, "a --parity-dir run",
+                                 "it writes its own files for the comparison with transformers");
+    core::PathGuard guard;  // its folders are written: none may touch an input
+    for (const program::RunFlags::Input& in : inputs) guard.input(in.flag, in.path);
+    guard.output("--parity-dir", o.parity_dir, core::PathGuard::Kind::folder);
+  }
   STOKER_CHECK_HINT(o.sample == 0 || !o.prompt.empty(), "give --prompt TEXT, or --sample 0",
                     "--prompt is empty: --sample ", o.sample, " needs a text to continue");
   return run(o);

@@ -8,7 +8,7 @@
 #    it: its validation loss before training is the saved run's after training;
 #  - bf16 with activation checkpointing saves bf16 weights; --document-mask trains;
 #  - `stoker launch -n 2` with --zero1 and 8-bit optimizer state trains;
-#  - --synthetic prints its timed line;
+#  - --synthetic prints its timed line; --parity-dir writes every file of a parity run;
 #  - --memory-plan prints the plan; llama3-8b on a device too small says what it needs and which
 #    flags would fit, before allocating anything (exit 1);
 #  - bad inputs (an unknown preset, --init-from a missing or non-Llama folder, --save onto an
@@ -143,6 +143,25 @@ has "$out" "activations"
 expect 1 "$llm" --device cpu --preset llama3-8b --batch 64 --context 8192
 has "$err" "does not fit on cpu"
 has "$err" "activation-checkpoint-every"
+
+# 5b. --parity-dir: init/ and final/ transformers folders, every batch (int32 [steps, 2, B, T])
+# and every step's loss; refused with a flag of a kept run, or onto an input.
+expect 0 "$llm" --device cpu --data-cache "$dir/cache" --text "$text" --batch 8 --context 64 \
+  --sample 0 --parity-dir "$dir/parity" --steps 3 --lr 1e-3
+has "$out" "parity files in"
+for f in config.json losses.json batches.i32 init/config.json init/model.safetensors \
+  final/config.json final/model.safetensors; do
+  [ -s "$dir/parity/$f" ] || fail "--parity-dir wrote no $f"
+done
+[ "$(wc -c < "$dir/parity/batches.i32")" -eq $((3 * 2 * 8 * 64 * 4)) ] ||
+  fail "batches.i32 holds $(wc -c < "$dir/parity/batches.i32") bytes, expected 3 x 2 x 8 x 64 x 4"
+has "$dir/parity/losses.json" '"steps":3'
+expect 1 "$llm" --device cpu --data-cache "$dir/cache" --text "$text" --sample 0 \
+  --parity-dir "$dir/parity2" --steps 3 --checkpoint-dir "$dir/ck-parity"
+has "$err" "--parity-dir"
+expect 1 "$llm" --device cpu --data-cache "$dir/cache" --text "$text" --sample 0 \
+  --parity-dir "$dir/hf" --init-from "$dir/hf" --steps 3
+has "$err" "--parity-dir"
 
 # 6. Bad inputs: exit 1, the flag named, no signal.
 refused "$llm" --device cpu --preset llama9
