@@ -29,6 +29,8 @@
 #   gpt         GPT-2 124M (stoker_gpt --synthetic) vs torch_train.py gpt, eager
 #   gptc        the PyTorch GPT-2 124M step under torch.compile (slow to compile)
 #   gptparity   the loss curve of stoker_gpt --parity-dir vs torch_gpt_parity.py (~30 s)
+#   llamaparity 200 bf16 steps of stoker_llm llama3-debug --parity-dir vs transformers
+#               (torch_llama_parity.py: LlamaForCausalLM from the same folder, same batches)
 #   fp8         GPT-2 124M B=16 bf16 vs --precision fp8 (each eager and with the CUDA graph)
 #   fp8curves   2,000 steps of GPT-2 124M B=8 on the bundled text, bf16 and fp8, each with the
 #               seeds of STOKER_FP8_SEEDS (default "1 2"): final train and validation losses and
@@ -65,7 +67,7 @@ B=${STOKER_BUNDLE:-build-gpu/bundle}
 P=benchmarks/peers
 OUT_DIR=${STOKER_MEASURE_OUT:-build/gpu-measure}
 TMP=${TMPDIR:-/tmp}
-ALL=(train checkpoint parity gemm ops llamaops state memory diag health gpt gptc gptparity fp8 fp8curves gptlarge resnet resnetfast multi)
+ALL=(train checkpoint parity gemm ops llamaops state memory diag health gpt gptc gptparity llamaparity fp8 fp8curves gptlarge resnet resnetfast multi)
 DEFAULT=(train checkpoint parity gemm)
 
 usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$SELF"; }
@@ -79,6 +81,7 @@ peers_of() {
     gemm) echo "$P/torch_gemm_probe.py" ;;
     llamaops) echo "$P/torch_llama_ops.py" ;;
     gptparity) echo "$P/torch_gpt_parity.py $P/gpt_model.py examples/gpt/data/kjv-genesis-exodus.txt" ;;
+    llamaparity) echo "$P/torch_llama_parity.py examples/gpt/data/kjv-genesis-exodus.txt" ;;
     resnet) echo "$P/torch_e2e.py $P/torch_loader.py $P/make_imagenet_like.py scripts/make-imagenet-like.sh" ;;
     multi) echo "$P/torch_allreduce.py $P/torch_ddp.py $P/gpt_model.py scripts/kill-rank-check.sh" ;;
     checkpoint|ops|state|memory|diag|health|fp8|fp8curves) echo "" ;;
@@ -273,6 +276,19 @@ run_gptparity() {
     python3 "$P/torch_gpt_parity.py" "$d"
   rc=$?
   [[ -f $d/parity.json ]] && cp "$d/parity.json" "$OUT_DIR/gpt_parity.json"
+  return $rc
+}
+
+run_llamaparity() {
+  local d=$TMP/stoker-llamaparity rc
+  rm -rf "$d"
+  section "Llama loss-curve parity: stoker_llm --parity-dir (bf16), then $P/torch_llama_parity.py"
+  "$B/examples/stoker_llm" --preset llama3-debug --batch 8 --context 256 --steps 200 --lr 1e-3 \
+    --precision bf16 --device cuda --sample 0 --text examples/gpt/data/kjv-genesis-exodus.txt \
+    --data-cache "$TMP/stoker-llamaparity-data" --parity-dir "$d" &&
+    python3 "$P/torch_llama_parity.py" "$d" --attn sdpa
+  rc=$?
+  [[ -f $d/parity.json ]] && cp "$d/parity.json" "$OUT_DIR/llama_parity.json"
   return $rc
 }
 
