@@ -37,8 +37,8 @@ struct Options {
   float clip = 1.0f;
   std::string precision = "fp32";
   bool selective = false;
-  bool fused_head = true;   // the head in the loss, in chunks (Gpt::set_head_in_loss)
-  bool fused_gelu = true;   // GptConfig::fuse_gelu
+  bool fused_head = true;      // the head in the loss, in chunks (Gpt::set_head_in_loss)
+  bool fused_gelu = true;      // GptConfig::fuse_gelu
   bool cuda_graph = false;     // --cuda-graph: TrainerOptions::cuda_graph insisted on
   bool no_cuda_graph = false;  // --no-cuda-graph (default: the graph whenever it can run)
   std::string data;

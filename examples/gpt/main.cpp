@@ -72,11 +72,11 @@
 namespace {
 
 using namespace stoker;
+using gpt_program::Options;
+using gpt_program::ParityRun;
 using program::CorpusData;
 using program::CorpusDataOptions;
 using program::open_corpus_data;
-using gpt_program::Options;
-using gpt_program::ParityRun;
 using program::parse_mix;
 using program::resolve_token_source;
 using program::TokenSource;
@@ -553,7 +553,7 @@ int main(int argc, char** argv) {
                "insist on capturing the training step as a CUDA graph (the default whenever it "
                "can: one GPU, AdamW with f32 state); an error says why it cannot");
   app.add_flag("--no-cuda-graph", o.no_cuda_graph,
-                "run every step eagerly (default: a CUDA graph after 2 eager steps when it can)")
+               "run every step eagerly (default: a CUDA graph after 2 eager steps when it can)")
       ->excludes("--cuda-graph");
   app.add_flag("--fused-gelu,!--no-fused-gelu", o.fused_gelu,
                "the MLP's bias + GELU in the GEMMs' epilogues (default on; --no-fused-gelu: "
@@ -660,8 +660,8 @@ int main(int argc, char** argv) {
         inputs.push_back({"--data-cache", val, false, false, /*trained_on=*/false});
       } else {  // the pack-text folder: nothing is written into it
         inputs.push_back({"--data-cache",
-                          program::text_corpus_folder(
-                              o.text, o.cache, o.vocab > 0 ? o.vocab : program::kTextVocab),
+                          program::text_corpus_folder(o.text, o.cache,
+                                                      o.vocab > 0 ? o.vocab : program::kTextVocab),
                           /*database=*/true, /*exists=*/false});
       }
     }

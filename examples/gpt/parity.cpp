@@ -37,8 +37,8 @@ void ParityRun::adjust(train::TrainerOptions& t) const {
 
 data::BatchSource& ParityRun::record(data::BatchSource& train_data, const gpt::GptConfig& config,
                                      const optim::AdamWOptions& adamw, Device device) {
-  recorder_ = std::make_unique<program::RecordingSource>(train_data, dir_ / "batches.i32",
-                                                        "stoker_gpt");
+  recorder_ =
+      std::make_unique<program::RecordingSource>(train_data, dir_ / "batches.i32", "stoker_gpt");
   const char* data_name = o_.data.empty() ? o_.text.c_str() : o_.data.c_str();
   std::ofstream cfg(dir_ / "config.json");
   cfg << "{\n"

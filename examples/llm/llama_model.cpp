@@ -63,8 +63,8 @@ LlamaConfig LlamaConfig::preset(const std::string& name) {
     c.rope = {.head_dim = 128, .theta = 500000.0};
     return c;
   }
-  STOKER_THROW("LlamaConfig::preset: unknown preset '", name, "' (known: ",
-               fmt::format("{}", fmt::join(preset_names(), ", ")), ")");
+  STOKER_THROW("LlamaConfig::preset: unknown preset '", name,
+               "' (known: ", fmt::format("{}", fmt::join(preset_names(), ", ")), ")");
 }
 
 std::vector<std::string> LlamaConfig::preset_names() {
@@ -86,17 +86,20 @@ int64_t LlamaConfig::parameter_count() const {
 // -------------------------------------------------------------------------------- LlamaBlock
 
 LlamaBlock::LlamaBlock(const LlamaConfig& c) {
-  input_layernorm_ = &register_module("input_layernorm", nn::make<nn::RMSNorm>(c.d_model, c.rms_eps));
+  input_layernorm_ =
+      &register_module("input_layernorm", nn::make<nn::RMSNorm>(c.d_model, c.rms_eps));
   ops::RopeOptions rope = c.rope;
   rope.head_dim = c.head_dim;
   self_attn_ = &register_module(
-      "self_attn",
-      nn::make<nn::GroupedQueryAttention>(
-          c.d_model, nn::GroupedQueryAttentionOptions{
-                         .heads = c.heads, .kv_heads = c.kv_heads, .head_dim = c.head_dim,
-                         .bias = false, .rope = rope, .use_rope = true}));
-  post_attention_layernorm_ = &register_module("post_attention_layernorm",
-                                               nn::make<nn::RMSNorm>(c.d_model, c.rms_eps));
+      "self_attn", nn::make<nn::GroupedQueryAttention>(
+                       c.d_model, nn::GroupedQueryAttentionOptions{.heads = c.heads,
+                                                                   .kv_heads = c.kv_heads,
+                                                                   .head_dim = c.head_dim,
+                                                                   .bias = false,
+                                                                   .rope = rope,
+                                                                   .use_rope = true}));
+  post_attention_layernorm_ =
+      &register_module("post_attention_layernorm", nn::make<nn::RMSNorm>(c.d_model, c.rms_eps));
   mlp_ = &register_module("mlp", nn::make<nn::SwiGLU>(c.d_model, c.ffn));
 }
 

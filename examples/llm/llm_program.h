@@ -57,11 +57,11 @@ struct Options {
   std::string prompt = "And God said";
   int log_interval = 10;
   bool tf32 = true;
-  bool diagnostics = false;  // --diagnostics: the step breakdown and verdict reports
+  bool diagnostics = false;    // --diagnostics: the step breakdown and verdict reports
   bool cuda_graph = false;     // --cuda-graph: TrainerOptions::cuda_graph insisted on
   bool no_cuda_graph = false;  // --no-cuda-graph (default: the graph whenever it can run)
-  std::string parity_dir;    // --parity-dir: a run to repeat with transformers (parity.h)
-  program::RunFlags run;     // checkpoints, resume, --val, evaluation, --save DIR, --metrics, ...
+  std::string parity_dir;      // --parity-dir: a run to repeat with transformers (parity.h)
+  program::RunFlags run;       // checkpoints, resume, --val, evaluation, --save DIR, --metrics, ...
 };
 
 // The model's shape: --init-from's config.json, else the preset, then the shape flags (refused
@@ -92,11 +92,11 @@ struct BenchSetup {
 // memory and MFU (training_flops_per_token). Exit status 0 when the loss on the batch fell.
 int run_bench(const Options& o, const BenchSetup& b);
 
-// The training FLOPs per token (docs/llm.md#benchmark-mode-and-flops): 6 N' + 12 L H D T, PaLM's (appendix B)
-// convention: N' = the parameters whose GEMMs run (all but an untied embedding table, whose
-// lookup costs nothing; a tied table is the head's GEMM), 2 FLOPs per weight per token forward
-// and 4 backward; attention's QK^T and PV 4 L H D T forward, x3 with backward, the causal half
-// NOT subtracted (as PaLM, nanoGPT, llm.c and stoker_gpt count it), so MFUs compare.
+// The training FLOPs per token (docs/llm.md#benchmark-mode-and-flops): 6 N' + 12 L H D T, PaLM's
+// (appendix B) convention: N' = the parameters whose GEMMs run (all but an untied embedding table,
+// whose lookup costs nothing; a tied table is the head's GEMM), 2 FLOPs per weight per token
+// forward and 4 backward; attention's QK^T and PV 4 L H D T forward, x3 with backward, the causal
+// half NOT subtracted (as PaLM, nanoGPT, llm.c and stoker_gpt count it), so MFUs compare.
 double training_flops_per_token(const llm::LlamaConfig& c, int64_t seq);
 
 }  // namespace stoker::llm_program

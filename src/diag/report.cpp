@@ -217,11 +217,11 @@ Report make_report(const Breakdown& b, const LoaderView& loader, const GpuHealth
         {"misaligned GEMMs", ops.misaligned_gemm_share,
          rate(ops.misaligned_gemm_share, t.misaligned_moderate, t.misaligned_high)});
   auto verdict_of = [](const std::string& what) {
-    return what == "input"             ? Verdict::input_bound
-           : what == "launch"          ? Verdict::launch_bound
-           : what == "communication"   ? Verdict::communication_bound
+    return what == "input"              ? Verdict::input_bound
+           : what == "launch"           ? Verdict::launch_bound
+           : what == "communication"    ? Verdict::communication_bound
            : what == "misaligned GEMMs" ? Verdict::misaligned_gemms
-                                         : Verdict::bandwidth_bound;
+                                        : Verdict::bandwidth_bound;
   };
   // The headline is the largest finding by share of the step among those of the strongest
   // level: a 49 % of misaligned GEMMs heads the report over 15 % of bandwidth-bound ops.
@@ -295,10 +295,10 @@ Report make_report(const Breakdown& b, const LoaderView& loader, const GpuHealth
                    " % of the memory bandwidth roof (far from the compute roof)";
       break;
     case Verdict::misaligned_gemms:
-      r.headline = std::string("misaligned GEMMs (") + level_name(r.level) + "): " +
-                   pct(ops.misaligned_gemm_share) + " of the step is in GEMMs with a dimension " +
-                   "that is not a multiple of 16 bytes (the slowest " +
-                   ops.misaligned_gemm_example + ")";
+      r.headline =
+          std::string("misaligned GEMMs (") + level_name(r.level) +
+          "): " + pct(ops.misaligned_gemm_share) + " of the step is in GEMMs with a dimension " +
+          "that is not a multiple of 16 bytes (the slowest " + ops.misaligned_gemm_example + ")";
       break;
     case Verdict::compute_bound:
       r.headline = "compute-bound: " + pct(b.compute_share) + " of the step is " +

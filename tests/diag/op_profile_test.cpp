@@ -282,16 +282,14 @@ TEST(OpProfileTest, MisalignedGemmsAreFoundAndAdvised) {
   EXPECT_EQ(headed.verdict, diag::Verdict::misaligned_gemms);
   EXPECT_EQ(headed.level, diag::Level::high);
   EXPECT_EQ(std::string(diag::verdict_name(headed.verdict)), "misaligned-GEMMs");
-  EXPECT_NE(headed.headline.find("misaligned GEMMs (high): 40.0 % of the step"),
-            std::string::npos)
+  EXPECT_NE(headed.headline.find("misaligned GEMMs (high): 40.0 % of the step"), std::string::npos)
       << headed.headline;
   {  // GPT-2 with 50,257: 15 % bandwidth-bound, 49 % misaligned GEMMs -> the GEMMs.
     diag::OpStep g;
     g.step_ms = 10;
     g.ops = {gemm(4.9, 8192, 50257, 768), op("layernorm_forward", "", 1.5, 1e6, 3.2e9),
              gemm(3.6, 16384, 768, 768)};
-    const diag::OpTable gt =
-        diag::summarize_ops({g}, diag::peaks_for_gpu("NVIDIA H100 80GB HBM3"));
+    const diag::OpTable gt = diag::summarize_ops({g}, diag::peaks_for_gpu("NVIDIA H100 80GB HBM3"));
     ASSERT_GT(gt.bandwidth_bound_share, 0.14) << gt.text();
     const diag::Report gr = diag::make_report(b, {}, {}, {}, gt);
     EXPECT_EQ(gr.verdict, diag::Verdict::misaligned_gemms) << gr.text();

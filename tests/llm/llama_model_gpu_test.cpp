@@ -31,8 +31,12 @@ LlamaConfig config(int64_t head_dim) {
                 .context = 256,
                 .tie_embeddings = head_dim == 64,
                 .init_std = 0.05f};
-  c.rope = {.head_dim = head_dim, .theta = 500000.0, .llama3_scaling = true, .factor = 32.0,
-            .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+  c.rope = {.head_dim = head_dim,
+            .theta = 500000.0,
+            .llama3_scaling = true,
+            .factor = 32.0,
+            .low_freq_factor = 1.0,
+            .high_freq_factor = 4.0,
             .original_max_position_embeddings = 64};
   return c;
 }

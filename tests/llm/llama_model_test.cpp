@@ -29,8 +29,12 @@ LlamaConfig small_config(bool tied) {
                 .context = 16,
                 .tie_embeddings = tied,
                 .init_std = 0.3f};
-  c.rope = {.head_dim = 4, .theta = 10000.0, .llama3_scaling = true, .factor = 8.0,
-            .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+  c.rope = {.head_dim = 4,
+            .theta = 10000.0,
+            .llama3_scaling = true,
+            .factor = 8.0,
+            .low_freq_factor = 1.0,
+            .high_freq_factor = 4.0,
             .original_max_position_embeddings = 4};
   return c;
 }
@@ -136,7 +140,7 @@ void check_finite_differences(bool tied, bool documents) {
   std::vector<std::pair<std::string, int64_t>> probes{
       {"embed_tokens.weight", 2 * 16 + 3},
       {"layers.0.input_layernorm.weight", 6},
-      {"layers.0.self_attn.qkv_proj.weight", 37},         // a query row
+      {"layers.0.self_attn.qkv_proj.weight", 37},           // a query row
       {"layers.1.self_attn.qkv_proj.weight", 16 * 16 + 9},  // a key row
       {"layers.1.self_attn.qkv_proj.weight", 28 * 16 + 2},  // a value row
       {"layers.0.self_attn.o_proj.weight", 9},
@@ -252,8 +256,8 @@ TEST(LlamaModel, CheckpointedBlocksGiveBitIdenticalGradients) {
   Llama ckpt(small_config(true));
   EXPECT_EQ(ckpt.checkpoint_blocks(1), 2);
   const auto [ids, targets] = fixed_batch(3, 8, 4);
-  const std::vector<int64_t> pos{0, 1, 2, 3, 0, 1, 0, 1, 0, 1, 2, 3, 4, 5, 6, 7,
-                                 3, 4, 5, 0, 1, 2, 3, 4};
+  const std::vector<int64_t> pos{0, 1, 2, 3, 0, 1, 0, 1, 0, 1, 2, 3,
+                                 4, 5, 6, 7, 3, 4, 5, 0, 1, 2, 3, 4};
   for (Llama* m : {&plain, &ckpt}) m->set_positions(Tensor::from_vector(pos, {3, 8}), true);
   EXPECT_EQ(forward_backward(plain, ids, targets), forward_backward(ckpt, ids, targets));
   const auto ga = grads(plain), gb = grads(ckpt);
@@ -268,7 +272,8 @@ TEST(LlamaModel, OverfitsAPeriodicSequence) {
   std::vector<int64_t> seq;
   for (int i = 0; i < 13; ++i) seq.push_back((i * 3) % 7);
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>(seq.begin(), seq.end() - 1), {1, 12});
-  const Tensor targets = Tensor::from_vector(std::vector<int64_t>(seq.begin() + 1, seq.end()), {12});
+  const Tensor targets =
+      Tensor::from_vector(std::vector<int64_t>(seq.begin() + 1, seq.end()), {12});
   optim::AdamW opt(model.named_parameters(), {.lr = 1e-2f, .weight_decay = 0.0f});
   double first = 0, last = 0;
   for (int step = 0; step < 150; ++step) {
@@ -288,9 +293,15 @@ TEST(LlamaModel, BadInputsNameTheFix) {
   nn::manual_seed(8);
   Llama model(small_config(false));
   EXPECT_TRUE(test::throws_error_with(
-      [&] { model.forward(Tensor::zeros({1, 17}, DType::i64)); }, {"17", "max_position_embeddings"}));
-  EXPECT_TRUE(test::throws_error_with([&] { model.forward(Tensor::zeros({2, 3}, DType::f32)); },
-                                      {"ids", "i32 or i64"}));
+      [&] {
+        model.forward(Tensor::zeros({1, 17}, DType::i64));
+      },
+      {"17", "max_position_embeddings"}));
+  EXPECT_TRUE(test::throws_error_with(
+      [&] {
+        model.forward(Tensor::zeros({2, 3}, DType::f32));
+      },
+      {"ids", "i32 or i64"}));
 }
 
 }  // namespace

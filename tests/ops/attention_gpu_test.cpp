@@ -178,7 +178,7 @@ TEST(AttentionGpu, GroupedQueryAndDocumentMaskMatchCpu) {
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     const Tol tol = tolerance(dt);
     for (const Gqa& s : shapes)
-      for (int mask = 0; mask < 3; ++mask) {             // none, i32 positions, i64 positions
+      for (int mask = 0; mask < 3; ++mask) {           // none, i32 positions, i64 positions
         if (s.h == 32 && dt != DType::bf16) continue;  // the Llama shape: bf16 only
         SCOPED_TRACE(testing::Message()
                      << dtype_name(dt) << " B=" << s.b << " T=" << s.t << " H=" << s.h

@@ -521,9 +521,8 @@ TEST(CudaGraphBlocker, NamesWhatKeepsTheStepEager) {
   nn::Linear plain_layer(64, 64);
   optim::AdamW plain(plain_layer.named_parameters());
   nn::Linear compact_layer(64, 4096);
-  optim::AdamW compact(
-      compact_layer.named_parameters(),
-      {.state = {.dtype = optim::StateDType::int8_blockwise, .block = 256}});
+  optim::AdamW compact(compact_layer.named_parameters(),
+                       {.state = {.dtype = optim::StateDType::int8_blockwise, .block = 256}});
   ASSERT_FALSE(compact.supports_device_lr());
   const Device gpu = Device::cuda(0);
   EXPECT_EQ(cuda_graph_blocker(plain, gpu, 1), "");
